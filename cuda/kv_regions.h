@@ -1,0 +1,40 @@
+#pragma once
+
+// Private to cuda/: gather and scatter expressed as lists of copy regions, which is how the GPU
+// versions run them (one batched-copy launch). Shares its validation with the CPU reference.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cuda/kv_layout.h"
+
+namespace granary::cuda::internal {
+
+// The 2 * n regions GatherBlocksCpu copies, in buffer order: K(block_ids[i]) then
+// V(block_ids[i]) into consecutive BlockBytes() slices of `out`. Validates like the CPU call.
+absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layout,
+                                                      const void* k_cache, const void* v_cache,
+                                                      const int32_t* block_ids, int n, void* out);
+
+// The same regions with source and destination swapped (ScatterBlocksCpu); duplicate block ids
+// are rejected.
+absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout,
+                                                       const void* in, const int32_t* block_ids,
+                                                       int n, void* k_cache, void* v_cache);
+
+// Checks one batched-copy region list: n >= 0, regions non-null when n > 0, and non-null src
+// and dst in every region with bytes > 0 (the message names the region index).
+absl::Status ValidateRegions(const CopyRegion* regions, int n);
+
+// The largest piece one GPU thread block copies; bigger regions are split so that one large
+// region spreads over many SMs instead of serializing on one.
+inline constexpr size_t kMaxChunkBytes = 64 * 1024;
+
+// regions[0..n) split into pieces of at most `max_chunk` bytes (> 0), in order, skipping empty
+// regions. Every piece but a region's last starts at a multiple of max_chunk from the region's
+// start, so source and destination keep the region's relative alignment. Assumes
+// ValidateRegions(regions, n).ok().
+std::vector<CopyRegion> SplitIntoChunks(const CopyRegion* regions, size_t n, size_t max_chunk);
+
+}  // namespace granary::cuda::internal

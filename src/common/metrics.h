@@ -1,0 +1,90 @@
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace granary {
+
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
+// A monotonically increasing counter. Lock-free; owned by its registry.
+class MetricCounter {
+ public:
+  void Inc(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> value_{0};
+};
+
+// A value that goes up and down. Lock-free; owned by its registry.
+class MetricGauge {
+ public:
+  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
+  void Add(double d) {
+    double cur = value_.load(std::memory_order_relaxed);
+    while (!value_.compare_exchange_weak(cur, cur + d, std::memory_order_relaxed)) {
+    }
+  }
+  double value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0};
+};
+
+// Accumulates Prometheus text exposition; writes # HELP / # TYPE once per family.
+class MetricsWriter {
+ public:
+  void Counter(absl::string_view name, absl::string_view help, const MetricLabels& labels,
+               double value);
+  void Gauge(absl::string_view name, absl::string_view help, const MetricLabels& labels,
+             double value);
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Write(absl::string_view type, absl::string_view name, absl::string_view help,
+             const MetricLabels& labels, double value);
+  std::string out_;
+  std::vector<std::string> seen_;
+};
+
+// Process metrics for /metrics. Registration takes a lock; updating a counter or gauge does
+// not. Returned pointers live as long as the registry. Collectors run at scrape time (on the
+// HTTP thread) to emit figures that are cheaper to compute on demand; they must not call back
+// into the registry.
+class MetricsRegistry {
+ public:
+  MetricCounter* Counter(absl::string_view name, absl::string_view help,
+                         const MetricLabels& labels = {});
+  MetricGauge* Gauge(absl::string_view name, absl::string_view help,
+                     const MetricLabels& labels = {});
+  void AddCollector(std::function<void(MetricsWriter&)> collector);
+  std::string Render() const;
+
+ private:
+  struct Entry {
+    std::string name, help;
+    MetricLabels labels;
+    std::unique_ptr<MetricCounter> counter;
+    std::unique_ptr<MetricGauge> gauge;
+  };
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void(MetricsWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);
+};
+
+// Escapes a label value for the text format.
+std::string EscapeLabelValue(absl::string_view v);
+
+}  // namespace granary

@@ -1,0 +1,58 @@
+#include "common/util.h"
+
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace granary {
+
+std::string RandomId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  return absl::StrFormat("%016x%016x", gen(), gen());
+}
+
+std::string HostPort::ToString() const {
+  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view text) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid address '", text, "': ", why, " (expected host:port)"));
+  };
+  HostPort hp;
+  absl::string_view port_text;
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find(']');
+    if (close == absl::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return bad("malformed [ipv6]:port");
+    }
+    hp.host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == absl::string_view::npos) return bad("missing ':port'");
+    hp.host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+  }
+  if (hp.host.empty()) return bad("empty host");
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port > 65535) return bad("port is not 0..65535");
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+uint64_t HashBytes(absl::string_view data, uint64_t seed) {
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace granary

@@ -1,0 +1,28 @@
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include <cstdint>
+#include <string>
+
+
+#include "absl/status/statusor.h"
+
+namespace granary {
+
+// 128 random bits as 32 hex characters.
+std::string RandomId();
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;
+};
+
+// "host:port" or "[v6]:port". Names the bad value in the error.
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view text);
+
+// 64-bit FNV-1a, used for the key hash in allocation headers (not for security).
+uint64_t HashBytes(absl::string_view data, uint64_t seed = 0);
+
+}  // namespace granary

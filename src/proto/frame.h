@@ -1,0 +1,43 @@
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include <cstdint>
+#include <string>
+
+
+#include "absl/status/statusor.h"
+
+namespace granary::proto {
+
+// Control-plane frame, little-endian, 24-byte header then the body:
+//   u32 magic 'GRNY' | u16 version | u16 type | u32 flags | u64 request_id | u32 body_len
+// body_len must equal the bytes that follow and be at most kMaxFrameBody.
+inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kFrameHeaderSize = 24;
+inline constexpr uint32_t kMaxFrameBody = 64u << 20;
+
+struct FrameHeader {
+  uint16_t version = kProtocolVersion;
+  uint16_t type = 0;
+  uint32_t flags = 0;
+  uint64_t request_id = 0;
+};
+
+// A decoded frame; body points into the buffer that was decoded.
+struct FrameView {
+  FrameHeader header;
+  absl::string_view body;
+};
+
+// Writes the header for a body of body_len bytes into out (which must be empty); the caller
+// appends the body. FinishFrame patches body_len once the body is written.
+void BeginFrame(const FrameHeader& h, std::string* out);
+void FinishFrame(std::string* out);
+
+// Parses a whole frame. Truncated, oversized, wrong-magic or wrong-version input is an
+// INVALID_ARGUMENT (FAILED_PRECONDITION for a version mismatch) naming what was wrong.
+absl::StatusOr<FrameView> DecodeFrame(absl::string_view data);
+
+}  // namespace granary::proto

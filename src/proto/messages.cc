@@ -1,0 +1,352 @@
+#include "proto/messages.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace granary::proto {
+
+const char* MsgTypeName(uint16_t type) {
+  switch (static_cast<MsgType>(type & ~kReplyBit)) {
+    case MsgType::kHello: return "Hello";
+    case MsgType::kHeartbeat: return "Heartbeat";
+    case MsgType::kMountSegment: return "MountSegment";
+    case MsgType::kUnmountSegment: return "UnmountSegment";
+    case MsgType::kPutStart: return "PutStart";
+    case MsgType::kPutEnd: return "PutEnd";
+    case MsgType::kPutRevoke: return "PutRevoke";
+    case MsgType::kGet: return "Get";
+    case MsgType::kGetEnd: return "GetEnd";
+    case MsgType::kExist: return "Exist";
+    case MsgType::kRemove: return "Remove";
+    case MsgType::kList: return "List";
+    case MsgType::kSegments: return "Segments";
+    case MsgType::kStat: return "Stat";
+  }
+  return "Unknown";
+}
+
+WireStatus WireStatus::From(const absl::Status& s) {
+  WireStatus w;
+  w.code = static_cast<uint8_t>(s.code());
+  w.message = std::string(s.message().substr(0, kMaxMessageBytes));
+  return w;
+}
+
+absl::Status WireStatus::ToStatus() const {
+  if (code == 0) return absl::OkStatus();
+  auto c = static_cast<absl::StatusCode>(code);
+  if (code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated)) c = absl::StatusCode::kUnknown;
+  return absl::Status(c, message);
+}
+
+namespace {
+
+void Put(const WireStatus& s, Writer& w) {
+  w.U8(s.code);
+  w.Str(s.message);
+}
+void Get(Reader& r, WireStatus* s) {
+  s->code = r.U8("status.code");
+  s->message = r.Str("status.message", kMaxMessageBytes);
+  if (r.ok() && s->code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated)) {
+    r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown status code ", s->code)));
+  }
+}
+void Put(const ReplicaDesc& d, Writer& w) {
+  w.U64(d.segment_id);
+  w.U64(d.address);
+  w.U64(d.length);
+}
+void Get(Reader& r, ReplicaDesc* d) {
+  d->segment_id = r.U64("replica.segment_id");
+  d->address = r.U64("replica.address");
+  d->length = r.U64("replica.length");
+}
+void PutReplicas(const std::vector<ReplicaDesc>& v, Writer& w) {
+  w.U32(static_cast<uint32_t>(v.size()));
+  for (const auto& d : v) Put(d, w);
+}
+void GetReplicas(Reader& r, std::vector<ReplicaDesc>* v) {
+  uint32_t n = r.Count("replicas", kMaxReplicaNum, 24);
+  v->resize(n);
+  for (auto& d : *v) Get(r, &d);
+}
+Tier GetTier(Reader& r) {
+  uint8_t t = r.U8("tier");
+  if (r.ok() && t > 1) r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown tier ", t)));
+  return static_cast<Tier>(t);
+}
+
+}  // namespace
+
+void Encode(const HelloRequest& m, Writer& w) {
+  w.U8(static_cast<uint8_t>(m.role));
+  w.Str(m.client_id);
+  w.Str(m.tenant_id);
+  w.U16(m.protocol_version);
+}
+absl::Status Decode(Reader& r, HelloRequest* m) {
+  uint8_t role = r.U8("role");
+  if (r.ok() && role != 1 && role != 2) {
+    r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown role ", role)));
+  }
+  m->role = static_cast<Role>(role);
+  m->client_id = r.Str("client_id", kMaxNameBytes);
+  m->tenant_id = r.Str("tenant_id", kMaxTenantIdBytes);
+  m->protocol_version = r.U16("protocol_version");
+  return r.status();
+}
+
+void Encode(const HelloReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U64(m.session_id);
+  w.U32(m.heartbeat_interval_ms);
+  w.Str(m.master_id);
+}
+absl::Status Decode(Reader& r, HelloReply* m) {
+  Get(r, &m->status);
+  m->session_id = r.U64("session_id");
+  m->heartbeat_interval_ms = r.U32("heartbeat_interval_ms");
+  m->master_id = r.Str("master_id", kMaxNameBytes);
+  return r.status();
+}
+
+void Encode(const HeartbeatRequest&, Writer&) {}
+absl::Status Decode(Reader& r, HeartbeatRequest*) { return r.status(); }
+void Encode(const HeartbeatReply& m, Writer& w) { Put(m.status, w); }
+absl::Status Decode(Reader& r, HeartbeatReply* m) {
+  Get(r, &m->status);
+  return r.status();
+}
+
+void Encode(const MountSegmentRequest& m, Writer& w) {
+  w.Str(m.name);
+  w.Str(m.node_id);
+  w.Str(m.node_address);
+  w.U64(m.base);
+  w.U64(m.size);
+  w.U8(static_cast<uint8_t>(m.tier));
+  w.Str(m.rkey);
+  w.Str(m.pool);
+}
+absl::Status Decode(Reader& r, MountSegmentRequest* m) {
+  m->name = r.Str("name", kMaxNameBytes);
+  m->node_id = r.Str("node_id", kMaxNameBytes);
+  m->node_address = r.Str("node_address", kMaxNameBytes);
+  m->base = r.U64("base");
+  m->size = r.U64("size");
+  m->tier = GetTier(r);
+  m->rkey = r.Str("rkey", kMaxRkeyBytes);
+  m->pool = r.Str("pool", kMaxTenantIdBytes);
+  return r.status();
+}
+void Encode(const MountSegmentReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U64(m.segment_id);
+}
+absl::Status Decode(Reader& r, MountSegmentReply* m) {
+  Get(r, &m->status);
+  m->segment_id = r.U64("segment_id");
+  return r.status();
+}
+
+void Encode(const UnmountSegmentRequest& m, Writer& w) { w.U64(m.segment_id); }
+absl::Status Decode(Reader& r, UnmountSegmentRequest* m) {
+  m->segment_id = r.U64("segment_id");
+  return r.status();
+}
+void Encode(const StatusReply& m, Writer& w) { Put(m.status, w); }
+absl::Status Decode(Reader& r, StatusReply* m) {
+  Get(r, &m->status);
+  return r.status();
+}
+
+void Encode(const PutStartRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    w.Str(e.key);
+    w.U64(e.size);
+  }
+  w.U8(m.replica_num);
+  w.U32(m.flags);
+}
+absl::Status Decode(Reader& r, PutStartRequest* m) {
+  uint32_t n = r.Count("entries", kMaxBatch, 12);
+  m->entries.resize(n);
+  for (auto& e : m->entries) {
+    e.key = r.Str("key", kMaxKeyBytes);
+    e.size = r.U64("size");
+  }
+  m->replica_num = r.U8("replica_num");
+  m->flags = r.U32("flags");
+  return r.status();
+}
+void Encode(const PutStartReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(static_cast<uint32_t>(m.results.size()));
+  for (const auto& res : m.results) {
+    Put(res.status, w);
+    w.U64(res.generation);
+    PutReplicas(res.replicas, w);
+  }
+}
+absl::Status Decode(Reader& r, PutStartReply* m) {
+  Get(r, &m->status);
+  uint32_t n = r.Count("results", kMaxBatch, 17);
+  m->results.resize(n);
+  for (auto& res : m->results) {
+    Get(r, &res.status);
+    res.generation = r.U64("generation");
+    GetReplicas(r, &res.replicas);
+  }
+  return r.status();
+}
+
+void Encode(const KeyGenRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    w.Str(e.key);
+    w.U64(e.generation);
+  }
+}
+absl::Status Decode(Reader& r, KeyGenRequest* m) {
+  uint32_t n = r.Count("entries", kMaxBatch, 12);
+  m->entries.resize(n);
+  for (auto& e : m->entries) {
+    e.key = r.Str("key", kMaxKeyBytes);
+    e.generation = r.U64("generation");
+  }
+  return r.status();
+}
+void Encode(const BatchStatusReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(static_cast<uint32_t>(m.results.size()));
+  for (const auto& s : m.results) Put(s, w);
+}
+absl::Status Decode(Reader& r, BatchStatusReply* m) {
+  Get(r, &m->status);
+  uint32_t n = r.Count("results", kMaxBatch, 5);
+  m->results.resize(n);
+  for (auto& s : m->results) Get(r, &s);
+  return r.status();
+}
+
+void Encode(const KeysRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.keys.size()));
+  for (const auto& k : m.keys) w.Str(k);
+}
+absl::Status Decode(Reader& r, KeysRequest* m) {
+  uint32_t n = r.Count("keys", kMaxBatch, 4);
+  m->keys.resize(n);
+  for (auto& k : m->keys) k = r.Str("key", kMaxKeyBytes);
+  return r.status();
+}
+
+void Encode(const GetReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(static_cast<uint32_t>(m.results.size()));
+  for (const auto& res : m.results) {
+    Put(res.status, w);
+    w.U64(res.size);
+    w.U64(res.generation);
+    w.U32(res.lease_ms);
+    PutReplicas(res.replicas, w);
+  }
+}
+absl::Status Decode(Reader& r, GetReply* m) {
+  Get(r, &m->status);
+  uint32_t n = r.Count("results", kMaxBatch, 29);
+  m->results.resize(n);
+  for (auto& res : m->results) {
+    Get(r, &res.status);
+    res.size = r.U64("size");
+    res.generation = r.U64("generation");
+    res.lease_ms = r.U32("lease_ms");
+    GetReplicas(r, &res.replicas);
+  }
+  return r.status();
+}
+
+void Encode(const ListRequest& m, Writer& w) {
+  w.Str(m.prefix);
+  w.Str(m.start_after);
+  w.U32(m.limit);
+}
+absl::Status Decode(Reader& r, ListRequest* m) {
+  m->prefix = r.Str("prefix", kMaxKeyBytes);
+  m->start_after = r.Str("start_after", kMaxKeyBytes);
+  m->limit = r.U32("limit");
+  if (r.ok() && (m->limit == 0 || m->limit > kMaxListLimit)) {
+    r.Fail(absl::InvalidArgumentError(
+        absl::StrCat("list limit ", m->limit, " is outside 1..", kMaxListLimit)));
+  }
+  return r.status();
+}
+void Encode(const ListReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(static_cast<uint32_t>(m.objects.size()));
+  for (const auto& o : m.objects) {
+    w.Str(o.key);
+    w.U64(o.size);
+    w.U64(o.generation);
+    w.U8(o.state);
+    w.U32(o.replica_count);
+    w.U64(o.age_ms);
+    PutReplicas(o.replicas, w);
+  }
+  w.Bool(m.more);
+}
+absl::Status Decode(Reader& r, ListReply* m) {
+  Get(r, &m->status);
+  uint32_t n = r.Count("objects", kMaxListLimit, 37);
+  m->objects.resize(n);
+  for (auto& o : m->objects) {
+    o.key = r.Str("key", kMaxKeyBytes);
+    o.size = r.U64("size");
+    o.generation = r.U64("generation");
+    o.state = r.U8("state");
+    o.replica_count = r.U32("replica_count");
+    o.age_ms = r.U64("age_ms");
+    GetReplicas(r, &o.replicas);
+  }
+  m->more = r.Bool("more");
+  return r.status();
+}
+
+void Encode(const SegmentsRequest&, Writer&) {}
+absl::Status Decode(Reader& r, SegmentsRequest*) { return r.status(); }
+void Encode(const SegmentsReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(static_cast<uint32_t>(m.segments.size()));
+  for (const auto& s : m.segments) {
+    w.U64(s.segment_id);
+    w.Str(s.name);
+    w.Str(s.node_id);
+    w.Str(s.node_address);
+    w.U64(s.base);
+    w.U64(s.size);
+    w.U64(s.used);
+    w.U8(static_cast<uint8_t>(s.tier));
+    w.Str(s.pool);
+    w.Str(s.rkey);
+  }
+}
+absl::Status Decode(Reader& r, SegmentsReply* m) {
+  Get(r, &m->status);
+  uint32_t n = r.Count("segments", kMaxBatch, 53);
+  m->segments.resize(n);
+  for (auto& s : m->segments) {
+    s.segment_id = r.U64("segment_id");
+    s.name = r.Str("name", kMaxNameBytes);
+    s.node_id = r.Str("node_id", kMaxNameBytes);
+    s.node_address = r.Str("node_address", kMaxNameBytes);
+    s.base = r.U64("base");
+    s.size = r.U64("size");
+    s.used = r.U64("used");
+    s.tier = GetTier(r);
+    s.pool = r.Str("pool", kMaxTenantIdBytes);
+    s.rkey = r.Str("rkey", kMaxRkeyBytes);
+  }
+  return r.status();
+}
+
+}  // namespace granary::proto

@@ -1,0 +1,243 @@
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/codec.h"
+#include "proto/frame.h"
+
+namespace granary::proto {
+
+// Documented limits (docs/limits in the README). A frame that exceeds one is rejected whole.
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr size_t kMaxTenantIdBytes = 128;
+inline constexpr uint32_t kMaxBatch = 16384;
+inline constexpr uint32_t kMaxReplicaNum = 8;
+inline constexpr size_t kMaxRkeyBytes = 64 << 10;
+inline constexpr size_t kMaxNameBytes = 512;
+inline constexpr size_t kMaxMessageBytes = 4096;
+inline constexpr uint64_t kMaxValueBytes = 1ull << 40;  // 1 TB
+inline constexpr uint32_t kMaxListLimit = 100000;
+
+// Message types. A reply's type is the request's type | kReplyBit.
+enum class MsgType : uint16_t {
+  kHello = 1,
+  kHeartbeat = 2,
+  kMountSegment = 3,
+  kUnmountSegment = 4,
+  kPutStart = 5,
+  kPutEnd = 6,
+  kPutRevoke = 7,
+  kGet = 8,
+  kGetEnd = 9,
+  kExist = 10,
+  kRemove = 11,
+  kList = 12,
+  kSegments = 13,
+  kStat = 14,
+};
+inline constexpr uint16_t kReplyBit = 0x8000;
+const char* MsgTypeName(uint16_t type);
+
+// A status as carried on the wire: absl code and message.
+struct WireStatus {
+  uint8_t code = 0;
+  std::string message;
+  static WireStatus From(const absl::Status& s);
+  absl::Status ToStatus() const;
+};
+
+enum class Role : uint8_t { kClient = 1, kNode = 2 };
+enum class Tier : uint8_t { kHost = 0, kGpu = 1 };
+
+struct HelloRequest {
+  Role role = Role::kClient;
+  std::string client_id;
+  std::string tenant_id;
+  uint16_t protocol_version = kProtocolVersion;
+};
+struct HelloReply {
+  WireStatus status;
+  uint64_t session_id = 0;
+  uint32_t heartbeat_interval_ms = 0;
+  std::string master_id;
+};
+
+struct HeartbeatRequest {};
+struct HeartbeatReply {
+  WireStatus status;
+};
+
+struct MountSegmentRequest {
+  std::string name;          // node-unique segment name
+  std::string node_id;       // stable id of the node process
+  std::string node_address;  // host:port of the node's UCX listener
+  uint64_t base = 0;         // remote virtual address of byte 0
+  uint64_t size = 0;
+  Tier tier = Tier::kHost;
+  std::string rkey;          // packed UCX remote key
+  std::string pool;          // tenant of a dedicated pool; empty = shared
+};
+struct MountSegmentReply {
+  WireStatus status;
+  uint64_t segment_id = 0;
+};
+
+struct UnmountSegmentRequest {
+  uint64_t segment_id = 0;
+};
+struct StatusReply {
+  WireStatus status;
+};
+
+// Where one replica's bytes live. `address` is the remote address of the allocation header;
+// the value follows it. `length` is header + value, as allocated.
+struct ReplicaDesc {
+  uint64_t segment_id = 0;
+  uint64_t address = 0;
+  uint64_t length = 0;
+};
+
+struct PutStartEntry {
+  std::string key;
+  uint64_t size = 0;
+};
+struct PutStartRequest {
+  std::vector<PutStartEntry> entries;
+  uint8_t replica_num = 1;
+  uint32_t flags = 0;
+};
+struct PutStartResult {
+  WireStatus status;
+  uint64_t generation = 0;
+  std::vector<ReplicaDesc> replicas;
+};
+struct PutStartReply {
+  WireStatus status;  // whole-request failure (bad session...); per-key results otherwise
+  std::vector<PutStartResult> results;
+};
+
+// PutEnd, PutRevoke and GetEnd name an object version by key and generation.
+struct KeyGen {
+  std::string key;
+  uint64_t generation = 0;
+};
+struct KeyGenRequest {
+  std::vector<KeyGen> entries;
+};
+struct BatchStatusReply {
+  WireStatus status;
+  std::vector<WireStatus> results;
+};
+
+struct KeysRequest {
+  std::vector<std::string> keys;
+};
+
+struct GetResult {
+  WireStatus status;
+  uint64_t size = 0;
+  uint64_t generation = 0;
+  uint32_t lease_ms = 0;
+  std::vector<ReplicaDesc> replicas;  // complete replicas only
+};
+struct GetReply {
+  WireStatus status;
+  std::vector<GetResult> results;
+};
+
+struct ListRequest {
+  std::string prefix;
+  std::string start_after;
+  uint32_t limit = 1000;
+};
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  uint64_t generation = 0;
+  uint8_t state = 0;  // 0 processing, 1 complete
+  uint32_t replica_count = 0;
+  uint64_t age_ms = 0;
+  std::vector<ReplicaDesc> replicas;
+};
+struct ListReply {
+  WireStatus status;
+  std::vector<ObjectInfo> objects;
+  bool more = false;
+};
+
+struct SegmentsRequest {};
+struct SegmentInfo {
+  uint64_t segment_id = 0;
+  std::string name;
+  std::string node_id;
+  std::string node_address;
+  uint64_t base = 0;
+  uint64_t size = 0;
+  uint64_t used = 0;
+  Tier tier = Tier::kHost;
+  std::string pool;
+  std::string rkey;
+};
+struct SegmentsReply {
+  WireStatus status;
+  std::vector<SegmentInfo> segments;
+};
+
+// Encode/Decode for every message. Decode reads the whole body or fails naming the field.
+#define GRANARY_DECLARE_CODEC(T) \
+  void Encode(const T& m, Writer& w); \
+  absl::Status Decode(Reader& r, T* m);
+GRANARY_DECLARE_CODEC(HelloRequest)
+GRANARY_DECLARE_CODEC(HelloReply)
+GRANARY_DECLARE_CODEC(HeartbeatRequest)
+GRANARY_DECLARE_CODEC(HeartbeatReply)
+GRANARY_DECLARE_CODEC(MountSegmentRequest)
+GRANARY_DECLARE_CODEC(MountSegmentReply)
+GRANARY_DECLARE_CODEC(UnmountSegmentRequest)
+GRANARY_DECLARE_CODEC(StatusReply)
+GRANARY_DECLARE_CODEC(PutStartRequest)
+GRANARY_DECLARE_CODEC(PutStartReply)
+GRANARY_DECLARE_CODEC(KeyGenRequest)
+GRANARY_DECLARE_CODEC(BatchStatusReply)
+GRANARY_DECLARE_CODEC(KeysRequest)
+GRANARY_DECLARE_CODEC(GetReply)
+GRANARY_DECLARE_CODEC(ListRequest)
+GRANARY_DECLARE_CODEC(ListReply)
+GRANARY_DECLARE_CODEC(SegmentsRequest)
+GRANARY_DECLARE_CODEC(SegmentsReply)
+#undef GRANARY_DECLARE_CODEC
+
+// Builds a whole frame for message m.
+template <typename T>
+std::string EncodeFrame(uint16_t type, uint64_t request_id, const T& m) {
+  std::string out;
+  out.reserve(128);
+  FrameHeader h;
+  h.type = type;
+  h.request_id = request_id;
+  BeginFrame(h, &out);
+  Writer w(&out);
+  Encode(m, w);
+  FinishFrame(&out);
+  return out;
+}
+
+// Decodes a frame body into T, requiring that every byte is consumed.
+template <typename T>
+absl::StatusOr<T> DecodeBody(absl::string_view body) {
+  Reader r(body);
+  T m;
+  absl::Status st = Decode(r, &m);
+  if (!st.ok()) return st;
+  st = r.Finish();
+  if (!st.ok()) return st;
+  return m;
+}
+
+}  // namespace granary::proto

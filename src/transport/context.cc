@@ -1,0 +1,53 @@
+#include "transport/context.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace granary::transport {
+
+absl::Status UcsError(ucs_status_t st, absl::string_view what) {
+  std::string msg = absl::StrCat(what, ": ", ucs_status_string(st));
+  switch (st) {
+    case UCS_ERR_NO_MEMORY:
+    case UCS_ERR_NO_RESOURCE:
+    case UCS_ERR_EXCEEDS_LIMIT:
+      return absl::ResourceExhaustedError(msg);
+    case UCS_ERR_TIMED_OUT:
+      return absl::DeadlineExceededError(msg);
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR:
+      return absl::InvalidArgumentError(msg);
+    case UCS_ERR_UNSUPPORTED:
+      return absl::UnimplementedError(msg);
+    default:
+      return absl::UnavailableError(msg);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(const std::string& name) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return UcsError(st, "reading UCX configuration");
+  ucp_params_t params = {};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 1;
+  params.name = name.c_str();
+  ucp_context_h ctx = nullptr;
+  st = ucp_init(&params, config, &ctx);
+  ucp_config_release(config);
+  if (st != UCS_OK) return UcsError(st, "initializing UCX");
+  return std::unique_ptr<Context>(new Context(ctx));
+}
+
+Context::~Context() { ucp_cleanup(context_); }
+
+bool Context::SupportsCudaMemory() const {
+  ucp_context_attr_t attr = {};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) != UCS_OK) return false;
+  return (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
+
+}  // namespace granary::transport

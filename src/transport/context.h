@@ -1,0 +1,35 @@
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include <memory>
+#include <string>
+
+#include <ucp/api/ucp.h>
+
+#include "absl/status/statusor.h"
+
+namespace granary::transport {
+
+// Maps a UCX status to an absl::Status with `what` in front of UCX's own words.
+absl::Status UcsError(ucs_status_t st, absl::string_view what);
+
+// Owns one ucp_context (features: RMA, active messages, wakeup). Thread-safe: its workers may
+// live on different threads. Outlives every Worker and MemoryRegion made from it.
+class Context {
+ public:
+  static absl::StatusOr<std::unique_ptr<Context>> Create(const std::string& name);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  ucp_context_h handle() const { return context_; }
+  // True when this UCX build can register CUDA memory.
+  bool SupportsCudaMemory() const;
+
+ private:
+  explicit Context(ucp_context_h c) : context_(c) {}
+  ucp_context_h context_;
+};
+
+}  // namespace granary::transport

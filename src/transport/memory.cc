@@ -1,0 +1,43 @@
+#include "transport/memory.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace granary::transport {
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> MemoryRegion::Create(Context* ctx, void* addr,
+                                                                    size_t len, bool cuda) {
+  if (addr == nullptr || len == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot register ", len, " bytes at address ", reinterpret_cast<uintptr_t>(addr)));
+  }
+  if (cuda && !ctx->SupportsCudaMemory()) {
+    return absl::FailedPreconditionError(
+        "this UCX build has no CUDA support: GPU memory cannot be registered (install a UCX built "
+        "with --with-cuda, and include cuda_copy,cuda_ipc in UCX_TLS if it is set)");
+  }
+  ucp_mem_map_params_t p = {};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  p.address = addr;
+  p.length = len;
+  if (cuda) {
+    p.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    p.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(ctx->handle(), &p, &memh);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("registering ", len, " bytes with UCX"));
+  return std::unique_ptr<MemoryRegion>(new MemoryRegion(ctx, memh, addr, len));
+}
+
+MemoryRegion::~MemoryRegion() { ucp_mem_unmap(ctx_->handle(), memh_); }
+
+absl::StatusOr<std::string> MemoryRegion::PackRkey() const {
+  void* buf = nullptr;
+  size_t size = 0;
+  ucs_status_t st = ucp_rkey_pack(ctx_->handle(), memh_, &buf, &size);
+  if (st != UCS_OK) return UcsError(st, "packing a UCX remote key");
+  std::string out(static_cast<const char*>(buf), size);
+  ucp_rkey_buffer_release(buf);
+  return out;
+}
+
+}  // namespace granary::transport

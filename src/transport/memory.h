@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <ucp/api/ucp.h>
+
+#include "absl/status/statusor.h"
+#include "transport/context.h"
+
+namespace granary::transport {
+
+// A memory range registered with UCX (ucp_mem_map). Owns the registration, not the memory.
+// Immutable after Create; safe to share across threads. Destroy before the Context.
+class MemoryRegion {
+ public:
+  static absl::StatusOr<std::unique_ptr<MemoryRegion>> Create(Context* ctx, void* addr, size_t len,
+                                                              bool cuda = false);
+  ~MemoryRegion();
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  void* addr() const { return addr_; }
+  size_t length() const { return length_; }
+  ucp_mem_h memh() const { return memh_; }
+  bool Contains(const void* p, size_t n) const {
+    auto a = reinterpret_cast<uintptr_t>(addr_), b = reinterpret_cast<uintptr_t>(p);
+    return b >= a && b + n <= a + length_;
+  }
+  // The packed remote key a peer needs to read or write this range.
+  absl::StatusOr<std::string> PackRkey() const;
+
+ private:
+  MemoryRegion(Context* ctx, ucp_mem_h memh, void* addr, size_t len)
+      : ctx_(ctx), memh_(memh), addr_(addr), length_(len) {}
+  Context* ctx_;
+  ucp_mem_h memh_;
+  void* addr_;
+  size_t length_;
+};
+
+}  // namespace granary::transport

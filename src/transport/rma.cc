@@ -1,0 +1,160 @@
+#include "transport/rma.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace granary::transport {
+
+namespace {
+
+struct Batch {
+  int remaining = 0;
+  absl::Status status;
+  std::function<void(absl::Status)> done;
+  std::vector<std::shared_ptr<Endpoint>> eps;  // keep endpoints alive until completion
+  Worker* worker = nullptr;
+
+  void Complete(ucs_status_t st, const char* what) {
+    if (st != UCS_OK && status.ok()) status = UcsError(st, what);
+    if (--remaining == 0) {
+      if (status.ok()) {
+        for (auto& ep : eps) worker->NoteTransport(ep.get());  // once per endpoint
+      }
+      done(status);
+      delete this;
+    }
+  }
+};
+
+void OnOpDone(void* request, ucs_status_t status, void* user_data) {
+  ucp_request_free(request);
+  static_cast<Batch*>(user_data)->Complete(status, "one-sided transfer");
+}
+
+// Handles the immediate result of an nbx call.
+void Track(Batch* b, ucs_status_ptr_t req, const char* what) {
+  if (req == nullptr) {
+    b->Complete(UCS_OK, what);
+  } else if (UCS_PTR_IS_ERR(req)) {
+    b->Complete(UCS_PTR_STATUS(req), what);
+  }
+  // Otherwise OnOpDone completes it.
+}
+
+}  // namespace
+
+RmaEngine::~RmaEngine() {
+  worker_->Run([this] {
+    std::vector<std::string> addrs;
+    for (auto& [a, p] : peers_) addrs.push_back(a);
+    for (auto& a : addrs) DropPeer(a);
+  });
+}
+
+absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const std::string& address) {
+  auto it = peers_.find(address);
+  if (it != peers_.end()) {
+    if (!it->second->ep->broken.load()) return it->second.get();
+    DropPeer(address);
+  }
+  auto ep = worker_->Connect(address);
+  if (!ep.ok()) return ep.status();
+  (*ep)->on_error = [this, address](ucs_status_t) {
+    worker_->Post([this, address] {
+      auto it = peers_.find(address);
+      if (it != peers_.end() && it->second->ep->broken.load()) DropPeer(address);
+    });
+  };
+  auto peer = std::make_unique<Peer>();
+  peer->ep = *ep;
+  Peer* raw = peer.get();
+  peers_[address] = std::move(peer);
+  return raw;
+}
+
+absl::StatusOr<ucp_rkey_h> RmaEngine::GetRkey(Peer* peer, const RemoteSegment& seg) {
+  auto it = peer->rkeys.find(seg.segment_id);
+  if (it != peer->rkeys.end()) return it->second;
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t st = ucp_ep_rkey_unpack(peer->ep->ep, seg.rkey.data(), &rkey);
+  if (st != UCS_OK) {
+    return UcsError(st, absl::StrCat("unpacking the remote key of segment ", seg.segment_id,
+                                     " on ", seg.node_address));
+  }
+  peer->rkeys[seg.segment_id] = rkey;
+  return rkey;
+}
+
+void RmaEngine::DropPeer(const std::string& address) {
+  auto it = peers_.find(address);
+  if (it == peers_.end()) return;
+  for (auto& [id, rkey] : it->second->rkeys) ucp_rkey_destroy(rkey);
+  it->second->ep->on_error = nullptr;
+  worker_->Close(it->second->ep);
+  peers_.erase(it);
+}
+
+void RmaEngine::ForgetNode(const std::string& node_address) {
+  worker_->Post([this, node_address] { DropPeer(node_address); });
+}
+
+void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)> done) {
+  worker_->Post([this, ops = std::move(ops), done = std::move(done)]() mutable {
+    auto* b = new Batch;
+    b->done = std::move(done);
+    b->worker = worker_;
+    // +1 guards against completion while posting.
+    b->remaining = 1;
+    absl::flat_hash_map<Endpoint*, bool> put_eps;
+    for (RmaOp& op : ops) {
+      auto peer = GetPeer(op.segment->node_address);
+      absl::StatusOr<ucp_rkey_h> rkey =
+          peer.ok() ? GetRkey(*peer, *op.segment) : absl::StatusOr<ucp_rkey_h>(peer.status());
+      if (!rkey.ok()) {
+        if (b->status.ok()) b->status = rkey.status();
+        continue;
+      }
+      Endpoint* ep = (*peer)->ep.get();
+      if (put_eps.find(ep) == put_eps.end()) {
+        put_eps[ep] = false;
+        b->eps.push_back((*peer)->ep);
+      }
+      ucp_request_param_t p = {};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.send = &OnOpDone;
+      p.user_data = b;
+      if (op.memh != nullptr) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        p.memh = op.memh;
+      }
+      ++b->remaining;
+      if (op.is_put) {
+        put_eps[ep] = true;
+        Track(b, ucp_put_nbx(ep->ep, op.local, op.length, op.remote_addr, *rkey, &p), "put");
+      } else {
+        Track(b, ucp_get_nbx(ep->ep, op.local, op.length, op.remote_addr, *rkey, &p), "get");
+      }
+    }
+    for (auto& [ep, has_put] : put_eps) {
+      if (!has_put) continue;
+      ucp_request_param_t p = {};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.send = &OnOpDone;
+      p.user_data = b;
+      ++b->remaining;
+      Track(b, ucp_ep_flush_nbx(ep->ep, &p), "flush");
+    }
+    b->Complete(UCS_OK, "");
+  });
+}
+
+absl::Status RmaEngine::ExecuteSync(std::vector<RmaOp> ops) {
+  std::promise<absl::Status> p;
+  auto f = p.get_future();
+  Execute(std::move(ops), [&p](absl::Status st) { p.set_value(std::move(st)); });
+  return f.get();
+}
+
+}  // namespace granary::transport

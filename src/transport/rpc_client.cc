@@ -1,0 +1,95 @@
+#include "transport/rpc_client.h"
+
+#include <cstring>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace granary::transport {
+
+absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
+                                                             const std::string& address) {
+  std::unique_ptr<RpcClient> c(new RpcClient(worker, address));
+  absl::Status st = worker->Run([&]() -> absl::Status {
+    auto ep = worker->Connect(address);
+    if (!ep.ok()) return ep.status();
+    c->ep_ = *ep;
+    c->ep_->on_error = [raw = c.get()](ucs_status_t us) {
+      absl::Status err = absl::UnavailableError(
+          absl::StrCat("connection to ", raw->address_, " lost: ", ucs_status_string(us)));
+      raw->worker_->Post([raw, err] {
+        raw->FailAll(err);
+        if (raw->on_broken_) raw->on_broken_(err);
+      });
+    };
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return c;
+}
+
+RpcClient::~RpcClient() {
+  worker_->Run([this] {
+    FailAll(absl::CancelledError("client shut down"));
+    on_broken_ = nullptr;
+    if (ep_) {
+      ep_->on_error = nullptr;
+      worker_->Close(ep_);
+    }
+  });
+}
+
+void RpcClient::SetOnBroken(std::function<void(absl::Status)> cb) {
+  worker_->Run([&] { on_broken_ = std::move(cb); });
+}
+
+void RpcClient::FailAll(const absl::Status& st) {
+  auto ids = std::move(in_flight_);
+  in_flight_.clear();
+  for (uint64_t id : ids) worker_->FailReply(id, st);
+}
+
+void RpcClient::CallAsync(std::string frame, Done done) {
+  uint64_t id = Worker::NextRequestId();
+  if (frame.size() >= proto::kFrameHeaderSize) std::memcpy(frame.data() + 12, &id, 8);
+  worker_->Post([this, id, f = std::move(frame), d = std::move(done)]() mutable {
+    if (!ep_ || ep_->broken.load()) {
+      d(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
+      return;
+    }
+    in_flight_.insert(id);
+    worker_->ExpectReply(id, [this, id, d](absl::StatusOr<absl::string_view> r) {
+      in_flight_.erase(id);
+      if (!r.ok()) {
+        d(r.status());
+        return;
+      }
+      worker_->NoteTransport(ep_.get());
+      d(std::string(*r));
+    });
+    absl::Status st = worker_->SendFrame(ep_.get(), std::move(f), true);
+    if (!st.ok()) worker_->FailReply(id, st);
+  });
+}
+
+absl::StatusOr<std::string> RpcClient::Call(std::string frame, absl::Duration timeout) {
+  struct State {
+    std::promise<absl::StatusOr<std::string>> p;
+    std::atomic<bool> done{false};
+  };
+  auto state = std::make_shared<State>();
+  auto fut = state->p.get_future();
+  CallAsync(std::move(frame), [state](absl::StatusOr<std::string> r) {
+    if (!state->done.exchange(true)) state->p.set_value(std::move(r));
+  });
+  if (fut.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
+    if (!state->done.exchange(true)) {
+      return absl::DeadlineExceededError(absl::StrCat("no reply from ", address_, " within ",
+                                                      absl::FormatDuration(timeout)));
+    }
+  }
+  return fut.get();
+}
+
+}  // namespace granary::transport

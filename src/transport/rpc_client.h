@@ -1,0 +1,71 @@
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/messages.h"
+#include "transport/worker.h"
+
+namespace granary::transport {
+
+// One control connection to a server, with many requests in flight. Thread-safe. When the
+// connection fails every pending call completes with UNAVAILABLE and later calls fail at once;
+// the owner makes a new RpcClient to reconnect. Destroy before the Worker.
+class RpcClient {
+ public:
+  static absl::StatusOr<std::unique_ptr<RpcClient>> Create(Worker* worker,
+                                                           const std::string& address);
+  ~RpcClient();
+
+  using Done = std::function<void(absl::StatusOr<std::string>)>;
+  // Sends a frame (its request id is assigned here) and calls done with the reply frame, on the
+  // progress thread.
+  void CallAsync(std::string frame, Done done);
+  // Blocking form. DEADLINE_EXCEEDED after timeout.
+  absl::StatusOr<std::string> Call(std::string frame, absl::Duration timeout);
+
+  // Encodes req, calls, and decodes the reply as Rep. A reply whose leading status is an
+  // error yields that error.
+  template <typename Req, typename Rep>
+  absl::StatusOr<Rep> Invoke(proto::MsgType type, const Req& req, absl::Duration timeout) {
+    auto frame = Call(proto::EncodeFrame(static_cast<uint16_t>(type), 0, req), timeout);
+    if (!frame.ok()) return frame.status();
+    return ParseReply<Rep>(*frame);
+  }
+  template <typename Rep>
+  static absl::StatusOr<Rep> ParseReply(absl::string_view data) {
+    auto f = proto::DecodeFrame(data);
+    if (!f.ok()) return f.status();
+    proto::Reader r(f->body);
+    proto::WireStatus ws;
+    ws.code = r.U8("status.code");
+    ws.message = r.Str("status.message", proto::kMaxMessageBytes);
+    if (!r.ok()) return r.status();
+    if (ws.code != 0) return ws.ToStatus();
+    return proto::DecodeBody<Rep>(f->body);
+  }
+
+  bool broken() const { return ep_ == nullptr || ep_->broken.load(); }
+  const std::string& address() const { return address_; }
+  // Called once, on the progress thread, when the connection fails.
+  void SetOnBroken(std::function<void(absl::Status)> cb);
+
+ private:
+  RpcClient(Worker* w, std::string address) : worker_(w), address_(std::move(address)) {}
+  void FailAll(const absl::Status& st);
+
+  Worker* worker_;
+  std::string address_;
+  std::shared_ptr<Endpoint> ep_;
+  // Progress-thread state.
+  absl::flat_hash_set<uint64_t> in_flight_;
+  std::function<void(absl::Status)> on_broken_;
+};
+
+}  // namespace granary::transport

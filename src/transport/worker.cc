@@ -1,0 +1,316 @@
+#include "transport/worker.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "proto/frame.h"
+#include "proto/messages.h"
+#include "transport/ep_info.h"
+
+namespace granary::transport {
+
+namespace {
+constexpr int kSpinsBeforeSleep = 64;
+
+absl::StatusOr<sockaddr_storage> Resolve(const HostPort& hp, socklen_t* len) {
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(hp.host.c_str(), std::to_string(hp.port).c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", hp.host, "': ", gai_strerror(rc)));
+  }
+  sockaddr_storage ss = {};
+  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return ss;
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string name,
+                                                       MetricsRegistry* metrics) {
+  ucp_worker_params_t p = {};
+  p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  p.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h w = nullptr;
+  ucs_status_t st = ucp_worker_create(ctx->handle(), &p, &w);
+  if (st != UCS_OK) return UcsError(st, "creating a UCX worker");
+  std::unique_ptr<Worker> worker(new Worker(ctx, w, std::move(name), metrics));
+
+  ucp_am_handler_param_t hp = {};
+  hp.field_mask =
+      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kRpcAmId;
+  hp.cb = &Worker::OnAm;
+  hp.arg = worker.get();
+  st = ucp_worker_set_am_recv_handler(w, &hp);
+  if (st != UCS_OK) return UcsError(st, "setting the UCX active-message handler");
+  worker->thread_ = std::thread([wp = worker.get()] { wp->Loop(); });
+  return worker;
+}
+
+Worker::Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics)
+    : ctx_(ctx), worker_(w), name_(std::move(name)), metrics_(metrics) {}
+
+Worker::~Worker() {
+  Post([this] {
+    // Force-close every endpoint still open, then let the close requests finish.
+    std::vector<std::shared_ptr<Endpoint>> eps;
+    for (auto& [h, e] : eps_) eps.push_back(e);
+    for (auto& e : eps) Close(e);
+    stop_.store(true);
+  });
+  thread_.join();
+  ucp_worker_destroy(worker_);
+}
+
+void Worker::Post(std::function<void()> fn) {
+  {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(fn));
+  }
+  has_queued_.store(true, std::memory_order_release);
+  ucp_worker_signal(worker_);
+}
+
+void Worker::SetRequestHandler(RequestHandler h) {
+  Run([&] { request_handler_ = std::move(h); });
+}
+
+uint64_t Worker::NextRequestId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Worker::ExpectReply(uint64_t request_id, ReplyCallback cb) {
+  pending_[request_id] = std::move(cb);
+}
+
+bool Worker::FailReply(uint64_t request_id, const absl::Status& st) {
+  auto it = pending_.find(request_id);
+  if (it == pending_.end()) return false;
+  ReplyCallback cb = std::move(it->second);
+  pending_.erase(it);
+  cb(st);
+  return true;
+}
+
+bool Worker::RunQueued() {
+  if (!has_queued_.load(std::memory_order_acquire)) return false;
+  std::vector<std::function<void()>> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch.swap(queue_);
+    has_queued_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : batch) fn();
+  return !batch.empty();
+}
+
+void Worker::Loop() {
+  int idle = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool did = RunQueued();
+    if (!closing_.empty()) ReapClosing();
+    if (ucp_worker_progress(worker_) != 0 || did) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < kSpinsBeforeSleep) continue;
+    ucs_status_t st = ucp_worker_arm(worker_);
+    if (st == UCS_ERR_BUSY) {
+      idle = 0;
+      continue;
+    }
+    if (has_queued_.load(std::memory_order_acquire)) continue;
+    ucp_worker_wait(worker_);
+    idle = 0;
+  }
+  // Drain: finish close requests and anything posted during shutdown (bounded, so a wedged
+  // peer cannot hang shutdown).
+  for (int i = 0; i < 100000 && (!closing_.empty() || i < 100); ++i) {
+    RunQueued();
+    ucp_worker_progress(worker_);
+    ReapClosing();
+  }
+  for (void* req : closing_) ucp_request_free(req);
+  closing_.clear();
+}
+
+void Worker::ReapClosing() {
+  size_t kept = 0;
+  for (void* req : closing_) {
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) {
+      closing_[kept++] = req;
+    } else {
+      ucp_request_free(req);
+    }
+  }
+  closing_.resize(kept);
+}
+
+ucs_status_t Worker::OnAm(void* arg, const void* header, size_t header_length, void* data,
+                          size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<Worker*>(arg);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    // Control frames are always sent eager; a rendezvous one is not ours.
+    LOG_WARN << self->name_ << ": dropping a rendezvous active message of " << length
+             << " bytes (control frames are eager)";
+    return UCS_OK;
+  }
+  ucp_ep_h reply_ep =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  absl::string_view frame(static_cast<const char*>(data), length);
+  uint16_t type = 0;
+  uint64_t request_id = 0;
+  if (length >= proto::kFrameHeaderSize) {
+    std::memcpy(&type, frame.data() + 6, 2);
+    std::memcpy(&request_id, frame.data() + 12, 8);
+  }
+  if (type & proto::kReplyBit) {
+    auto it = self->pending_.find(request_id);
+    if (it == self->pending_.end()) return UCS_OK;  // caller gave up (timeout)
+    ReplyCallback cb = std::move(it->second);
+    self->pending_.erase(it);
+    cb(frame);
+    return UCS_OK;
+  }
+  if (self->request_handler_) self->request_handler_(reply_ep, frame);
+  return UCS_OK;
+}
+
+void Worker::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* e = static_cast<Endpoint*>(arg);
+  if (e->broken.exchange(true)) return;
+  e->error = status;
+  LOG_INFO << "endpoint to " << e->peer << " failed: " << ucs_status_string(status);
+  if (e->on_error) e->on_error(status);
+}
+
+absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params,
+                                                        std::string peer) {
+  auto e = std::make_shared<Endpoint>();
+  e->peer = std::move(peer);
+  params->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params->err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params->err_handler.cb = &Worker::OnEpError;
+  params->err_handler.arg = e.get();
+  ucs_status_t st = ucp_ep_create(worker_, params, &e->ep);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("connecting to ", e->peer));
+  eps_[e->ep] = e;
+  return e;
+}
+
+absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Connect(const std::string& host_port) {
+  auto hp = ParseHostPort(host_port);
+  if (!hp.ok()) return hp.status();
+  socklen_t len = 0;
+  auto ss = Resolve(*hp, &len);
+  if (!ss.ok()) return ss.status();
+  ucp_ep_params_t p = {};
+  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*ss);
+  p.sockaddr.addrlen = len;
+  return Track(&p, host_port);
+}
+
+absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Accept(ucp_conn_request_h req) {
+  std::string peer = "incoming";
+  ucp_conn_request_attr_t attr = {};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(req, &attr) == UCS_OK) {
+    char host[INET6_ADDRSTRLEN] = {0};
+    const auto* sa = reinterpret_cast<const sockaddr*>(&attr.client_address);
+    uint16_t port = 0;
+    if (sa->sa_family == AF_INET) {
+      auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+      inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+      port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+      inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+      port = ntohs(in6->sin6_port);
+    }
+    peer = HostPort{host, port}.ToString();
+  }
+  ucp_ep_params_t p = {};
+  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+  p.conn_request = req;
+  return Track(&p, peer);
+}
+
+void Worker::Close(const std::shared_ptr<Endpoint>& e) {
+  if (e->ep == nullptr) return;
+  eps_.erase(e->ep);
+  e->broken.store(true);
+  ucp_request_param_t p = {};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t req = ucp_ep_close_nbx(e->ep, &p);
+  e->ep = nullptr;
+  // Never progress here: Close may run inside a UCX callback. The loop reaps the request.
+  if (UCS_PTR_IS_PTR(req)) closing_.push_back(req);
+}
+
+namespace {
+struct SendCtx {
+  std::string frame;
+};
+void OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  delete static_cast<SendCtx*>(user_data);
+  ucp_request_free(request);
+}
+}  // namespace
+
+absl::Status Worker::SendFrame(Endpoint* e, std::string frame, bool request_reply_ep) {
+  if (e->ep == nullptr || e->broken.load()) {
+    return absl::UnavailableError(absl::StrCat("connection to ", e->peer, " is down"));
+  }
+  auto* ctx = new SendCtx{std::move(frame)};
+  ucp_request_param_t p = {};
+  p.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  p.cb.send = &OnSendDone;
+  p.user_data = ctx;
+  p.flags = UCP_AM_SEND_FLAG_EAGER | (request_reply_ep ? UCP_AM_SEND_FLAG_REPLY : 0);
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(e->ep, kRpcAmId, nullptr, 0, ctx->frame.data(), ctx->frame.size(), &p);
+  if (req == nullptr) {
+    delete ctx;
+    return absl::OkStatus();
+  }
+  if (UCS_PTR_IS_ERR(req)) {
+    delete ctx;
+    return UcsError(UCS_PTR_STATUS(req), absl::StrCat("sending to ", e->peer));
+  }
+  return absl::OkStatus();
+}
+
+void Worker::NoteTransport(Endpoint* e) {
+  if (e->transport_logged || e->ep == nullptr) return;
+  e->transport_logged = true;
+  EndpointTransports t = QueryTransports(e->ep);
+  LOG_INFO << name_ << ": endpoint to " << e->peer << " uses rma=" << t.rma << " am=" << t.am;
+  if (t.IsSlowFallback()) {
+    LOG_WARN << name_ << ": endpoint to " << e->peer << " moves data over " << t.rma
+             << " only; expect about 0.5 GB/s. Check UCX_TLS and the NICs if this is unexpected.";
+  }
+  if (metrics_ != nullptr) {
+    metrics_
+        ->Counter("granary_transport_endpoints_total", "Endpoints connected, by transport",
+                  {{"rma", t.rma}, {"am", t.am}})
+        ->Inc();
+  }
+}
+
+}  // namespace granary::transport

@@ -1,0 +1,50 @@
+#include "common/size.h"
+
+#include <gtest/gtest.h>
+
+namespace granary {
+namespace {
+
+TEST(ParseSize, PlainBytesAndBinaryUnits) {
+  EXPECT_EQ(*ParseSize("0"), 0u);
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("1B"), 1u);
+  EXPECT_EQ(*ParseSize("64KB"), 64u * 1024);
+  EXPECT_EQ(*ParseSize("64kib"), 64u * 1024);
+  EXPECT_EQ(*ParseSize("3 MB"), 3u * 1024 * 1024);
+  EXPECT_EQ(*ParseSize("2GB"), 2ull << 30);
+  EXPECT_EQ(*ParseSize(" 1TiB "), 1ull << 40);
+}
+
+TEST(ParseSize, RejectsBadValuesNamingThem) {
+  for (const char* bad : {"", "-1", "1.5GB", "GB", "12XB", "1 G B", "0x10"}) {
+    auto r = ParseSize(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(std::string("'") + bad + "'"), std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find("1 KB = 1024 B"), std::string::npos);
+  }
+}
+
+TEST(ParseSize, RejectsOverflowPast2To63) {
+  EXPECT_EQ(*ParseSize("9223372036854775807"), 9223372036854775807ull);
+  EXPECT_FALSE(ParseSize("9223372036854775808").ok());
+  EXPECT_FALSE(ParseSize("8388608TB").ok());  // 2^23 * 2^40 = 2^63
+  EXPECT_EQ(*ParseSize("8388607TB"), 8388607ull << 40);
+  EXPECT_FALSE(ParseSize("99999999999999999999999").ok());
+}
+
+TEST(ParseSize, PositiveRejectsZero) {
+  EXPECT_FALSE(ParsePositiveSize("0KB").ok());
+  EXPECT_EQ(*ParsePositiveSize("1KB"), 1024u);
+}
+
+TEST(FormatSize, UsesBinaryUnits) {
+  EXPECT_EQ(FormatSize(512), "512 B");
+  EXPECT_EQ(FormatSize(1024 * 1024), "1 MB");
+  EXPECT_EQ(FormatSize(1536), "1.50 KB");
+}
+
+}  // namespace
+}  // namespace granary

@@ -1,0 +1,2 @@
+granary_test(NAME common_size_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/size_test.cc LIBS granary::common)
