@@ -5,16 +5,15 @@
 
 #include <cuda_runtime_api.h>
 
-#include <string_view>
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace granary::cuda::internal {
 
 // OK for cudaSuccess; otherwise a Status whose message is "<what>: <cudaErrorName>: <text>",
 // with the code chosen as device.h documents. Also clears CUDA's last-error slot for a
 // non-sticky error so that a later call does not report it again.
-absl::Status CudaStatus(cudaError_t err, std::string_view what);
+absl::Status CudaStatus(cudaError_t err, absl::string_view what);
 
 // Checks that `device` is a usable device index: FAILED_PRECONDITION (with the reason CUDA gave)
 // when there is none at all, INVALID_ARGUMENT naming the index when it is out of range.

@@ -40,6 +40,14 @@ absl::Status CheckPointer(const char* op, const char* name, const void* p, size_
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is null with n=", n));
 }
 
+// cudaMemcpy from pageable memory may return before the data reaches the device, and cudaMemset
+// is asynchronous; waiting on the legacy default stream makes both complete on return, so that a
+// later kernel on a non-blocking stream sees the bytes.
+absl::Status WaitForDefaultStream(const char* op, int device) {
+  return CudaStatus(cudaStreamSynchronize(cudaStreamLegacy),
+                    absl::StrCat(op, ": synchronize device ", device));
+}
+
 absl::Status Copy(const char* op, int device, void* dst, const void* src, size_t n,
                   cudaMemcpyKind kind) {
   if (absl::Status s = CheckPointer(op, "dst", dst, n); !s.ok()) return s;
@@ -47,15 +55,19 @@ absl::Status Copy(const char* op, int device, void* dst, const void* src, size_t
   if (n == 0) return absl::OkStatus();
   ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  return CudaStatus(cudaMemcpy(dst, src, n, kind),
-                    absl::StrCat(op, "(device=", device, ", n=", n, ")"));
+  if (absl::Status s = CudaStatus(cudaMemcpy(dst, src, n, kind),
+                                  absl::StrCat(op, "(device=", device, ", n=", n, ")"));
+      !s.ok()) {
+    return s;
+  }
+  return WaitForDefaultStream(op, device);
 }
 
 }  // namespace
 
 namespace internal {
 
-absl::Status CudaStatus(cudaError_t err, std::string_view what) {
+absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   // Reading the slot resets it for non-sticky errors; sticky ones (a broken context) stay and
   // every later call reports them, which is what we want.
@@ -87,12 +99,12 @@ absl::Status CudaStatus(cudaError_t err, std::string_view what) {
 absl::Status CheckDevice(int device) {
   const Inventory& inv = GetInventory();
   if (inv.count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no usable CUDA device (asked for device ", device, "): ",
-        inv.error == cudaSuccess
-            ? std::string("cudaGetDeviceCount found none")
-            : absl::StrCat("cudaGetDeviceCount failed: ", cudaGetErrorName(inv.error), ": ",
-                           cudaGetErrorString(inv.error))));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable CUDA device (asked for device ", device, "): ",
+                     inv.error == cudaSuccess
+                         ? std::string("cudaGetDeviceCount found none")
+                         : absl::StrCat("cudaGetDeviceCount failed: ", cudaGetErrorName(inv.error),
+                                        ": ", cudaGetErrorString(inv.error))));
   }
   if (device < 0 || device >= inv.count) {
     return absl::InvalidArgumentError(
@@ -163,8 +175,12 @@ absl::Status Memset(int device, void* p, int value, size_t n) {
   if (n == 0) return absl::OkStatus();
   ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  return CudaStatus(cudaMemset(p, value, n),
-                    absl::StrCat("cudaMemset(device=", device, ", n=", n, ")"));
+  if (absl::Status s = CudaStatus(cudaMemset(p, value, n),
+                                  absl::StrCat("cudaMemset(device=", device, ", n=", n, ")"));
+      !s.ok()) {
+    return s;
+  }
+  return WaitForDefaultStream("Memset", device);
 }
 
 bool IsDevicePointer(const void* p) {

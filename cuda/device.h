@@ -39,11 +39,13 @@ absl::StatusOr<void*> DeviceAlloc(int device, size_t bytes);
 // already broken, and the next fallible call reports that.
 void DeviceFree(int device, void* p);
 
-// Synchronous copies (cudaMemcpy) of `n` bytes; host memory may be pageable. n == 0 is a no-op.
+// Synchronous copies of `n` bytes (cudaMemcpy, then a wait on the device's legacy default
+// stream): on return the bytes are at `dst`, visible to work on any stream. Host memory may be
+// pageable. n == 0 is a no-op. For setup and tests; the data path uses streams and kernels.
 absl::Status CopyHostToDevice(int device, void* dst, const void* src, size_t n);
 absl::Status CopyDeviceToHost(int device, void* dst, const void* src, size_t n);
 
-// Synchronous cudaMemset of `n` bytes at device pointer `p` to (unsigned char)value.
+// Sets `n` bytes at device pointer `p` to (unsigned char)value; synchronous like the copies.
 absl::Status Memset(int device, void* p, int value, size_t n);
 
 // True when `p` points into device memory (cudaMemoryTypeDevice or managed memory). False for

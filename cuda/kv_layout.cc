@@ -36,10 +36,10 @@ absl::Status ValidateBlockOp(const char* op, const PagedKvLayout& layout, const 
     return s;
   }
   if (n > 0 && (k_cache == nullptr || v_cache == nullptr || buffer == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": null pointer (k_cache=", k_cache == nullptr ? "null" : "set",
-        ", v_cache=", v_cache == nullptr ? "null" : "set",
-        ", buffer=", buffer == nullptr ? "null" : "set", ") with n=", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": null pointer (k_cache=", k_cache == nullptr ? "null" : "set",
+                     ", v_cache=", v_cache == nullptr ? "null" : "set",
+                     ", buffer=", buffer == nullptr ? "null" : "set", ") with n=", n));
   }
   return absl::OkStatus();
 }
@@ -57,9 +57,9 @@ absl::Status PagedKvLayout::Validate() const {
   int64_t block_bytes = CheckedMul(CheckedMul(block_size, num_heads), head_dim);
   block_bytes = block_bytes < 0 ? -1 : CheckedMul(block_bytes, elem_bytes);
   if (block_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PagedKvLayout block bytes overflow int64: block_size=", block_size, " num_heads=",
-        num_heads, " head_dim=", head_dim, " elem_bytes=", elem_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PagedKvLayout block bytes overflow int64: block_size=", block_size,
+                     " num_heads=", num_heads, " head_dim=", head_dim, " elem_bytes=", elem_bytes));
   }
   if (block_stride_bytes < 0 || (block_stride_bytes > 0 && block_stride_bytes < block_bytes)) {
     return absl::InvalidArgumentError(
@@ -83,7 +83,9 @@ size_t PagedKvLayout::BlockStride() const {
   return block_stride_bytes > 0 ? static_cast<size_t>(block_stride_bytes) : BlockBytes();
 }
 
-size_t PagedKvLayout::GatheredBytes(int n) const { return 2 * static_cast<size_t>(n) * BlockBytes(); }
+size_t PagedKvLayout::GatheredBytes(int n) const {
+  return 2 * static_cast<size_t>(n) * BlockBytes();
+}
 
 absl::Status ValidateBlockIds(const PagedKvLayout& layout, const int32_t* block_ids, int n,
                               bool reject_duplicates) {
@@ -94,15 +96,14 @@ absl::Status ValidateBlockIds(const PagedKvLayout& layout, const int32_t* block_
     return absl::InvalidArgumentError(absl::StrCat("block_ids is null with n=", n));
   }
   if (CheckedMul(2 * static_cast<int64_t>(n), static_cast<int64_t>(layout.BlockBytes())) < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gathered size of ", n, " blocks of ", layout.BlockBytes(),
-                     " bytes (K and V) overflows int64"));
+    return absl::InvalidArgumentError(absl::StrCat("gathered size of ", n, " blocks of ",
+                                                   layout.BlockBytes(),
+                                                   " bytes (K and V) overflows int64"));
   }
   for (int i = 0; i < n; ++i) {
     if (block_ids[i] < 0 || block_ids[i] >= layout.num_blocks) {
-      return absl::InvalidArgumentError(absl::StrCat("block_ids[", i, "] = ", block_ids[i],
-                                                     " is out of range [0, ", layout.num_blocks,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "block_ids[", i, "] = ", block_ids[i], " is out of range [0, ", layout.num_blocks, ")"));
     }
   }
   if (reject_duplicates && n > 1) {
@@ -112,18 +113,17 @@ absl::Status ValidateBlockIds(const PagedKvLayout& layout, const int32_t* block_
     std::sort(sorted.begin(), sorted.end());
     for (int i = 1; i < n; ++i) {
       if (sorted[i].first == sorted[i - 1].first) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("block id ", sorted[i].first, " is listed twice (block_ids[",
-                         sorted[i - 1].second, "] and block_ids[", sorted[i].second,
-                         "]); a scatter needs distinct blocks"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "block id ", sorted[i].first, " is listed twice (block_ids[", sorted[i - 1].second,
+            "] and block_ids[", sorted[i].second, "]); a scatter needs distinct blocks"));
       }
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache,
-                             const void* v_cache, const int32_t* block_ids, int n, void* out) {
+absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache, const void* v_cache,
+                             const int32_t* block_ids, int n, void* out) {
   if (absl::Status s = ValidateBlockOp("GatherBlocksCpu", layout, k_cache, v_cache, block_ids, n,
                                        out, /*reject_duplicates=*/false);
       !s.ok()) {
@@ -143,10 +143,10 @@ absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache,
   return absl::OkStatus();
 }
 
-absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in,
-                              const int32_t* block_ids, int n, void* k_cache, void* v_cache) {
-  if (absl::Status s = ValidateBlockOp("ScatterBlocksCpu", layout, k_cache, v_cache, block_ids,
-                                       n, in, /*reject_duplicates=*/true);
+absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in, const int32_t* block_ids,
+                              int n, void* k_cache, void* v_cache) {
+  if (absl::Status s = ValidateBlockOp("ScatterBlocksCpu", layout, k_cache, v_cache, block_ids, n,
+                                       in, /*reject_duplicates=*/true);
       !s.ok()) {
     return s;
   }
@@ -177,8 +177,8 @@ namespace internal {
 absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layout,
                                                       const void* k_cache, const void* v_cache,
                                                       const int32_t* block_ids, int n, void* out) {
-  if (absl::Status s = ValidateBlockOp("GatherBlocks", layout, k_cache, v_cache, block_ids, n,
-                                       out, /*reject_duplicates=*/false);
+  if (absl::Status s = ValidateBlockOp("GatherBlocks", layout, k_cache, v_cache, block_ids, n, out,
+                                       /*reject_duplicates=*/false);
       !s.ok()) {
     return s;
   }
@@ -198,11 +198,11 @@ absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layou
   return regions;
 }
 
-absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout,
-                                                       const void* in, const int32_t* block_ids,
-                                                       int n, void* k_cache, void* v_cache) {
-  if (absl::Status s = ValidateBlockOp("ScatterBlocks", layout, k_cache, v_cache, block_ids, n,
-                                       in, /*reject_duplicates=*/true);
+absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout, const void* in,
+                                                       const int32_t* block_ids, int n,
+                                                       void* k_cache, void* v_cache) {
+  if (absl::Status s = ValidateBlockOp("ScatterBlocks", layout, k_cache, v_cache, block_ids, n, in,
+                                       /*reject_duplicates=*/true);
       !s.ok()) {
     return s;
   }
@@ -223,15 +223,16 @@ absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layo
 }
 
 absl::Status ValidateRegions(const CopyRegion* regions, int n) {
-  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("region count n must be >= 0, got ", n));
+  if (n < 0)
+    return absl::InvalidArgumentError(absl::StrCat("region count n must be >= 0, got ", n));
   if (n > 0 && regions == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("regions is null with n=", n));
   }
   for (int i = 0; i < n; ++i) {
     if (regions[i].bytes > 0 && (regions[i].src == nullptr || regions[i].dst == nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "regions[", i, "] has bytes=", regions[i].bytes, " but a null ",
-          regions[i].src == nullptr ? "src" : "dst"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("regions[", i, "] has bytes=", regions[i].bytes, " but a null ",
+                       regions[i].src == nullptr ? "src" : "dst"));
     }
   }
   return absl::OkStatus();

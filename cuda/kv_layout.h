@@ -60,12 +60,12 @@ absl::Status ValidateBlockIds(const PagedKvLayout& layout, const int32_t* block_
 
 // Copies blocks block_ids[0..n) of k_cache and v_cache into `out` (GatheredBytes(n) bytes), in
 // the order described above.
-absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache,
-                             const void* v_cache, const int32_t* block_ids, int n, void* out);
+absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache, const void* v_cache,
+                             const int32_t* block_ids, int n, void* out);
 
 // The inverse of GatherBlocksCpu: writes `in` (GatheredBytes(n) bytes) into the listed blocks.
-absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in,
-                              const int32_t* block_ids, int n, void* k_cache, void* v_cache);
+absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in, const int32_t* block_ids,
+                              int n, void* k_cache, void* v_cache);
 
 // memcpy of each of regions[0..n). A region with bytes > 0 needs non-null src and dst.
 absl::Status BatchCopyCpu(const CopyRegion* regions, int n);
@@ -75,11 +75,11 @@ absl::Status BatchCopyCpu(const CopyRegion* regions, int n);
 // the host before anything is launched. Each call is one kernel launch (large regions are split
 // into chunks inside that launch).
 //
-// `stream` is a cudaStream_t passed as void*. nullptr (the default): the call runs on the
-// device's default stream and returns after the copy has completed. Otherwise the work is
-// enqueued on `stream` and the call returns at once; only launch errors are reported, and the
-// caller synchronizes the stream before using the result. The host arrays may be released as
-// soon as the call returns either way.
+// `stream` is a cudaStream_t of `device` passed as void* (see Stream in device.h). nullptr (the
+// default): the call runs on the device's default stream and returns after the copy has completed.
+// Otherwise the work is enqueued on `stream` and the call returns at once; only launch errors are
+// reported, and the caller synchronizes the stream before using the result. The host arrays may be
+// released as soon as the call returns either way.
 absl::Status GatherBlocksGpu(int device, const PagedKvLayout& layout, const void* k_cache,
                              const void* v_cache, const int32_t* block_ids, int n, void* out,
                              void* stream = nullptr);

@@ -57,8 +57,7 @@ absl::Status ScatterBlocksGpu(int device, const PagedKvLayout& layout, const voi
   absl::StatusOr<std::vector<CopyRegion>> regions =
       internal::ScatterRegions(layout, in, block_ids, n, k_cache, v_cache);
   if (!regions.ok()) return regions.status();
-  return RunRegions("ScatterBlocksGpu", device, regions->data(), regions->size(),
-                    stream);
+  return RunRegions("ScatterBlocksGpu", device, regions->data(), regions->size(), stream);
 }
 
 absl::Status BatchCopyGpu(int device, const CopyRegion* regions, int n, void* stream) {

@@ -19,9 +19,9 @@ absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layou
 
 // The same regions with source and destination swapped (ScatterBlocksCpu); duplicate block ids
 // are rejected.
-absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout,
-                                                       const void* in, const int32_t* block_ids,
-                                                       int n, void* k_cache, void* v_cache);
+absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout, const void* in,
+                                                       const int32_t* block_ids, int n,
+                                                       void* k_cache, void* v_cache);
 
 // Checks one batched-copy region list: n >= 0, regions non-null when n > 0, and non-null src
 // and dst in every region with bytes > 0 (the message names the region index).

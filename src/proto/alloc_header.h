@@ -38,3 +38,8 @@ inline absl::Status CheckAllocHeader(const AllocHeader& h, uint64_t generation, 
 }
 
 }  // namespace granary::proto
+
+namespace granary::proto {
+// Allocations in segments are aligned to this (and so are their sizes).
+inline constexpr uint64_t kAllocAlignment = 64;
+}  // namespace granary::proto

@@ -127,6 +127,7 @@ void Encode(const MountSegmentRequest& m, Writer& w) {
   w.U8(static_cast<uint8_t>(m.tier));
   w.Str(m.rkey);
   w.Str(m.pool);
+  w.Str(m.worker_address);
 }
 absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->name = r.Str("name", kMaxNameBytes);
@@ -137,6 +138,7 @@ absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->tier = GetTier(r);
   m->rkey = r.Str("rkey", kMaxRkeyBytes);
   m->pool = r.Str("pool", kMaxTenantIdBytes);
+  m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
   return r.status();
 }
 void Encode(const MountSegmentReply& m, Writer& w) {
@@ -328,11 +330,12 @@ void Encode(const SegmentsReply& m, Writer& w) {
     w.U8(static_cast<uint8_t>(s.tier));
     w.Str(s.pool);
     w.Str(s.rkey);
+    w.Str(s.worker_address);
   }
 }
 absl::Status Decode(Reader& r, SegmentsReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("segments", kMaxBatch, 53);
+  uint32_t n = r.Count("segments", kMaxBatch, 57);
   m->segments.resize(n);
   for (auto& s : m->segments) {
     s.segment_id = r.U64("segment_id");
@@ -345,6 +348,7 @@ absl::Status Decode(Reader& r, SegmentsReply* m) {
     s.tier = GetTier(r);
     s.pool = r.Str("pool", kMaxTenantIdBytes);
     s.rkey = r.Str("rkey", kMaxRkeyBytes);
+    s.worker_address = r.Str("worker_address", kMaxRkeyBytes);
   }
   return r.status();
 }

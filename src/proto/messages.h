@@ -82,6 +82,7 @@ struct MountSegmentRequest {
   Tier tier = Tier::kHost;
   std::string rkey;          // packed UCX remote key
   std::string pool;          // tenant of a dedicated pool; empty = shared
+  std::string worker_address;  // the node's UCX worker address (data endpoints connect to it)
 };
 struct MountSegmentReply {
   WireStatus status;
@@ -183,6 +184,7 @@ struct SegmentInfo {
   Tier tier = Tier::kHost;
   std::string pool;
   std::string rkey;
+  std::string worker_address;
 };
 struct SegmentsReply {
   WireStatus status;

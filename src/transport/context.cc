@@ -24,10 +24,18 @@ absl::Status UcsError(ucs_status_t st, absl::string_view what) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Context>> Context::Create(const std::string& name) {
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(
+    const std::string& name, const std::vector<std::pair<std::string, std::string>>& overrides) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcsError(st, "reading UCX configuration");
+  for (const auto& [k, v] : overrides) {
+    st = ucp_config_modify(config, k.c_str(), v.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return UcsError(st, absl::StrCat("setting UCX_", k, "=", v));
+    }
+  }
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_NAME;

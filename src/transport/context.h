@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ucp/api/ucp.h>
 
@@ -18,7 +20,10 @@ absl::Status UcsError(ucs_status_t st, absl::string_view what);
 // live on different threads. Outlives every Worker and MemoryRegion made from it.
 class Context {
  public:
-  static absl::StatusOr<std::unique_ptr<Context>> Create(const std::string& name);
+  // overrides: UCX configuration keys without the UCX_ prefix ("TLS" -> "tcp"), applied on top of
+  // the environment.
+  static absl::StatusOr<std::unique_ptr<Context>> Create(
+      const std::string& name, const std::vector<std::pair<std::string, std::string>>& overrides = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

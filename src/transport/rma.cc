@@ -20,7 +20,7 @@ struct Batch {
     if (st != UCS_OK && status.ok()) status = UcsError(st, what);
     if (--remaining == 0) {
       if (status.ok()) {
-        for (auto& ep : eps) worker->NoteTransport(ep.get());  // once per endpoint
+        for (auto& ep : eps) worker->NoteTransport(ep.get(), /*data_path=*/true);  // once per endpoint
       }
       done(status);
       delete this;
@@ -53,13 +53,14 @@ RmaEngine::~RmaEngine() {
   });
 }
 
-absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const std::string& address) {
+absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
+  const std::string& address = seg.node_address;
   auto it = peers_.find(address);
   if (it != peers_.end()) {
     if (!it->second->ep->broken.load()) return it->second.get();
     DropPeer(address);
   }
-  auto ep = worker_->Connect(address);
+  auto ep = worker_->ConnectWorker(seg.worker_address, address);
   if (!ep.ok()) return ep.status();
   (*ep)->on_error = [this, address](ucs_status_t) {
     worker_->Post([this, address] {
@@ -109,7 +110,7 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
     b->remaining = 1;
     absl::flat_hash_map<Endpoint*, bool> put_eps;
     for (RmaOp& op : ops) {
-      auto peer = GetPeer(op.segment->node_address);
+      auto peer = GetPeer(*op.segment);
       absl::StatusOr<ucp_rkey_h> rkey =
           peer.ok() ? GetRkey(*peer, *op.segment) : absl::StatusOr<ucp_rkey_h>(peer.status());
       if (!rkey.ok()) {

@@ -19,6 +19,7 @@ struct RemoteSegment {
   uint64_t segment_id = 0;
   std::string node_address;  // host:port of the node's listener
   std::string rkey;          // packed remote key
+  std::string worker_address;  // the node's UCX worker address
 };
 
 // One one-sided transfer between local memory and a remote segment.
@@ -52,7 +53,7 @@ class RmaEngine {
     std::shared_ptr<Endpoint> ep;
     absl::flat_hash_map<uint64_t, ucp_rkey_h> rkeys;
   };
-  absl::StatusOr<Peer*> GetPeer(const std::string& address);
+  absl::StatusOr<Peer*> GetPeer(const RemoteSegment& seg);
   absl::StatusOr<ucp_rkey_h> GetRkey(Peer* peer, const RemoteSegment& seg);
   void DropPeer(const std::string& address);
 

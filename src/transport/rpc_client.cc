@@ -1,5 +1,8 @@
 #include "transport/rpc_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cstring>
 #include <future>
 
@@ -37,6 +40,24 @@ RpcClient::~RpcClient() {
       ep_->on_error = nullptr;
       worker_->Close(ep_);
     }
+  });
+}
+
+std::string RpcClient::LocalHost() {
+  return worker_->Run([this]() -> std::string {
+    if (!ep_ || ep_->ep == nullptr) return "";
+    ucp_ep_attr_t attr = {};
+    attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;
+    if (ucp_ep_query(ep_->ep, &attr) != UCS_OK) return "";
+    char host[INET6_ADDRSTRLEN] = {0};
+    const auto* sa = reinterpret_cast<const sockaddr*>(&attr.local_sockaddr);
+    if (sa->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, host, sizeof(host));
+    } else if (sa->sa_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, host,
+                sizeof(host));
+    }
+    return host;
   });
 }
 

@@ -51,6 +51,8 @@ class RpcClient {
     return proto::DecodeBody<Rep>(f->body);
   }
 
+  // The local IP address this connection uses (what the server can reach us at), or "".
+  std::string LocalHost();
   bool broken() const { return ep_ == nullptr || ep_->broken.load(); }
   const std::string& address() const { return address_; }
   // Called once, on the progress thread, when the connection fails.

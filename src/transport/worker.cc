@@ -192,7 +192,7 @@ void Worker::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* e = static_cast<Endpoint*>(arg);
   if (e->broken.exchange(true)) return;
   e->error = status;
-  LOG_INFO << "endpoint to " << e->peer << " failed: " << ucs_status_string(status);
+  LOG_DEBUG << "endpoint to " << e->peer << " failed: " << ucs_status_string(status);
   if (e->on_error) e->on_error(status);
 }
 
@@ -222,6 +222,29 @@ absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Connect(const std::string& hos
   p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*ss);
   p.sockaddr.addrlen = len;
   return Track(&p, host_port);
+}
+
+absl::StatusOr<std::shared_ptr<Endpoint>> Worker::ConnectWorker(const std::string& worker_address,
+                                                                std::string peer) {
+  if (worker_address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("empty worker address for ", peer));
+  }
+  ucp_ep_params_t p = {};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  p.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+  return Track(&p, std::move(peer));
+}
+
+absl::StatusOr<std::string> Worker::Address() {
+  return Run([this]() -> absl::StatusOr<std::string> {
+    ucp_worker_attr_t attr = {};
+    attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+    ucs_status_t st = ucp_worker_query(worker_, &attr);
+    if (st != UCS_OK) return UcsError(st, "querying the worker address");
+    std::string out(reinterpret_cast<const char*>(attr.address), attr.address_length);
+    ucp_worker_release_address(worker_, attr.address);
+    return out;
+  });
 }
 
 absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Accept(ucp_conn_request_h req) {
@@ -296,12 +319,12 @@ absl::Status Worker::SendFrame(Endpoint* e, std::string frame, bool request_repl
   return absl::OkStatus();
 }
 
-void Worker::NoteTransport(Endpoint* e) {
+void Worker::NoteTransport(Endpoint* e, bool data_path) {
   if (e->transport_logged || e->ep == nullptr) return;
   e->transport_logged = true;
   EndpointTransports t = QueryTransports(e->ep);
   LOG_INFO << name_ << ": endpoint to " << e->peer << " uses rma=" << t.rma << " am=" << t.am;
-  if (t.IsSlowFallback()) {
+  if (data_path && t.IsSlowFallback()) {
     LOG_WARN << name_ << ": endpoint to " << e->peer << " moves data over " << t.rma
              << " only; expect about 0.5 GB/s. Check UCX_TLS and the NICs if this is unexpected.";
   }

@@ -86,6 +86,12 @@ class Worker {
 
   // Progress-thread only. Creates an endpoint to host:port (client side of a listener).
   absl::StatusOr<std::shared_ptr<Endpoint>> Connect(const std::string& host_port);
+  // Progress-thread only. Creates an endpoint to a worker address (ucp_worker_query), which
+  // lets UCX pick every transport the two sides share, shared memory included.
+  absl::StatusOr<std::shared_ptr<Endpoint>> ConnectWorker(const std::string& worker_address,
+                                                          std::string peer);
+  // This worker's address, for peers to ConnectWorker to.
+  absl::StatusOr<std::string> Address();
   // Progress-thread only. Accepts a connection request from a listener.
   absl::StatusOr<std::shared_ptr<Endpoint>> Accept(ucp_conn_request_h req);
   // Progress-thread only. Closes and forgets an endpoint.
@@ -93,7 +99,8 @@ class Worker {
   // Progress-thread only. Sends one frame; the bytes are owned until sent.
   absl::Status SendFrame(Endpoint* ep, std::string frame, bool request_reply_ep);
   // Logs and counts the transports an endpoint uses, once, after it carried traffic.
-  void NoteTransport(Endpoint* ep);
+  // data_path: warn when bulk data would move over tcp alone.
+  void NoteTransport(Endpoint* ep, bool data_path = false);
 
   ucp_worker_h handle() const { return worker_; }
   Context* context() const { return ctx_; }

@@ -1,0 +1,97 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "granary/client_options.h"
+
+namespace granary {
+
+// One object as the master describes it.
+struct ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  uint64_t generation = 0;
+  bool complete = false;
+  uint32_t replicas = 0;
+  uint64_t age_ms = 0;
+};
+
+// One mounted segment.
+struct SegmentInfo {
+  uint64_t segment_id = 0;
+  std::string name;
+  std::string node_id;
+  std::string node_address;
+  std::string tier;  // "host" or "gpu"
+  std::string pool;  // tenant of a dedicated pool, or empty
+  uint64_t size = 0;
+  uint64_t used = 0;
+};
+
+struct ListResult {
+  std::vector<ObjectInfo> objects;
+  bool more = false;  // call again with start_after = the last key
+};
+
+// A connection to a Granary cluster for one tenant. Values move one-sided between this
+// process's memory and the nodes' segments; the master only hands out places.
+//
+// Thread-safe: any number of threads may call any method at once. Errors are Status codes:
+// NOT_FOUND (no such key), ALREADY_EXISTS (Put of a key that exists), RESOURCE_EXHAUSTED (no
+// space or quota), UNAVAILABLE (master or node unreachable; retry), DEADLINE_EXCEEDED,
+// INVALID_ARGUMENT (bad key, size or buffer).
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
+  // ClientOptions::FromEnvironment(), then Create.
+  static absl::StatusOr<std::unique_ptr<Client>> CreateFromEnvironment();
+  virtual ~Client() = default;
+
+  virtual absl::Status Put(absl::string_view key, absl::string_view value) = 0;
+  virtual absl::StatusOr<std::string> Get(absl::string_view key) = 0;
+  // Zero-copy forms for registered buffers (unregistered memory works too, through UCX's own
+  // registration cache). GetInto returns the value's size; FAILED_PRECONDITION if `capacity` is
+  // smaller (nothing is written then).
+  virtual absl::Status PutFrom(absl::string_view key, const void* data, size_t size) = 0;
+  virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
+                                         size_t capacity) = 0;
+
+  // Batch forms: one control round trip per phase for the whole batch; one status per key.
+  virtual std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
+                                             const std::vector<absl::string_view>& values) = 0;
+  virtual std::vector<absl::StatusOr<std::string>> BatchGet(
+      const std::vector<std::string>& keys) = 0;
+  virtual std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
+                                                 const std::vector<const void*>& buffers,
+                                                 const std::vector<size_t>& sizes) = 0;
+  virtual std::vector<absl::StatusOr<size_t>> BatchGetInto(
+      const std::vector<std::string>& keys, const std::vector<void*>& buffers,
+      const std::vector<size_t>& capacities) = 0;
+
+  virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
+  virtual std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) = 0;
+  virtual absl::Status Remove(absl::string_view key) = 0;
+  virtual std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) = 0;
+
+  // Registers memory with the transport once, so transfers into it need no per-call
+  // registration. Host memory now; GPU memory when UCX supports CUDA.
+  virtual absl::Status RegisterBuffer(void* data, size_t size) = 0;
+  virtual absl::Status UnregisterBuffer(void* data) = 0;
+
+  // Inspection (tenant-scoped).
+  virtual absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
+                                          absl::string_view start_after = "") = 0;
+  virtual absl::StatusOr<ObjectInfo> Stat(absl::string_view key) = 0;
+  virtual absl::StatusOr<std::vector<SegmentInfo>> Segments() = 0;
+
+  virtual const ClientOptions& options() const = 0;
+};
+
+}  // namespace granary

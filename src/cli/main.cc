@@ -1,0 +1,211 @@
+// granary: command-line client. Exit status: 0 success, 1 not found or refused, 2 bad usage or
+// the master cannot be reached.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <gflags/gflags.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/size.h"
+#include "granary/client.h"
+
+DEFINE_string(master, "", "Master address host:port (default: config file, GRANARY_MASTER, "
+                          "or 127.0.0.1:50051)");
+DEFINE_string(tenant_id, "", "Tenant to act as (default: config file, GRANARY_TENANT_ID, or "
+                             "'default')");
+DEFINE_string(config, "", "Client JSON config file (default: GRANARY_CONFIG_PATH)");
+DEFINE_int32(replica_num, 0, "Replicas for put (default: config, or 1)");
+DEFINE_uint32(limit, 1000, "Most keys ls prints");
+DEFINE_string(log_level, "warning", "debug|info|warning|error");
+
+namespace {
+
+constexpr int kOk = 0, kRefused = 1, kUsage = 2;
+
+const char* kUsageText =
+    "granary [--master=HOST:PORT] [--tenant_id=T] [--config=FILE] COMMAND ...\n"
+    "  put KEY [FILE|-]    store FILE (or stdin) under KEY\n"
+    "  get KEY [FILE|-]    write KEY's value to FILE (or stdout)\n"
+    "  rm KEY...           remove keys\n"
+    "  exists KEY          exit 0 if KEY exists, 1 if not\n"
+    "  stat KEY            size, replicas and age of KEY\n"
+    "  ls [PREFIX]         list this tenant's keys\n"
+    "  segments            list mounted segments\n";
+
+int Usage(const std::string& why) {
+  std::cerr << "granary: " << why << "\n\n" << kUsageText;
+  return kUsage;
+}
+
+// Exit status for a failed operation: unreachable master is 2, everything else 1.
+int Fail(const std::string& what, const absl::Status& st) {
+  std::cerr << "granary: " << what << ": " << st << "\n";
+  return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ? kUsage : kRefused;
+}
+
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  int fd = path == "-" ? 0 : open(path.c_str(), O_RDONLY);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
+  std::string data;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(st.st_size);
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (fd != 0) close(fd);
+      return absl::InternalError(absl::StrCat("reading '", path, "': ", strerror(errno)));
+    }
+    if (n == 0) break;
+    data.append(buf, n);
+  }
+  if (fd != 0) close(fd);
+  return data;
+}
+
+absl::Status WriteAll(const std::string& path, const std::string& data) {
+  int fd = path == "-" ? 1 : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create '", path, "': ", strerror(errno)));
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (fd != 1) close(fd);
+      return absl::InternalError(absl::StrCat("writing '", path, "': ", strerror(errno)));
+    }
+    off += n;
+  }
+  if (fd != 1) close(fd);
+  return absl::OkStatus();
+}
+
+std::string Rate(uint64_t bytes, int64_t us) {
+  double gbps = us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0;
+  return absl::StrFormat("%s in %.3f ms (%.2f GB/s)", granary::FormatSize(bytes), us / 1000.0, gbps);
+}
+
+absl::StatusOr<granary::ClientOptions> LoadOptions() {
+  absl::StatusOr<granary::ClientOptions> o =
+      FLAGS_config.empty() ? granary::ClientOptions::FromEnvironment()
+                           : granary::ClientOptions::FromJsonFile(FLAGS_config);
+  if (!o.ok()) return o;
+  if (!FLAGS_master.empty()) o->master_server_address = FLAGS_master;
+  if (!FLAGS_tenant_id.empty()) o->tenant_id = FLAGS_tenant_id;
+  if (FLAGS_replica_num != 0) o->replica_num = FLAGS_replica_num;
+  absl::Status st = o->Validate();
+  if (!st.ok()) return st;
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(kUsageText);
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::LogLevel level;
+  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+    return Usage("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
+  }
+  granary::SetLogLevel(level);
+  if (argc < 2) return Usage("no command given");
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  static const std::vector<std::string> kCommands = {"put",  "get", "rm",       "exists",
+                                                     "stat", "ls",  "segments"};
+  if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
+    return Usage("unknown command '" + cmd + "'");
+  }
+  auto need = [&](size_t lo, size_t hi) { return args.size() >= lo && args.size() <= hi; };
+  if ((cmd == "put" || cmd == "get") && !need(1, 2)) return Usage(cmd + " takes KEY [FILE|-]");
+  if ((cmd == "exists" || cmd == "stat") && !need(1, 1)) return Usage(cmd + " takes one KEY");
+  if (cmd == "rm" && args.empty()) return Usage("rm takes one or more KEYs");
+  if (cmd == "ls" && !need(0, 1)) return Usage("ls takes at most one PREFIX");
+  if (cmd == "segments" && !args.empty()) return Usage("segments takes no arguments");
+
+  auto options = LoadOptions();
+  if (!options.ok()) return Usage(std::string(options.status().message()));
+  auto client = granary::Client::Create(*options);
+  if (!client.ok()) return Fail("connecting to " + options->master_server_address, client.status());
+  granary::Client& c = **client;
+
+  if (cmd == "put") {
+    auto data = ReadAll(args.size() > 1 ? args[1] : "-");
+    if (!data.ok()) return Usage(std::string(data.status().message()));
+    int64_t t0 = granary::MonotonicUs();
+    absl::Status st = c.Put(args[0], *data);
+    int64_t us = granary::MonotonicUs() - t0;
+    if (!st.ok()) return Fail("put '" + args[0] + "'", st);
+    std::cerr << "put " << args[0] << ": " << Rate(data->size(), us) << "\n";
+    return kOk;
+  }
+  if (cmd == "get") {
+    int64_t t0 = granary::MonotonicUs();
+    auto v = c.Get(args[0]);
+    int64_t us = granary::MonotonicUs() - t0;
+    if (!v.ok()) return Fail("get '" + args[0] + "'", v.status());
+    absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v);
+    if (!st.ok()) return Fail("get '" + args[0] + "'", st);
+    std::cerr << "get " << args[0] << ": " << Rate(v->size(), us) << "\n";
+    return kOk;
+  }
+  if (cmd == "rm") {
+    auto results = c.BatchRemove(args);
+    int rc = kOk;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!results[i].ok()) rc = std::max(rc, Fail("rm '" + args[i] + "'", results[i]));
+    }
+    return rc;
+  }
+  if (cmd == "exists") {
+    auto e = c.Exist(args[0]);
+    if (!e.ok()) return Fail("exists '" + args[0] + "'", e.status());
+    std::cout << args[0] << (*e ? " exists" : " does not exist") << "\n";
+    return *e ? kOk : kRefused;
+  }
+  if (cmd == "stat") {
+    auto s = c.Stat(args[0]);
+    if (!s.ok()) return Fail("stat '" + args[0] + "'", s.status());
+    std::cout << "key: " << s->key << "\nsize: " << s->size << " (" << granary::FormatSize(s->size)
+              << ")\nstate: " << (s->complete ? "complete" : "processing")
+              << "\nreplicas: " << s->replicas << "\ngeneration: " << s->generation
+              << "\nage_ms: " << s->age_ms << "\n";
+    return kOk;
+  }
+  if (cmd == "ls") {
+    auto r = c.List(args.empty() ? "" : args[0], FLAGS_limit);
+    if (!r.ok()) return Fail("ls", r.status());
+    for (const auto& o : r->objects) {
+      std::cout << absl::StrFormat("%12d  %s  %s\n", o.size, o.complete ? "complete  " : "processing",
+                                   o.key);
+    }
+    if (r->more) std::cerr << "(more keys: raise --limit or narrow the prefix)\n";
+    return kOk;
+  }
+  if (cmd == "segments") {
+    auto r = c.Segments();
+    if (!r.ok()) return Fail("segments", r.status());
+    std::cout << absl::StrFormat("%-6s %-6s %-10s %-24s %12s %12s %s\n", "ID", "TIER", "NAME",
+                                 "NODE", "SIZE", "USED", "POOL");
+    for (const auto& s : *r) {
+      std::cout << absl::StrFormat("%-6d %-6s %-10s %-24s %12s %12s %s\n", s.segment_id, s.tier,
+                                   s.name, s.node_address, granary::FormatSize(s.size),
+                                   granary::FormatSize(s.used), s.pool.empty() ? "-" : s.pool);
+    }
+    return kOk;
+  }
+  return Usage("unknown command '" + cmd + "'");
+}

@@ -1,0 +1,564 @@
+#include "client/client_impl.h"
+
+#include <algorithm>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/util.h"
+
+namespace granary {
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
+  auto c = client::ClientImpl::Create(options);
+  if (!c.ok()) return c.status();
+  return std::unique_ptr<Client>(std::move(*c));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::CreateFromEnvironment() {
+  auto o = ClientOptions::FromEnvironment();
+  if (!o.ok()) return o.status();
+  return Create(*o);
+}
+
+namespace client {
+
+using proto::AllocHeader;
+using proto::kAllocHeaderSize;
+
+absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptions& options) {
+  absl::Status st = options.Validate();
+  if (!st.ok()) return st;
+  std::unique_ptr<ClientImpl> c(new ClientImpl(options));
+  std::vector<std::pair<std::string, std::string>> ucx;
+  if (options.protocol == "tcp") ucx.emplace_back("TLS", "tcp");
+  if (!options.device_name.empty()) ucx.emplace_back("NET_DEVICES", options.device_name);
+  auto ctx = transport::Context::Create("granary_client", ucx);
+  if (!ctx.ok()) return ctx.status();
+  c->ctx_ = std::move(*ctx);
+  auto worker = transport::Worker::Create(c->ctx_.get(), "client");
+  if (!worker.ok()) return worker.status();
+  c->worker_ = std::move(*worker);
+  c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
+  // Connect now so that a wrong address or tenant fails here, not at the first Put.
+  auto m = c->Master();
+  if (!m.ok()) return m.status();
+  c->heartbeat_ = std::thread([raw = c.get()] { raw->HeartbeatLoop(); });
+  return c;
+}
+
+ClientImpl::~ClientImpl() {
+  {
+    absl::MutexLock lock(&hb_mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  {
+    absl::MutexLock lock(&master_mu_);
+    master_.reset();
+  }
+  rma_.reset();
+  {
+    absl::MutexLock lock(&reg_mu_);
+    registered_.clear();
+  }
+  worker_.reset();
+  ctx_.reset();
+}
+
+absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::Master() {
+  absl::MutexLock lock(&master_mu_);
+  if (master_ && !master_->broken()) return master_;
+  master_.reset();
+  auto rc = transport::RpcClient::Create(worker_.get(), options_.master_server_address);
+  if (!rc.ok()) return rc.status();
+  std::shared_ptr<transport::RpcClient> m = std::move(*rc);
+  proto::HelloRequest hello;
+  hello.role = proto::Role::kClient;
+  hello.client_id = RandomId();
+  hello.tenant_id = options_.tenant_id;
+  auto rep = m->Invoke<proto::HelloRequest, proto::HelloReply>(
+      proto::MsgType::kHello, hello, absl::Milliseconds(options_.rpc_timeout_ms));
+  if (!rep.ok()) {
+    if (absl::IsUnavailable(rep.status()) || absl::IsDeadlineExceeded(rep.status())) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the master at ",
+                                                 options_.master_server_address, ": ",
+                                                 rep.status().message()));
+    }
+    return rep.status();
+  }
+  heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
+  master_ = m;
+  return m;
+}
+
+void ClientImpl::HeartbeatLoop() {
+  while (true) {
+    uint32_t interval;
+    std::shared_ptr<transport::RpcClient> m;
+    {
+      absl::MutexLock lock(&master_mu_);
+      interval = heartbeat_ms_;
+      m = master_;
+    }
+    {
+      absl::MutexLock lock(&hb_mu_);
+      if (hb_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval))) {
+        return;
+      }
+    }
+    if (m && !m->broken()) {
+      m->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kHeartbeat), 0,
+                                      proto::HeartbeatRequest{}),
+                   [](absl::StatusOr<std::string>) {});
+    }
+  }
+}
+
+absl::Status ClientImpl::RefreshSegments() {
+  auto rep = Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments,
+                                                                proto::SegmentsRequest{});
+  if (!rep.ok()) return rep.status();
+  absl::MutexLock lock(&seg_mu_);
+  segments_.clear();
+  for (auto& s : rep->segments) {
+    auto r = std::make_shared<transport::RemoteSegment>();
+    r->segment_id = s.segment_id;
+    r->node_address = s.node_address;
+    r->rkey = std::move(s.rkey);
+    r->worker_address = std::move(s.worker_address);
+    segments_[s.segment_id] = std::move(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> ClientImpl::SegmentFor(
+    uint64_t id) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      absl::MutexLock lock(&seg_mu_);
+      auto it = segments_.find(id);
+      if (it != segments_.end()) return it->second;
+    }
+    if (attempt == 0) {
+      absl::Status st = RefreshSegments();
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::UnavailableError(absl::StrCat("segment ", id, " is no longer mounted"));
+}
+
+ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
+  absl::MutexLock lock(&reg_mu_);
+  auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
+  if (it == registered_.begin()) return nullptr;
+  --it;
+  return it->second->Contains(p, n) ? it->second->memh() : nullptr;
+}
+
+absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
+  if (ops.empty()) return absl::OkStatus();
+  std::vector<std::string> nodes;
+  for (const auto& op : ops) nodes.push_back(op.segment->node_address);
+  auto p = std::make_shared<std::promise<absl::Status>>();
+  auto f = p->get_future();
+  rma_->Execute(std::move(ops), [p](absl::Status st) { p->set_value(std::move(st)); });
+  if (f.wait_for(std::chrono::milliseconds(options_.transfer_timeout_ms)) !=
+      std::future_status::ready) {
+    // Cancel by closing the endpoints (the ops then complete with an error); the buffers must
+    // not be released while UCX may still write into them, so wait for that.
+    for (const auto& n : nodes) rma_->ForgetNode(n);
+    f.wait();
+    return absl::DeadlineExceededError(absl::StrCat(
+        "transfer did not finish within ", options_.transfer_timeout_ms, " ms"));
+  }
+  absl::Status st = f.get();
+  if (!st.ok()) {
+    for (const auto& n : nodes) rma_->ForgetNode(n);
+  }
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Put
+
+absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std::string>& keys,
+                                                          const std::vector<uint64_t>& sizes) {
+  proto::PutStartRequest req;
+  req.replica_num = static_cast<uint8_t>(options_.replica_num);
+  req.entries.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) req.entries.push_back({keys[i], sizes[i]});
+  auto rep = Call<proto::PutStartRequest, proto::PutStartReply>(proto::MsgType::kPutStart, req);
+  if (rep.ok() && rep->results.size() != keys.size()) {
+    return absl::InternalError("master answered PutStart with a different number of results");
+  }
+  return rep;
+}
+
+std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
+                                              const std::vector<const void*>& data,
+                                              const std::vector<size_t>& sizes) {
+  const size_t n = keys.size();
+  std::vector<absl::Status> out(n);
+  if (data.size() != n || sizes.size() != n) {
+    out.assign(n, absl::InvalidArgumentError("keys, buffers and sizes differ in length"));
+    return out;
+  }
+  if (n == 0) return out;
+  if (n > proto::kMaxBatch) {
+    out.assign(n, absl::InvalidArgumentError(
+                      absl::StrCat("batch of ", n, " keys exceeds the limit ", proto::kMaxBatch)));
+    return out;
+  }
+  std::vector<uint64_t> sz(sizes.begin(), sizes.end());
+  auto started = PutStart(keys, sz);
+  if (!started.ok()) {
+    out.assign(n, started.status());
+    return out;
+  }
+  std::vector<AllocHeader> headers(n);
+  std::vector<transport::RmaOp> ops;
+  ops.reserve(n * 2);
+  proto::KeyGenRequest commit;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& res = started->results[i];
+    out[i] = res.status.ToStatus();
+    if (!out[i].ok()) continue;
+    AllocHeader& h = headers[i];
+    h.generation = res.generation;
+    h.key_hash = HashBytes(keys[i]);
+    h.value_length = sizes[i];
+    ucp_mem_h memh = MemhFor(data[i], sizes[i]);
+    for (const auto& r : res.replicas) {
+      auto seg = SegmentFor(r.segment_id);
+      if (!seg.ok()) {
+        out[i] = seg.status();
+        break;
+      }
+      transport::RmaOp value;
+      value.is_put = true;
+      value.local = const_cast<void*>(data[i]);
+      value.length = sizes[i];
+      value.memh = memh;
+      value.remote_addr = r.address + kAllocHeaderSize;
+      value.segment = *seg;
+      ops.push_back(value);
+      transport::RmaOp hdr = value;
+      hdr.local = &h;
+      hdr.length = kAllocHeaderSize;
+      hdr.memh = nullptr;
+      hdr.remote_addr = r.address;
+      ops.push_back(hdr);
+    }
+    commit.entries.push_back({keys[i], res.generation});
+  }
+  absl::Status st = Transfer(std::move(ops));
+  if (!st.ok()) {
+    // Give the space back at once rather than waiting for the deadline.
+    (void)Call<proto::KeyGenRequest, proto::BatchStatusReply>(proto::MsgType::kPutRevoke, commit);
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i].ok()) out[i] = st;
+    }
+    return out;
+  }
+  if (commit.entries.empty()) return out;
+  auto ended = Call<proto::KeyGenRequest, proto::BatchStatusReply>(proto::MsgType::kPutEnd, commit);
+  size_t j = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!out[i].ok()) continue;
+    if (!ended.ok()) {
+      out[i] = ended.status();
+    } else if (j < ended->results.size()) {
+      out[i] = ended->results[j].ToStatus();
+    }
+    ++j;
+  }
+  return out;
+}
+
+absl::Status ClientImpl::Put(absl::string_view key, absl::string_view value) {
+  return PutImpl({std::string(key)}, {value.data()}, {value.size()})[0];
+}
+
+absl::Status ClientImpl::PutFrom(absl::string_view key, const void* data, size_t size) {
+  return PutImpl({std::string(key)}, {data}, {size})[0];
+}
+
+std::vector<absl::Status> ClientImpl::BatchPut(const std::vector<std::string>& keys,
+                                               const std::vector<absl::string_view>& values) {
+  std::vector<const void*> data;
+  std::vector<size_t> sizes;
+  for (const auto& v : values) {
+    data.push_back(v.data());
+    sizes.push_back(v.size());
+  }
+  return PutImpl(keys, data, sizes);
+}
+
+std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
+                                                   const std::vector<const void*>& buffers,
+                                                   const std::vector<size_t>& sizes) {
+  return PutImpl(keys, buffers, sizes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Get
+
+std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::string>& keys,
+                                                        const DestFn& dest) {
+  const size_t n = keys.size();
+  std::vector<absl::StatusOr<size_t>> out(n, absl::UnknownError("not attempted"));
+  if (n > proto::kMaxBatch) {
+    out.assign(n, absl::InvalidArgumentError(
+                      absl::StrCat("batch of ", n, " keys exceeds the limit ", proto::kMaxBatch)));
+    return out;
+  }
+  std::vector<size_t> pending(n);
+  for (size_t i = 0; i < n; ++i) pending[i] = i;
+  std::vector<AllocHeader> headers(n);
+  for (int attempt = 0; attempt <= options_.get_retries && !pending.empty(); ++attempt) {
+    proto::KeysRequest req;
+    for (size_t i : pending) req.keys.push_back(keys[i]);
+    auto rep = Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet, req);
+    if (!rep.ok() || rep->results.size() != pending.size()) {
+      absl::Status st = rep.ok() ? absl::InternalError("Get reply has the wrong size") : rep.status();
+      for (size_t i : pending) out[i] = st;
+      return out;
+    }
+    std::vector<transport::RmaOp> ops;
+    std::vector<size_t> fetched;
+    proto::KeyGenRequest release;
+    std::vector<uint64_t> gens(n, 0), lens(n, 0);
+    for (size_t j = 0; j < pending.size(); ++j) {
+      size_t i = pending[j];
+      auto& res = rep->results[j];
+      absl::Status st = res.status.ToStatus();
+      if (st.ok() && res.replicas.empty()) {
+        st = absl::NotFoundError(absl::StrCat("key '", keys[i], "' has no live replica"));
+      }
+      if (!st.ok()) {
+        out[i] = st;
+        continue;
+      }
+      release.entries.push_back({keys[i], res.generation});
+      auto where = dest(i, res.size);
+      if (!where.ok()) {
+        out[i] = where.status();
+        continue;
+      }
+      // Rotate through the replicas on retries, so a dead node is skipped.
+      const auto& r = res.replicas[(attempt + i) % res.replicas.size()];
+      auto seg = SegmentFor(r.segment_id);
+      if (!seg.ok()) {
+        out[i] = seg.status();
+        continue;
+      }
+      gens[i] = res.generation;
+      lens[i] = res.size;
+      transport::RmaOp hdr;
+      hdr.local = &headers[i];
+      hdr.length = kAllocHeaderSize;
+      hdr.remote_addr = r.address;
+      hdr.segment = *seg;
+      ops.push_back(hdr);
+      transport::RmaOp value = hdr;
+      value.local = *where;
+      value.length = res.size;
+      value.memh = MemhFor(*where, res.size);
+      value.remote_addr = r.address + kAllocHeaderSize;
+      ops.push_back(value);
+      fetched.push_back(i);
+    }
+    absl::Status st = Transfer(std::move(ops));
+    if (!release.entries.empty()) {
+      // Release the read leases without waiting for the answer.
+      auto m = Master();
+      if (m.ok()) {
+        (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kGetEnd), 0,
+                                           release),
+                        [](absl::StatusOr<std::string>) {});
+      }
+    }
+    pending.clear();
+    for (size_t i : fetched) {
+      if (!st.ok()) {
+        out[i] = absl::UnavailableError(
+            absl::StrCat("reading key '", keys[i], "' failed: ", st.message()));
+        pending.push_back(i);
+        continue;
+      }
+      absl::Status hs = proto::CheckAllocHeader(headers[i], gens[i], HashBytes(keys[i]), lens[i]);
+      if (!hs.ok()) {
+        out[i] = hs;
+        pending.push_back(i);
+        continue;
+      }
+      out[i] = lens[i];
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ClientImpl::Get(absl::string_view key) {
+  return std::move(BatchGet({std::string(key)})[0]);
+}
+
+std::vector<absl::StatusOr<std::string>> ClientImpl::BatchGet(
+    const std::vector<std::string>& keys) {
+  std::vector<std::string> values(keys.size());
+  auto sizes = GetImpl(keys, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
+    values[i].resize(size);
+    return values[i].data();
+  });
+  std::vector<absl::StatusOr<std::string>> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (sizes[i].ok()) {
+      out.emplace_back(std::move(values[i]));
+    } else {
+      out.emplace_back(sizes[i].status());
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<size_t> ClientImpl::GetInto(absl::string_view key, void* buffer, size_t capacity) {
+  return BatchGetInto({std::string(key)}, {buffer}, {capacity})[0];
+}
+
+std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
+    const std::vector<std::string>& keys, const std::vector<void*>& buffers,
+    const std::vector<size_t>& capacities) {
+  if (buffers.size() != keys.size() || capacities.size() != keys.size()) {
+    return std::vector<absl::StatusOr<size_t>>(
+        keys.size(), absl::InvalidArgumentError("keys, buffers and capacities differ in length"));
+  }
+  return GetImpl(keys, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
+    if (size > capacities[i]) {
+      return absl::FailedPreconditionError(absl::StrCat("key '", keys[i], "' holds ", size,
+                                                        " bytes but the buffer has ",
+                                                        capacities[i]));
+    }
+    return buffers[i];
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata
+
+std::vector<absl::StatusOr<bool>> ClientImpl::BatchExist(const std::vector<std::string>& keys) {
+  auto rep = Call<proto::KeysRequest, proto::BatchStatusReply>(proto::MsgType::kExist,
+                                                               proto::KeysRequest{keys});
+  std::vector<absl::StatusOr<bool>> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!rep.ok()) {
+      out.emplace_back(rep.status());
+      continue;
+    }
+    absl::Status st = i < rep->results.size() ? rep->results[i].ToStatus()
+                                              : absl::InternalError("short Exist reply");
+    if (st.ok()) out.emplace_back(true);
+    else if (absl::IsNotFound(st)) out.emplace_back(false);
+    else out.emplace_back(st);
+  }
+  return out;
+}
+
+absl::StatusOr<bool> ClientImpl::Exist(absl::string_view key) {
+  return BatchExist({std::string(key)})[0];
+}
+
+std::vector<absl::Status> ClientImpl::BatchRemove(const std::vector<std::string>& keys) {
+  auto rep = Call<proto::KeysRequest, proto::BatchStatusReply>(proto::MsgType::kRemove,
+                                                               proto::KeysRequest{keys});
+  std::vector<absl::Status> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!rep.ok()) out.push_back(rep.status());
+    else if (i < rep->results.size()) out.push_back(rep->results[i].ToStatus());
+    else out.push_back(absl::InternalError("short Remove reply"));
+  }
+  return out;
+}
+
+absl::Status ClientImpl::Remove(absl::string_view key) {
+  return BatchRemove({std::string(key)})[0];
+}
+
+absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
+  auto r = transport::MemoryRegion::Create(ctx_.get(), data, size);
+  if (!r.ok()) return r.status();
+  absl::MutexLock lock(&reg_mu_);
+  auto key = reinterpret_cast<uintptr_t>(data);
+  if (registered_.contains(key)) {
+    return absl::AlreadyExistsError(absl::StrCat("buffer at 0x", absl::Hex(key),
+                                                 " is already registered"));
+  }
+  registered_[key] = std::move(*r);
+  return absl::OkStatus();
+}
+
+absl::Status ClientImpl::UnregisterBuffer(void* data) {
+  absl::MutexLock lock(&reg_mu_);
+  auto key = reinterpret_cast<uintptr_t>(data);
+  if (registered_.erase(key) == 0) {
+    return absl::NotFoundError(absl::StrCat("buffer at 0x", absl::Hex(key),
+                                            " is not registered"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t limit,
+                                            absl::string_view start_after) {
+  proto::ListRequest req;
+  req.prefix = std::string(prefix);
+  req.start_after = std::string(start_after);
+  req.limit = static_cast<uint32_t>(std::min<size_t>(limit, proto::kMaxListLimit));
+  auto rep = Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req);
+  if (!rep.ok()) return rep.status();
+  ListResult out;
+  out.more = rep->more;
+  for (auto& o : rep->objects) {
+    ObjectInfo info;
+    info.key = std::move(o.key);
+    info.size = o.size;
+    info.generation = o.generation;
+    info.complete = o.state == 1;
+    info.replicas = o.replica_count;
+    info.age_ms = o.age_ms;
+    out.objects.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
+  // The key itself sorts first among the keys it prefixes.
+  auto r = List(key, 1, "");
+  if (!r.ok()) return r.status();
+  if (r->objects.empty() || r->objects[0].key != key) {
+    return absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
+  }
+  return r->objects[0];
+}
+
+absl::StatusOr<std::vector<SegmentInfo>> ClientImpl::Segments() {
+  auto rep = Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments,
+                                                                proto::SegmentsRequest{});
+  if (!rep.ok()) return rep.status();
+  std::vector<SegmentInfo> out;
+  for (const auto& s : rep->segments) {
+    SegmentInfo i;
+    i.segment_id = s.segment_id;
+    i.name = s.name;
+    i.node_id = s.node_id;
+    i.node_address = s.node_address;
+    i.tier = s.tier == proto::Tier::kGpu ? "gpu" : "host";
+    i.pool = s.pool;
+    i.size = s.size;
+    i.used = s.used;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+}  // namespace client
+}  // namespace granary

@@ -1,0 +1,116 @@
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "granary/client.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+#include "transport/context.h"
+#include "transport/memory.h"
+#include "transport/rma.h"
+#include "transport/rpc_client.h"
+#include "transport/worker.h"
+
+namespace granary::client {
+
+// The Client implementation. Owns a UCX context, one worker (progress thread), an RPC session
+// with the master (reconnected on demand), a cache of segment descriptors, and a heartbeat
+// thread. Thread-safe; see Client. The two-phase calls below are public for tools and tests that
+// need to stop between the phases.
+class ClientImpl : public Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<ClientImpl>> Create(const ClientOptions& options);
+  ~ClientImpl() override;
+
+  absl::Status Put(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key) override;
+  absl::Status PutFrom(absl::string_view key, const void* data, size_t size) override;
+  absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer, size_t capacity) override;
+  std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
+                                     const std::vector<absl::string_view>& values) override;
+  std::vector<absl::StatusOr<std::string>> BatchGet(const std::vector<std::string>& keys) override;
+  std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
+                                         const std::vector<const void*>& buffers,
+                                         const std::vector<size_t>& sizes) override;
+  std::vector<absl::StatusOr<size_t>> BatchGetInto(const std::vector<std::string>& keys,
+                                                   const std::vector<void*>& buffers,
+                                                   const std::vector<size_t>& capacities) override;
+  absl::StatusOr<bool> Exist(absl::string_view key) override;
+  std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) override;
+  absl::Status Remove(absl::string_view key) override;
+  std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) override;
+  absl::Status RegisterBuffer(void* data, size_t size) override;
+  absl::Status UnregisterBuffer(void* data) override;
+  absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
+                                  absl::string_view start_after) override;
+  absl::StatusOr<ObjectInfo> Stat(absl::string_view key) override;
+  absl::StatusOr<std::vector<SegmentInfo>> Segments() override;
+  const ClientOptions& options() const override { return options_; }
+
+  // Phase one of a put: allocation on the master only, no bytes written.
+  absl::StatusOr<proto::PutStartReply> PutStart(const std::vector<std::string>& keys,
+                                                const std::vector<uint64_t>& sizes);
+  // Any control request, with one reconnect on a broken session.
+  template <typename Req, typename Rep>
+  absl::StatusOr<Rep> Call(proto::MsgType type, const Req& req);
+
+ private:
+  explicit ClientImpl(const ClientOptions& o) : options_(o) {}
+  absl::StatusOr<std::shared_ptr<transport::RpcClient>> Master();
+  absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(uint64_t id);
+  absl::Status RefreshSegments();
+  ucp_mem_h MemhFor(const void* p, size_t n);
+  absl::Status Transfer(std::vector<transport::RmaOp> ops);
+  std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
+                                    const std::vector<const void*>& data,
+                                    const std::vector<size_t>& sizes);
+  // dest(i, size) returns where key i's value goes, or an error for that key.
+  using DestFn = std::function<absl::StatusOr<void*>(size_t i, uint64_t size)>;
+  std::vector<absl::StatusOr<size_t>> GetImpl(const std::vector<std::string>& keys,
+                                              const DestFn& dest);
+  void HeartbeatLoop();
+
+  const ClientOptions options_;
+  std::unique_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::unique_ptr<transport::RmaEngine> rma_;
+
+  absl::Mutex master_mu_;
+  std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(master_mu_);
+  uint32_t heartbeat_ms_ ABSL_GUARDED_BY(master_mu_) = 1000;
+
+  absl::Mutex seg_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_
+      ABSL_GUARDED_BY(seg_mu_);
+
+  absl::Mutex reg_mu_;
+  std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_
+      ABSL_GUARDED_BY(reg_mu_);
+
+  absl::Mutex hb_mu_;
+  bool stopping_ ABSL_GUARDED_BY(hb_mu_) = false;
+  std::thread heartbeat_;
+};
+
+template <typename Req, typename Rep>
+absl::StatusOr<Rep> ClientImpl::Call(proto::MsgType type, const Req& req) {
+  absl::Status last;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto m = Master();
+    if (!m.ok()) return m.status();
+    auto rep = (*m)->template Invoke<Req, Rep>(type, req, absl::Milliseconds(options_.rpc_timeout_ms));
+    if (rep.ok() || !absl::IsUnavailable(rep.status()) || !(*m)->broken()) return rep;
+    last = rep.status();  // the session broke: reconnect once
+  }
+  return last;
+}
+
+}  // namespace granary::client

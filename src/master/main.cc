@@ -1,0 +1,70 @@
+// granary_master: metadata, placement and admin HTTP for a Granary cluster.
+#include <signal.h>
+
+#include <thread>
+
+#include <gflags/gflags.h>
+
+#include "common/log.h"
+#include "master/master_server.h"
+
+DEFINE_uint32(rpc_port, 50051, "UCX listener port for clients and nodes (0 = any free port)");
+DEFINE_uint32(metrics_port, 9003, "HTTP port for /metrics, /health and /api/v1 (0 = any)");
+DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
+DEFINE_string(cluster_id, "granary_cluster", "Cluster name (etcd key prefix)");
+DEFINE_double(client_ttl, 10, "Seconds without a heartbeat after which a session is dead");
+DEFINE_double(put_start_timeout_sec, 30,
+              "Seconds an allocation may stay uncommitted before it is freed");
+DEFINE_uint64(default_kv_lease_ttl, 5000, "Read lease granted by Get, in milliseconds");
+DEFINE_double(eviction_high_watermark_ratio, 0.9, "Evict when used/capacity exceeds this");
+DEFINE_double(eviction_ratio, 0.05, "Fraction of capacity one eviction round frees");
+DEFINE_string(log_level, "info", "debug|info|warning|error");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("granary_master [flags]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::LogLevel level;
+  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+    fprintf(stderr, "granary_master: --log_level '%s' is not one of debug|info|warning|error\n",
+            FLAGS_log_level.c_str());
+    return 2;
+  }
+  granary::SetLogLevel(level);
+  if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) {
+    fprintf(stderr, "granary_master: ports must be 0..65535 (rpc_port=%u metrics_port=%u)\n",
+            FLAGS_rpc_port, FLAGS_metrics_port);
+    return 2;
+  }
+  granary::master::MasterOptions o;
+  o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
+  o.metrics_port = static_cast<uint16_t>(FLAGS_metrics_port);
+  o.metrics_host = FLAGS_metrics_host;
+  o.cluster_id = FLAGS_cluster_id;
+  o.client_ttl_ms = static_cast<int64_t>(FLAGS_client_ttl * 1000);
+  o.put_start_timeout_ms = static_cast<int64_t>(FLAGS_put_start_timeout_sec * 1000);
+  o.kv_lease_ttl_ms = static_cast<int64_t>(FLAGS_default_kv_lease_ttl);
+  o.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
+  o.eviction_ratio = FLAGS_eviction_ratio;
+
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto server = granary::master::MasterServer::Create(o);
+  if (!server.ok()) {
+    fprintf(stderr, "granary_master: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::thread([&set, s = server->get()] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    LOG_INFO << "signal " << sig << ": shutting down";
+    s->Shutdown();
+  }).detach();
+  (*server)->Wait();
+  server->reset();
+  return 0;
+}

@@ -1,0 +1,26 @@
+#include "master/master_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace granary::master {
+
+absl::Status MasterOptions::Validate() const {
+  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (client_ttl_ms < 100) return bad("--client_ttl must be at least 0.1 s, got ", client_ttl_ms, " ms");
+  if (put_start_timeout_ms < 100) {
+    return bad("--put_start_timeout_sec must be positive, got ", put_start_timeout_ms, " ms");
+  }
+  if (kv_lease_ttl_ms <= 0) return bad("--default_kv_lease_ttl must be positive, got ", kv_lease_ttl_ms);
+  if (!(eviction_high_watermark_ratio > 0 && eviction_high_watermark_ratio <= 1)) {
+    return bad("--eviction_high_watermark_ratio must be in (0, 1], got ",
+               eviction_high_watermark_ratio);
+  }
+  if (!(eviction_ratio > 0 && eviction_ratio <= 1)) {
+    return bad("--eviction_ratio must be in (0, 1], got ", eviction_ratio);
+  }
+  if (cluster_id.empty()) return bad("--cluster_id must not be empty");
+  if (tick_ms <= 0) return bad("tick must be positive, got ", tick_ms);
+  return absl::OkStatus();
+}
+
+}  // namespace granary::master

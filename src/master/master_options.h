@@ -1,0 +1,27 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace granary::master {
+
+// Everything granary_master can be told. Flags (main.cc) only fill this struct; Validate()
+// rejects a present-but-invalid value, naming it.
+struct MasterOptions {
+  uint16_t rpc_port = 50051;            // UCX listener for clients and nodes (0 = any free port)
+  uint16_t metrics_port = 9003;         // HTTP: /metrics, /health, /api/v1/... (0 = any)
+  std::string metrics_host = "0.0.0.0";  // HTTP bind address
+  std::string cluster_id = "granary_cluster";
+  int64_t client_ttl_ms = 10'000;        // a session silent this long is dead
+  int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
+  int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get
+  double eviction_high_watermark_ratio = 0.9;  // evict when used/capacity exceeds this
+  double eviction_ratio = 0.05;                // fraction of capacity one eviction round frees
+  int64_t tick_ms = 50;                        // timer resolution (deadlines, heartbeats)
+
+  absl::Status Validate() const;
+};
+
+}  // namespace granary::master

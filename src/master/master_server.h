@@ -1,0 +1,52 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/metrics.h"
+#include "master/admin_http.h"
+#include "master/master_options.h"
+#include "master/master_service.h"
+#include "transport/context.h"
+#include "transport/rpc_server.h"
+#include "transport/worker.h"
+
+namespace granary::master {
+
+// The granary_master process minus flag parsing: a UCX RPC listener feeding MasterService on
+// the worker's progress thread, a timer thread, and the admin HTTP server. Owns all of them.
+// Thread-safe: Shutdown may be called from any thread (a signal-watching one, say).
+class MasterServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<MasterServer>> Create(const MasterOptions& options);
+  ~MasterServer();
+
+  uint16_t rpc_port() const { return rpc_->port(); }
+  uint16_t http_port() const { return http_->port(); }
+  MasterService* service() { return service_.get(); }
+  void Shutdown();
+  void Wait() { stopped_.WaitForNotification(); }
+
+ private:
+  MasterServer() = default;
+  std::optional<std::string> Dispatch(transport::RpcServer::ConnId conn,
+                                      const proto::FrameView& frame);
+  void TickLoop();
+
+  MasterOptions options_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<MasterService> service_;
+  std::unique_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::unique_ptr<transport::RpcServer> rpc_;
+  std::unique_ptr<AdminHttp> http_;
+  std::thread ticker_;
+  std::atomic<bool> stopping_{false};
+  absl::Notification stopped_;
+  MetricCounter* bad_requests_ = nullptr;
+};
+
+}  // namespace granary::master

@@ -1,0 +1,728 @@
+#include "master/master_service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/size.h"
+#include "common/util.h"
+#include "proto/alloc_header.h"
+
+namespace granary::master {
+
+namespace {
+using proto::WireStatus;
+
+WireStatus Ok() { return WireStatus{}; }
+WireStatus Err(const absl::Status& s) { return WireStatus::From(s); }
+
+// Tenant-id rules, the same at every entry point.
+absl::Status CheckTenantId(const std::string& t) {
+  if (t.empty()) return absl::InvalidArgumentError("tenant_id must not be empty");
+  if (t.size() > proto::kMaxTenantIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("tenant_id is ", t.size(),
+                                                   " bytes; the limit is ",
+                                                   proto::kMaxTenantIdBytes));
+  }
+  if (t[0] == '_') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant_id '", t, "' starts with '_', which is reserved for the master"));
+  }
+  for (unsigned char ch : t) {
+    if (ch < 0x20 || ch == 0x7f) {
+      return absl::InvalidArgumentError("tenant_id contains a NUL or control character");
+    }
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+MasterService::MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics)
+    : options_(options),
+      clock_(clock),
+      metrics_(metrics),
+      deadlines_(options.tick_ms),
+      master_id_(RandomId()) {
+  // Generations are unique across master restarts: wall-clock milliseconds in the high bits.
+  uint64_t wall_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+  next_generation_.store(wall_ms << 20);
+  auto counter = [&](const char* name, const char* help, MetricLabels labels = {}) {
+    return metrics_->Counter(name, help, labels);
+  };
+  const char* ops = "Object operations handled by the master, by type";
+  c_.put_start = counter("granary_master_ops_total", ops, {{"op", "put_start"}});
+  c_.put_end = counter("granary_master_ops_total", ops, {{"op", "put_end"}});
+  c_.put_revoke = counter("granary_master_ops_total", ops, {{"op", "put_revoke"}});
+  c_.get = counter("granary_master_ops_total", ops, {{"op", "get"}});
+  c_.remove = counter("granary_master_ops_total", ops, {{"op", "remove"}});
+  c_.get_miss = counter("granary_master_get_misses_total", "Get of a key that has no complete replica");
+  c_.put_expired = counter("granary_master_put_expired_total",
+                           "Allocations freed because their put deadline passed");
+  c_.evicted = counter("granary_master_evicted_objects_total", "Objects evicted");
+  c_.evicted_bytes = counter("granary_master_evicted_bytes_total", "Bytes freed by eviction");
+  c_.lost = counter("granary_master_lost_objects_total",
+                    "Objects dropped because every replica was on a lost node");
+  c_.sessions_expired = counter("granary_master_sessions_expired_total",
+                                "Sessions declared dead after client_ttl without a heartbeat");
+  c_.alloc_failures = counter("granary_master_allocation_failures_total",
+                              "PutStart entries refused for lack of space");
+  metrics_->AddCollector([this](MetricsWriter& w) {
+    Stats s = GetStats();
+    w.Gauge("granary_master_objects", "Objects in the table", {}, s.objects);
+    w.Gauge("granary_master_objects_processing", "Objects with a put in progress", {},
+            s.processing);
+    w.Gauge("granary_master_capacity_bytes", "Mounted segment bytes", {{"tier", "host"}},
+            s.capacity);
+    w.Gauge("granary_master_used_bytes", "Allocated segment bytes", {{"tier", "host"}}, s.used);
+    w.Gauge("granary_master_segments", "Mounted segments", {}, s.segments);
+    w.Gauge("granary_master_sessions", "Live sessions", {}, s.sessions);
+    w.Gauge("granary_master_allocator_fragmentation",
+            "Mean over segments of 1 - largest free block / free bytes", {},
+            segments_.MeanFragmentation());
+  });
+}
+
+std::string MasterService::TableKey(const std::string& tenant, const std::string& key) {
+  std::string k;
+  k.reserve(tenant.size() + 1 + key.size());
+  k.append(tenant);
+  k.push_back('\0');
+  k.append(key);
+  return k;
+}
+
+MasterService::Shard& MasterService::ShardOf(const std::string& table_key) {
+  return shards_[HashBytes(table_key) % kShards];
+}
+const MasterService::Shard& MasterService::ShardOf(const std::string& table_key) const {
+  return shards_[HashBytes(table_key) % kShards];
+}
+
+absl::StatusOr<std::string> MasterService::TenantOf(SessionId sid, bool touch) {
+  absl::MutexLock lock(&sessions_mu_);
+  auto it = sessions_.find(sid);
+  if (it == sessions_.end()) {
+    return absl::FailedPreconditionError("no session: send Hello first");
+  }
+  if (touch) it->second.last_seen_ms = clock_->NowMs();
+  return it->second.tenant;
+}
+
+absl::Status MasterService::CheckKey(const std::string& key) const {
+  if (key.empty()) return absl::InvalidArgumentError("key must not be empty");
+  if (key.size() > proto::kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("key is ", key.size(), " bytes; the limit is ",
+                                                   proto::kMaxKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+proto::HelloReply MasterService::Hello(SessionId sid, const proto::HelloRequest& req) {
+  proto::HelloReply rep;
+  if (req.protocol_version != proto::kProtocolVersion) {
+    rep.status = Err(absl::FailedPreconditionError(
+        absl::StrCat("protocol version ", req.protocol_version, " is not supported (master speaks ",
+                     proto::kProtocolVersion, ")")));
+    return rep;
+  }
+  if (req.role == proto::Role::kClient) {
+    absl::Status st = CheckTenantId(req.tenant_id);
+    if (!st.ok()) {
+      rep.status = Err(st);
+      return rep;
+    }
+  }
+  absl::MutexLock lock(&sessions_mu_);
+  if (sessions_.contains(sid)) {
+    rep.status = Err(absl::FailedPreconditionError("session already said Hello"));
+    return rep;
+  }
+  Session& s = sessions_[sid];
+  s.role = req.role;
+  s.tenant = req.tenant_id;
+  s.client_id = req.client_id;
+  s.last_seen_ms = clock_->NowMs();
+  rep.session_id = sid;
+  rep.heartbeat_interval_ms = static_cast<uint32_t>(std::max<int64_t>(options_.client_ttl_ms / 4, 50));
+  rep.master_id = master_id_;
+  LOG_DEBUG << "session " << sid << " hello: role=" << static_cast<int>(req.role)
+            << " tenant=" << req.tenant_id << " client=" << req.client_id;
+  return rep;
+}
+
+proto::HeartbeatReply MasterService::Heartbeat(SessionId sid) {
+  proto::HeartbeatReply rep;
+  auto t = TenantOf(sid);
+  if (!t.ok()) rep.status = Err(t.status());
+  return rep;
+}
+
+void MasterService::SessionClosed(SessionId sid) {
+  Session s;
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end()) return;
+    s = std::move(it->second);
+    sessions_.erase(it);
+  }
+  for (const std::string& k : s.in_flight) {
+    // Any generation: the session owned the put in progress on this key.
+    Shard& sh = ShardOf(k);
+    Placements freed;
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(k);
+      if (it == sh.objects.end() || it->second.state != ObjectState::kProcessing ||
+          it->second.writer != sid) {
+        continue;
+      }
+      freed = it->second.replicas;
+      sh.objects.erase(it);
+    }
+    segments_.Free(freed);
+    c_.put_revoke->Inc();
+  }
+  if (!s.in_flight.empty()) {
+    LOG_INFO << "session " << sid << " closed: freed " << s.in_flight.size()
+             << " allocation(s) it had in flight";
+  }
+  if (s.role == proto::Role::kNode) {
+    std::vector<uint64_t> ids = segments_.SegmentsOf(sid);
+    if (!ids.empty()) {
+      LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size()
+               << " segment(s)";
+      DropSegments(ids);
+    }
+  }
+}
+
+void MasterService::DropSegments(const std::vector<uint64_t>& ids) {
+  absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
+  for (uint64_t id : ids) segments_.Unmount(id);
+  uint64_t lost = 0;
+  for (Shard& sh : shards_) {
+    absl::MutexLock lock(&sh.mu);
+    for (auto it = sh.objects.begin(); it != sh.objects.end();) {
+      Placements& r = it->second.replicas;
+      auto end = std::remove_if(r.begin(), r.end(),
+                                [&](const Placement& p) { return gone.contains(p.segment_id); });
+      r.erase(end, r.end());
+      if (r.empty()) {
+        ++lost;
+        sh.objects.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (lost > 0) {
+    c_.lost->Inc(lost);
+    LOG_WARN << lost << " object(s) lost with their only replica(s)";
+  }
+}
+
+proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
+                                                     const proto::MountSegmentRequest& req) {
+  proto::MountSegmentReply rep;
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end() || it->second.role != proto::Role::kNode) {
+      rep.status = Err(absl::FailedPreconditionError("MountSegment needs a node session"));
+      return rep;
+    }
+    it->second.last_seen_ms = clock_->NowMs();
+  }
+  auto id = segments_.Mount(req, sid);
+  if (!id.ok()) {
+    rep.status = Err(id.status());
+    return rep;
+  }
+  rep.segment_id = *id;
+  LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id
+           << " at " << req.node_address << ": " << FormatSize(req.size);
+  return rep;
+}
+
+proto::StatusReply MasterService::UnmountSegment(SessionId sid,
+                                                 const proto::UnmountSegmentRequest& req) {
+  proto::StatusReply rep;
+  std::vector<uint64_t> mine = segments_.SegmentsOf(sid);
+  if (std::find(mine.begin(), mine.end(), req.segment_id) == mine.end()) {
+    rep.status = Err(absl::NotFoundError(
+        absl::StrCat("segment ", req.segment_id, " is not mounted by this node")));
+    return rep;
+  }
+  DropSegments({req.segment_id});
+  LOG_INFO << "unmounted segment " << req.segment_id;
+  return rep;
+}
+
+absl::StatusOr<Placements> MasterService::AllocateWithEviction(uint64_t bytes, int replicas) {
+  auto p = segments_.Allocate(bytes, replicas);
+  for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status()); ++attempt) {
+    auto totals = segments_.totals();
+    if (totals.segments == 0) break;
+    uint64_t target = std::max<uint64_t>(
+        bytes * replicas, static_cast<uint64_t>(options_.eviction_ratio * totals.capacity));
+    if (Evict(target, "space") == 0) break;
+    p = segments_.Allocate(bytes, replicas);
+  }
+  return p;
+}
+
+proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStartRequest& req) {
+  proto::PutStartReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  if (req.replica_num < 1 || req.replica_num > proto::kMaxReplicaNum) {
+    rep.status = Err(absl::InvalidArgumentError(absl::StrCat(
+        "replica_num ", req.replica_num, " is outside 1..", proto::kMaxReplicaNum)));
+    return rep;
+  }
+  const int64_t now = clock_->NowMs();
+  const int64_t deadline = now + options_.put_start_timeout_ms;
+  rep.results.resize(req.entries.size());
+  std::vector<std::string> started;
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    auto& res = rep.results[i];
+    c_.put_start->Inc();
+    absl::Status st = CheckKey(e.key);
+    if (st.ok() && (e.size == 0 || e.size > proto::kMaxValueBytes)) {
+      st = absl::InvalidArgumentError(absl::StrCat("value size ", e.size, " of key '", e.key,
+                                                   "' is outside 1..", proto::kMaxValueBytes));
+    }
+    if (!st.ok()) {
+      res.status = Err(st);
+      continue;
+    }
+    std::string tk = TableKey(*tenant, e.key);
+    Shard& sh = ShardOf(tk);
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it != sh.objects.end()) {
+        res.status = Err(absl::AlreadyExistsError(
+            it->second.state == ObjectState::kComplete
+                ? absl::StrCat("key '", e.key, "' already exists")
+                : absl::StrCat("key '", e.key, "' has a put in progress")));
+        continue;
+      }
+    }
+    auto placed = AllocateWithEviction(proto::kAllocHeaderSize + e.size, req.replica_num);
+    if (!placed.ok()) {
+      c_.alloc_failures->Inc();
+      res.status = Err(placed.status());
+      continue;
+    }
+    uint64_t gen = next_generation_.fetch_add(1);
+    bool inserted = false;
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto [it, fresh] = sh.objects.try_emplace(tk);
+      if (fresh) {
+        Object& o = it->second;
+        o.size = e.size;
+        o.generation = gen;
+        o.writer = sid;
+        o.created_ms = now;
+        o.last_access_ms = now;
+        o.replicas = *placed;
+        inserted = true;
+      }
+    }
+    if (!inserted) {  // lost a race with another writer of the same key
+      segments_.Free(*placed);
+      res.status = Err(absl::AlreadyExistsError(absl::StrCat("key '", e.key, "' has a put in progress")));
+      continue;
+    }
+    res.generation = gen;
+    res.replicas = Describe(*placed);
+    deadlines_.Add(deadline, tk, gen);
+    started.push_back(std::move(tk));
+  }
+  if (!started.empty()) {
+    absl::MutexLock lock(&sessions_mu_);
+    auto it = sessions_.find(sid);
+    if (it != sessions_.end()) {
+      for (auto& k : started) it->second.in_flight.insert(std::move(k));
+    }
+  }
+  return rep;
+}
+
+std::vector<proto::ReplicaDesc> MasterService::Describe(const Placements& ps) const {
+  std::vector<proto::ReplicaDesc> out;
+  out.reserve(ps.size());
+  for (const auto& p : ps) {
+    auto addr = segments_.AddressOf(p);
+    if (!addr.has_value()) continue;
+    out.push_back(proto::ReplicaDesc{p.segment_id, *addr, p.size});
+  }
+  return out;
+}
+
+void MasterService::ForgetInFlight(SessionId sid, const std::string& table_key) {
+  absl::MutexLock lock(&sessions_mu_);
+  auto it = sessions_.find(sid);
+  if (it != sessions_.end()) it->second.in_flight.erase(table_key);
+}
+
+proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGenRequest& req) {
+  proto::BatchStatusReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  rep.results.resize(req.entries.size());
+  const int64_t now = clock_->NowMs();
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    c_.put_end->Inc();
+    std::string tk = TableKey(*tenant, e.key);
+    Shard& sh = ShardOf(tk);
+    absl::Status st;
+    SessionId writer = 0;
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end() || it->second.generation != e.generation) {
+        st = absl::NotFoundError(absl::StrCat("no put of key '", e.key, "' generation ",
+                                              e.generation,
+                                              " is in progress (it expired, was revoked, or "
+                                              "its node was lost)"));
+      } else if (it->second.state == ObjectState::kProcessing) {
+        it->second.state = ObjectState::kComplete;
+        it->second.last_access_ms = now;
+        writer = it->second.writer;
+      }
+    }
+    if (writer != 0) ForgetInFlight(writer, tk);
+    rep.results[i] = st.ok() ? Ok() : Err(st);
+  }
+  return rep;
+}
+
+bool MasterService::AbortPut(const std::string& tk, uint64_t generation, const char* why) {
+  Shard& sh = ShardOf(tk);
+  Placements freed;
+  SessionId writer = 0;
+  {
+    absl::MutexLock lock(&sh.mu);
+    auto it = sh.objects.find(tk);
+    if (it == sh.objects.end() || it->second.generation != generation ||
+        it->second.state != ObjectState::kProcessing) {
+      return false;
+    }
+    freed = it->second.replicas;
+    writer = it->second.writer;
+    sh.objects.erase(it);
+  }
+  segments_.Free(freed);
+  ForgetInFlight(writer, tk);
+  LOG_DEBUG << "put aborted (" << why << "), generation " << generation;
+  return true;
+}
+
+proto::BatchStatusReply MasterService::PutRevoke(SessionId sid, const proto::KeyGenRequest& req) {
+  proto::BatchStatusReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  rep.results.resize(req.entries.size());
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    c_.put_revoke->Inc();
+    if (!AbortPut(TableKey(*tenant, e.key), e.generation, "revoked")) {
+      rep.results[i] = Err(absl::NotFoundError(absl::StrCat(
+          "no put of key '", e.key, "' generation ", e.generation, " is in progress")));
+    }
+  }
+  return rep;
+}
+
+proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req) {
+  proto::GetReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  const int64_t now = clock_->NowMs();
+  rep.results.resize(req.keys.size());
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    const std::string& key = req.keys[i];
+    auto& res = rep.results[i];
+    c_.get->Inc();
+    std::string tk = TableKey(*tenant, key);
+    Shard& sh = ShardOf(tk);
+    Placements ps;
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
+        c_.get_miss->Inc();
+        res.status = Err(absl::NotFoundError(
+            it == sh.objects.end() ? absl::StrCat("key '", key, "' not found")
+                                   : absl::StrCat("key '", key, "' is still being written")));
+        continue;
+      }
+      Object& o = it->second;
+      o.last_access_ms = now;
+      if (o.lease_until_ms <= now) o.lease_count = 0;  // stale leases have run out
+      ++o.lease_count;
+      o.lease_until_ms = now + options_.kv_lease_ttl_ms;
+      res.size = o.size;
+      res.generation = o.generation;
+      res.lease_ms = static_cast<uint32_t>(options_.kv_lease_ttl_ms);
+      ps = o.replicas;
+    }
+    res.replicas = Describe(ps);
+  }
+  return rep;
+}
+
+proto::BatchStatusReply MasterService::GetEnd(SessionId sid, const proto::KeyGenRequest& req) {
+  proto::BatchStatusReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  rep.results.resize(req.entries.size());
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    std::string tk = TableKey(*tenant, e.key);
+    Shard& sh = ShardOf(tk);
+    absl::MutexLock lock(&sh.mu);
+    auto it = sh.objects.find(tk);
+    if (it == sh.objects.end() || it->second.generation != e.generation) {
+      rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", e.key, "' generation ",
+                                                            e.generation, " not found")));
+      continue;
+    }
+    Object& o = it->second;
+    if (o.lease_count > 0 && --o.lease_count == 0) o.lease_until_ms = 0;
+  }
+  return rep;
+}
+
+proto::BatchStatusReply MasterService::Exist(SessionId sid, const proto::KeysRequest& req) {
+  proto::BatchStatusReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  rep.results.resize(req.keys.size());
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    std::string tk = TableKey(*tenant, req.keys[i]);
+    Shard& sh = ShardOf(tk);
+    absl::MutexLock lock(&sh.mu);
+    auto it = sh.objects.find(tk);
+    if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
+      rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", req.keys[i], "' not found")));
+    }
+  }
+  return rep;
+}
+
+proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRequest& req) {
+  proto::BatchStatusReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  const int64_t now = clock_->NowMs();
+  rep.results.resize(req.keys.size());
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    const std::string& key = req.keys[i];
+    c_.remove->Inc();
+    std::string tk = TableKey(*tenant, key);
+    Shard& sh = ShardOf(tk);
+    Placements freed;
+    absl::Status st;
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end()) {
+        st = absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
+      } else if (it->second.state != ObjectState::kComplete) {
+        st = absl::FailedPreconditionError(
+            absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
+      } else if (it->second.lease_count > 0 && it->second.lease_until_ms > now) {
+        st = absl::FailedPreconditionError(absl::StrCat(
+            "key '", key, "' is being read (lease for ", it->second.lease_until_ms - now,
+            " ms more); retry later"));
+      } else {
+        freed = it->second.replicas;
+        sh.objects.erase(it);
+      }
+    }
+    segments_.Free(freed);
+    rep.results[i] = st.ok() ? Ok() : Err(st);
+  }
+  return rep;
+}
+
+proto::ListReply MasterService::List(SessionId sid, const proto::ListRequest& req) {
+  proto::ListReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  const int64_t now = clock_->NowMs();
+  std::string lo = TableKey(*tenant, req.prefix);
+  std::string after = TableKey(*tenant, req.start_after);
+  std::vector<std::pair<std::string, proto::ObjectInfo>> found;
+  for (Shard& sh : shards_) {
+    absl::MutexLock lock(&sh.mu);
+    for (const auto& [tk, o] : sh.objects) {
+      if (!absl::StartsWith(tk, lo)) continue;
+      if (!req.start_after.empty() && tk <= after) continue;
+      proto::ObjectInfo info;
+      info.key = tk.substr(tenant->size() + 1);
+      info.size = o.size;
+      info.generation = o.generation;
+      info.state = static_cast<uint8_t>(o.state);
+      info.replica_count = static_cast<uint32_t>(o.replicas.size());
+      info.age_ms = static_cast<uint64_t>(std::max<int64_t>(0, now - o.created_ms));
+      found.emplace_back(tk, std::move(info));
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (found.size() > req.limit) {
+    found.resize(req.limit);
+    rep.more = true;
+  }
+  for (auto& [tk, info] : found) rep.objects.push_back(std::move(info));
+  return rep;
+}
+
+proto::SegmentsReply MasterService::Segments(SessionId sid) {
+  proto::SegmentsReply rep;
+  auto tenant = TenantOf(sid);
+  if (!tenant.ok()) {
+    rep.status = Err(tenant.status());
+    return rep;
+  }
+  rep.segments = segments_.List();
+  return rep;
+}
+
+uint64_t MasterService::Evict(uint64_t bytes, const char* reason) {
+  absl::MutexLock evict_lock(&evict_mu_);
+  const int64_t now = clock_->NowMs();
+  // Approximate LRU: gather every evictable object's last access, then take the oldest until
+  // `bytes` are covered. O(objects) per round; a round frees eviction_ratio of capacity, so
+  // rounds are rare.
+  struct Candidate {
+    int64_t last_access;
+    uint64_t bytes;
+    uint32_t shard;
+    std::string key;
+  };
+  std::vector<Candidate> cands;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    absl::MutexLock lock(&shards_[s].mu);
+    for (const auto& [tk, o] : shards_[s].objects) {
+      if (o.state != ObjectState::kComplete) continue;
+      if (o.lease_count > 0 && o.lease_until_ms > now) continue;
+      uint64_t b = 0;
+      for (const auto& p : o.replicas) b += p.size;
+      cands.push_back(Candidate{o.last_access_ms, b, s, tk});
+    }
+  }
+  std::sort(cands.begin(), cands.end(),
+            [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
+  uint64_t freed = 0, count = 0;
+  for (const Candidate& c : cands) {
+    if (freed >= bytes) break;
+    Placements ps;
+    {
+      Shard& sh = shards_[c.shard];
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(c.key);
+      // Re-check: it may have been read, leased or replaced since the scan.
+      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
+          it->second.last_access_ms != c.last_access ||
+          (it->second.lease_count > 0 && it->second.lease_until_ms > now)) {
+        continue;
+      }
+      ps = it->second.replicas;
+      sh.objects.erase(it);
+    }
+    segments_.Free(ps);
+    freed += c.bytes;
+    ++count;
+  }
+  if (count > 0) {
+    c_.evicted->Inc(count);
+    c_.evicted_bytes->Inc(freed);
+    LOG_INFO << "evicted " << count << " object(s), " << FormatSize(freed) << " (" << reason
+             << ")";
+  }
+  return freed;
+}
+
+std::vector<SessionId> MasterService::Tick() {
+  const int64_t now = clock_->NowMs();
+  for (const auto& e : deadlines_.Advance(now)) {
+    if (AbortPut(e.key, e.generation, "deadline passed")) c_.put_expired->Inc();
+  }
+  std::vector<SessionId> dead;
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    for (const auto& [sid, s] : sessions_) {
+      if (now - s.last_seen_ms > options_.client_ttl_ms) dead.push_back(sid);
+    }
+  }
+  for (SessionId sid : dead) {
+    LOG_WARN << "session " << sid << " sent nothing for more than " << options_.client_ttl_ms
+             << " ms: declaring it dead";
+    c_.sessions_expired->Inc();
+    SessionClosed(sid);
+  }
+  auto t = segments_.totals();
+  if (t.capacity > 0 &&
+      static_cast<double>(t.used) > options_.eviction_high_watermark_ratio * t.capacity) {
+    Evict(static_cast<uint64_t>(options_.eviction_ratio * t.capacity), "watermark");
+  }
+  return dead;
+}
+
+MasterService::Stats MasterService::GetStats() const {
+  Stats s;
+  for (const Shard& sh : shards_) {
+    absl::MutexLock lock(&sh.mu);
+    s.objects += sh.objects.size();
+    for (const auto& [k, o] : sh.objects) s.processing += o.state == ObjectState::kProcessing;
+  }
+  auto t = segments_.totals();
+  s.capacity = t.capacity;
+  s.used = t.used;
+  s.segments = t.segments;
+  {
+    absl::MutexLock lock(&sessions_mu_);
+    s.sessions = sessions_.size();
+  }
+  s.pending_deadlines = deadlines_.size();
+  return s;
+}
+
+}  // namespace granary::master

@@ -1,0 +1,150 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "master/master_options.h"
+#include "master/segment_registry.h"
+#include "master/timer_wheel.h"
+#include "proto/messages.h"
+
+namespace granary::master {
+
+using SessionId = uint64_t;
+
+enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
+
+// One object version in the table. ~100 bytes plus the key.
+struct Object {
+  uint64_t size = 0;
+  uint64_t generation = 0;
+  ObjectState state = ObjectState::kProcessing;
+  uint32_t lease_count = 0;
+  SessionId writer = 0;
+  int64_t created_ms = 0;
+  int64_t last_access_ms = 0;
+  int64_t lease_until_ms = 0;
+  Placements replicas;
+};
+
+// The master's logic: sessions, segments, objects, leases, deadlines, eviction. No transport:
+// the RPC adapter feeds it decoded requests with the caller's session, so all of it is testable
+// in-process with a FakeClock. Thread-safe. Locks: a shard's mutex may be held while taking the
+// segment registry's; never the other way, and never two shards at once.
+//
+// Per request cost: one shard lock per key, O(1) hash lookups, an O(1) allocator call per
+// replica on PutStart. Eviction and node loss scan the table (rare events).
+class MasterService {
+ public:
+  MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics);
+
+  // Sessions. The adapter assigns session ids (one per connection).
+  proto::HelloReply Hello(SessionId sid, const proto::HelloRequest& req);
+  proto::HeartbeatReply Heartbeat(SessionId sid);
+  // The connection closed or failed: frees the session's in-flight allocations at once, and for a
+  // node unmounts its segments (dropping the replicas on them).
+  void SessionClosed(SessionId sid);
+
+  proto::MountSegmentReply MountSegment(SessionId sid, const proto::MountSegmentRequest& req);
+  proto::StatusReply UnmountSegment(SessionId sid, const proto::UnmountSegmentRequest& req);
+
+  proto::PutStartReply PutStart(SessionId sid, const proto::PutStartRequest& req);
+  proto::BatchStatusReply PutEnd(SessionId sid, const proto::KeyGenRequest& req);
+  proto::BatchStatusReply PutRevoke(SessionId sid, const proto::KeyGenRequest& req);
+  proto::GetReply Get(SessionId sid, const proto::KeysRequest& req);
+  proto::BatchStatusReply GetEnd(SessionId sid, const proto::KeyGenRequest& req);
+  proto::BatchStatusReply Exist(SessionId sid, const proto::KeysRequest& req);
+  proto::BatchStatusReply Remove(SessionId sid, const proto::KeysRequest& req);
+  proto::ListReply List(SessionId sid, const proto::ListRequest& req);
+  proto::SegmentsReply Segments(SessionId sid);
+
+  // Timers: expires allocations past their deadline and sessions past client_ttl, and evicts
+  // above the high watermark. Returns the sessions it declared dead (the adapter closes them).
+  std::vector<SessionId> Tick();
+
+  struct Stats {
+    uint64_t objects = 0;
+    uint64_t processing = 0;
+    uint64_t capacity = 0;
+    uint64_t used = 0;
+    size_t segments = 0;
+    size_t sessions = 0;
+    size_t pending_deadlines = 0;
+  };
+  Stats GetStats() const;
+  std::vector<proto::SegmentInfo> ListSegments() const { return segments_.List(); }
+  // Frees `bytes` (at least) by evicting least-recently-used complete, unleased objects.
+  // Returns the bytes freed.
+  uint64_t Evict(uint64_t bytes, const char* reason);
+  const MasterOptions& options() const { return options_; }
+
+ private:
+  static constexpr size_t kShards = 64;
+  struct Shard {
+    mutable absl::Mutex mu;
+    absl::flat_hash_map<std::string, Object> objects ABSL_GUARDED_BY(mu);
+  };
+  struct Session {
+    proto::Role role = proto::Role::kClient;
+    std::string tenant;
+    std::string client_id;
+    int64_t last_seen_ms = 0;
+    absl::flat_hash_set<std::string> in_flight;  // table keys with a put in progress
+  };
+
+  Shard& ShardOf(const std::string& table_key);
+  const Shard& ShardOf(const std::string& table_key) const;
+  // Validates the session and returns its tenant.
+  absl::StatusOr<std::string> TenantOf(SessionId sid, bool touch = true);
+  absl::Status CheckKey(const std::string& key) const;
+  static std::string TableKey(const std::string& tenant, const std::string& key);
+  // Frees an object's placements and counts it.
+  void FreeReplicas(const Object& o);
+  // Ends a put in progress if it still matches generation. Returns whether it did.
+  bool AbortPut(const std::string& table_key, uint64_t generation, const char* why);
+  void ForgetInFlight(SessionId sid, const std::string& table_key);
+  void DropSegments(const std::vector<uint64_t>& segment_ids);
+  std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
+  absl::StatusOr<Placements> AllocateWithEviction(uint64_t bytes, int replicas);
+
+  const MasterOptions options_;
+  Clock* clock_;
+  MetricsRegistry* metrics_;
+  SegmentRegistry segments_;
+  TimerWheel deadlines_;
+  std::array<Shard, kShards> shards_;
+  std::atomic<uint64_t> next_generation_;
+  std::string master_id_;
+
+  mutable absl::Mutex sessions_mu_;
+  absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(sessions_mu_);
+
+  absl::Mutex evict_mu_;  // one eviction round at a time
+
+  struct Counters {
+    MetricCounter* put_start;
+    MetricCounter* put_end;
+    MetricCounter* put_revoke;
+    MetricCounter* put_expired;
+    MetricCounter* get;
+    MetricCounter* get_miss;
+    MetricCounter* remove;
+    MetricCounter* evicted;
+    MetricCounter* evicted_bytes;
+    MetricCounter* lost;
+    MetricCounter* sessions_expired;
+    MetricCounter* alloc_failures;
+  } c_;
+};
+
+}  // namespace granary::master

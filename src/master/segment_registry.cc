@@ -1,0 +1,143 @@
+#include "master/segment_registry.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/size.h"
+
+namespace granary::master {
+
+absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest& req,
+                                                uint64_t session) {
+  if (req.size < proto::kAllocAlignment * 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment '", req.name, "' is ", req.size, " bytes; the minimum is ",
+                     proto::kAllocAlignment * 2));
+  }
+  if (req.rkey.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no remote key"));
+  }
+  if (req.worker_address.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment '", req.name, "' has no worker address"));
+  }
+  if (req.node_address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no node address"));
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, s] : segments_) {
+    if (s.info.node_id == req.node_id && s.info.name == req.name) {
+      return absl::AlreadyExistsError(absl::StrCat("segment '", req.name, "' of node ",
+                                                   req.node_id, " is already mounted as ", id));
+    }
+  }
+  uint64_t id = next_id_++;
+  Segment& s = segments_[id];
+  s.info.segment_id = id;
+  s.info.name = req.name;
+  s.info.node_id = req.node_id;
+  s.info.node_address = req.node_address;
+  s.info.base = req.base;
+  s.info.size = req.size;
+  s.info.tier = req.tier;
+  s.info.pool = req.pool;
+  s.info.rkey = req.rkey;
+  s.info.worker_address = req.worker_address;
+  s.session = session;
+  s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
+  return id;
+}
+
+bool SegmentRegistry::Unmount(uint64_t segment_id) {
+  absl::MutexLock lock(&mu_);
+  return segments_.erase(segment_id) > 0;
+}
+
+std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> ids;
+  for (const auto& [id, s] : segments_) {
+    if (s.session == session) ids.push_back(id);
+  }
+  return ids;
+}
+
+absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replicas) {
+  absl::MutexLock lock(&mu_);
+  if (segments_.empty()) {
+    return absl::ResourceExhaustedError("no segment is mounted: start a granary_node");
+  }
+  std::vector<Segment*> order;
+  order.reserve(segments_.size());
+  for (auto& [id, s] : segments_) order.push_back(&s);
+  size_t start = rotor_++ % order.size();
+  Placements out;
+  absl::flat_hash_set<std::string> nodes;
+  for (size_t i = 0; i < order.size() && static_cast<int>(out.size()) < replicas; ++i) {
+    Segment* s = order[(start + i) % order.size()];
+    if (s->info.tier != proto::Tier::kHost || !s->info.pool.empty()) continue;
+    if (nodes.contains(s->info.node_id)) continue;
+    auto a = s->alloc->Allocate(bytes);
+    if (!a.has_value()) continue;
+    nodes.insert(s->info.node_id);
+    out.push_back(Placement{s->info.segment_id, a->offset, a->size});
+  }
+  if (static_cast<int>(out.size()) < replicas) {
+    for (const auto& p : out) segments_[p.segment_id].alloc->Free(p.offset);
+    absl::flat_hash_set<std::string> all_nodes;
+    for (auto* s : order) all_nodes.insert(s->info.node_id);
+    if (static_cast<int>(all_nodes.size()) < replicas) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "replica_num=", replicas, " needs that many nodes, but ", all_nodes.size(),
+          " node(s) have segments mounted"));
+    }
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no space for ", FormatSize(bytes), " on ", replicas,
+                     " distinct node(s); found ", out.size()));
+  }
+  return out;
+}
+
+void SegmentRegistry::Free(const Placement& p) {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(p.segment_id);
+  if (it == segments_.end()) return;
+  it->second.alloc->Free(p.offset);
+}
+
+std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(p.segment_id);
+  if (it == segments_.end()) return std::nullopt;
+  return it->second.info.base + p.offset;
+}
+
+SegmentRegistry::Totals SegmentRegistry::totals() const {
+  absl::MutexLock lock(&mu_);
+  Totals t;
+  for (const auto& [id, s] : segments_) {
+    t.capacity += s.info.size;
+    t.used += s.alloc->used_bytes();
+  }
+  t.segments = segments_.size();
+  return t;
+}
+
+std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<proto::SegmentInfo> out;
+  for (const auto& [id, s] : segments_) {
+    out.push_back(s.info);
+    out.back().used = s.alloc->used_bytes();
+  }
+  return out;
+}
+
+double SegmentRegistry::MeanFragmentation() const {
+  absl::MutexLock lock(&mu_);
+  if (segments_.empty()) return 0;
+  double sum = 0;
+  for (const auto& [id, s] : segments_) sum += s.alloc->fragmentation();
+  return sum / segments_.size();
+}
+
+}  // namespace granary::master

@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "master/offset_allocator.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+
+namespace granary::master {
+
+// One replica's place in a segment.
+struct Placement {
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;  // bytes reserved (header + value, rounded to alignment)
+};
+using Placements = absl::InlinedVector<Placement, 2>;
+
+// The mounted segments and their allocators. Placement picks `replicas` segments on distinct
+// nodes, starting at a rotating position so that load spreads. Thread-safe (one mutex; every
+// call is O(segments) at most, and Allocate/Free are O(1) per segment).
+class SegmentRegistry {
+ public:
+  struct Totals {
+    uint64_t capacity = 0;
+    uint64_t used = 0;
+    size_t segments = 0;
+  };
+
+  // Registers a segment owned by `session`. Rejects overlapping names on one node.
+  absl::StatusOr<uint64_t> Mount(const proto::MountSegmentRequest& req, uint64_t session);
+  // Removes a segment; its space vanishes with it. Returns false if unknown.
+  bool Unmount(uint64_t segment_id);
+  // Segment ids owned by a session (a node).
+  std::vector<uint64_t> SegmentsOf(uint64_t session) const;
+
+  // Reserves `bytes` on `replicas` distinct nodes. RESOURCE_EXHAUSTED when not possible, with
+  // what was missing in the message.
+  absl::StatusOr<Placements> Allocate(uint64_t bytes, int replicas);
+  // Frees a placement; a placement on a segment that is gone is ignored.
+  void Free(const Placement& p);
+  void Free(const Placements& ps) {
+    for (const auto& p : ps) Free(p);
+  }
+
+  // Remote address of a placement (segment base + offset), or nullopt if the segment is gone.
+  std::optional<uint64_t> AddressOf(const Placement& p) const;
+  Totals totals() const;
+  std::vector<proto::SegmentInfo> List() const;
+  // Bytes of free space in the largest free block over all segments, and mean fragmentation.
+  double MeanFragmentation() const;
+
+ private:
+  struct Segment {
+    proto::SegmentInfo info;
+    uint64_t session = 0;
+    std::unique_ptr<OffsetAllocator> alloc;
+  };
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t rotor_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace granary::master

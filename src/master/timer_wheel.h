@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace granary::master {
+
+// A hashed timing wheel of deadlines. Add is O(1); Advance visits only the buckets of the ticks
+// that passed (each entry is looked at once per lap of the wheel), so no periodic full scan.
+// Thread-safe.
+class TimerWheel {
+ public:
+  struct Entry {
+    int64_t deadline_ms;
+    std::string key;  // the object's table key
+    uint64_t generation;
+  };
+  explicit TimerWheel(int64_t tick_ms, size_t buckets = 4096);
+
+  void Add(int64_t deadline_ms, std::string key, uint64_t generation);
+  // Removes and returns every entry whose deadline is <= now_ms.
+  std::vector<Entry> Advance(int64_t now_ms);
+  size_t size() const;
+
+ private:
+  const int64_t tick_ms_;
+  mutable absl::Mutex mu_;
+  std::vector<std::vector<Entry>> buckets_ ABSL_GUARDED_BY(mu_);
+  int64_t last_tick_ ABSL_GUARDED_BY(mu_) = -1;
+  size_t size_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace granary::master

@@ -1,0 +1,82 @@
+// granary_node: contributes pinned host memory (and GPU memory) to a Granary cluster.
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include <gflags/gflags.h>
+
+#include "common/log.h"
+#include "common/size.h"
+#include "node/node_server.h"
+
+DEFINE_string(master, "127.0.0.1:50051", "Master address host:port");
+DEFINE_string(host_segment_size, "1GB", "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
+DEFINE_string(gpu_segment_size, "0", "GPU memory to contribute (needs CUDA)");
+DEFINE_int32(gpu_device, 0, "CUDA device for the GPU segment");
+DEFINE_uint32(rpc_port, 0, "UCX listener port clients connect to (0 = any free port)");
+DEFINE_string(local_hostname, "", "Address clients reach this node at (default: the local "
+                                  "address of the connection to the master)");
+DEFINE_uint32(metrics_port, 9103, "HTTP port for /metrics and /health (0 = any)");
+DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
+DEFINE_string(pool, "", "Dedicate this node's segments to one tenant");
+DEFINE_string(cgroup, "", "Memory cgroup to run in (not implemented yet)");
+DEFINE_string(memory_limit, "", "Memory limit of --cgroup (not implemented yet)");
+DEFINE_bool(virtual_segments, false, "Register address space only (metadata benchmarks)");
+DEFINE_bool(huge_pages, true, "Try 2 MiB pages for host segments");
+DEFINE_string(log_level, "info", "debug|info|warning|error");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  auto fail = [](const std::string& msg) {
+    fprintf(stderr, "granary_node: %s\n", msg.c_str());
+    return 2;
+  };
+  granary::LogLevel level;
+  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+    return fail("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
+  }
+  granary::SetLogLevel(level);
+  if (!FLAGS_cgroup.empty() || !FLAGS_memory_limit.empty()) {
+    return fail("--cgroup/--memory_limit are not implemented in this build yet");
+  }
+  granary::node::NodeOptions o;
+  o.master = FLAGS_master;
+  auto host = granary::ParseSize(FLAGS_host_segment_size);
+  if (!host.ok()) return fail("--host_segment_size: " + std::string(host.status().message()));
+  o.host_segment_size = *host;
+  auto gpu = granary::ParseSize(FLAGS_gpu_segment_size);
+  if (!gpu.ok()) return fail("--gpu_segment_size: " + std::string(gpu.status().message()));
+  o.gpu_segment_size = *gpu;
+  o.gpu_device = FLAGS_gpu_device;
+  if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) return fail("ports must be 0..65535");
+  o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
+  o.local_hostname = FLAGS_local_hostname;
+  o.metrics_port = static_cast<uint16_t>(FLAGS_metrics_port);
+  o.metrics_host = FLAGS_metrics_host;
+  o.pool = FLAGS_pool;
+  o.virtual_segments = FLAGS_virtual_segments;
+  o.use_huge_pages = FLAGS_huge_pages;
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto node = granary::node::NodeServer::Create(o);
+  if (!node.ok()) {
+    fprintf(stderr, "granary_node: %s\n", node.status().ToString().c_str());
+    return 1;
+  }
+  std::thread([&set, n = node->get()] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    LOG_INFO << "signal " << sig << ": unmounting and shutting down";
+    n->Shutdown();
+  }).detach();
+  (*node)->Run();
+  node->reset();
+  return 0;
+}

@@ -1,0 +1,26 @@
+#include "node/node_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/util.h"
+#include "proto/alloc_header.h"
+
+namespace granary::node {
+
+absl::Status NodeOptions::Validate() const {
+  auto hp = ParseHostPort(master);
+  if (!hp.ok()) return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
+  if (host_segment_size == 0 && gpu_segment_size == 0) {
+    return absl::InvalidArgumentError(
+        "nothing to contribute: --host_segment_size and --gpu_segment_size are both 0");
+  }
+  if (host_segment_size != 0 && host_segment_size < 1024 * 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("--host_segment_size ", host_segment_size,
+                                                   " is below the 1 MB minimum"));
+  }
+  if (gpu_device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpu_device ", gpu_device, " is negative"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace granary::node

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace granary::node {
+
+// Everything granary_node can be told; flags only fill it. Validate() names a bad value.
+struct NodeOptions {
+  std::string master = "127.0.0.1:50051";  // host:port of the master
+  uint64_t host_segment_size = 1ull << 30;  // pinned host memory to contribute (bytes)
+  uint64_t gpu_segment_size = 0;            // GPU memory to contribute (bytes; needs CUDA)
+  int gpu_device = 0;
+  uint16_t rpc_port = 0;                    // UCX listener that clients read from (0 = any)
+  std::string local_hostname;               // address clients use to reach this node
+  uint16_t metrics_port = 9103;             // HTTP /metrics (0 = any)
+  std::string metrics_host = "0.0.0.0";
+  std::string pool;                         // dedicated tenant pool; empty = shared
+  bool virtual_segments = false;            // address space only, for metadata benchmarks
+  bool use_huge_pages = true;               // try 2 MiB pages first
+  int64_t reconnect_backoff_max_ms = 2000;
+
+  absl::Status Validate() const;
+};
+
+}  // namespace granary::node

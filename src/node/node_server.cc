@@ -1,0 +1,215 @@
+#include "node/node_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/log.h"
+#include "common/size.h"
+#include "common/util.h"
+#include "proto/messages.h"
+
+namespace granary::node {
+
+namespace {
+constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
+}
+
+absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions& options) {
+  absl::Status st = options.Validate();
+  if (!st.ok()) return st;
+  std::unique_ptr<NodeServer> n(new NodeServer());
+  n->options_ = options;
+  n->node_id_ = RandomId();
+  if (options.gpu_segment_size > 0) {
+    return absl::UnimplementedError(
+        "--gpu_segment_size: GPU segments are not implemented in this build yet");
+  }
+  auto ctx = transport::Context::Create("granary_node");
+  if (!ctx.ok()) return ctx.status();
+  n->ctx_ = std::move(*ctx);
+  auto worker = transport::Worker::Create(n->ctx_.get(), "node", &n->metrics_);
+  if (!worker.ok()) return worker.status();
+  n->worker_ = std::move(*worker);
+
+  // Allocate and register up front, so the memory is charged at start, not by surprise later.
+  if (options.host_segment_size > 0) {
+    Segment seg;
+    seg.name = "host0";
+    HostSegment::Options ho;
+    ho.size = options.host_segment_size;
+    ho.huge_pages = options.use_huge_pages;
+    ho.populate = !options.virtual_segments;
+    ho.lock = !options.virtual_segments;
+    auto mem = HostSegment::Create(ho);
+    if (!mem.ok()) return mem.status();
+    seg.memory = std::move(*mem);
+    auto region =
+        transport::MemoryRegion::Create(n->ctx_.get(), seg.memory->data(), seg.memory->size());
+    if (!region.ok()) return region.status();
+    seg.region = std::move(*region);
+    auto rkey = seg.region->PackRkey();
+    if (!rkey.ok()) return rkey.status();
+    seg.rkey = std::move(*rkey);
+    LOG_INFO << "host segment " << seg.name << ": " << FormatSize(ho.size)
+             << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
+             << (seg.memory->locked() ? ", locked" : ", not locked")
+             << (options.virtual_segments ? ", virtual (no data)" : "");
+    n->segments_.push_back(std::move(seg));
+  }
+
+  // Clients connect here to read and write segments one-sided; no requests are served.
+  transport::RpcServer::Callbacks cb;
+  cb.on_request = [](transport::RpcServer::ConnId, const proto::FrameView& f) {
+    return std::optional<std::string>(proto::EncodeFrame(
+        f.header.type | proto::kReplyBit, f.header.request_id,
+        proto::StatusReply{proto::WireStatus::From(
+            absl::UnimplementedError("a node answers no requests; talk to the master"))}));
+  };
+  auto listener = transport::RpcServer::Create(n->worker_.get(), options.rpc_port, std::move(cb));
+  if (!listener.ok()) return listener.status();
+  n->listener_ = std::move(*listener);
+  auto waddr = n->worker_->Address();
+  if (!waddr.ok()) return waddr.status();
+  n->worker_address_ = std::move(*waddr);
+
+  n->mounts_ = n->metrics_.Counter("granary_node_mounts_total",
+                                   "Times the node mounted its segments at a master");
+  n->connected_ = n->metrics_.Gauge("granary_node_master_connected",
+                                    "1 while the node has a live session with the master");
+  uint64_t total = 0;
+  for (const auto& s : n->segments_) total += s.memory->size();
+  n->metrics_.Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
+      ->Set(static_cast<double>(total));
+  NodeServer* raw = n.get();
+  n->http_.server().Get("/metrics", [raw](const httplib::Request&, httplib::Response& res) {
+    res.set_content(raw->metrics_.Render(), "text/plain; version=0.0.4");
+  });
+  n->http_.server().Get("/health", [raw](const httplib::Request&, httplib::Response& res) {
+    bool up = raw->connected_->value() > 0;
+    res.status = up ? 200 : 503;
+    res.set_content(up ? "{\"status\":\"ok\"}" : "{\"status\":\"master not connected\"}",
+                    "application/json");
+  });
+  st = n->http_.Start(options.metrics_host, options.metrics_port);
+  if (!st.ok()) return st;
+  LOG_INFO << "granary_node " << n->node_id_ << " listening on port " << n->listen_port()
+           << ", http port " << n->http_port();
+  return n;
+}
+
+NodeServer::~NodeServer() {
+  Shutdown();
+  master_.reset();
+  listener_.reset();
+  for (auto& s : segments_) s.region.reset();
+  worker_.reset();
+  ctx_.reset();
+}
+
+void NodeServer::SleepFor(int64_t ms) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(ms));
+}
+
+absl::Status NodeServer::ConnectAndMount() {
+  master_.reset();
+  for (auto& s : segments_) s.master_id = 0;
+  auto client = transport::RpcClient::Create(worker_.get(), options_.master);
+  if (!client.ok()) return client.status();
+  master_ = std::move(*client);
+  proto::HelloRequest hello;
+  hello.role = proto::Role::kNode;
+  hello.client_id = node_id_;
+  auto rep = master_->Invoke<proto::HelloRequest, proto::HelloReply>(proto::MsgType::kHello,
+                                                                     hello, kRpcTimeout);
+  if (!rep.ok()) return rep.status();
+  heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
+  std::string host = options_.local_hostname;
+  if (host.empty()) host = master_->LocalHost();
+  if (host.empty()) host = "127.0.0.1";
+  std::string address = HostPort{host, listen_port()}.ToString();
+  for (auto& s : segments_) {
+    proto::MountSegmentRequest m;
+    m.name = s.name;
+    m.node_id = node_id_;
+    m.node_address = address;
+    m.base = reinterpret_cast<uint64_t>(s.memory->data());
+    m.size = s.memory->size();
+    m.tier = proto::Tier::kHost;
+    m.rkey = s.rkey;
+    m.pool = options_.pool;
+    m.worker_address = worker_address_;
+    auto mr = master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
+        proto::MsgType::kMountSegment, m, kRpcTimeout);
+    if (!mr.ok()) return mr.status();
+    s.master_id = mr->segment_id;
+    LOG_INFO << "mounted " << s.name << " at master " << options_.master << " as segment "
+             << s.master_id << ", reachable at " << address;
+  }
+  mounts_->Inc();
+  return absl::OkStatus();
+}
+
+void NodeServer::Run() {
+  int64_t backoff = 100;
+  bool warned = false;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) break;
+    }
+    if (!master_ || master_->broken()) {
+      connected_->Set(0);
+      absl::Status st = ConnectAndMount();
+      if (!st.ok()) {
+        if (!warned) LOG_WARN << "cannot register with master " << options_.master << ": " << st
+                              << "; retrying";
+        warned = true;
+        master_.reset();
+        SleepFor(backoff);
+        backoff = std::min(backoff * 2, options_.reconnect_backoff_max_ms);
+        continue;
+      }
+      warned = false;
+      backoff = 100;
+      connected_->Set(1);
+    }
+    SleepFor(heartbeat_ms_);
+    if (master_ && !master_->broken()) {
+      auto hb = master_->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
+          proto::MsgType::kHeartbeat, proto::HeartbeatRequest{}, kRpcTimeout);
+      if (!hb.ok()) {
+        LOG_WARN << "heartbeat to master failed: " << hb.status() << "; reconnecting";
+        master_.reset();
+      }
+    }
+  }
+  UnmountAll();
+  connected_->Set(0);
+}
+
+void NodeServer::UnmountAll() {
+  if (!master_ || master_->broken()) return;
+  for (auto& s : segments_) {
+    if (s.master_id == 0) continue;
+    auto rep = master_->Invoke<proto::UnmountSegmentRequest, proto::StatusReply>(
+        proto::MsgType::kUnmountSegment, proto::UnmountSegmentRequest{s.master_id},
+        absl::Seconds(2));
+    if (rep.ok()) {
+      LOG_INFO << "unmounted segment " << s.master_id;
+    } else {
+      LOG_WARN << "unmount of segment " << s.master_id << " failed: " << rep.status();
+    }
+    s.master_id = 0;
+  }
+}
+
+void NodeServer::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
+}  // namespace granary::node

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
+#include "node/host_segment.h"
+#include "node/node_options.h"
+#include "transport/context.h"
+#include "transport/memory.h"
+#include "transport/rpc_client.h"
+#include "transport/rpc_server.h"
+#include "transport/worker.h"
+
+namespace granary::node {
+
+// The granary_node process minus flag parsing. Owns its segments (allocated and registered in
+// Create, before anything connects), a UCX listener that clients read and write through, and a
+// session with the master that it keeps alive: heartbeats, and reconnect + re-mount when the
+// master restarts. Run() blocks until Shutdown(), which unmounts gracefully. Thread-safe.
+class NodeServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<NodeServer>> Create(const NodeOptions& options);
+  ~NodeServer();
+
+  void Run();
+  void Shutdown();
+  uint16_t listen_port() const { return listener_->port(); }
+  uint16_t http_port() const { return http_.port(); }
+  const std::string& node_id() const { return node_id_; }
+
+ private:
+  struct Segment {
+    std::string name;
+    std::unique_ptr<HostSegment> memory;
+    std::unique_ptr<transport::MemoryRegion> region;
+    std::string rkey;
+    uint64_t master_id = 0;  // id the master gave it in the current session; 0 = not mounted
+  };
+  NodeServer() = default;
+  absl::Status ConnectAndMount();
+  void UnmountAll();
+  void SleepFor(int64_t ms);
+
+  NodeOptions options_;
+  std::string node_id_;
+  std::string worker_address_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::unique_ptr<transport::RpcServer> listener_;
+  std::vector<Segment> segments_;
+  std::unique_ptr<transport::RpcClient> master_;
+  uint32_t heartbeat_ms_ = 1000;
+  HttpServer http_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  MetricCounter* mounts_ = nullptr;
+  MetricGauge* connected_ = nullptr;
+};
+
+}  // namespace granary::node
