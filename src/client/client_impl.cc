@@ -127,6 +127,7 @@ absl::Status ClientImpl::RefreshSegments() {
     r->node_address = s.node_address;
     r->rkey = std::move(s.rkey);
     r->worker_address = std::move(s.worker_address);
+    r->same_host = !s.host_id.empty() && s.host_id == HostId();
     segments_[s.segment_id] = std::move(r);
   }
   return absl::OkStatus();

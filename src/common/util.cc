@@ -1,5 +1,8 @@
 #include "common/util.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -44,6 +47,25 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view text) {
   if (!absl::SimpleAtoi(port_text, &port) || port > 65535) return bad("port is not 0..65535");
   hp.port = static_cast<uint16_t>(port);
   return hp;
+}
+
+const std::string& HostId() {
+  static const std::string id = [] {
+    std::string s;
+    if (FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r")) {
+      char buf[64] = {0};
+      if (fgets(buf, sizeof(buf), f) != nullptr) s = buf;
+      fclose(f);
+    }
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    if (s.empty()) {
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      s = host;
+    }
+    return s;
+  }();
+  return id;
 }
 
 uint64_t HashBytes(absl::string_view data, uint64_t seed) {

@@ -22,6 +22,10 @@ struct HostPort {
 // "host:port" or "[v6]:port". Names the bad value in the error.
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view text);
 
+// This machine's identity for "same host" decisions: the kernel boot id (shared by every
+// process and container on one host), or the hostname if that is unreadable.
+const std::string& HostId();
+
 // 64-bit FNV-1a, used for the key hash in allocation headers (not for security).
 uint64_t HashBytes(absl::string_view data, uint64_t seed = 0);
 

@@ -42,6 +42,7 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.pool = req.pool;
   s.info.rkey = req.rkey;
   s.info.worker_address = req.worker_address;
+  s.info.host_id = req.host_id;
   s.session = session;
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
   return id;

@@ -142,6 +142,7 @@ absl::Status NodeServer::ConnectAndMount() {
     m.rkey = s.rkey;
     m.pool = options_.pool;
     m.worker_address = worker_address_;
+    m.host_id = HostId();
     auto mr = master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
         proto::MsgType::kMountSegment, m, kRpcTimeout);
     if (!mr.ok()) return mr.status();

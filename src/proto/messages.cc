@@ -128,6 +128,7 @@ void Encode(const MountSegmentRequest& m, Writer& w) {
   w.Str(m.rkey);
   w.Str(m.pool);
   w.Str(m.worker_address);
+  w.Str(m.host_id);
 }
 absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->name = r.Str("name", kMaxNameBytes);
@@ -139,6 +140,7 @@ absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->rkey = r.Str("rkey", kMaxRkeyBytes);
   m->pool = r.Str("pool", kMaxTenantIdBytes);
   m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
+  m->host_id = r.Str("host_id", kMaxNameBytes);
   return r.status();
 }
 void Encode(const MountSegmentReply& m, Writer& w) {
@@ -331,11 +333,12 @@ void Encode(const SegmentsReply& m, Writer& w) {
     w.Str(s.pool);
     w.Str(s.rkey);
     w.Str(s.worker_address);
+    w.Str(s.host_id);
   }
 }
 absl::Status Decode(Reader& r, SegmentsReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("segments", kMaxBatch, 57);
+  uint32_t n = r.Count("segments", kMaxBatch, 61);
   m->segments.resize(n);
   for (auto& s : m->segments) {
     s.segment_id = r.U64("segment_id");
@@ -349,6 +352,7 @@ absl::Status Decode(Reader& r, SegmentsReply* m) {
     s.pool = r.Str("pool", kMaxTenantIdBytes);
     s.rkey = r.Str("rkey", kMaxRkeyBytes);
     s.worker_address = r.Str("worker_address", kMaxRkeyBytes);
+    s.host_id = r.Str("host_id", kMaxNameBytes);
   }
   return r.status();
 }

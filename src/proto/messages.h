@@ -83,6 +83,7 @@ struct MountSegmentRequest {
   std::string rkey;          // packed UCX remote key
   std::string pool;          // tenant of a dedicated pool; empty = shared
   std::string worker_address;  // the node's UCX worker address (data endpoints connect to it)
+  std::string host_id;         // identifies the machine (boot id): same-host peers use shm
 };
 struct MountSegmentReply {
   WireStatus status;
@@ -185,6 +186,7 @@ struct SegmentInfo {
   std::string pool;
   std::string rkey;
   std::string worker_address;
+  std::string host_id;
 };
 struct SegmentsReply {
   WireStatus status;

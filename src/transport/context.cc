@@ -1,5 +1,7 @@
 #include "transport/context.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
@@ -26,6 +28,9 @@ absl::Status UcsError(ucs_status_t st, absl::string_view what) {
 
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(
     const std::string& name, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  // A restarted daemon must be able to listen on its port again while old connections sit in
+  // TIME_WAIT. The environment still wins if it says otherwise.
+  setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcsError(st, "reading UCX configuration");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 
 namespace granary::transport {
 
@@ -43,6 +44,7 @@ EndpointTransports QueryTransports(ucp_ep_h ep) {
   fclose(f);
   std::string text(buf, size);
   free(buf);
+  LOG_DEBUG << "ucp_ep_print_info:\n" << text;
   return ParseEpInfo(text);
 }
 

@@ -60,7 +60,8 @@ absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
     if (!it->second->ep->broken.load()) return it->second.get();
     DropPeer(address);
   }
-  auto ep = worker_->ConnectWorker(seg.worker_address, address);
+  auto ep = worker_->ConnectWorker(seg.worker_address, address,
+                                   /*peer_failure_handling=*/!seg.same_host);
   if (!ep.ok()) return ep.status();
   (*ep)->on_error = [this, address](ucs_status_t) {
     worker_->Post([this, address] {

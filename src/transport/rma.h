@@ -20,6 +20,7 @@ struct RemoteSegment {
   std::string node_address;  // host:port of the node's listener
   std::string rkey;          // packed remote key
   std::string worker_address;  // the node's UCX worker address
+  bool same_host = false;      // connect without peer-failure handling so shm can be used
 };
 
 // One one-sided transfer between local memory and a remote segment.

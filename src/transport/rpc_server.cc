@@ -53,8 +53,8 @@ void RpcServer::OnConnRequest(ucp_conn_request_h req, void* arg) {
   auto* self = static_cast<RpcServer*>(arg);
   auto ep = self->worker_->Accept(req);
   if (!ep.ok()) {
-    LOG_WARN << "rejecting a connection: " << ep.status();
-    ucp_listener_reject(self->listener_, req);
+    // ucp_ep_create consumed the request even though it failed: do not reject it again.
+    LOG_WARN << "refused a connection: " << ep.status();
     return;
   }
   ConnId id = self->next_id_++;

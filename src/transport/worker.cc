@@ -197,11 +197,11 @@ void Worker::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 }
 
 absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params,
-                                                        std::string peer) {
+                                                        std::string peer, bool peer_mode) {
   auto e = std::make_shared<Endpoint>();
   e->peer = std::move(peer);
   params->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  params->err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params->err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params->err_handler.cb = &Worker::OnEpError;
   params->err_handler.arg = e.get();
   ucs_status_t st = ucp_ep_create(worker_, params, &e->ep);
@@ -225,14 +225,15 @@ absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Connect(const std::string& hos
 }
 
 absl::StatusOr<std::shared_ptr<Endpoint>> Worker::ConnectWorker(const std::string& worker_address,
-                                                                std::string peer) {
+                                                                std::string peer,
+                                                                bool peer_failure_handling) {
   if (worker_address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("empty worker address for ", peer));
   }
   ucp_ep_params_t p = {};
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   p.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
-  return Track(&p, std::move(peer));
+  return Track(&p, std::move(peer), peer_failure_handling);
 }
 
 absl::StatusOr<std::string> Worker::Address() {

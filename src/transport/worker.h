@@ -87,9 +87,13 @@ class Worker {
   // Progress-thread only. Creates an endpoint to host:port (client side of a listener).
   absl::StatusOr<std::shared_ptr<Endpoint>> Connect(const std::string& host_port);
   // Progress-thread only. Creates an endpoint to a worker address (ucp_worker_query), which
-  // lets UCX pick every transport the two sides share, shared memory included.
+  // lets UCX pick every transport the two sides share. UCX 1.13's shared-memory transports
+  // cannot report peer failure, so with peer_failure_handling they are left out; a same-host
+  // peer is connected without it (a dead peer then shows as failed transfers, which the
+  // master's view of live nodes resolves).
   absl::StatusOr<std::shared_ptr<Endpoint>> ConnectWorker(const std::string& worker_address,
-                                                          std::string peer);
+                                                          std::string peer,
+                                                          bool peer_failure_handling);
   // This worker's address, for peers to ConnectWorker to.
   absl::StatusOr<std::string> Address();
   // Progress-thread only. Accepts a connection request from a listener.
@@ -114,7 +118,8 @@ class Worker {
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  absl::StatusOr<std::shared_ptr<Endpoint>> Track(ucp_ep_params_t* params, std::string peer);
+  absl::StatusOr<std::shared_ptr<Endpoint>> Track(ucp_ep_params_t* params, std::string peer,
+                                                  bool peer_mode = true);
 
   Context* ctx_;
   ucp_worker_h worker_;
