@@ -1,0 +1,250 @@
+#include "tests/integration/cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <httplib.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+extern char** environ;
+
+namespace granary::testing {
+
+absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::vector<std::string>& argv,
+                                                         const std::vector<std::string>& env,
+                                                         const std::string& log_path) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+  for (const auto& e : env) envs.push_back(e);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  auto p = std::make_unique<Process>();
+  p->log_path_ = log_path;
+  int rc = posix_spawn(&p->pid_, argv[0].c_str(), &fa, nullptr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("spawning ", argv[0], ": ", strerror(rc)));
+  }
+  return p;
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+}
+
+void Process::Kill(int sig) {
+  if (!reaped_ && pid_ > 0) kill(pid_, sig);
+}
+
+int Process::Wait() {
+  if (!reaped_) {
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    reaped_ = true;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  return status_;
+}
+
+bool Process::Running() {
+  if (reaped_) return false;
+  int st = 0;
+  pid_t r = waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return false;
+  }
+  return true;
+}
+
+std::string Process::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string BinDir() {
+  const char* d = std::getenv("GRANARY_BIN_DIR");
+  return d != nullptr ? d : "build/bin";
+}
+
+absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(2);
+  c.set_read_timeout(5);
+  auto res = c.Get(path.c_str());
+  if (!res) return absl::UnavailableError(absl::StrCat("GET ", path, " on port ", port, " failed"));
+  if (res->status != 200) {
+    return absl::UnavailableError(absl::StrCat("GET ", path, ": HTTP ", res->status, " ", res->body));
+  }
+  return res->body;
+}
+
+absl::StatusOr<double> ScrapeMetric(uint16_t port, const std::string& sample) {
+  auto body = HttpGet(port, "/metrics");
+  if (!body.ok()) return body.status();
+  for (absl::string_view line : absl::StrSplit(*body, '\n')) {
+    if (line.size() > sample.size() && line.substr(0, sample.size()) == sample &&
+        line[sample.size()] == ' ') {
+      double v = 0;
+      if (absl::SimpleAtod(line.substr(sample.size() + 1), &v)) return v;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("metric ", sample, " not found"));
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
+  auto c = std::make_unique<Cluster>();
+  c->options_ = o;
+  char tmpl[] = "/tmp/granary_it_XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
+  c->dir_ = tmpl;
+  c->rpc_port_ = FreePort();
+  c->http_port_ = FreePort();
+  std::vector<std::string> argv = {BinDir() + "/granary_master",
+                                   absl::StrCat("--rpc_port=", c->rpc_port_),
+                                   absl::StrCat("--metrics_port=", c->http_port_),
+                                   "--metrics_host=127.0.0.1",
+                                   absl::StrCat("--client_ttl=", o.client_ttl_sec),
+                                   absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
+                                   absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
+  for (const auto& f : o.master_flags) argv.push_back(f);
+  auto m = Process::Start(argv, o.env, c->dir_ + "/master.log");
+  if (!m.ok()) return m.status();
+  c->master_ = std::move(*m);
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    up = HttpGet(c->http_port_, "/health").ok();
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!c->master_->Running()) break;
+  }
+  if (!up) {
+    c->DumpLogs();
+    return absl::UnavailableError("master did not come up");
+  }
+  for (int i = 0; i < o.nodes; ++i) {
+    absl::Status st = c->StartNode();
+    if (!st.ok()) return st;
+  }
+  absl::Status st = c->WaitForSegments(o.nodes);
+  if (!st.ok()) {
+    c->DumpLogs();
+    return st;
+  }
+  return c;
+}
+
+Cluster::~Cluster() {
+  for (auto& n : nodes_) n.reset();
+  master_.reset();
+}
+
+absl::Status Cluster::StartNode(int replace_index) {
+  int seq = node_seq_++;
+  std::vector<std::string> argv = {BinDir() + "/granary_node", "--master=" + master_address(),
+                                   "--host_segment_size=" + options_.node_segment_size,
+                                   "--metrics_port=0", "--metrics_host=127.0.0.1",
+                                   "--local_hostname=127.0.0.1"};
+  auto p = Process::Start(argv, options_.env, absl::StrCat(dir_, "/node", seq, ".log"));
+  if (!p.ok()) return p.status();
+  if (replace_index >= 0) {
+    nodes_[replace_index] = std::move(*p);
+  } else {
+    nodes_.push_back(std::move(*p));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::WaitForSegments(int count, double timeout_sec) {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(static_cast<int64_t>(timeout_sec * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto v = Metric("granary_master_segments");
+    if (v.ok() && static_cast<int>(*v) == count) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("master did not reach ", count, " segments"));
+}
+
+std::string Cluster::master_address() const { return absl::StrCat("127.0.0.1:", rpc_port_); }
+
+ClientOptions Cluster::ClientOpts(const std::string& tenant) const {
+  ClientOptions o;
+  o.master_server_address = master_address();
+  o.tenant_id = tenant;
+  o.transfer_timeout_ms = 10'000;
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Cluster::NewClient(const std::string& tenant) const {
+  return Client::Create(ClientOpts(tenant));
+}
+
+void Cluster::DumpLogs() const {
+  auto dump = [](const std::string& name, const Process* p) {
+    if (p == nullptr) return;
+    std::string log = p->Log();
+    if (log.size() > 20000) log = "..." + log.substr(log.size() - 20000);
+    std::cerr << "===== " << name << " (" << p->log_path() << ") =====\n" << log << "\n";
+  };
+  dump("master", master_.get());
+  for (size_t i = 0; i < nodes_.size(); ++i) dump(absl::StrCat("node", i), nodes_[i].get());
+}
+
+std::string MakeValue(const std::string& key, uint64_t version, size_t size) {
+  std::string v(size, '\0');
+  std::mt19937_64 gen(std::hash<std::string>{}(key) ^ (version * 0x9E3779B97F4A7C15ULL));
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t r = gen();
+    std::memcpy(&v[i], &r, 8);
+  }
+  for (; i < size; ++i) v[i] = static_cast<char>(gen());
+  return v;
+}
+
+}  // namespace granary::testing

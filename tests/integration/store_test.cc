@@ -1,0 +1,301 @@
+// End-to-end tests on a real master and real nodes (separate processes) on loopback, over UCX's
+// default transports (shared memory) and over UCX_TLS=tcp.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
+#include "tests/integration/cluster.h"
+
+namespace granary::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+class StoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "tcp") {
+      setenv("UCX_TLS", "tcp", 1);
+      env_ = {"UCX_TLS=tcp"};
+    } else {
+      unsetenv("UCX_TLS");
+    }
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) cluster_->DumpLogs();
+    cluster_.reset();
+    unsetenv("UCX_TLS");
+  }
+  void StartCluster(Cluster::Options o) {
+    o.env = env_;
+    auto c = Cluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+  }
+  std::unique_ptr<Client> NewClient(int replica_num = 1, const std::string& tenant = "default") {
+    ClientOptions o = cluster_->ClientOpts(tenant);
+    o.replica_num = replica_num;
+    auto c = Client::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+  double Metric(const std::string& sample) {
+    auto v = cluster_->Metric(sample);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : -1;
+  }
+
+  // Starts a writer process that holds an 8 MiB allocation between PutStart and PutEnd, sends
+  // it `sig`, and returns the milliseconds until the master freed the space, or -1 if that took
+  // longer than 2 x client_ttl.
+  int64_t FreeAfterSignal(int sig) {
+    const std::string used = "granary_master_used_bytes{tier=\"host\"}";
+    EXPECT_EQ(Metric(used), 0);
+    auto writer = Process::Start({BinDir() + "/put_start_hang", cluster_->master_address(),
+                                  "default", "doomed", std::to_string(8 << 20)},
+                                 env_, cluster_->dir() + "/writer.log");
+    EXPECT_TRUE(writer.ok());
+    if (!writer.ok()) return -1;
+    bool started = false;
+    for (int i = 0; i < 200 && !started; ++i) {
+      started = (*writer)->Log().find("STARTED") != std::string::npos;
+      std::this_thread::sleep_for(milliseconds(25));
+    }
+    EXPECT_TRUE(started) << (*writer)->Log();
+    EXPECT_GE(Metric(used), 8 << 20);
+    EXPECT_EQ(Metric("granary_master_objects_processing"), 1);
+    auto t0 = std::chrono::steady_clock::now();
+    (*writer)->Kill(sig);
+    int64_t ms = -1;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
+      if (Metric(used) == 0) {
+        ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0)
+                 .count();
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    EXPECT_EQ(Metric("granary_master_objects_processing"), ms >= 0 ? 0 : 1);
+    (*writer)->Kill(SIGKILL);
+    (*writer)->Wait();
+    return ms;
+  }
+
+  std::vector<std::string> env_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
+  Cluster::Options o;
+  o.nodes = 2;
+  o.node_segment_size = "160MB";
+  StartCluster(o);
+  auto c = NewClient();
+  ASSERT_NE(c, nullptr);
+  for (size_t size : {size_t{1} << 10, size_t{1} << 20, size_t{64} << 20}) {
+    std::string key = absl::StrCat("value-", size);
+    std::string v = MakeValue(key, 1, size);
+    ASSERT_TRUE(c->Put(key, v).ok()) << key;
+    auto got = c->Get(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), size);
+    EXPECT_TRUE(*got == v) << "bytes differ for " << key;
+    // Zero-copy read into a registered buffer.
+    std::string buf(size, '\0');
+    ASSERT_TRUE(c->RegisterBuffer(buf.data(), buf.size()).ok());
+    auto n = c->GetInto(key, buf.data(), buf.size());
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, size);
+    EXPECT_TRUE(buf == v);
+    ASSERT_TRUE(c->UnregisterBuffer(buf.data()).ok());
+  }
+  // A buffer too small is refused without writing.
+  std::string small(10, 'x');
+  auto n = c->GetInto("value-1024", small.data(), small.size());
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(small, std::string(10, 'x'));
+  // Batch of 32 small values.
+  std::vector<std::string> keys, values;
+  std::vector<absl::string_view> views;
+  for (int i = 0; i < 32; ++i) {
+    keys.push_back(absl::StrCat("batch-", i));
+    values.push_back(MakeValue(keys.back(), 7, 4096));
+  }
+  for (auto& v : values) views.push_back(v);
+  for (const auto& st : c->BatchPut(keys, views)) EXPECT_TRUE(st.ok()) << st;
+  auto got = c->BatchGet(keys);
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status();
+    EXPECT_TRUE(*got[i] == values[i]) << keys[i];
+  }
+  // Errors say what happened.
+  EXPECT_EQ(c->Get("missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c->Put("value-1024", "again").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(c->Put("", "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Put("empty", "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(*c->Exist("batch-3"));
+  EXPECT_TRUE(c->Remove("batch-3").ok());
+  EXPECT_FALSE(*c->Exist("batch-3"));
+  EXPECT_EQ(c->Remove("batch-3").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_P(StoreTest, EveryReadSucceedsAfterKillingOneOfTwoReplicaNodes) {
+  Cluster::Options o;
+  o.nodes = 2;
+  o.node_segment_size = "64MB";
+  StartCluster(o);
+  auto c = NewClient(/*replica_num=*/2);
+  ASSERT_NE(c, nullptr);
+  constexpr int kObjects = 40;
+  for (int i = 0; i < kObjects; ++i) {
+    std::string k = absl::StrCat("r2-", i);
+    ASSERT_TRUE(c->Put(k, MakeValue(k, 1, 64 << 10)).ok()) << k;
+    auto s = c->Stat(k);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(s->replicas, 2u);
+  }
+  cluster_->node(0)->Kill(SIGKILL);
+  cluster_->node(0)->Wait();
+  // Read at once (the master may not know yet) and again after it noticed.
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kObjects; ++i) {
+      std::string k = absl::StrCat("r2-", i);
+      auto v = c->Get(k);
+      ASSERT_TRUE(v.ok()) << "round " << round << " " << k << ": " << v.status();
+      EXPECT_TRUE(*v == MakeValue(k, 1, 64 << 10)) << k;
+    }
+    ASSERT_TRUE(cluster_->WaitForSegments(1).ok());
+  }
+  auto s = c->Stat("r2-0");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->replicas, 1u);
+}
+
+// Starts a writer process that holds an 8 MiB allocation, hits it with `sig`, and returns how
+// long the master took to free the space (or -1 if it did not within 2 x client_ttl).
+TEST_P(StoreTest, KilledWriterSpaceIsFreeWithinTwoClientTtl) {
+  Cluster::Options o;
+  o.client_ttl_sec = 2;
+  StartCluster(o);
+  int64_t ms = FreeAfterSignal(SIGKILL);
+  EXPECT_GE(ms, 0) << "space still held 2 x client_ttl after kill -9 of the writer";
+  std::cerr << "[ measured ] writer kill -9 to space free: " << ms << " ms (client_ttl 2000 ms)\n";
+}
+
+TEST_P(StoreTest, StalledWriterSpaceIsFreeWithinTwoClientTtl) {
+  // SIGSTOP: the connection stays open, only the heartbeats stop.
+  Cluster::Options o;
+  o.client_ttl_sec = 2;
+  StartCluster(o);
+  int64_t ms = FreeAfterSignal(SIGSTOP);
+  EXPECT_GE(ms, 0) << "space still held 2 x client_ttl after the writer stalled";
+  EXPECT_GE(ms, 1000) << "freed before client_ttl could have passed";
+  std::cerr << "[ measured ] writer SIGSTOP to space free: " << ms << " ms (client_ttl 2000 ms)\n";
+}
+
+TEST_P(StoreTest, EvictionKeepsAFullStoreWritableAndSparesLeasedObjects) {
+  Cluster::Options o;
+  o.node_segment_size = "32MB";
+  o.lease_ttl_ms = 60'000;
+  StartCluster(o);
+  ClientOptions co = cluster_->ClientOpts();
+  auto raw = client::ClientImpl::Create(co);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  client::ClientImpl& c = **raw;
+  const std::string leased_value = MakeValue("leased", 1, 1 << 20);
+  ASSERT_TRUE(c.Put("leased", leased_value).ok());
+  // Take a read lease and never release it (no GetEnd), as a slow reader would.
+  auto lease = c.Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                           proto::KeysRequest{{"leased"}});
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(lease->results[0].status.ToStatus().ok());
+  // Write three times the capacity.
+  for (int i = 0; i < 96; ++i) {
+    std::string k = absl::StrCat("fill-", i);
+    absl::Status st = c.Put(k, MakeValue(k, 1, 1 << 20));
+    ASSERT_TRUE(st.ok()) << k << ": " << st;
+  }
+  EXPECT_GT(Metric("granary_master_evicted_objects_total"), 0);
+  auto v = c.Get("leased");
+  ASSERT_TRUE(v.ok()) << "leased object was evicted: " << v.status();
+  EXPECT_TRUE(*v == leased_value);
+  // The most recent writes are still there.
+  auto last = c.Get("fill-95");
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_TRUE(*last == MakeValue("fill-95", 1, 1 << 20));
+}
+
+TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
+  Cluster::Options o;
+  o.nodes = 2;
+  o.node_segment_size = "64MB";
+  StartCluster(o);
+  constexpr int kClients = 8, kOps = 1000, kKeys = 24;
+  std::atomic<int> errors{0};
+  std::atomic<int> ops_done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      auto c = NewClient();
+      if (c == nullptr) {
+        errors += kOps;
+        return;
+      }
+      std::mt19937 rng(1234 + t);
+      std::vector<uint64_t> version(kKeys, 0);  // 0 = absent
+      std::vector<size_t> sizes(kKeys, 0);
+      uint64_t next_version = 1;
+      auto fail = [&](const std::string& what) {
+        if (errors.fetch_add(1) < 10) ADD_FAILURE() << "client " << t << ": " << what;
+      };
+      for (int i = 0; i < kOps; ++i) {
+        int k = rng() % kKeys;
+        std::string key = absl::StrCat("c", t, "-k", k);
+        int op = rng() % 4;
+        if (version[k] == 0 && op != 3) {
+          size_t size = 1 + rng() % (64 << 10);
+          uint64_t ver = next_version++;
+          absl::Status st = c->Put(key, MakeValue(key, ver, size));
+          if (!st.ok()) fail(absl::StrCat("put ", key, ": ", st.ToString()));
+          version[k] = ver;
+          sizes[k] = size;
+        } else if (op == 0 || op == 1) {
+          auto v = c->Get(key);
+          if (version[k] == 0) {
+            if (v.status().code() != absl::StatusCode::kNotFound) fail("get of absent key");
+          } else if (!v.ok()) {
+            fail(absl::StrCat("get ", key, ": ", v.status().ToString()));
+          } else if (*v != MakeValue(key, version[k], sizes[k])) {
+            fail(absl::StrCat("WRONG BYTES for ", key));
+          }
+        } else if (op == 2) {
+          auto e = c->Exist(key);
+          if (!e.ok() || *e != (version[k] != 0)) fail(absl::StrCat("exist ", key));
+        } else {
+          absl::Status st = c->Remove(key);
+          if (version[k] == 0 ? st.code() != absl::StatusCode::kNotFound : !st.ok()) {
+            fail(absl::StrCat("remove ", key, ": ", st.ToString()));
+          }
+          version[k] = 0;
+        }
+        ++ops_done;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(ops_done.load(), kClients * kOps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("default", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace granary::testing

@@ -1,0 +1,13 @@
+add_library(granary_test_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/cluster.cc)
+target_include_directories(granary_test_cluster PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(granary_test_cluster PUBLIC granary::client granary::http)
+
+add_executable(put_start_hang ${PROJECT_SOURCE_DIR}/tests/tools/put_start_hang.cc)
+target_link_libraries(put_start_hang PRIVATE granary::client)
+
+granary_test(NAME integration_store_test LABELS integration TIMEOUT 600
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_store_test granary_master granary_node put_start_hang)
+granary_test(NAME integration_cli_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_cli_test granary_master granary_node granary)
