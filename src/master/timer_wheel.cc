@@ -1,16 +1,25 @@
 #include "master/timer_wheel.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace granary::master {
 
-TimerWheel::TimerWheel(int64_t tick_ms, size_t buckets) : tick_ms_(tick_ms), buckets_(buckets) {}
+namespace {
+// last_tick_ until the first Advance. Not -1: that is a real tick (the one before tick 0).
+constexpr int64_t kNotStarted = std::numeric_limits<int64_t>::min();
+}  // namespace
+
+TimerWheel::TimerWheel(int64_t tick_ms, size_t buckets)
+    : tick_ms_(tick_ms), buckets_(buckets), last_tick_(kNotStarted) {}
 
 void TimerWheel::Add(int64_t deadline_ms, std::string key, uint64_t generation) {
   absl::MutexLock lock(&mu_);
   int64_t tick = deadline_ms / tick_ms_;
-  if (last_tick_ >= 0 && tick <= last_tick_) tick = last_tick_ + 1;  // due at the next Advance
-  buckets_[static_cast<size_t>(tick) % buckets_.size()].push_back(
+  // A tick already passed is due at the next Advance.
+  if (last_tick_ != kNotStarted && tick <= last_tick_) tick = last_tick_ + 1;
+  const int64_t n = static_cast<int64_t>(buckets_.size());
+  buckets_[static_cast<size_t>((tick % n + n) % n)].push_back(
       Entry{deadline_ms, std::move(key), generation});
   ++size_;
 }
@@ -18,18 +27,23 @@ void TimerWheel::Add(int64_t deadline_ms, std::string key, uint64_t generation) 
 std::vector<TimerWheel::Entry> TimerWheel::Advance(int64_t now_ms) {
   absl::MutexLock lock(&mu_);
   std::vector<Entry> due;
+  const int64_t n = static_cast<int64_t>(buckets_.size());
   int64_t now_tick = now_ms / tick_ms_;
-  if (last_tick_ < 0) last_tick_ = now_tick - 1;
-  if (now_tick < last_tick_ + 1) return due;
-  int64_t steps = std::min<int64_t>(now_tick - last_tick_, static_cast<int64_t>(buckets_.size()));
+  // The first Advance visits every bucket: entries added before it may be due already.
+  if (last_tick_ == kNotStarted) last_tick_ = now_tick - n;
+  if (now_tick <= last_tick_) return due;
+  int64_t steps = std::min<int64_t>(now_tick - last_tick_, n);
   for (int64_t i = 0; i < steps; ++i) {
-    auto& bucket = buckets_[static_cast<size_t>(now_tick - i) % buckets_.size()];
+    int64_t tick = now_tick - i;
+    auto& bucket = buckets_[static_cast<size_t>((tick % n + n) % n)];
     size_t kept = 0;
-    for (auto& e : bucket) {
-      if (e.deadline_ms <= now_ms) {
-        due.push_back(std::move(e));
+    for (size_t j = 0; j < bucket.size(); ++j) {
+      if (bucket[j].deadline_ms <= now_ms) {
+        due.push_back(std::move(bucket[j]));
       } else {
-        bucket[kept++] = std::move(e);
+        // Never self-move: a moved-onto-itself std::string is left empty.
+        if (kept != j) bucket[kept] = std::move(bucket[j]);
+        ++kept;
       }
     }
     bucket.resize(kept);

@@ -25,9 +25,14 @@ EndpointTransports ParseEpInfo(const std::string& text) {
     if (tl_colon == std::string::npos || slash == std::string::npos || slash < tl_colon) continue;
     std::string tl = line.substr(tl_colon + 1, slash - tl_colon - 1);
     if (tl.empty()) continue;
-    std::string rest = line.substr(slash);
-    if (rest.find(" rma") != std::string::npos) rma.insert(tl);
-    if (rest.find(" am") != std::string::npos) am.insert(tl);
+    // After the transport come the lane's roles as whole words: "rma#N", "rma_bw#N", "am",
+    // "am_bw#N", "amo#N" (atomics, not active messages), "wireup", "keepalive"...
+    std::istringstream roles(line.substr(slash));
+    std::string role;
+    while (roles >> role) {
+      if (role.starts_with("rma#") || role.starts_with("rma_bw#")) rma.insert(tl);
+      if (role == "am" || role.starts_with("am_bw#")) am.insert(tl);
+    }
   }
   EndpointTransports t;
   t.rma = rma.empty() ? "none" : absl::StrJoin(rma, ",");

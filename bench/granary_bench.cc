@@ -1,0 +1,257 @@
+// granary_bench: bandwidth and key-rate benchmarks against a running cluster.
+//   granary_bench get --master=127.0.0.1:50051 --block_size=4KB,1MB --batch=32 --threads=2
+// Prints one line per block size and writes JSON records with --out.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gflags/gflags.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/size.h"
+#include "granary/client.h"
+
+DEFINE_string(master, "127.0.0.1:50051", "Master host:port");
+DEFINE_string(tenant_id, "bench", "Tenant the benchmark writes as");
+DEFINE_string(block_size, "1MB", "Comma-separated value sizes (units: B, KB, MB; 1 KB = 1024 B)");
+DEFINE_int32(batch, 1, "Keys per batch call");
+DEFINE_int32(threads, 1, "Client threads (each with its own client and UCX worker)");
+DEFINE_int32(lanes, 1, "UCX workers per client (1 in this version)");
+DEFINE_int32(tenants, 1, "Tenants the threads spread over (bench-0, bench-1, ...)");
+DEFINE_double(duration, 5, "Seconds per block size (ignored when --ops is set)");
+DEFINE_int64(ops, 0, "Keys per thread per block size instead of --duration");
+DEFINE_int32(replica_num, 1, "Replicas per put");
+DEFINE_string(working_set, "256MB", "Bytes of distinct keys per thread (get/mixed prefill; put recycles)");
+DEFINE_string(out, "", "Write JSON records here (CSV when the name ends in .csv)");
+DEFINE_string(log_level, "warning", "debug|info|warning|error");
+
+namespace {
+
+struct Record {
+  std::string mode;
+  uint64_t block_size = 0;
+  int batch = 0, threads = 0, lanes = 0;
+  std::string transport;
+  double gbps = 0, keys_per_s = 0, p50_us = 0, p99_us = 0;
+  uint64_t errors = 0;
+};
+
+struct ThreadResult {
+  uint64_t keys = 0, bytes = 0, errors = 0;
+  std::vector<double> batch_us;
+};
+
+std::string Transport() {
+  const char* tls = std::getenv("UCX_TLS");
+  return tls != nullptr && *tls != '\0' ? tls : "default";
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
+  std::nth_element(v.begin(), v.begin() + i, v.end());
+  return v[i];
+}
+
+// One thread's run at one block size. Keys live under bench/<thread>/; put recycles a working
+// set (removing keys, untimed, before writing them again) so the store never fills.
+void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out,
+               std::atomic<bool>* failed) {
+  granary::ClientOptions o;
+  o.master_server_address = FLAGS_master;
+  o.tenant_id = FLAGS_tenants > 1 ? absl::StrCat(FLAGS_tenant_id, "-", t % FLAGS_tenants)
+                                  : FLAGS_tenant_id;
+  o.replica_num = FLAGS_replica_num;
+  auto c = granary::Client::Create(o);
+  if (!c.ok()) {
+    fprintf(stderr, "granary_bench: %s\n", c.status().ToString().c_str());
+    failed->store(true);
+    return;
+  }
+  granary::Client& client = **c;
+  const int batch = FLAGS_batch;
+  uint64_t ws_bytes = *granary::ParseSize(FLAGS_working_set);
+  size_t ws_keys = std::max<size_t>(batch, ws_bytes / block / batch * batch);
+  std::string buffer(static_cast<size_t>(block) * batch, 'g');
+  for (size_t i = 0; i < buffer.size(); i += 4096) buffer[i] = static_cast<char>(i * 31 + t);
+  (void)client.RegisterBuffer(buffer.data(), buffer.size());
+  auto key = [&](size_t i) { return absl::StrCat("bench/", t, "/", block, "/", i); };
+  // Prefill for reads.
+  std::vector<std::string> keys(batch);
+  std::vector<const void*> srcs(batch);
+  std::vector<void*> dsts(batch);
+  std::vector<size_t> sizes(batch, block);
+  for (int j = 0; j < batch; ++j) {
+    srcs[j] = buffer.data() + static_cast<size_t>(j) * block;
+    dsts[j] = buffer.data() + static_cast<size_t>(j) * block;
+  }
+  if (mode != "put") {
+    for (size_t i = 0; i < ws_keys; i += batch) {
+      for (int j = 0; j < batch; ++j) keys[j] = key(i + j);
+      for (const auto& st : client.BatchPutFrom(keys, srcs, sizes)) {
+        if (!st.ok() && !absl::IsAlreadyExists(st)) {
+          fprintf(stderr, "granary_bench: prefill: %s\n", st.ToString().c_str());
+          failed->store(true);
+          return;
+        }
+      }
+    }
+  }
+  std::vector<bool> present(ws_keys, mode != "put");
+  const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
+  size_t cursor = 0;
+  int64_t done_keys = 0;
+  uint64_t round = 0;
+  while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::MonotonicUs() < end_us) {
+    if (failed->load()) return;
+    size_t base = cursor;
+    cursor = (cursor + batch) % ws_keys;
+    for (int j = 0; j < batch; ++j) keys[j] = key((base + j) % ws_keys);
+    bool do_put = mode == "put" || (mode == "mixed" && (round++ % 2 == 0));
+    if (do_put) {
+      std::vector<std::string> stale;
+      for (int j = 0; j < batch; ++j) {
+        if (present[(base + j) % ws_keys]) stale.push_back(keys[j]);
+      }
+      if (!stale.empty()) client.BatchRemove(stale);  // untimed
+    }
+    int64_t t0 = granary::MonotonicUs();
+    uint64_t ok = 0;
+    if (do_put) {
+      auto res = client.BatchPutFrom(keys, srcs, sizes);
+      for (int j = 0; j < batch; ++j) {
+        present[(base + j) % ws_keys] = res[j].ok();
+        ok += res[j].ok();
+      }
+    } else {
+      auto res = client.BatchGetInto(keys, dsts, sizes);
+      for (const auto& r : res) ok += r.ok();
+    }
+    double us = static_cast<double>(granary::MonotonicUs() - t0);
+    out->batch_us.push_back(us);
+    out->keys += ok;
+    out->bytes += ok * block;
+    out->errors += batch - ok;
+    done_keys += batch;
+  }
+}
+
+Record RunOne(const std::string& mode, uint64_t block) {
+  std::vector<ThreadResult> results(FLAGS_threads);
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  int64_t t0 = granary::MonotonicUs();
+  for (int t = 0; t < FLAGS_threads; ++t) {
+    threads.emplace_back(RunThread, mode, t, block, &results[t], &failed);
+  }
+  for (auto& th : threads) th.join();
+  Record r;
+  r.mode = mode;
+  r.block_size = block;
+  r.batch = FLAGS_batch;
+  r.threads = FLAGS_threads;
+  r.lanes = FLAGS_lanes;
+  r.transport = Transport();
+  if (failed.load()) {
+    r.errors = 1;
+    return r;
+  }
+  // Rates come from the time spent in the timed calls, per thread, summed over threads.
+  std::vector<double> lat;
+  for (auto& tr : results) {
+    double busy_us = 0;
+    for (double us : tr.batch_us) busy_us += us;
+    if (busy_us > 0) {
+      r.gbps += static_cast<double>(tr.bytes) / (busy_us * 1e3);
+      r.keys_per_s += static_cast<double>(tr.keys) / (busy_us / 1e6);
+    }
+    r.errors += tr.errors;
+    lat.insert(lat.end(), tr.batch_us.begin(), tr.batch_us.end());
+  }
+  r.p50_us = Percentile(lat, 0.5);
+  r.p99_us = Percentile(lat, 0.99);
+  (void)t0;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("granary_bench put|get|mixed [flags]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::LogLevel level;
+  if (granary::ParseLogLevel(FLAGS_log_level, &level)) granary::SetLogLevel(level);
+  if (argc != 2) {
+    fprintf(stderr, "granary_bench: give one mode: put, get or mixed\n");
+    return 2;
+  }
+  std::string mode = argv[1];
+  if (mode != "put" && mode != "get" && mode != "mixed") {
+    fprintf(stderr, "granary_bench: unknown mode '%s' (put, get, mixed)\n", mode.c_str());
+    return 2;
+  }
+  if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes != 1) {
+    fprintf(stderr, "granary_bench: --batch, --threads, --tenants must be >= 1 and --lanes 1\n");
+    return 2;
+  }
+  if (!granary::ParseSize(FLAGS_working_set).ok()) {
+    fprintf(stderr, "granary_bench: --working_set: %s\n",
+            std::string(granary::ParseSize(FLAGS_working_set).status().message()).c_str());
+    return 2;
+  }
+  std::vector<uint64_t> blocks;
+  for (absl::string_view s : absl::StrSplit(FLAGS_block_size, ',')) {
+    auto b = granary::ParsePositiveSize(s);
+    if (!b.ok()) {
+      fprintf(stderr, "granary_bench: --block_size: %s\n", std::string(b.status().message()).c_str());
+      return 2;
+    }
+    blocks.push_back(*b);
+  }
+  std::vector<Record> records;
+  printf("%-6s %10s %6s %8s %-10s %10s %12s %10s %10s %7s\n", "mode", "block", "batch", "threads",
+         "transport", "GB/s", "keys/s", "p50_us", "p99_us", "errors");
+  int rc = 0;
+  for (uint64_t b : blocks) {
+    Record r = RunOne(mode, b);
+    printf("%-6s %10s %6d %8d %-10s %10.3f %12.0f %10.1f %10.1f %7llu\n", r.mode.c_str(),
+           granary::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(), r.gbps,
+           r.keys_per_s, r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+    fflush(stdout);
+    if (r.errors > 0) rc = 1;
+    records.push_back(r);
+  }
+  if (!FLAGS_out.empty()) {
+    std::ofstream out(FLAGS_out);
+    bool csv = FLAGS_out.size() > 4 && FLAGS_out.substr(FLAGS_out.size() - 4) == ".csv";
+    if (csv) {
+      out << "mode,block_size,batch,threads,lanes,transport,gbps,keys_per_s,p50_us,p99_us\n";
+      for (const auto& r : records) {
+        out << r.mode << "," << r.block_size << "," << r.batch << "," << r.threads << ","
+            << r.lanes << "," << r.transport << "," << r.gbps << "," << r.keys_per_s << ","
+            << r.p50_us << "," << r.p99_us << "\n";
+      }
+    } else {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& r : records) {
+        arr.push_back({{"mode", r.mode}, {"block_size", r.block_size}, {"batch", r.batch},
+                       {"threads", r.threads}, {"lanes", r.lanes}, {"transport", r.transport},
+                       {"gbps", r.gbps}, {"keys_per_s", r.keys_per_s}, {"p50_us", r.p50_us},
+                       {"p99_us", r.p99_us}});
+      }
+      out << arr.dump(2) << "\n";
+    }
+  }
+  return rc;
+}

@@ -1,0 +1,556 @@
+#include "proto/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <new>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "proto/alloc_header.h"
+#include "proto/frame.h"
+#include "proto/messages.h"
+
+// Records the largest single allocation while a decode runs, so a test can show that a frame
+// claiming a huge count is rejected before anything is sized by that count.
+namespace {
+thread_local bool g_track_allocs = false;
+thread_local size_t g_max_alloc = 0;
+void* TrackedAlloc(size_t n) noexcept {
+  if (g_track_allocs && n > g_max_alloc) g_max_alloc = n;
+  return std::malloc(n == 0 ? 1 : n);
+}
+// Out of line, so that GCC does not see free() inlined next to operator new and warn.
+[[gnu::noinline]] void TrackedFree(void* p) noexcept { std::free(p); }
+}  // namespace
+void* operator new(size_t n) {
+  if (void* p = TrackedAlloc(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return TrackedAlloc(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return TrackedAlloc(n); }
+void operator delete(void* p) noexcept { TrackedFree(p); }
+void operator delete[](void* p) noexcept { TrackedFree(p); }
+void operator delete(void* p, size_t) noexcept { TrackedFree(p); }
+void operator delete[](void* p, size_t) noexcept { TrackedFree(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { TrackedFree(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { TrackedFree(p); }
+
+namespace granary::proto {
+
+// Field-wise equality for the message structs (here, not in an unnamed namespace, so that
+// argument-dependent lookup finds them from std::vector and gtest).
+#define GRANARY_FIELDS_EQ(T, ...)                                   \
+  bool operator==(const T& a, const T& b) {                         \
+    auto fields = [](const T& x) { return std::tie(__VA_ARGS__); }; \
+    return fields(a) == fields(b);                                  \
+  }
+GRANARY_FIELDS_EQ(WireStatus, x.code, x.message)
+GRANARY_FIELDS_EQ(ReplicaDesc, x.segment_id, x.address, x.length)
+GRANARY_FIELDS_EQ(HelloRequest, x.role, x.client_id, x.tenant_id, x.protocol_version)
+GRANARY_FIELDS_EQ(HelloReply, x.status, x.session_id, x.heartbeat_interval_ms, x.master_id)
+GRANARY_FIELDS_EQ(HeartbeatReply, x.status)
+GRANARY_FIELDS_EQ(MountSegmentRequest, x.name, x.node_id, x.node_address, x.base, x.size, x.tier,
+                  x.rkey, x.pool, x.worker_address, x.host_id)
+GRANARY_FIELDS_EQ(MountSegmentReply, x.status, x.segment_id)
+GRANARY_FIELDS_EQ(UnmountSegmentRequest, x.segment_id)
+GRANARY_FIELDS_EQ(StatusReply, x.status)
+GRANARY_FIELDS_EQ(PutStartEntry, x.key, x.size)
+GRANARY_FIELDS_EQ(PutStartRequest, x.entries, x.replica_num, x.flags)
+GRANARY_FIELDS_EQ(PutStartResult, x.status, x.generation, x.replicas)
+GRANARY_FIELDS_EQ(PutStartReply, x.status, x.results)
+GRANARY_FIELDS_EQ(KeyGen, x.key, x.generation)
+GRANARY_FIELDS_EQ(KeyGenRequest, x.entries)
+GRANARY_FIELDS_EQ(BatchStatusReply, x.status, x.results)
+GRANARY_FIELDS_EQ(KeysRequest, x.keys)
+GRANARY_FIELDS_EQ(GetResult, x.status, x.size, x.generation, x.lease_ms, x.replicas)
+GRANARY_FIELDS_EQ(GetReply, x.status, x.results)
+GRANARY_FIELDS_EQ(ListRequest, x.prefix, x.start_after, x.limit)
+GRANARY_FIELDS_EQ(ObjectInfo, x.key, x.size, x.generation, x.state, x.replica_count, x.age_ms,
+                  x.replicas)
+GRANARY_FIELDS_EQ(ListReply, x.status, x.objects, x.more)
+GRANARY_FIELDS_EQ(SegmentInfo, x.segment_id, x.name, x.node_id, x.node_address, x.base, x.size,
+                  x.used, x.tier, x.pool, x.rkey, x.worker_address, x.host_id)
+GRANARY_FIELDS_EQ(SegmentsReply, x.status, x.segments)
+#undef GRANARY_FIELDS_EQ
+
+namespace {
+
+using std::string_literals::operator""s;
+
+constexpr uint64_t kRequestId = 0xFEDCBA9876543210ull;
+
+uint16_t Type(MsgType t, bool reply = false) {
+  return static_cast<uint16_t>(static_cast<uint16_t>(t) | (reply ? kReplyBit : 0));
+}
+WireStatus Ws(absl::StatusCode code, std::string msg) {
+  return WireStatus{static_cast<uint8_t>(code), std::move(msg)};
+}
+const std::string kBinary =
+    "r\0k\xff\x01\x80"
+    "ey"s;  // embedded NUL and high bytes
+
+HelloRequest SampleHelloRequest() {
+  return {Role::kNode, "client-7" + kBinary, "tenant-a", 0xBEEF};
+}
+HelloReply SampleHelloReply() {
+  return {Ws(absl::StatusCode::kNotFound, "no such tenant"), 0x0123456789ABCDEFull, 5000,
+          "master-1"};
+}
+HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
+MountSegmentRequest SampleMount() {
+  return {"seg-0",    "node-a", "10.0.0.1:4000", 0x7F0000001000ull,  48ull << 30,
+          Tier::kGpu, kBinary,  "pool-x",        "worker" + kBinary, "boot-id-1"};
+}
+MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
+UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
+StatusReply SampleStatusReply() { return {Ws(absl::StatusCode::kFailedPrecondition, "busy")}; }
+PutStartRequest SamplePutStart() {
+  return {{{"k1", 1}, {"", 0}, {kBinary, 1ull << 40}}, 3, 0xA5A5A5A5};
+}
+PutStartReply SamplePutStartReply() {
+  PutStartReply m{Ws(absl::StatusCode::kOk, ""), {}};
+  m.results.push_back({Ws(absl::StatusCode::kOk, ""), 9, {{1, 0x1000, 4160}, {2, 0x2000, 4160}}});
+  m.results.push_back({Ws(absl::StatusCode::kResourceExhausted, "full"), 0, {}});
+  m.results.push_back({Ws(absl::StatusCode::kOk, ""), ~0ull, {}});
+  for (uint32_t i = 0; i < kMaxReplicaNum; ++i) m.results[2].replicas.push_back({i, i * 64, 64});
+  return m;
+}
+KeyGenRequest SampleKeyGen() { return {{{"a", 1}, {kBinary, ~0ull}}}; }
+BatchStatusReply SampleBatchStatus() {
+  return {Ws(absl::StatusCode::kOk, ""),
+          {Ws(absl::StatusCode::kOk, ""), Ws(absl::StatusCode::kNotFound, "gone"),
+           Ws(absl::StatusCode::kUnauthenticated, "who")}};
+}
+KeysRequest SampleKeys() { return {{"x", "", kBinary}}; }
+GetReply SampleGetReply() {
+  return {Ws(absl::StatusCode::kAborted, "partial"),
+          {{Ws(absl::StatusCode::kOk, ""), 4096, 17, 30000, {{5, 0x40, 4160}}},
+           {Ws(absl::StatusCode::kNotFound, "missing"), 0, 0, 0, {}}}};
+}
+ListRequest SampleList() { return {"pre/", "pre/m", kMaxListLimit}; }
+ListReply SampleListReply() {
+  return {Ws(absl::StatusCode::kOk, ""),
+          {{"pre/a", 100, 3, 1, 2, 12345, {{1, 64, 164}, {2, 128, 164}}},
+           {"pre/b" + kBinary, 0, 4, 0, 0, 0, {}}},
+          true};
+}
+SegmentsReply SampleSegmentsReply() {
+  SegmentsReply m{Ws(absl::StatusCode::kOk, ""), {}};
+  m.segments.push_back(
+      {1, "seg-0", "node-a", "h:1", 0x1000, 1 << 20, 4096, Tier::kHost, "", kBinary, "w1", "boot"});
+  m.segments.push_back({~0ull, "seg-1", "node-b", "h:2", 0, 0, 0, Tier::kGpu, "pool", "", "", ""});
+  return m;
+}
+
+// Decodes a body as T. On success also checks that the decoded message re-encodes to exactly
+// the same bytes (the encoding is canonical), so the mutation loop catches silent misparses.
+template <typename T>
+absl::Status DecodeAs(absl::string_view body) {
+  absl::StatusOr<T> d = DecodeBody<T>(body);
+  if (!d.ok()) return d.status();
+  std::string again;
+  Writer w(&again);
+  Encode(*d, w);
+  EXPECT_EQ(again, std::string(body)) << "a decoded body did not re-encode to itself";
+  return absl::OkStatus();
+}
+
+struct Case {
+  std::string name;
+  std::string frame;
+  absl::Status (*decode)(absl::string_view body);
+};
+template <typename T>
+Case MakeCase(const char* name, uint16_t type, const T& m) {
+  return Case{name, EncodeFrame(type, kRequestId, m), &DecodeAs<T>};
+}
+std::vector<Case> AllCases() {
+  return {MakeCase("HelloRequest", Type(MsgType::kHello), SampleHelloRequest()),
+          MakeCase("HelloReply", Type(MsgType::kHello, true), SampleHelloReply()),
+          MakeCase("HeartbeatRequest", Type(MsgType::kHeartbeat), HeartbeatRequest{}),
+          MakeCase("HeartbeatReply", Type(MsgType::kHeartbeat, true), SampleHeartbeatReply()),
+          MakeCase("MountSegmentRequest", Type(MsgType::kMountSegment), SampleMount()),
+          MakeCase("MountSegmentReply", Type(MsgType::kMountSegment, true), SampleMountReply()),
+          MakeCase("UnmountSegmentRequest", Type(MsgType::kUnmountSegment), SampleUnmount()),
+          MakeCase("StatusReply", Type(MsgType::kUnmountSegment, true), SampleStatusReply()),
+          MakeCase("PutStartRequest", Type(MsgType::kPutStart), SamplePutStart()),
+          MakeCase("PutStartReply", Type(MsgType::kPutStart, true), SamplePutStartReply()),
+          MakeCase("KeyGenRequest", Type(MsgType::kPutEnd), SampleKeyGen()),
+          MakeCase("BatchStatusReply", Type(MsgType::kPutEnd, true), SampleBatchStatus()),
+          MakeCase("KeysRequest", Type(MsgType::kGet), SampleKeys()),
+          MakeCase("GetReply", Type(MsgType::kGet, true), SampleGetReply()),
+          MakeCase("ListRequest", Type(MsgType::kList), SampleList()),
+          MakeCase("ListReply", Type(MsgType::kList, true), SampleListReply()),
+          MakeCase("SegmentsRequest", Type(MsgType::kSegments), SegmentsRequest{}),
+          MakeCase("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply())};
+}
+
+// An exact-size heap copy, so that AddressSanitizer reports any read past the end.
+struct ExactBuffer {
+  explicit ExactBuffer(absl::string_view s) : size(s.size()), data(new char[s.size()]) {
+    if (size > 0) std::memcpy(data.get(), s.data(), size);
+  }
+  absl::string_view view() const { return absl::string_view(data.get(), size); }
+  size_t size;
+  std::unique_ptr<char[]> data;
+};
+
+std::string Bytes(const std::function<void(Writer&)>& fill) {
+  std::string s;
+  Writer w(&s);
+  fill(w);
+  return s;
+}
+template <typename T>
+std::string Body(const T& m) {
+  return Bytes([&m](Writer& w) { Encode(m, w); });
+}
+
+// EXPECTs INVALID_ARGUMENT whose message contains `what`.
+void ExpectInvalid(const absl::Status& st, absl::string_view what) {
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), what)) << "want '" << what << "' in: " << st;
+}
+
+template <typename T>
+T RoundTrip(uint16_t type, const T& m) {
+  std::string frame = EncodeFrame(type, kRequestId, m);
+  absl::StatusOr<FrameView> f = DecodeFrame(frame);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return T{};
+  EXPECT_EQ(f->header.version, kProtocolVersion);
+  EXPECT_EQ(f->header.type, type);
+  EXPECT_EQ(f->header.flags, 0u);
+  EXPECT_EQ(f->header.request_id, kRequestId);
+  EXPECT_EQ(f->body.data(), frame.data() + kFrameHeaderSize);
+  EXPECT_EQ(f->body.size(), frame.size() - kFrameHeaderSize);
+  absl::StatusOr<T> d = DecodeBody<T>(f->body);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? *d : T{};
+}
+
+template <typename T>
+void ExpectRoundTrip(const char* name, uint16_t type, const T& m) {
+  SCOPED_TRACE(name);
+  EXPECT_EQ(RoundTrip(type, m), m);
+}
+
+TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
+  ExpectRoundTrip("HelloRequest", Type(MsgType::kHello), SampleHelloRequest());
+  ExpectRoundTrip("HelloReply", Type(MsgType::kHello, true), SampleHelloReply());
+  RoundTrip(Type(MsgType::kHeartbeat), HeartbeatRequest{});
+  ExpectRoundTrip("HeartbeatReply", Type(MsgType::kHeartbeat, true), SampleHeartbeatReply());
+  ExpectRoundTrip("MountSegmentRequest", Type(MsgType::kMountSegment), SampleMount());
+  ExpectRoundTrip("MountSegmentReply", Type(MsgType::kMountSegment, true), SampleMountReply());
+  ExpectRoundTrip("UnmountSegmentRequest", Type(MsgType::kUnmountSegment), SampleUnmount());
+  ExpectRoundTrip("StatusReply", Type(MsgType::kRemove, true), SampleStatusReply());
+  ExpectRoundTrip("PutStartRequest", Type(MsgType::kPutStart), SamplePutStart());
+  ExpectRoundTrip("PutStartReply", Type(MsgType::kPutStart, true), SamplePutStartReply());
+  ExpectRoundTrip("KeyGenRequest", Type(MsgType::kGetEnd), SampleKeyGen());
+  ExpectRoundTrip("BatchStatusReply", Type(MsgType::kExist, true), SampleBatchStatus());
+  ExpectRoundTrip("KeysRequest", Type(MsgType::kExist), SampleKeys());
+  ExpectRoundTrip("GetReply", Type(MsgType::kGet, true), SampleGetReply());
+  ExpectRoundTrip("ListRequest", Type(MsgType::kList), SampleList());
+  ExpectRoundTrip("ListReply", Type(MsgType::kList, true), SampleListReply());
+  RoundTrip(Type(MsgType::kSegments), SegmentsRequest{});
+  ExpectRoundTrip("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply());
+}
+
+TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
+  std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
+                              UnmountSegmentRequest{0x1122334455667788ull});
+  std::string want =
+      "GRNY\x01\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
+  EXPECT_EQ(f, want);
+}
+
+TEST(Frame, EveryTruncatedPrefixOfEveryMessageIsRejected) {
+  for (const Case& c : AllCases()) {
+    SCOPED_TRACE(c.name);
+    for (size_t n = 0; n < c.frame.size(); ++n) {
+      ExactBuffer prefix(absl::string_view(c.frame).substr(0, n));
+      EXPECT_FALSE(DecodeFrame(prefix.view()).ok()) << "frame prefix " << n;
+    }
+    absl::string_view body = absl::string_view(c.frame).substr(kFrameHeaderSize);
+    for (size_t n = 0; n < body.size(); ++n) {
+      ExactBuffer prefix(body.substr(0, n));
+      ExpectInvalid(c.decode(prefix.view()), "truncated");
+    }
+    ExactBuffer whole(body);
+    EXPECT_TRUE(c.decode(whole.view()).ok());
+  }
+}
+
+TEST(Frame, BadMagicIsRejected) {
+  std::string f = AllCases()[0].frame;
+  f[0] ^= 0x20;
+  ExpectInvalid(DecodeFrame(f).status(), "magic");
+}
+
+TEST(Frame, WrongVersionIsFailedPreconditionNamingBothVersions) {
+  std::string f;
+  FrameHeader h;
+  h.version = 4660;  // no digit 1 in it, so the check below sees kProtocolVersion separately
+  BeginFrame(h, &f);
+  FinishFrame(&f);
+  absl::Status st = DecodeFrame(f).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "4660")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), absl::StrCat(kProtocolVersion))) << st;
+}
+
+TEST(Frame, BodyLenDifferentFromBytesPresentIsRejected) {
+  std::string f = EncodeFrame(Type(MsgType::kGet), 1, SampleKeys());
+  uint32_t len = static_cast<uint32_t>(f.size() - kFrameHeaderSize);
+  for (uint32_t bad : {len - 1, len + 1, 0u}) {
+    std::string g = f;
+    std::memcpy(g.data() + 20, &bad, 4);
+    ExpectInvalid(DecodeFrame(g).status(), "body_len");
+  }
+  ExpectInvalid(DecodeFrame(f + "x").status(), "body_len");
+}
+
+TEST(Frame, BodyLenOverTheLimitIsRejectedBeforeLookingForTheBody) {
+  std::string f = EncodeFrame(Type(MsgType::kHeartbeat), 1, HeartbeatRequest{});
+  uint32_t bad = kMaxFrameBody + 1;
+  std::memcpy(f.data() + 20, &bad, 4);
+  ExpectInvalid(DecodeFrame(f).status(), "exceeds");
+}
+
+TEST(MessageCodec, TrailingBytesInABodyAreRejected) {
+  for (const Case& c : AllCases()) {
+    SCOPED_TRACE(c.name);
+    std::string body = c.frame.substr(kFrameHeaderSize) + '\0';
+    ExpectInvalid(c.decode(body), "trailing");
+  }
+}
+
+TEST(MessageCodec, CountClaimingMoreEntriesThanBytesFailsWithoutSizingByIt) {
+  const std::string ok_status = Bytes([](Writer& w) {
+    w.U8(0);
+    w.Str("");
+  });
+  auto count_then_4 = [](uint32_t n) {
+    return Bytes([n](Writer& w) {
+      w.U32(n);
+      w.U32(0);
+    });
+  };
+  struct Claim {
+    const char* name;
+    std::string body;
+    absl::Status (*decode)(absl::string_view);
+  };
+  const std::string big = count_then_4(kMaxBatch);
+  const std::vector<Claim> claims = {
+      {"PutStartRequest", big, &DecodeAs<PutStartRequest>},
+      {"KeyGenRequest", big, &DecodeAs<KeyGenRequest>},
+      {"KeysRequest", big, &DecodeAs<KeysRequest>},
+      {"PutStartReply", ok_status + big, &DecodeAs<PutStartReply>},
+      {"BatchStatusReply", ok_status + big, &DecodeAs<BatchStatusReply>},
+      {"GetReply", ok_status + big, &DecodeAs<GetReply>},
+      {"ListReply", ok_status + count_then_4(kMaxListLimit), &DecodeAs<ListReply>},
+      {"SegmentsReply", ok_status + big, &DecodeAs<SegmentsReply>},
+      {"GetReply.replicas", ok_status + Bytes([&](Writer& w) {
+                              w.U32(1);
+                              w.Raw(ok_status.data(), ok_status.size());
+                              w.U64(1);
+                              w.U64(2);
+                              w.U32(3);
+                            }) + count_then_4(kMaxReplicaNum),
+       &DecodeAs<GetReply>},
+  };
+  for (const Claim& c : claims) {
+    SCOPED_TRACE(c.name);
+    ExactBuffer body(c.body);
+    g_max_alloc = 0;
+    g_track_allocs = true;
+    absl::Status st = c.decode(body.view());
+    g_track_allocs = false;
+    ExpectInvalid(st, "claims");
+    EXPECT_LT(g_max_alloc, 4096u) << "decoder allocated by the claimed count";
+  }
+}
+
+TEST(MessageCodec, CountOverTheLimitIsRejectedAndTheLimitItselfIsAccepted) {
+  auto empty_keys = [](uint32_t n) {
+    return Bytes([n](Writer& w) {
+      w.U32(n);
+      for (uint32_t i = 0; i < n; ++i) w.Str("");
+    });
+  };
+  ExpectInvalid(DecodeAs<KeysRequest>(empty_keys(kMaxBatch + 1)), "limit");
+  absl::StatusOr<KeysRequest> at_limit = DecodeBody<KeysRequest>(empty_keys(kMaxBatch));
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status();
+  EXPECT_EQ(at_limit->keys.size(), kMaxBatch);
+
+  auto replicas = [](uint32_t n) {
+    GetReply m;
+    m.results.resize(1);
+    m.results[0].replicas.resize(n, ReplicaDesc{1, 2, 3});
+    return Body(m);
+  };
+  ExpectInvalid(DecodeAs<GetReply>(replicas(kMaxReplicaNum + 1)), "limit");
+  EXPECT_TRUE(DecodeAs<GetReply>(replicas(kMaxReplicaNum)).ok());
+}
+
+TEST(MessageCodec, StringOverItsLimitIsRejectedAndTheLimitItselfIsAccepted) {
+  KeysRequest over{{std::string(kMaxKeyBytes + 1, 'k')}};
+  ExpectInvalid(DecodeAs<KeysRequest>(Body(over)), absl::StrCat("limit ", kMaxKeyBytes));
+  KeysRequest at{{std::string(kMaxKeyBytes, 'k')}};
+  EXPECT_TRUE(DecodeAs<KeysRequest>(Body(at)).ok());
+
+  HelloRequest tenant{Role::kClient, "c", std::string(kMaxTenantIdBytes + 1, 't')};
+  ExpectInvalid(DecodeAs<HelloRequest>(Body(tenant)), "tenant_id");
+  // A length near 4 GiB with nothing behind it fails on the limit, without allocating.
+  ExactBuffer huge(Bytes([](Writer& w) {
+    w.U32(1);
+    w.U32(0xFFFFFFFFu);
+  }));
+  ExpectInvalid(DecodeAs<KeysRequest>(huge.view()), "limit");
+}
+
+TEST(MessageCodec, BoolByteOtherThanZeroOrOneIsRejected) {
+  std::string body = Body(SampleListReply());
+  body.back() = 2;
+  ExpectInvalid(DecodeAs<ListReply>(body), "not a bool");
+  body.back() = 0;
+  EXPECT_TRUE(DecodeAs<ListReply>(body).ok());
+}
+
+TEST(MessageCodec, UnknownRoleIsRejected) {
+  for (uint8_t role : {0, 3, 255}) {
+    HelloRequest m = SampleHelloRequest();
+    m.role = static_cast<Role>(role);
+    ExpectInvalid(DecodeAs<HelloRequest>(Body(m)), "unknown role");
+  }
+}
+
+TEST(MessageCodec, UnknownTierIsRejected) {
+  MountSegmentRequest mount = SampleMount();
+  mount.tier = static_cast<Tier>(2);
+  ExpectInvalid(DecodeAs<MountSegmentRequest>(Body(mount)), "unknown tier");
+  SegmentsReply segs = SampleSegmentsReply();
+  segs.segments[1].tier = static_cast<Tier>(255);
+  ExpectInvalid(DecodeAs<SegmentsReply>(Body(segs)), "unknown tier");
+}
+
+TEST(MessageCodec, UnknownStatusCodeIsRejectedAtTopLevelAndPerResult) {
+  HeartbeatReply top{WireStatus{17, "?"}};
+  ExpectInvalid(DecodeAs<HeartbeatReply>(Body(top)), "unknown status code 17");
+  BatchStatusReply nested = SampleBatchStatus();
+  nested.results[1].code = 255;
+  ExpectInvalid(DecodeAs<BatchStatusReply>(Body(nested)), "unknown status code 255");
+  HeartbeatReply last{WireStatus{16, "unauthenticated"}};  // the highest known code
+  EXPECT_TRUE(DecodeAs<HeartbeatReply>(Body(last)).ok());
+}
+
+TEST(MessageCodec, ListLimitOutsideOneToMaxIsRejected) {
+  for (uint32_t limit : {0u, kMaxListLimit + 1, 0xFFFFFFFFu}) {
+    ListRequest m{"p", "", limit};
+    ExpectInvalid(DecodeAs<ListRequest>(Body(m)), "list limit");
+  }
+  for (uint32_t limit : {1u, kMaxListLimit}) {
+    ListRequest m{"p", "", limit};
+    EXPECT_TRUE(DecodeAs<ListRequest>(Body(m)).ok());
+  }
+}
+
+TEST(MessageCodec, RandomlyMutatedFramesNeverCrashAndDecodeOnlyCanonically) {
+  const std::vector<Case> cases = AllCases();
+  std::mt19937_64 rng(20240611);
+  size_t body_ok = 0, body_bad = 0;
+  for (int iter = 0; iter < 200000; ++iter) {
+    const Case& c = cases[iter % cases.size()];
+    std::string f = c.frame;
+    int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t pos = f.empty() ? 0 : rng() % f.size();
+      switch (rng() % 4) {
+        case 0:
+          if (!f.empty()) f[pos] ^= static_cast<char>(1u << (rng() % 8));
+          break;
+        case 1:
+          if (!f.empty()) f[pos] = static_cast<char>(rng());
+          break;
+        case 2:
+          f.insert(f.begin() + static_cast<ptrdiff_t>(pos), static_cast<char>(rng()));
+          break;
+        default:
+          if (!f.empty()) f.erase(pos, 1);
+          break;
+      }
+    }
+    // Half the time repair body_len, so the body decoder sees the mutation behind a valid header.
+    if (iter % 2 == 0 && f.size() >= kFrameHeaderSize) FinishFrame(&f);
+    ExactBuffer frame(f);
+    absl::StatusOr<FrameView> fv = DecodeFrame(frame.view());
+    if (fv.ok()) (void)c.decode(fv->body);
+    if (f.size() >= kFrameHeaderSize) {
+      ExactBuffer body(absl::string_view(f).substr(kFrameHeaderSize));
+      (c.decode(body.view()).ok() ? body_ok : body_bad)++;
+    }
+  }
+  // Both outcomes happen, so the loop really reaches the decoders' accept and reject paths.
+  EXPECT_GT(body_ok, 1000u);
+  EXPECT_GT(body_bad, 1000u);
+}
+
+TEST(WireStatus, CodesAndMessagesRoundTrip) {
+  for (int code = 0; code <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++code) {
+    absl::Status s(static_cast<absl::StatusCode>(code), absl::StrCat("message ", code));
+    WireStatus w = WireStatus::From(s);
+    EXPECT_EQ(w.code, code);
+    EXPECT_EQ(w.ToStatus(), s);
+    StatusReply decoded = RoundTrip(Type(MsgType::kRemove, true), StatusReply{w});
+    EXPECT_EQ(decoded.status.ToStatus(), s);
+  }
+  EXPECT_EQ(WireStatus::From(absl::OkStatus()).ToStatus(), absl::OkStatus());
+  EXPECT_EQ((WireStatus{200, "odd"}).ToStatus().code(), absl::StatusCode::kUnknown);
+}
+
+TEST(WireStatus, MessageOverTheLimitIsTruncatedAndStillDecodes) {
+  std::string long_msg(kMaxMessageBytes + 100, 'm');
+  long_msg[kMaxMessageBytes - 1] = 'L';
+  WireStatus w = WireStatus::From(absl::InternalError(long_msg));
+  ASSERT_EQ(w.message.size(), kMaxMessageBytes);
+  EXPECT_EQ(w.message, long_msg.substr(0, kMaxMessageBytes));
+  EXPECT_EQ(RoundTrip(Type(MsgType::kRemove, true), StatusReply{w}).status, w);
+}
+
+AllocHeader Header(uint64_t generation, uint64_t key_hash, uint64_t value_length) {
+  AllocHeader h;
+  h.generation = generation;
+  h.key_hash = key_hash;
+  h.value_length = value_length;
+  return h;
+}
+
+TEST(AllocHeader, MatchingHeaderIsOk) {
+  EXPECT_TRUE(CheckAllocHeader(Header(7, 0xABCDEF, 4096), 7, 0xABCDEF, 4096).ok());
+}
+
+TEST(AllocHeader, GenerationKeyHashLengthOrMagicMismatchIsUnavailable) {
+  AllocHeader bad_magic = Header(7, 0xABCDEF, 4096);
+  bad_magic.magic ^= 1;
+  for (const AllocHeader& h : {Header(8, 0xABCDEF, 4096), Header(7, 0xABCDEE, 4096),
+                               Header(7, 0xABCDEF, 4095), bad_magic}) {
+    absl::Status st = CheckAllocHeader(h, 7, 0xABCDEF, 4096);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  }
+}
+
+}  // namespace
+}  // namespace granary::proto

@@ -1,0 +1,2 @@
+granary_test(NAME transport_ep_info_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/ep_info_test.cc LIBS granary::transport)
