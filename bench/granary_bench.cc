@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "common/util.h"
 #include "granary/client.h"
 
 DEFINE_string(master, "127.0.0.1:50051", "Master host:port");
@@ -86,7 +87,8 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   std::string buffer(static_cast<size_t>(block) * batch, 'g');
   for (size_t i = 0; i < buffer.size(); i += 4096) buffer[i] = static_cast<char>(i * 31 + t);
   (void)client.RegisterBuffer(buffer.data(), buffer.size());
-  auto key = [&](size_t i) { return absl::StrCat("bench/", t, "/", block, "/", i); };
+  static const std::string run = granary::RandomId().substr(0, 8);
+  auto key = [&](size_t i) { return absl::StrCat("bench/", run, "/", t, "/", block, "/", i); };
   // Prefill for reads.
   std::vector<std::string> keys(batch);
   std::vector<const void*> srcs(batch);
@@ -133,10 +135,19 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
       for (int j = 0; j < batch; ++j) {
         present[(base + j) % ws_keys] = res[j].ok();
         ok += res[j].ok();
+        if (!res[j].ok() && out->errors == 0) {
+          fprintf(stderr, "granary_bench: put %s: %s\n", keys[j].c_str(), res[j].ToString().c_str());
+        }
       }
     } else {
       auto res = client.BatchGetInto(keys, dsts, sizes);
-      for (const auto& r : res) ok += r.ok();
+      for (int j = 0; j < batch; ++j) {
+        ok += res[j].ok();
+        if (!res[j].ok() && out->errors == 0) {
+          fprintf(stderr, "granary_bench: get %s: %s\n", keys[j].c_str(),
+                  res[j].status().ToString().c_str());
+        }
+      }
     }
     double us = static_cast<double>(granary::MonotonicUs() - t0);
     out->batch_us.push_back(us);

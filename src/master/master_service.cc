@@ -50,6 +50,10 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
   next_generation_.store(wall_ms << 20);
+  // Start the deadline wheel now. Until its first Advance it has no notion of "now", and that
+  // first Advance visits only the current tick's bucket: a PutStart made before the first Tick
+  // whose deadline passed by the time of that Tick would be missed for a whole lap of the wheel.
+  deadlines_.Advance(clock_->NowMs());
   auto counter = [&](const char* name, const char* help, MetricLabels labels = {}) {
     return metrics_->Counter(name, help, labels);
   };
@@ -109,6 +113,11 @@ absl::StatusOr<std::string> MasterService::TenantOf(SessionId sid, bool touch) {
     return absl::FailedPreconditionError("no session: send Hello first");
   }
   if (touch) it->second.last_seen_ms = clock_->NowMs();
+  // A node session binds no (validated) tenant: object requests from it would act in a
+  // namespace no client can see, or in the master's reserved '_' one.
+  if (it->second.role != proto::Role::kClient) {
+    return absl::FailedPreconditionError("object requests need a client session");
+  }
   return it->second.tenant;
 }
 
@@ -156,8 +165,13 @@ proto::HelloReply MasterService::Hello(SessionId sid, const proto::HelloRequest&
 
 proto::HeartbeatReply MasterService::Heartbeat(SessionId sid) {
   proto::HeartbeatReply rep;
-  auto t = TenantOf(sid);
-  if (!t.ok()) rep.status = Err(t.status());
+  absl::MutexLock lock(&sessions_mu_);
+  auto it = sessions_.find(sid);
+  if (it == sessions_.end()) {
+    rep.status = Err(absl::FailedPreconditionError("no session: send Hello first"));
+    return rep;
+  }
+  it->second.last_seen_ms = clock_->NowMs();
   return rep;
 }
 
@@ -265,6 +279,24 @@ proto::StatusReply MasterService::UnmountSegment(SessionId sid,
 
 absl::StatusOr<Placements> MasterService::AllocateWithEviction(uint64_t bytes, int replicas) {
   auto p = segments_.Allocate(bytes, replicas);
+  if (!p.ok() && absl::IsResourceExhausted(p.status())) {
+    // Evict only if it could help: `replicas` distinct nodes must have a placeable segment at
+    // least this large. Otherwise (too few nodes, a value larger than any segment) eviction
+    // would destroy cached objects and the put would fail anyway.
+    const uint64_t need = (bytes + proto::kAllocAlignment - 1) / proto::kAllocAlignment *
+                          proto::kAllocAlignment;
+    absl::flat_hash_set<std::string> nodes;
+    for (const proto::SegmentInfo& s : segments_.List()) {
+      if (s.tier != proto::Tier::kHost || !s.pool.empty()) continue;
+      if (s.size / proto::kAllocAlignment * proto::kAllocAlignment < need) continue;
+      nodes.insert(s.node_id);
+    }
+    if (nodes.size() < static_cast<size_t>(replicas)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          p.status().message(), "; eviction cannot help: ", nodes.size(),
+          " node(s) have a segment that holds ", FormatSize(need)));
+    }
+  }
   for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status()); ++attempt) {
     auto totals = segments_.totals();
     if (totals.segments == 0) break;
@@ -616,10 +648,14 @@ proto::ListReply MasterService::List(SessionId sid, const proto::ListRequest& re
 
 proto::SegmentsReply MasterService::Segments(SessionId sid) {
   proto::SegmentsReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
+  {
+    absl::MutexLock lock(&sessions_mu_);  // clients and nodes alike
+    auto it = sessions_.find(sid);
+    if (it == sessions_.end()) {
+      rep.status = Err(absl::FailedPreconditionError("no session: send Hello first"));
+      return rep;
+    }
+    it->second.last_seen_ms = clock_->NowMs();
   }
   rep.segments = segments_.List();
   return rep;

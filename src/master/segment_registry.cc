@@ -1,5 +1,7 @@
 #include "master/segment_registry.h"
 
+#include <cstdint>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/size.h"
@@ -12,6 +14,15 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
     return absl::InvalidArgumentError(
         absl::StrCat("segment '", req.name, "' is ", req.size, " bytes; the minimum is ",
                      proto::kAllocAlignment * 2));
+  }
+  if (req.node_id.empty()) {
+    // Placement keeps replicas on distinct node ids; an anonymous segment would defeat that.
+    return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no node id"));
+  }
+  if (req.base > UINT64_MAX - req.size) {
+    return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' at base ", req.base,
+                                                   " with size ", req.size,
+                                                   " wraps the address space"));
   }
   if (req.rkey.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no remote key"));
