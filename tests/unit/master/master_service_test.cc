@@ -890,6 +890,25 @@ TEST_F(MasterServiceTest, LeaseRunsOutWithoutGetEnd) {
   EXPECT_EQ(svc().GetStats().used, 0u);
 }
 
+// KNOWN BUG, disabled until leases carry an identity: leases are a bare count per object, and a
+// Get after the lease ran out resets that count. So a reader whose lease ran out, ending late,
+// cancels the lease of a reader who came after it, and the object can be removed (or evicted)
+// under the second reader. Fixing it needs a per-lease id (Get reply -> GetEnd) or a lease epoch
+// in Object, i.e. changes to master_service.h and the protocol.
+TEST_F(MasterServiceTest, DISABLED_LateGetEndDoesNotCancelAnotherReadersLease) {
+  opts_.kv_lease_ttl_ms = 5'000;
+  NodeWith("n1", kMiB);
+  SessionId slow = Client();
+  SessionId later = Client();
+  uint64_t gen = Put(slow, "k", 100);
+  ASSERT_EQ(Code(Get(slow, "k").status), absl::StatusCode::kOk);
+  clock_.AdvanceMs(6'000);  // slow's lease ran out
+  ASSERT_EQ(Code(Get(later, "k").status), absl::StatusCode::kOk);
+  ASSERT_EQ(Code(GetEnd(slow, "k", gen)), absl::StatusCode::kOk);  // slow ends late
+  // later's lease (until +5 s) must still hold.
+  EXPECT_EQ(Code(Remove(slow, "k")), absl::StatusCode::kFailedPrecondition);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Eviction
 
