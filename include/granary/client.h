@@ -92,6 +92,8 @@ class Client {
   virtual absl::StatusOr<std::vector<SegmentInfo>> Segments() = 0;
 
   virtual const ClientOptions& options() const = 0;
+  // This client's metrics in Prometheus text format (transports its endpoints use, ...).
+  virtual std::string MetricsText() const = 0;
 };
 
 }  // namespace granary

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   auto ctx = transport::Context::Create("granary_client", ucx);
   if (!ctx.ok()) return ctx.status();
   c->ctx_ = std::move(*ctx);
-  auto worker = transport::Worker::Create(c->ctx_.get(), "client");
+  auto worker = transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_);
   if (!worker.ok()) return worker.status();
   c->worker_ = std::move(*worker);
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());

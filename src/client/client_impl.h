@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "granary/client.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
@@ -54,6 +55,7 @@ class ClientImpl : public Client {
   absl::StatusOr<ObjectInfo> Stat(absl::string_view key) override;
   absl::StatusOr<std::vector<SegmentInfo>> Segments() override;
   const ClientOptions& options() const override { return options_; }
+  std::string MetricsText() const override { return metrics_.Render(); }
 
   // Phase one of a put: allocation on the master only, no bytes written.
   absl::StatusOr<proto::PutStartReply> PutStart(const std::vector<std::string>& keys,
@@ -79,6 +81,7 @@ class ClientImpl : public Client {
   void HeartbeatLoop();
 
   const ClientOptions options_;
+  MetricsRegistry metrics_;
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RmaEngine> rma_;

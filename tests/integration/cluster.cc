@@ -145,37 +145,44 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   c->dir_ = tmpl;
   c->rpc_port_ = FreePort();
   c->http_port_ = FreePort();
-  std::vector<std::string> argv = {BinDir() + "/granary_master",
-                                   absl::StrCat("--rpc_port=", c->rpc_port_),
-                                   absl::StrCat("--metrics_port=", c->http_port_),
-                                   "--metrics_host=127.0.0.1",
-                                   absl::StrCat("--client_ttl=", o.client_ttl_sec),
-                                   absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
-                                   absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
-  for (const auto& f : o.master_flags) argv.push_back(f);
-  auto m = Process::Start(argv, o.env, c->dir_ + "/master.log");
-  if (!m.ok()) return m.status();
-  c->master_ = std::move(*m);
-  bool up = false;
-  for (int i = 0; i < 200 && !up; ++i) {
-    up = HttpGet(c->http_port_, "/health").ok();
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!c->master_->Running()) break;
-  }
-  if (!up) {
-    c->DumpLogs();
-    return absl::UnavailableError("master did not come up");
-  }
-  for (int i = 0; i < o.nodes; ++i) {
-    absl::Status st = c->StartNode();
-    if (!st.ok()) return st;
-  }
-  absl::Status st = c->WaitForSegments(o.nodes);
+  absl::Status st = c->StartMaster();
+  if (!st.ok()) return st;
+  for (int i = 0; i < o.nodes && st.ok(); ++i) st = c->StartNode();
+  if (!st.ok()) return st;
+  st = c->WaitForSegments(o.nodes);
   if (!st.ok()) {
     c->DumpLogs();
     return st;
   }
   return c;
+}
+
+absl::Status Cluster::StartMaster() {
+  const Options& o = options_;
+  std::vector<std::string> argv = {BinDir() + "/granary_master",
+                                   absl::StrCat("--rpc_port=", rpc_port_),
+                                   absl::StrCat("--metrics_port=", http_port_),
+                                   "--metrics_host=127.0.0.1",
+                                   absl::StrCat("--client_ttl=", o.client_ttl_sec),
+                                   absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
+                                   absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
+  for (const auto& f : o.master_flags) argv.push_back(f);
+  auto m = Process::Start(argv, o.env, absl::StrCat(dir_, "/master", master_seq_++, ".log"));
+  if (!m.ok()) return m.status();
+  master_ = std::move(*m);
+  for (int i = 0; i < 200; ++i) {
+    if (HttpGet(http_port_, "/health").ok()) return absl::OkStatus();
+    if (!master_->Running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  DumpLogs();
+  return absl::UnavailableError("master did not come up");
+}
+
+absl::Status Cluster::RestartMaster() {
+  master_->Kill(SIGKILL);
+  master_->Wait();
+  return StartMaster();
 }
 
 Cluster::~Cluster() {

@@ -68,6 +68,8 @@ class Cluster {
   Process* master() { return master_.get(); }
   Process* node(int i) { return nodes_[i].get(); }
   int node_count() const { return static_cast<int>(nodes_.size()); }
+  // kill -9 of the master, then a new master on the same ports (no HA: empty metadata).
+  absl::Status RestartMaster();
   // Starts one more node (or restarts node i in place when i >= 0).
   absl::Status StartNode(int replace_index = -1);
   // Waits until the master reports this many mounted segments.
@@ -82,8 +84,10 @@ class Cluster {
   void DumpLogs() const;
 
  private:
+  absl::Status StartMaster();
   Options options_;
   std::string dir_;
+  int master_seq_ = 0;
   uint16_t rpc_port_ = 0, http_port_ = 0;
   std::unique_ptr<Process> master_;
   std::vector<std::unique_ptr<Process>> nodes_;

@@ -116,6 +116,11 @@ TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
     EXPECT_TRUE(buf == v);
     ASSERT_TRUE(c->UnregisterBuffer(buf.data()).ok());
   }
+  // The data endpoints' transport is counted: shared memory by default, tcp when forced.
+  std::string metrics = c->MetricsText();
+  EXPECT_NE(metrics.find(GetParam() == "tcp" ? "rma=\"tcp\"" : "rma=\"cma\""),
+            std::string::npos)
+      << metrics;
   // A buffer too small is refused without writing.
   std::string small(10, 'x');
   auto n = c->GetInto("value-1024", small.data(), small.size());

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Measures granary side by side with its reference tools, in one run, on loopback:
+#   - ucx_perftest ucp_get / ucp_put_bw at the same block sizes and UCX transports,
+#   - redis-server + redis-benchmark GET/SET with -d equal to the block size,
+#   - granary_bench get / put against a master and node started here.
+# Each figure is the median of RUNS runs. Prints a table with ratios, writes
+# bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
+# Usage: bench/compare.sh [--quick]   (env: RUNS, SIZES, DURATION, BUILD_DIR)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${RUNS:-3}"
+SIZES="${SIZES:-4096 65536 1048576}"
+DURATION="${DURATION:-2}"
+BATCH="${BATCH:-32}"
+if [[ "${1:-}" == "--quick" ]]; then RUNS=1; DURATION=1; fi
+BUILD_DIR="${BUILD_DIR:-build}"
+BIN="$BUILD_DIR/bin"
+OUT=bench/results
+mkdir -p "$OUT"
+RAW="$OUT/raw.jsonl"
+: >"$RAW"
+
+GRANARY_SETUP_BENCH=1 bash scripts/setup.sh
+GRANARY_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
+PY=/usr/bin/python3
+
+port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+record() {  # tool mode transport size gbps keys_per_s
+  printf '{"tool":"%s","mode":"%s","transport":"%s","block_size":%s,"gbps":%s,"keys_per_s":%s}\n' \
+    "$1" "$2" "$3" "$4" "$5" "$6" >>"$RAW"
+}
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# --- ucx_perftest: its "MB/s" is MiB/s; converted to 10^9 bytes per second.
+perftest() {  # transport test size
+  local tls="$1" test="$2" size="$3" p iters
+  p=$(port)
+  iters=$(( size >= 1048576 ? 2000 : (size >= 65536 ? 20000 : 100000) ))
+  [[ "$tls" == tcp ]] && iters=$(( iters / 10 ))
+  local env=()
+  [[ "$tls" == tcp ]] && env=(UCX_TLS=tcp)
+  env "${env[@]}" ucx_perftest -p "$p" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 0.5
+  local line
+  line=$(env "${env[@]}" timeout 120 ucx_perftest 127.0.0.1 -p "$p" -t "$test" -s "$size" -n "$iters" 2>/dev/null | grep Final: || true)
+  wait "$srv" 2>/dev/null || true
+  # Final: iters lat50 latavg latoverall bw_avg bw_overall rate_avg rate_overall
+  local mibs rate
+  mibs=$(awk '{print $7}' <<<"$line")
+  rate=$(awk '{print $9}' <<<"$line")
+  [[ -z "$mibs" ]] && { echo "ucx_perftest $test $size ($tls) failed" >&2; return; }
+  local mode=get; [[ "$test" == ucp_put_bw ]] && mode=put
+  record ucx_perftest "$mode" "$tls" "$size" "$($PY -c "print($mibs*1048576/1e9)")" "$rate"
+}
+
+# --- redis: GET/SET at -d size; 4 KiB also pipelined (-P BATCH) like granary's batch.
+redis_bench() {  # size
+  local size="$1" p n
+  p=$(port)
+  redis-server --port "$p" --save "" --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 &
+  local srv=$!
+  for _ in $(seq 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  n=$(( size >= 1048576 ? 3000 : (size >= 65536 ? 30000 : 300000) ))
+  local pipe=1; (( size <= 4096 )) && pipe="$BATCH"
+  local csv
+  csv=$(redis-benchmark -p "$p" -t set,get -d "$size" -n "$n" -c 2 -P "$pipe" --csv 2>/dev/null)
+  kill "$srv"; wait "$srv" 2>/dev/null || true
+  local set get
+  set=$(grep '^"SET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
+  get=$(grep '^"GET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
+  record redis put default "$size" "$($PY -c "print($set*$size/1e9)")" "$set"
+  record redis get default "$size" "$($PY -c "print($get*$size/1e9)")" "$get"
+}
+
+# --- granary: a master and a node on loopback with the given transport.
+granary_bench() {  # transport
+  local tls="$1" rpc http env=()
+  [[ "$tls" == tcp ]] && env=(UCX_TLS=tcp)
+  rpc=$(port); http=$(port)
+  env "${env[@]}" "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" \
+    --metrics_host=127.0.0.1 --log_level=warning >"$OUT/master.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/health" >/dev/null && break; sleep 0.1; done
+  env "${env[@]}" "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=2GB \
+    --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$http/api/v1/segments" | grep -q host0 && break; sleep 0.1
+  done
+  local sizes_csv
+  sizes_csv=$(tr ' ' ',' <<<"$SIZES")
+  for mode in get put; do
+    for r in $(seq "$RUNS"); do
+      env "${env[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$rpc" \
+        --block_size="$sizes_csv" --batch="$BATCH" --duration="$DURATION" \
+        --working_set=256MB --out="$OUT/g.json" >/dev/null
+      $PY - "$OUT/g.json" "$tls" >>"$RAW" <<'PYEOF'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print(json.dumps({"tool": "granary", "mode": r["mode"], "transport": sys.argv[2],
+                      "block_size": r["block_size"], "gbps": r["gbps"],
+                      "keys_per_s": r["keys_per_s"]}))
+PYEOF
+    done
+  done
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+}
+
+echo "== ucx_perftest"
+for tls in default tcp; do
+  for s in $SIZES; do
+    for r in $(seq "$RUNS"); do perftest "$tls" ucp_get "$s"; perftest "$tls" ucp_put_bw "$s"; done
+  done
+done
+echo "== redis"
+for s in $SIZES; do for r in $(seq "$RUNS"); do redis_bench "$s"; done; done
+echo "== granary"
+granary_bench default
+granary_bench tcp
+
+$PY bench/summarize.py "$RAW" "$OUT"
+if command -v gnuplot >/dev/null 2>&1; then
+  gnuplot "$OUT/bandwidth.gp" && echo "plot: $OUT/bandwidth.png"
+fi
+# The figures README shows are committed under docs/bench/.
+mkdir -p docs/bench
+cp "$OUT/compare.md" "$OUT/compare.json" docs/bench/
+[[ -f "$OUT/bandwidth.png" ]] && cp "$OUT/bandwidth.png" docs/bench/
+{ echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"; echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB";
+  echo "runs: $RUNS, duration: ${DURATION}s, batch: $BATCH"; ucx_info -v | head -1; redis-server --version; } >docs/bench/machine.txt

@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Medians of bench/compare.sh's raw records, ratios against the references, a Markdown table,
+JSON, and a gnuplot script for the bandwidth plot."""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+raw, out = sys.argv[1], sys.argv[2]
+runs = defaultdict(list)
+for line in open(raw):
+    r = json.loads(line)
+    runs[(r["tool"], r["mode"], r["transport"], r["block_size"])].append(r)
+med = {}
+for k, rs in runs.items():
+    med[k] = {"gbps": statistics.median(r["gbps"] for r in rs),
+              "keys_per_s": statistics.median(r["keys_per_s"] for r in rs), "runs": len(rs)}
+
+def size_name(b):
+    return f"{b // 1048576} MiB" if b >= 1048576 else f"{b // 1024} KiB"
+
+rows = []
+for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], kv[0][3], kv[0][1])):
+    if tool != "granary":
+        continue
+    for ref in ("ucx_perftest", "redis"):
+        # ucx_perftest moves bytes with no metadata at all: compare bandwidth only (>= 64 KiB).
+        if ref == "ucx_perftest" and size <= 4096:
+            continue
+        rtls = tls if ref == "ucx_perftest" else "default"
+        r = med.get((ref, mode, rtls, size))
+        if r is None:
+            continue
+        use_keys = size <= 4096
+        g = m["keys_per_s"] if use_keys else m["gbps"]
+        rv = r["keys_per_s"] if use_keys else r["gbps"]
+        rows.append({"mode": mode, "transport": tls, "block_size": size, "reference": ref,
+                     "unit": "keys/s" if use_keys else "GB/s", "granary": g, "ref": rv,
+                     "ratio": g / rv if rv else None, "runs": m["runs"]})
+
+with open(f"{out}/compare.json", "w") as f:
+    json.dump({"medians": [dict(zip(("tool", "mode", "transport", "block_size"), k), **v)
+                           for k, v in med.items()], "ratios": rows}, f, indent=2)
+lines = ["| mode | transport | block | unit | granary | reference | ref value | ratio |",
+         "|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    fmt = "{:,.0f}" if r["unit"] == "keys/s" else "{:.2f}"
+    lines.append(f"| {r['mode']} | {r['transport']} | {size_name(r['block_size'])} | {r['unit']} | "
+                 f"{fmt.format(r['granary'])} | {r['reference']} | {fmt.format(r['ref'])} | "
+                 f"{r['ratio']:.2f}x |")
+table = "\n".join(lines)
+open(f"{out}/compare.md", "w").write(table + "\n")
+print(table)
+
+# gnuplot: GB/s against block size, default transports.
+series = [("granary", "get", "default"), ("granary", "put", "default"),
+          ("ucx_perftest", "get", "default"), ("ucx_perftest", "put", "default"),
+          ("redis", "get", "default"), ("redis", "put", "default"),
+          ("granary", "get", "tcp"), ("ucx_perftest", "get", "tcp")]
+plots = []
+for tool, mode, tls in series:
+    pts = sorted((k[3], v["gbps"]) for k, v in med.items() if k[:3] == (tool, mode, tls))
+    if not pts:
+        continue
+    name = f"{out}/series_{tool}_{mode}_{tls}.dat"
+    with open(name, "w") as f:
+        for s, g in pts:
+            f.write(f"{s} {g}\n")
+    plots.append(f"'{name}' using 1:2 with linespoints title '{tool} {mode} ({tls})'")
+gp = f"""set terminal pngcairo size 1000,520
+set output '{out}/bandwidth.png'
+set logscale xy
+set xlabel 'block size (bytes)'
+set ylabel 'GB/s (10^9 B/s)'
+set key outside right
+set termoption noenhanced
+set grid
+set title 'granary vs references, loopback, median of runs'
+plot {', '.join(plots)}
+"""
+open(f"{out}/bandwidth.gp", "w").write(gp)

@@ -1,0 +1,119 @@
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "granary/client_options.h"
+
+namespace granary {
+namespace {
+
+class ClientOptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) unsetenv(v);
+    path_ = ::testing::TempDir() + "/client_" + std::to_string(getpid()) + ".json";
+  }
+  void TearDown() override {
+    for (const char* v : kVars) unsetenv(v);
+    std::remove(path_.c_str());
+  }
+  void Write(const std::string& text) { std::ofstream(path_) << text; }
+  static constexpr const char* kVars[] = {
+      "GRANARY_CONFIG_PATH", "GRANARY_MASTER", "GRANARY_TENANT_ID", "GRANARY_LOCAL_BUFFER_SIZE",
+      "GRANARY_REPLICA_NUM", "GRANARY_PROTOCOL", "GRANARY_RPC_TIMEOUT_MS"};
+  std::string path_;
+};
+
+TEST_F(ClientOptionsTest, DefaultsAreValid) {
+  ClientOptions o;
+  EXPECT_TRUE(o.Validate().ok());
+  EXPECT_EQ(o.tenant_id, "default");
+  EXPECT_EQ(o.replica_num, 1);
+}
+
+TEST_F(ClientOptionsTest, JsonFileWithUnitsLoads) {
+  Write(R"({"master_server_address": "10.0.0.1:50051", "tenant_id": "tenant-a",
+            "local_buffer_size": "16MB", "replica_num": 2, "protocol": "tcp",
+            "rpc_timeout_ms": 2500})");
+  auto o = ClientOptions::FromJsonFile(path_);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->master_server_address, "10.0.0.1:50051");
+  EXPECT_EQ(o->tenant_id, "tenant-a");
+  EXPECT_EQ(o->local_buffer_size, 16u << 20);
+  EXPECT_EQ(o->replica_num, 2);
+  EXPECT_EQ(o->protocol, "tcp");
+  EXPECT_EQ(o->rpc_timeout_ms, 2500);
+  EXPECT_TRUE(o->unknown_keys.empty());
+}
+
+TEST_F(ClientOptionsTest, MooncakeStyleFileLoadsAndUnknownKeysAreReported) {
+  Write(R"({"local_hostname": "node1", "metadata_server": "etcd://x:2379",
+            "global_segment_size": "4GB", "local_buffer_size": 1073741824,
+            "protocol": "rdma", "device_name": "mlx5_0",
+            "master_server_address": "127.0.0.1:50051"})");
+  auto o = ClientOptions::FromJsonFile(path_);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->local_hostname, "node1");
+  EXPECT_EQ(o->device_name, "mlx5_0");
+  EXPECT_EQ(o->local_buffer_size, 1u << 30);
+  ASSERT_EQ(o->unknown_keys.size(), 2u);
+  EXPECT_EQ(o->unknown_keys[0], "global_segment_size");
+  EXPECT_EQ(o->unknown_keys[1], "metadata_server");
+}
+
+TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
+  struct Case {
+    const char* json;
+    const char* needle;
+  } cases[] = {
+      {R"({"local_buffer_size": "12XB"})", "12XB"},
+      {R"({"replica_num": 0})", "replica_num 0"},
+      {R"({"replica_num": "two"})", "replica_num"},
+      {R"({"master_server_address": "nohost"})", "'nohost'"},
+      {R"({"protocol": "carrier-pigeon"})", "carrier-pigeon"},
+      {R"({"tenant_id": 7})", "tenant_id"},
+      {R"({"rpc_timeout_ms": -1})", "rpc_timeout_ms -1"},
+      {R"([1, 2])", "not an object"},
+      {R"({"tenant_id": )", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    Write(c.json);
+    auto o = ClientOptions::FromJsonFile(path_);
+    ASSERT_FALSE(o.ok()) << c.json;
+    EXPECT_NE(o.status().message().find(c.needle), absl::string_view::npos)
+        << c.json << " -> " << o.status();
+  }
+  EXPECT_EQ(ClientOptions::FromJsonFile("/nonexistent/x.json").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientOptionsTest, EnvironmentFillsOptionsWhenNoFileIsNamed) {
+  setenv("GRANARY_MASTER", "127.0.0.1:6000", 1);
+  setenv("GRANARY_TENANT_ID", "tenant-b", 1);
+  setenv("GRANARY_LOCAL_BUFFER_SIZE", "2GB", 1);
+  setenv("GRANARY_REPLICA_NUM", "3", 1);
+  auto o = ClientOptions::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->master_server_address, "127.0.0.1:6000");
+  EXPECT_EQ(o->tenant_id, "tenant-b");
+  EXPECT_EQ(o->local_buffer_size, 2ull << 30);
+  EXPECT_EQ(o->replica_num, 3);
+  setenv("GRANARY_REPLICA_NUM", "lots", 1);
+  auto bad = ClientOptions::FromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("GRANARY_REPLICA_NUM='lots'"), absl::string_view::npos);
+}
+
+TEST_F(ClientOptionsTest, ConfigPathWinsOverVariables) {
+  Write(R"({"tenant_id": "from-file"})");
+  setenv("GRANARY_CONFIG_PATH", path_.c_str(), 1);
+  setenv("GRANARY_TENANT_ID", "from-env", 1);
+  auto o = ClientOptions::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->tenant_id, "from-file");
+}
+
+}  // namespace
+}  // namespace granary

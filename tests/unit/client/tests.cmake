@@ -1,0 +1,2 @@
+granary_test(NAME client_options_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_options_test.cc LIBS granary::client)
