@@ -88,6 +88,12 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::Master() {
     return rep.status();
   }
   heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
+  if (master_id_ != rep->master_id) {
+    // A different master (a restart or failover): segment descriptors may have changed.
+    master_id_ = rep->master_id;
+    absl::MutexLock seg_lock(&seg_mu_);
+    segments_.clear();
+  }
   master_ = m;
   return m;
 }

@@ -89,6 +89,7 @@ class ClientImpl : public Client {
   absl::Mutex master_mu_;
   std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(master_mu_);
   uint32_t heartbeat_ms_ ABSL_GUARDED_BY(master_mu_) = 1000;
+  std::string master_id_ ABSL_GUARDED_BY(master_mu_);
 
   absl::Mutex seg_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_

@@ -2,40 +2,156 @@
 
 #include <httplib.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "master/master_service.h"
+#include "master/tenant/tenant_manager.h"
 
 namespace granary::master {
 
 namespace {
-void SendJson(httplib::Response& res, int status, const nlohmann::json& j) {
+
+using nlohmann::json;
+
+void SendJson(httplib::Response& res, int status, const json& j) {
   res.status = status;
   res.set_content(j.dump(), "application/json");
 }
+
+void SendError(httplib::Response& res, int status, const std::string& code,
+               const std::string& message) {
+  SendJson(res, status,
+           {{"success", false}, {"error", {{"code", code}, {"message", message}}}});
+}
+
+// Maps a Status to the API's HTTP status and error code. A message that starts with an
+// upper-case error name ("TENANT_NOT_EMPTY: ...") gives the code.
+void SendStatus(httplib::Response& res, const absl::Status& st) {
+  std::string msg(st.message());
+  std::string code;
+  size_t colon = msg.find(": ");
+  if (colon != std::string::npos && colon > 0) {
+    bool name = true;
+    for (char c : msg.substr(0, colon)) name &= absl::ascii_isupper(c) || c == '_';
+    if (name) code = msg.substr(0, colon);
+  }
+  int http = 500;
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument: http = 400; break;
+    case absl::StatusCode::kNotFound: http = 404; break;
+    case absl::StatusCode::kFailedPrecondition: http = 409; break;
+    case absl::StatusCode::kUnavailable: http = 503; break;
+    case absl::StatusCode::kUnauthenticated: http = 401; break;
+    default: break;
+  }
+  if (code.empty()) code = absl::StatusCodeToString(st.code());
+  SendError(res, http, code, msg);
+}
+
+json Snapshot(const tenant::TenantSnapshot& s) {
+  json j = {{"tenant_id", s.tenant_id},
+            {"requested_quota_bytes", s.requested_quota_bytes},
+            {"effective_quota_bytes", s.effective_quota_bytes},
+            {"charged_bytes", s.charged_bytes},
+            {"inflight_bytes", s.inflight_bytes},
+            {"entries", s.entries},
+            {"admission_closed", s.admission_closed},
+            {"over_quota", s.over_quota},
+            {"has_explicit_policy", s.has_explicit_policy}};
+  j["max_entries"] = s.max_entries.has_value() ? json(*s.max_entries) : json(nullptr);
+  return j;
+}
+
+// Reads {"requested_quota_bytes": N, "max_entries": M?}; names the bad field.
+absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
+                            std::optional<uint64_t>* max_entries) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("body is not JSON: ", e.what()));
+  }
+  if (!j.is_object()) return absl::InvalidArgumentError("body must be a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() != "requested_quota_bytes" && it.key() != "max_entries") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown field '", it.key(),
+                                                     "' (expected requested_quota_bytes, "
+                                                     "max_entries)"));
+    }
+  }
+  auto positive = [](const json& v, const char* name, uint64_t* out) -> absl::Status {
+    if (!v.is_number_integer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be an integer, got ", v.dump()));
+    }
+    if (v.is_number_unsigned()) {
+      uint64_t u = v.get<uint64_t>();
+      if (u == 0 || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " ", u, " is outside 1..2^63-1"));
+      }
+      *out = u;
+      return absl::OkStatus();
+    }
+    int64_t i = v.get<int64_t>();
+    if (i <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " ", i, " must be >= 1"));
+    *out = static_cast<uint64_t>(i);
+    return absl::OkStatus();
+  };
+  if (!j.contains("requested_quota_bytes")) {
+    return absl::InvalidArgumentError("requested_quota_bytes is required");
+  }
+  if (absl::Status st = positive(j["requested_quota_bytes"], "requested_quota_bytes", quota);
+      !st.ok()) {
+    return st;
+  }
+  if (j.contains("max_entries") && !j["max_entries"].is_null()) {
+    uint64_t m = 0;
+    if (absl::Status st = positive(j["max_entries"], "max_entries", &m); !st.ok()) return st;
+    *max_entries = m;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(const std::string& host,
-                                                             uint16_t port, MasterService* service,
-                                                             MetricsRegistry* metrics) {
+absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
+    const std::string& host, uint16_t port, MasterService* service,
+    tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active) {
   std::unique_ptr<AdminHttp> h(new AdminHttp());
   httplib::Server& s = h->http_.server();
-  s.Get("/health", [service](const httplib::Request&, httplib::Response& res) {
+  s.Get("/health", [=](const httplib::Request&, httplib::Response& res) {
     auto st = service->GetStats();
-    SendJson(res, 200,
-             {{"status", "ok"}, {"role", "active"}, {"segments", st.segments},
-              {"objects", st.objects}});
+    absl::Status store = tenants->store_status();
+    json j = {{"status", store.ok() ? "ok" : "degraded"},
+              {"role", is_active() ? "active" : "standby"},
+              {"segments", st.segments},
+              {"objects", st.objects},
+              {"multi_tenant", tenants->enabled()},
+              {"policy_store", tenants->store_description()},
+              {"policy_store_ok", store.ok()}};
+    if (!store.ok()) j["policy_store_error"] = std::string(store.message());
+    SendJson(res, 200, j);
   });
-  s.Get("/role", [](const httplib::Request&, httplib::Response& res) {
-    SendJson(res, 200, {{"role", "active"}});
+  s.Get("/role", [=](const httplib::Request&, httplib::Response& res) {
+    SendJson(res, 200, {{"role", is_active() ? "active" : "standby"}});
   });
-  s.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics->Render(), "text/plain; version=0.0.4");
+  s.Get("/metrics", [=](const httplib::Request&, httplib::Response& res) {
+    std::string text = metrics->Render();
+    absl::Status store = tenants->store_status();
+    absl::StrAppend(&text,
+                    "# HELP granary_tenant_policy_store_up 1 when the quota policy store was "
+                    "readable at the last attempt\n# TYPE granary_tenant_policy_store_up gauge\n"
+                    "granary_tenant_policy_store_up ",
+                    store.ok() ? 1 : 0, "\n");
+    res.set_content(text, "text/plain; version=0.0.4");
   });
-  s.Get("/api/v1/segments", [service](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json arr = nlohmann::json::array();
+  s.Get("/api/v1/segments", [=](const httplib::Request&, httplib::Response& res) {
+    json arr = json::array();
     for (const auto& seg : service->ListSegments()) {
       arr.push_back({{"segment_id", seg.segment_id},
                      {"name", seg.name},
@@ -48,6 +164,74 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(const std::string& 
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}});
   });
+
+  // Tenant quota API. Every call needs the active master and multi-tenant mode.
+  auto guard = [=](const httplib::Request& req, httplib::Response& res, bool needs_id,
+                   std::string* id) -> bool {
+    if (!is_active()) {
+      SendError(res, 503, "NOT_ACTIVE", "this master is a standby; ask the active master");
+      return false;
+    }
+    if (!tenants->enabled()) {
+      SendError(res, 409, "UNAVAILABLE_IN_CURRENT_MODE",
+                "multi-tenant quota is off (start the master with --enable_multi_tenants)");
+      return false;
+    }
+    if (req.has_param("tenant_id")) {
+      *id = req.get_param_value("tenant_id");
+      absl::Status st = tenant::ValidateTenantId(*id);
+      if (!st.ok()) {
+        SendError(res, 400, "INVALID_TENANT_ID", std::string(st.message()));
+        return false;
+      }
+    } else if (needs_id) {
+      SendError(res, 400, "INVALID_ARGUMENT", "the tenant_id query parameter is required");
+      return false;
+    }
+    return true;
+  };
+  s.Get("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
+    std::string id;
+    if (!guard(req, res, false, &id)) return;
+    tenant::QuotaLedger* ledger = service->ledger();
+    if (!req.has_param("tenant_id")) {
+      json arr = json::array();
+      for (const auto& snap : ledger->SnapshotAll()) arr.push_back(Snapshot(snap));
+      SendJson(res, 200, {{"success", true}, {"data", arr}});
+      return;
+    }
+    auto snap = ledger->Snapshot(id);
+    if (!snap.has_value()) {
+      SendError(res, 404, "TENANT_NOT_FOUND", absl::StrCat("tenant '", id, "' is not known"));
+      return;
+    }
+    SendJson(res, 200, {{"success", true}, {"data", Snapshot(*snap)}});
+  });
+  s.Put("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
+    std::string id;
+    if (!guard(req, res, true, &id)) return;
+    uint64_t quota = 0;
+    std::optional<uint64_t> max_entries;
+    absl::Status st = ParseQuotaBody(req.body, &quota, &max_entries);
+    if (st.ok()) st = tenants->Upsert(id, quota, max_entries);
+    if (!st.ok()) {
+      SendStatus(res, st);
+      return;
+    }
+    auto snap = service->ledger()->Snapshot(id);
+    SendJson(res, 200, {{"success", true}, {"data", snap ? Snapshot(*snap) : json(nullptr)}});
+  });
+  s.Delete("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
+    std::string id;
+    if (!guard(req, res, true, &id)) return;
+    absl::Status st = tenants->Delete(id);
+    if (!st.ok()) {
+      SendStatus(res, st);
+      return;
+    }
+    SendJson(res, 200, {{"success", true}, {"data", {{"tenant_id", id}, {"deleted", true}}}});
+  });
+
   absl::Status st = h->http_.Start(host, port);
   if (!st.ok()) return st;
   return h;

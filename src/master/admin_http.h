@@ -1,8 +1,8 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
@@ -11,14 +11,21 @@
 namespace granary::master {
 
 class MasterService;
+namespace tenant {
+class TenantManager;
+}
 
-// The master's HTTP side on --metrics_host:--metrics_port: /health, /metrics (Prometheus text),
-// /api/v1/segments. Runs cpp-httplib's own thread pool; handlers only read thread-safe state.
+// The master's HTTP side on --metrics_host:--metrics_port: /health, /role, /metrics
+// (Prometheus text), /api/v1/segments, and the tenant quota API (DESIGN section 5):
+//   GET/PUT/DELETE /api/v1/tenant_quotas[?tenant_id=...]
+// Runs on cpp-httplib's threads; handlers only call thread-safe objects. is_active() is the
+// role seam: a standby answers the endpoints that need the active master with 503.
 class AdminHttp {
  public:
-  static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(const std::string& host, uint16_t port,
-                                                           MasterService* service,
-                                                           MetricsRegistry* metrics);
+  static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
+      const std::string& host, uint16_t port, MasterService* service,
+      tenant::TenantManager* tenants, MetricsRegistry* metrics,
+      std::function<bool()> is_active);
   uint16_t port() const { return http_.port(); }
 
  private:

@@ -18,6 +18,10 @@ DEFINE_double(put_start_timeout_sec, 30,
 DEFINE_uint64(default_kv_lease_ttl, 5000, "Read lease granted by Get, in milliseconds");
 DEFINE_double(eviction_high_watermark_ratio, 0.9, "Evict when used/capacity exceeds this");
 DEFINE_double(eviction_ratio, 0.05, "Fraction of capacity one eviction round frees");
+DEFINE_bool(enable_multi_tenants, false, "Enforce per-tenant byte quota at allocation time");
+DEFINE_string(tenant_quota_connector_type, "file", "Where the quota policy lives: file or etcd");
+DEFINE_string(tenant_quota_connector_uri, "",
+              "Policy file path (file) or etcd endpoints host:port[,host:port] (etcd)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 int main(int argc, char** argv) {
@@ -45,12 +49,16 @@ int main(int argc, char** argv) {
   o.kv_lease_ttl_ms = static_cast<int64_t>(FLAGS_default_kv_lease_ttl);
   o.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
   o.eviction_ratio = FLAGS_eviction_ratio;
+  o.enable_multi_tenants = FLAGS_enable_multi_tenants;
+  o.tenant_quota_connector_type = FLAGS_tenant_quota_connector_type;
+  o.tenant_quota_connector_uri = FLAGS_tenant_quota_connector_uri;
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   auto server = granary::master::MasterServer::Create(o);
@@ -59,10 +67,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::thread([&set, s = server->get()] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    LOG_INFO << "signal " << sig << ": shutting down";
-    s->Shutdown();
+    while (true) {
+      int sig = 0;
+      sigwait(&set, &sig);
+      if (sig == SIGHUP) {
+        absl::Status st = s->ReloadPolicy();
+        LOG_INFO << "SIGHUP: tenant quota policy reload: " << (st.ok() ? "OK" : st.ToString());
+        continue;
+      }
+      LOG_INFO << "signal " << sig << ": shutting down";
+      s->Shutdown();
+      return;
+    }
   }).detach();
   (*server)->Wait();
   server->reset();

@@ -19,6 +19,14 @@ absl::Status MasterOptions::Validate() const {
     return bad("--eviction_ratio must be in (0, 1], got ", eviction_ratio);
   }
   if (cluster_id.empty()) return bad("--cluster_id must not be empty");
+  if (tenant_quota_connector_type != "file" && tenant_quota_connector_type != "etcd") {
+    return bad("--tenant_quota_connector_type '", tenant_quota_connector_type,
+               "' is not one of file, etcd");
+  }
+  if (enable_multi_tenants && tenant_quota_connector_uri.empty()) {
+    return bad("--enable_multi_tenants needs --tenant_quota_connector_uri (a policy file path, or "
+               "etcd host:port)");
+  }
   if (tick_ms <= 0) return bad("tick must be positive, got ", tick_ms);
   return absl::OkStatus();
 }

@@ -14,6 +14,10 @@ struct MasterOptions {
   uint16_t metrics_port = 9003;         // HTTP: /metrics, /health, /api/v1/... (0 = any)
   std::string metrics_host = "0.0.0.0";  // HTTP bind address
   std::string cluster_id = "granary_cluster";
+  // Quota admission (strict mode): every write needs a tenant with a policy entry.
+  bool enable_multi_tenants = false;
+  std::string tenant_quota_connector_type = "file";  // file | etcd
+  std::string tenant_quota_connector_uri;            // file path, or etcd host:port[,...]
   int64_t client_ttl_ms = 10'000;        // a session silent this long is dead
   int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
   int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get

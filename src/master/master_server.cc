@@ -20,6 +20,11 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->options_ = options;
   s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
+  MasterService* svc = s->service_.get();
+  auto tenants = tenant::TenantManager::Create(options, svc->ledger(),
+                                               [svc] { return svc->capacity(); });
+  if (!tenants.ok()) return tenants.status();
+  s->tenants_ = std::move(*tenants);
   s->bad_requests_ = s->metrics_.Counter("granary_master_bad_requests_total",
                                          "Requests refused as malformed or unknown");
   auto ctx = transport::Context::Create("granary_master");
@@ -38,7 +43,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   if (!rpc.ok()) return rpc.status();
   s->rpc_ = std::move(*rpc);
   auto http = AdminHttp::Create(options.metrics_host, options.metrics_port, s->service_.get(),
-                                &s->metrics_);
+                                s->tenants_.get(), &s->metrics_,
+                                [raw] { return raw->active_.load(); });
   if (!http.ok()) return http.status();
   s->http_ = std::move(*http);
   s->ticker_ = std::thread([raw] { raw->TickLoop(); });
@@ -52,6 +58,7 @@ MasterServer::~MasterServer() {
   if (ticker_.joinable()) ticker_.join();
   http_.reset();
   rpc_.reset();
+  tenants_.reset();
   worker_.reset();
   ctx_.reset();
 }

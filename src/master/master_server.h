@@ -10,6 +10,7 @@
 #include "master/admin_http.h"
 #include "master/master_options.h"
 #include "master/master_service.h"
+#include "master/tenant/tenant_manager.h"
 #include "transport/context.h"
 #include "transport/rpc_server.h"
 #include "transport/worker.h"
@@ -28,6 +29,9 @@ class MasterServer {
   uint16_t http_port() const { return http_->port(); }
   MasterService* service() { return service_.get(); }
   void Shutdown();
+  // Re-reads the tenant quota policy (SIGHUP). The running policy stays if the new one is bad.
+  absl::Status ReloadPolicy() { return tenants_->Reload(); }
+  tenant::TenantManager* tenants() { return tenants_.get(); }
   void Wait() { stopped_.WaitForNotification(); }
 
  private:
@@ -39,6 +43,8 @@ class MasterServer {
   MasterOptions options_;
   MetricsRegistry metrics_;
   std::unique_ptr<MasterService> service_;
+  std::unique_ptr<tenant::TenantManager> tenants_;
+  std::atomic<bool> active_{true};  // role seam: false on a standby once HA lands
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> rpc_;

@@ -18,31 +18,22 @@ using proto::WireStatus;
 WireStatus Ok() { return WireStatus{}; }
 WireStatus Err(const absl::Status& s) { return WireStatus::From(s); }
 
-// Tenant-id rules, the same at every entry point.
-absl::Status CheckTenantId(const std::string& t) {
-  if (t.empty()) return absl::InvalidArgumentError("tenant_id must not be empty");
-  if (t.size() > proto::kMaxTenantIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tenant_id is ", t.size(),
-                                                   " bytes; the limit is ",
-                                                   proto::kMaxTenantIdBytes));
-  }
-  if (t[0] == '_') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tenant_id '", t, "' starts with '_', which is reserved for the master"));
-  }
-  for (unsigned char ch : t) {
-    if (ch < 0x20 || ch == 0x7f) {
-      return absl::InvalidArgumentError("tenant_id contains a NUL or control character");
-    }
-  }
-  return absl::OkStatus();
-}
+// Binds `tenant` to the session's tenant, or answers the request with the session error.
+#define GRANARY_REQUIRE_TENANT(rep, sid)           \
+  auto tenant_or = TenantOf(sid);                  \
+  if (!tenant_or.ok()) {                           \
+    (rep).status = Err(tenant_or.status());        \
+    return rep;                                    \
+  }                                                \
+  const std::string& tenant = *tenant_or
+
 }  // namespace
 
 MasterService::MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics)
     : options_(options),
       clock_(clock),
       metrics_(metrics),
+      ledger_(options.enable_multi_tenants),
       deadlines_(options.tick_ms),
       master_id_(RandomId()) {
   // Generations are unique across master restarts: wall-clock milliseconds in the high bits.
@@ -50,10 +41,6 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
   next_generation_.store(wall_ms << 20);
-  // Start the deadline wheel now. Until its first Advance it has no notion of "now", and that
-  // first Advance visits only the current tick's bucket: a PutStart made before the first Tick
-  // whose deadline passed by the time of that Tick would be missed for a whole lap of the wheel.
-  deadlines_.Advance(clock_->NowMs());
   auto counter = [&](const char* name, const char* help, MetricLabels labels = {}) {
     return metrics_->Counter(name, help, labels);
   };
@@ -84,6 +71,31 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
     w.Gauge("granary_master_used_bytes", "Allocated segment bytes", {{"tier", "host"}}, s.used);
     w.Gauge("granary_master_segments", "Mounted segments", {}, s.segments);
     w.Gauge("granary_master_sessions", "Live sessions", {}, s.sessions);
+    w.Gauge("granary_tenant_capacity_bytes", "Allocatable capacity quotas are scaled against", {},
+            static_cast<double>(ledger_.capacity()));
+    w.Gauge("granary_tenant_quota_requested_sum_bytes", "Sum of requested tenant quotas", {},
+            static_cast<double>(ledger_.requested_sum()));
+    for (const auto& t : ledger_.SnapshotAll()) {
+      MetricLabels l = {{"tenant_id", t.tenant_id}};
+      w.Gauge("granary_tenant_quota_requested_bytes", "Requested byte quota", l,
+              t.requested_quota_bytes);
+      w.Gauge("granary_tenant_quota_effective_bytes", "Effective byte quota (scaled to capacity)",
+              l, t.effective_quota_bytes);
+      w.Gauge("granary_tenant_quota_charged_bytes", "Committed plus in-flight bytes", l,
+              t.charged_bytes);
+      w.Gauge("granary_tenant_quota_inflight_bytes", "Bytes charged for puts in progress", l,
+              t.inflight_bytes);
+      w.Gauge("granary_tenant_entries", "Committed objects", l, t.entries);
+      w.Gauge("granary_tenant_admission_closed", "1 when the tenant may not write", l,
+              t.admission_closed ? 1 : 0);
+      w.Gauge("granary_tenant_over_quota", "1 when charged exceeds the effective quota", l,
+              t.over_quota ? 1 : 0);
+      const char* help = "Writes refused, by reason";
+      w.Counter("granary_tenant_quota_reject_total", help,
+                {{"tenant_id", t.tenant_id}, {"reason", "quota_exceeded"}}, t.rejects_quota);
+      w.Counter("granary_tenant_quota_reject_total", help,
+                {{"tenant_id", t.tenant_id}, {"reason", "admission_closed"}}, t.rejects_closed);
+    }
     w.Gauge("granary_master_allocator_fragmentation",
             "Mean over segments of 1 - largest free block / free bytes", {},
             segments_.MeanFragmentation());
@@ -139,7 +151,7 @@ proto::HelloReply MasterService::Hello(SessionId sid, const proto::HelloRequest&
     return rep;
   }
   if (req.role == proto::Role::kClient) {
-    absl::Status st = CheckTenantId(req.tenant_id);
+    absl::Status st = tenant::ValidateTenantId(req.tenant_id);
     if (!st.ok()) {
       rep.status = Err(st);
       return rep;
@@ -199,6 +211,7 @@ void MasterService::SessionClosed(SessionId sid) {
       sh.objects.erase(it);
     }
     segments_.Free(freed);
+    ledger_.Refund(TenantOfKey(k), PlacedBytes(freed));
     c_.put_revoke->Inc();
   }
   if (!s.in_flight.empty()) {
@@ -212,31 +225,6 @@ void MasterService::SessionClosed(SessionId sid) {
                << " segment(s)";
       DropSegments(ids);
     }
-  }
-}
-
-void MasterService::DropSegments(const std::vector<uint64_t>& ids) {
-  absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
-  for (uint64_t id : ids) segments_.Unmount(id);
-  uint64_t lost = 0;
-  for (Shard& sh : shards_) {
-    absl::MutexLock lock(&sh.mu);
-    for (auto it = sh.objects.begin(); it != sh.objects.end();) {
-      Placements& r = it->second.replicas;
-      auto end = std::remove_if(r.begin(), r.end(),
-                                [&](const Placement& p) { return gone.contains(p.segment_id); });
-      r.erase(end, r.end());
-      if (r.empty()) {
-        ++lost;
-        sh.objects.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  if (lost > 0) {
-    c_.lost->Inc(lost);
-    LOG_WARN << lost << " object(s) lost with their only replica(s)";
   }
 }
 
@@ -258,6 +246,7 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     return rep;
   }
   rep.segment_id = *id;
+  ledger_.SetCapacity(segments_.totals().capacity);
   LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id
            << " at " << req.node_address << ": " << FormatSize(req.size);
   return rep;
@@ -310,11 +299,7 @@ absl::StatusOr<Placements> MasterService::AllocateWithEviction(uint64_t bytes, i
 
 proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStartRequest& req) {
   proto::PutStartReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   if (req.replica_num < 1 || req.replica_num > proto::kMaxReplicaNum) {
     rep.status = Err(absl::InvalidArgumentError(absl::StrCat(
         "replica_num ", req.replica_num, " is outside 1..", proto::kMaxReplicaNum)));
@@ -337,7 +322,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
       res.status = Err(st);
       continue;
     }
-    std::string tk = TableKey(*tenant, e.key);
+    std::string tk = TableKey(tenant, e.key);
     Shard& sh = ShardOf(tk);
     {
       absl::MutexLock lock(&sh.mu);
@@ -350,12 +335,21 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
         continue;
       }
     }
+    // Admission: charge the bytes this put will really hold before allocating them.
+    const uint64_t charge = AllocBytes(e.size) * req.replica_num;
+    st = ChargeWithTenantEviction(tenant, charge);
+    if (!st.ok()) {
+      res.status = Err(st);
+      continue;
+    }
     auto placed = AllocateWithEviction(proto::kAllocHeaderSize + e.size, req.replica_num);
     if (!placed.ok()) {
+      ledger_.Refund(tenant, charge);
       c_.alloc_failures->Inc();
       res.status = Err(placed.status());
       continue;
     }
+    GRANARY_CHECK(PlacedBytes(*placed) == charge) << "allocator and charge disagree";
     uint64_t gen = next_generation_.fetch_add(1);
     bool inserted = false;
     {
@@ -374,6 +368,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
     }
     if (!inserted) {  // lost a race with another writer of the same key
       segments_.Free(*placed);
+      ledger_.Refund(tenant, charge);
       res.status = Err(absl::AlreadyExistsError(absl::StrCat("key '", e.key, "' has a put in progress")));
       continue;
     }
@@ -411,17 +406,13 @@ void MasterService::ForgetInFlight(SessionId sid, const std::string& table_key) 
 
 proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGenRequest& req) {
   proto::BatchStatusReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.entries.size());
   const int64_t now = clock_->NowMs();
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     c_.put_end->Inc();
-    std::string tk = TableKey(*tenant, e.key);
+    std::string tk = TableKey(tenant, e.key);
     Shard& sh = ShardOf(tk);
     absl::Status st;
     SessionId writer = 0;
@@ -437,6 +428,8 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
         it->second.state = ObjectState::kComplete;
         it->second.last_access_ms = now;
         writer = it->second.writer;
+        // Commit what is still placed (a replica lost meanwhile was refunded already).
+        ledger_.Commit(tenant, PlacedBytes(it->second.replicas));
       }
     }
     if (writer != 0) ForgetInFlight(writer, tk);
@@ -461,6 +454,7 @@ bool MasterService::AbortPut(const std::string& tk, uint64_t generation, const c
     sh.objects.erase(it);
   }
   segments_.Free(freed);
+  ledger_.Refund(TenantOfKey(tk), PlacedBytes(freed));
   ForgetInFlight(writer, tk);
   LOG_DEBUG << "put aborted (" << why << "), generation " << generation;
   return true;
@@ -468,16 +462,12 @@ bool MasterService::AbortPut(const std::string& tk, uint64_t generation, const c
 
 proto::BatchStatusReply MasterService::PutRevoke(SessionId sid, const proto::KeyGenRequest& req) {
   proto::BatchStatusReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.entries.size());
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     c_.put_revoke->Inc();
-    if (!AbortPut(TableKey(*tenant, e.key), e.generation, "revoked")) {
+    if (!AbortPut(TableKey(tenant, e.key), e.generation, "revoked")) {
       rep.results[i] = Err(absl::NotFoundError(absl::StrCat(
           "no put of key '", e.key, "' generation ", e.generation, " is in progress")));
     }
@@ -487,18 +477,14 @@ proto::BatchStatusReply MasterService::PutRevoke(SessionId sid, const proto::Key
 
 proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req) {
   proto::GetReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.keys.size());
   for (size_t i = 0; i < req.keys.size(); ++i) {
     const std::string& key = req.keys[i];
     auto& res = rep.results[i];
     c_.get->Inc();
-    std::string tk = TableKey(*tenant, key);
+    std::string tk = TableKey(tenant, key);
     Shard& sh = ShardOf(tk);
     Placements ps;
     {
@@ -528,15 +514,11 @@ proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req)
 
 proto::BatchStatusReply MasterService::GetEnd(SessionId sid, const proto::KeyGenRequest& req) {
   proto::BatchStatusReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.entries.size());
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
-    std::string tk = TableKey(*tenant, e.key);
+    std::string tk = TableKey(tenant, e.key);
     Shard& sh = ShardOf(tk);
     absl::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
@@ -553,14 +535,10 @@ proto::BatchStatusReply MasterService::GetEnd(SessionId sid, const proto::KeyGen
 
 proto::BatchStatusReply MasterService::Exist(SessionId sid, const proto::KeysRequest& req) {
   proto::BatchStatusReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.keys.size());
   for (size_t i = 0; i < req.keys.size(); ++i) {
-    std::string tk = TableKey(*tenant, req.keys[i]);
+    std::string tk = TableKey(tenant, req.keys[i]);
     Shard& sh = ShardOf(tk);
     absl::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
@@ -573,17 +551,13 @@ proto::BatchStatusReply MasterService::Exist(SessionId sid, const proto::KeysReq
 
 proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRequest& req) {
   proto::BatchStatusReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.keys.size());
   for (size_t i = 0; i < req.keys.size(); ++i) {
     const std::string& key = req.keys[i];
     c_.remove->Inc();
-    std::string tk = TableKey(*tenant, key);
+    std::string tk = TableKey(tenant, key);
     Shard& sh = ShardOf(tk);
     Placements freed;
     absl::Status st;
@@ -604,7 +578,10 @@ proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRe
         sh.objects.erase(it);
       }
     }
-    segments_.Free(freed);
+    if (st.ok()) {
+      segments_.Free(freed);
+      ledger_.Release(tenant, PlacedBytes(freed));
+    }
     rep.results[i] = st.ok() ? Ok() : Err(st);
   }
   return rep;
@@ -612,14 +589,10 @@ proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRe
 
 proto::ListReply MasterService::List(SessionId sid, const proto::ListRequest& req) {
   proto::ListReply rep;
-  auto tenant = TenantOf(sid);
-  if (!tenant.ok()) {
-    rep.status = Err(tenant.status());
-    return rep;
-  }
+  GRANARY_REQUIRE_TENANT(rep, sid);
   const int64_t now = clock_->NowMs();
-  std::string lo = TableKey(*tenant, req.prefix);
-  std::string after = TableKey(*tenant, req.start_after);
+  std::string lo = TableKey(tenant, req.prefix);
+  std::string after = TableKey(tenant, req.start_after);
   std::vector<std::pair<std::string, proto::ObjectInfo>> found;
   for (Shard& sh : shards_) {
     absl::MutexLock lock(&sh.mu);
@@ -627,7 +600,7 @@ proto::ListReply MasterService::List(SessionId sid, const proto::ListRequest& re
       if (!absl::StartsWith(tk, lo)) continue;
       if (!req.start_after.empty() && tk <= after) continue;
       proto::ObjectInfo info;
-      info.key = tk.substr(tenant->size() + 1);
+      info.key = tk.substr(tenant.size() + 1);
       info.size = o.size;
       info.generation = o.generation;
       info.state = static_cast<uint8_t>(o.state);
@@ -659,106 +632,6 @@ proto::SegmentsReply MasterService::Segments(SessionId sid) {
   }
   rep.segments = segments_.List();
   return rep;
-}
-
-uint64_t MasterService::Evict(uint64_t bytes, const char* reason) {
-  absl::MutexLock evict_lock(&evict_mu_);
-  const int64_t now = clock_->NowMs();
-  // Approximate LRU: gather every evictable object's last access, then take the oldest until
-  // `bytes` are covered. O(objects) per round; a round frees eviction_ratio of capacity, so
-  // rounds are rare.
-  struct Candidate {
-    int64_t last_access;
-    uint64_t bytes;
-    uint32_t shard;
-    std::string key;
-  };
-  std::vector<Candidate> cands;
-  for (uint32_t s = 0; s < kShards; ++s) {
-    absl::MutexLock lock(&shards_[s].mu);
-    for (const auto& [tk, o] : shards_[s].objects) {
-      if (o.state != ObjectState::kComplete) continue;
-      if (o.lease_count > 0 && o.lease_until_ms > now) continue;
-      uint64_t b = 0;
-      for (const auto& p : o.replicas) b += p.size;
-      cands.push_back(Candidate{o.last_access_ms, b, s, tk});
-    }
-  }
-  std::sort(cands.begin(), cands.end(),
-            [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
-  uint64_t freed = 0, count = 0;
-  for (const Candidate& c : cands) {
-    if (freed >= bytes) break;
-    Placements ps;
-    {
-      Shard& sh = shards_[c.shard];
-      absl::MutexLock lock(&sh.mu);
-      auto it = sh.objects.find(c.key);
-      // Re-check: it may have been read, leased or replaced since the scan.
-      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
-          it->second.last_access_ms != c.last_access ||
-          (it->second.lease_count > 0 && it->second.lease_until_ms > now)) {
-        continue;
-      }
-      ps = it->second.replicas;
-      sh.objects.erase(it);
-    }
-    segments_.Free(ps);
-    freed += c.bytes;
-    ++count;
-  }
-  if (count > 0) {
-    c_.evicted->Inc(count);
-    c_.evicted_bytes->Inc(freed);
-    LOG_INFO << "evicted " << count << " object(s), " << FormatSize(freed) << " (" << reason
-             << ")";
-  }
-  return freed;
-}
-
-std::vector<SessionId> MasterService::Tick() {
-  const int64_t now = clock_->NowMs();
-  for (const auto& e : deadlines_.Advance(now)) {
-    if (AbortPut(e.key, e.generation, "deadline passed")) c_.put_expired->Inc();
-  }
-  std::vector<SessionId> dead;
-  {
-    absl::MutexLock lock(&sessions_mu_);
-    for (const auto& [sid, s] : sessions_) {
-      if (now - s.last_seen_ms > options_.client_ttl_ms) dead.push_back(sid);
-    }
-  }
-  for (SessionId sid : dead) {
-    LOG_WARN << "session " << sid << " sent nothing for more than " << options_.client_ttl_ms
-             << " ms: declaring it dead";
-    c_.sessions_expired->Inc();
-    SessionClosed(sid);
-  }
-  auto t = segments_.totals();
-  if (t.capacity > 0 &&
-      static_cast<double>(t.used) > options_.eviction_high_watermark_ratio * t.capacity) {
-    Evict(static_cast<uint64_t>(options_.eviction_ratio * t.capacity), "watermark");
-  }
-  return dead;
-}
-
-MasterService::Stats MasterService::GetStats() const {
-  Stats s;
-  for (const Shard& sh : shards_) {
-    absl::MutexLock lock(&sh.mu);
-    s.objects += sh.objects.size();
-    for (const auto& [k, o] : sh.objects) s.processing += o.state == ObjectState::kProcessing;
-  }
-  auto t = segments_.totals();
-  s.capacity = t.capacity;
-  s.used = t.used;
-  s.segments = t.segments;
-  {
-    absl::MutexLock lock(&sessions_mu_);
-    s.sessions = sessions_.size();
-  }
-  s.pending_deadlines = deadlines_.size();
-  return s;
 }
 
 }  // namespace granary::master

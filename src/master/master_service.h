@@ -15,6 +15,7 @@
 #include "common/metrics.h"
 #include "master/master_options.h"
 #include "master/segment_registry.h"
+#include "master/tenant/quota_ledger.h"
 #include "master/timer_wheel.h"
 #include "proto/messages.h"
 
@@ -83,10 +84,15 @@ class MasterService {
   };
   Stats GetStats() const;
   std::vector<proto::SegmentInfo> ListSegments() const { return segments_.List(); }
-  // Frees `bytes` (at least) by evicting least-recently-used complete, unleased objects.
-  // Returns the bytes freed.
+  // Frees `bytes` (at least) by evicting least-recently-used complete, unleased objects;
+  // tenants over quota or closed to admission first. Returns the bytes freed.
   uint64_t Evict(uint64_t bytes, const char* reason);
   const MasterOptions& options() const { return options_; }
+  // Per-tenant byte accounting. The TenantManager applies policies to it.
+  tenant::QuotaLedger* ledger() { return &ledger_; }
+  uint64_t capacity() const { return segments_.totals().capacity; }
+  // Bytes one replica of a value of this size occupies: header + value, aligned.
+  static uint64_t AllocBytes(uint64_t value_size);
 
  private:
   static constexpr size_t kShards = 64;
@@ -116,11 +122,19 @@ class MasterService {
   void DropSegments(const std::vector<uint64_t>& segment_ids);
   std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
   absl::StatusOr<Placements> AllocateWithEviction(uint64_t bytes, int replicas);
+  // Charges a tenant; over its quota, evicts the tenant's own oldest objects and retries, at
+  // most twice.
+  absl::Status ChargeWithTenantEviction(const std::string& tenant, uint64_t bytes);
+  // Evict, limited to one tenant's objects when only_tenant is set.
+  uint64_t EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant);
+  static uint64_t PlacedBytes(const Placements& ps);
+  static std::string TenantOfKey(const std::string& table_key);
 
   const MasterOptions options_;
   Clock* clock_;
   MetricsRegistry* metrics_;
   SegmentRegistry segments_;
+  tenant::QuotaLedger ledger_;
   TimerWheel deadlines_;
   std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> next_generation_;

@@ -2,11 +2,21 @@
 
 #include <cstdint>
 
+#include <chrono>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/size.h"
 
 namespace granary::master {
+
+SegmentRegistry::SegmentRegistry() {
+  uint64_t wall_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::system_clock::now().time_since_epoch())
+                                               .count());
+  absl::MutexLock lock(&mu_);
+  next_id_ = wall_ms << 12;
+}
 
 absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest& req,
                                                 uint64_t session) {

@@ -30,6 +30,7 @@ using Placements = absl::InlinedVector<Placement, 2>;
 // call is O(segments) at most, and Allocate/Free are O(1) per segment).
 class SegmentRegistry {
  public:
+  SegmentRegistry();
   struct Totals {
     uint64_t capacity = 0;
     uint64_t used = 0;
@@ -67,7 +68,9 @@ class SegmentRegistry {
   };
   mutable absl::Mutex mu_;
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Segment ids are never reused, not even across master restarts (clients cache descriptors
+  // by id): they start from the wall clock in milliseconds, shifted.
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_);
   size_t rotor_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -57,6 +57,18 @@ TEST_F(LifecycleTest, NodesRemountAndClientsReconnectAfterMasterRestart) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_TRUE(*v == MakeValue("after", 1, 4096));
   EXPECT_EQ((*client)->Get("before").status().code(), absl::StatusCode::kNotFound);
+  // Regression: the client once reused segment descriptors cached from the old master, whose
+  // segment ids the new master had given to other nodes, and wrote into the wrong node.
+  for (int i = 0; i < cluster_->node_count(); ++i) {
+    EXPECT_TRUE(cluster_->node(i)->Running()) << "node " << i << " died";
+  }
+  for (int i = 0; i < 20; ++i) {
+    std::string k = "spread-" + std::to_string(i);
+    ASSERT_TRUE((*client)->Put(k, MakeValue(k, 2, 8192)).ok()) << k;
+    auto got = (*client)->Get(k);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == MakeValue(k, 2, 8192));
+  }
 }
 
 }  // namespace

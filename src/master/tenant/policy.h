@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace granary::master::tenant {
+
+// One tenant's entry in the quota policy.
+struct TenantPolicy {
+  std::string name;
+  uint64_t quota_bytes = 0;                // requested byte quota (> 0)
+  std::optional<uint64_t> max_entries;     // optional entry-count quota (> 0)
+  bool operator==(const TenantPolicy&) const = default;
+};
+
+// The whole policy (YAML schema version 1, DESIGN section 5):
+//   version: 1
+//   tenants:
+//     - name: tenant-a
+//       quota: 200GB          # positive integer, optional unit B, KB, MB, GB, TB (1 KB = 1024 B)
+//       max_entries: 200000   # optional
+// Tenants are kept sorted by name.
+struct Policy {
+  std::vector<TenantPolicy> tenants;
+  const TenantPolicy* Find(absl::string_view name) const;
+  bool operator==(const Policy&) const = default;
+};
+
+// The tenant-id rules, the same at every entry point (policy, admin API, client hello):
+// non-empty, at most 128 bytes, no leading '_' (reserved for the master), no NUL or control
+// characters. The error names the rule and the id.
+absl::Status ValidateTenantId(absl::string_view id);
+
+// Parses and validates a policy document. INVALID_ARGUMENT naming the tenant (or its index)
+// and the field for: a version other than 1; a bad, duplicated or reserved name; a quota that
+// is not a positive integer with an optional unit or that overflows 2^63-1; a max_entries that
+// is not a positive integer; unknown keys at any level; YAML syntax errors (with line).
+// An empty document is an error; `tenants: []` is an empty policy.
+absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
+
+// Serializes a policy to YAML that ParsePolicy reads back to an equal Policy. Quotas are
+// written as plain byte counts.
+std::string SerializePolicy(const Policy& policy);
+
+}  // namespace granary::master::tenant

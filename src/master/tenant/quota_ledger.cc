@@ -1,0 +1,389 @@
+#include "master/tenant/quota_ledger.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/base/config.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+#ifdef ABSL_HAVE_THREAD_SANITIZER
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace granary::master::tenant {
+namespace {
+
+// Every counter is self-contained (see Account), so relaxed ordering is enough; `mu_` orders
+// everything else.
+constexpr std::memory_order kRelaxed = std::memory_order_relaxed;
+
+// Tenant ids come from clients: escape them before they go into a message.
+std::string Quoted(absl::string_view tenant) {
+  return absl::StrCat("'", absl::CHexEscape(tenant), "'");
+}
+
+// Subtracts `bytes` from `counter`; taking more than it holds is a broken caller contract.
+void SubtractOrDie(std::atomic<uint64_t>& counter, uint64_t bytes, absl::string_view what,
+                   absl::string_view op, absl::string_view tenant) {
+  uint64_t before = counter.fetch_sub(bytes, kRelaxed);
+  GRANARY_CHECK(before >= bytes) << op << " of " << bytes << " bytes for tenant " << Quoted(tenant)
+                                 << " but only " << before << " " << what << " are held";
+}
+
+// Scoped shared / exclusive holds of an absl::Mutex, the same as absl::ReaderMutexLock and
+// absl::MutexLock, that also tell ThreadSanitizer about them: Debian's libabsl is built without
+// TSan's annotations, so TSan cannot see the order absl::Mutex gives and reports every access
+// under it as a race. No-ops around the plain calls in other builds.
+#ifdef ABSL_HAVE_THREAD_SANITIZER
+constexpr unsigned kTsanRead = __tsan_mutex_read_lock;
+void TsanPreLock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_pre_lock(mu, flags); }
+void TsanPostLock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_post_lock(mu, flags, 0); }
+void TsanPreUnlock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_pre_unlock(mu, flags); }
+void TsanPostUnlock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_post_unlock(mu, flags); }
+#else
+constexpr unsigned kTsanRead = 0;
+void TsanPreLock(absl::Mutex*, unsigned) {}
+void TsanPostLock(absl::Mutex*, unsigned) {}
+void TsanPreUnlock(absl::Mutex*, unsigned) {}
+void TsanPostUnlock(absl::Mutex*, unsigned) {}
+#endif
+
+class ABSL_SCOPED_LOCKABLE SharedLock {
+ public:
+  explicit SharedLock(absl::Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
+    TsanPreLock(mu_, kTsanRead);
+    mu_->ReaderLock();
+    TsanPostLock(mu_, kTsanRead);
+  }
+  ~SharedLock() ABSL_UNLOCK_FUNCTION() {
+    TsanPreUnlock(mu_, kTsanRead);
+    mu_->ReaderUnlock();
+    TsanPostUnlock(mu_, kTsanRead);
+  }
+  SharedLock(const SharedLock&) = delete;
+  SharedLock& operator=(const SharedLock&) = delete;
+
+ private:
+  absl::Mutex* const mu_;
+};
+
+class ABSL_SCOPED_LOCKABLE ExclusiveLock {
+ public:
+  explicit ExclusiveLock(absl::Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    TsanPreLock(mu_, 0);
+    mu_->Lock();
+    TsanPostLock(mu_, 0);
+  }
+  ~ExclusiveLock() ABSL_UNLOCK_FUNCTION() {
+    TsanPreUnlock(mu_, 0);
+    mu_->Unlock();
+    TsanPostUnlock(mu_, 0);
+  }
+  ExclusiveLock(const ExclusiveLock&) = delete;
+  ExclusiveLock& operator=(const ExclusiveLock&) = delete;
+
+ private:
+  absl::Mutex* const mu_;
+};
+
+}  // namespace
+
+QuotaLedger::QuotaLedger(bool enforce) : enforce_(enforce) {}
+
+std::map<std::string, uint64_t> QuotaLedger::ComputeEffective(
+    const std::map<std::string, uint64_t>& requested, uint64_t capacity) {
+  using u128 = unsigned __int128;
+  u128 sum = 0;
+  for (const auto& [name, bytes] : requested) sum += bytes;
+  if (sum <= capacity) return requested;
+
+  // Scale down: floor shares first, then the leftover bytes (fewer than the number of tenants)
+  // one each to the largest remainders. std::map iterates by name ascending and stable_sort
+  // keeps that order among equal remainders, which breaks ties by name.
+  struct Share {
+    const std::string* name;
+    uint64_t floor;
+    u128 remainder;
+  };
+  std::vector<Share> shares;
+  shares.reserve(requested.size());
+  uint64_t handed_out = 0;
+  for (const auto& [name, bytes] : requested) {
+    u128 scaled = static_cast<u128>(bytes) * capacity;
+    // scaled / sum < bytes <= 2^64-1, so the quotient fits.
+    uint64_t floor = static_cast<uint64_t>(scaled / sum);
+    shares.push_back({&name, floor, scaled % sum});
+    handed_out += floor;  // <= capacity, no overflow
+  }
+  uint64_t leftover = capacity - handed_out;
+  GRANARY_CHECK(leftover < shares.size()) << "leftover " << leftover;
+  std::stable_sort(shares.begin(), shares.end(),
+                   [](const Share& a, const Share& b) { return a.remainder > b.remainder; });
+  std::map<std::string, uint64_t> effective;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    effective[*shares[i].name] = shares[i].floor + (i < leftover ? 1 : 0);
+  }
+  return effective;
+}
+
+void QuotaLedger::RecomputeEffectiveLocked() {
+  std::map<std::string, uint64_t> requested;
+  for (const auto& [name, account] : accounts_) {
+    if (account->has_explicit_policy) requested[name] = account->requested_quota_bytes;
+  }
+  std::map<std::string, uint64_t> effective = ComputeEffective(requested, capacity_bytes_);
+  for (auto& [name, account] : accounts_) {
+    auto it = effective.find(name);
+    account->effective_quota_bytes = it == effective.end() ? 0 : it->second;
+  }
+}
+
+void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
+  ExclusiveLock lock(&mu_);
+  absl::flat_hash_map<std::string, const TenantPolicy*> wanted;
+  for (const TenantPolicy& tp : policy.tenants) {
+    GRANARY_CHECK(wanted.emplace(tp.name, &tp).second)
+        << "duplicate tenant " << Quoted(tp.name) << " in a policy";
+  }
+  // Tenants that left the policy: closed while they hold anything, gone otherwise.
+  for (auto it = accounts_.begin(); it != accounts_.end();) {
+    Account& account = *it->second;
+    auto next = std::next(it);
+    if (!wanted.contains(it->first)) {
+      bool holds = account.charged.load(kRelaxed) != 0 || account.entries.load(kRelaxed) != 0;
+      if (!holds) {
+        accounts_.erase(it);
+      } else {
+        account.has_explicit_policy = false;
+        account.requested_quota_bytes = 0;
+        account.max_entries.reset();
+        // Without enforcement nothing is ever closed: the account is a plain on-demand one.
+        account.admission_closed = enforce_;
+      }
+    }
+    it = next;
+  }
+  {
+    ExclusiveLock unregistered_lock(&unregistered_mu_);
+    for (const auto& [name, tp] : wanted) {
+      std::unique_ptr<Account>& slot = accounts_[name];
+      if (slot == nullptr) {
+        slot = std::make_unique<Account>();
+        slot->tenant_id = name;
+        // Rejects counted while the tenant was unknown now show in its account.
+        auto pending = unregistered_rejects_.find(name);
+        if (pending != unregistered_rejects_.end()) {
+          slot->rejects_unregistered.store(pending->second, kRelaxed);
+          unregistered_rejects_.erase(pending);
+        }
+      }
+      slot->requested_quota_bytes = tp->quota_bytes;
+      slot->max_entries = tp->max_entries;
+      slot->has_explicit_policy = true;
+      slot->admission_closed = false;
+    }
+  }
+  capacity_bytes_ = capacity_bytes;
+  RecomputeEffectiveLocked();
+}
+
+void QuotaLedger::SetCapacity(uint64_t capacity_bytes) {
+  ExclusiveLock lock(&mu_);
+  capacity_bytes_ = capacity_bytes;
+  RecomputeEffectiveLocked();
+}
+
+absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const {
+  if (account.admission_closed) {
+    account.rejects_closed.fetch_add(1, kRelaxed);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("ADMISSION_CLOSED: tenant ", Quoted(account.tenant_id),
+                     " was removed from the quota policy; its data can be read and removed, "
+                     "but no new writes are admitted"));
+  }
+  if (!enforce_) {
+    account.charged.fetch_add(bytes, kRelaxed);
+  } else {
+    // `effective` cannot change while `mu_` is held shared, so this CAS is the whole decision:
+    // charged only ever moves up from a value `cur` to `cur + bytes <= effective`.
+    const uint64_t effective = account.effective_quota_bytes;
+    uint64_t cur = account.charged.load(kRelaxed);
+    do {
+      if (cur > effective || bytes > effective - cur) {
+        account.rejects_quota.fetch_add(1, kRelaxed);
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "QUOTA_EXCEEDED: tenant ", Quoted(account.tenant_id), ": charged ", cur,
+            " bytes + requested ", bytes, " bytes > effective quota ", effective, " bytes",
+            cur > effective ? " (over quota: writes are refused until it is back under)" : ""));
+      }
+    } while (!account.charged.compare_exchange_weak(cur, cur + bytes, kRelaxed, kRelaxed));
+  }
+  account.inflight.fetch_add(bytes, kRelaxed);
+  return absl::OkStatus();
+}
+
+void QuotaLedger::RecordUnregistered(absl::string_view tenant) {
+  rejects_unregistered_total_.fetch_add(1, kRelaxed);
+  ExclusiveLock lock(&unregistered_mu_);
+  auto it = unregistered_rejects_.find(tenant);
+  if (it != unregistered_rejects_.end()) {
+    ++it->second;
+  } else if (unregistered_rejects_.size() < kMaxTrackedUnregistered) {
+    unregistered_rejects_.emplace(std::string(tenant), 1);
+  }
+}
+
+absl::Status QuotaLedger::Charge(absl::string_view tenant, uint64_t bytes) {
+  {
+    SharedLock lock(&mu_);
+    auto it = accounts_.find(tenant);
+    if (it != accounts_.end()) return ChargeAccount(*it->second, bytes);
+    if (enforce_) {
+      // Recorded under the shared lock so that an ApplyPolicy registering the tenant cannot
+      // slip in between and miss this reject when it takes the pending count over.
+      RecordUnregistered(tenant);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("TENANT_NOT_REGISTERED: tenant ", Quoted(tenant), " has no quota policy"));
+    }
+  }
+  // Without enforcement an unknown tenant gets an account (rare: once per tenant).
+  ExclusiveLock lock(&mu_);
+  std::unique_ptr<Account>& slot = accounts_[tenant];
+  if (slot == nullptr) {
+    slot = std::make_unique<Account>();
+    slot->tenant_id = std::string(tenant);
+  }
+  return ChargeAccount(*slot, bytes);
+}
+
+QuotaLedger::Account& QuotaLedger::FindOrDie(absl::string_view tenant, const char* op) const {
+  auto it = accounts_.find(tenant);
+  GRANARY_CHECK(it != accounts_.end())
+      << op << " for tenant " << Quoted(tenant) << ", which holds nothing";
+  return *it->second;
+}
+
+void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
+  SharedLock lock(&mu_);
+  Account& account = FindOrDie(tenant, "Commit");
+  // A closed tenant may still commit what it had in flight when its policy was removed.
+  SubtractOrDie(account.inflight, bytes, "bytes in flight", "Commit", tenant);
+  account.entries.fetch_add(1, kRelaxed);
+}
+
+void QuotaLedger::Refund(absl::string_view tenant, uint64_t bytes) {
+  GiveBack(tenant, "Refund", /*inflight_bytes=*/bytes, /*charged_bytes=*/bytes, /*entries=*/0);
+}
+
+void QuotaLedger::Release(absl::string_view tenant, uint64_t bytes) {
+  GiveBack(tenant, "Release", /*inflight_bytes=*/0, /*charged_bytes=*/bytes, /*entries=*/1);
+}
+
+void QuotaLedger::ReleaseBytes(absl::string_view tenant, uint64_t bytes) {
+  GiveBack(tenant, "ReleaseBytes", /*inflight_bytes=*/0, /*charged_bytes=*/bytes,
+           /*entries=*/0);
+}
+
+void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t inflight_bytes,
+                           uint64_t charged_bytes, uint64_t entries) {
+  bool forget;
+  {
+    SharedLock lock(&mu_);
+    Account& account = FindOrDie(tenant, op);
+    // In flight before charged, so that charged >= inflight holds at every instant.
+    if (entries != 0) SubtractOrDie(account.entries, entries, "entries", op, tenant);
+    if (inflight_bytes != 0) {
+      SubtractOrDie(account.inflight, inflight_bytes, "bytes in flight", op, tenant);
+    }
+    SubtractOrDie(account.charged, charged_bytes, "charged bytes", op, tenant);
+    forget = account.admission_closed && account.charged.load(kRelaxed) == 0 &&
+             account.entries.load(kRelaxed) == 0;
+  }
+  // The last bytes of a closed tenant: drop the account now rather than at the next policy.
+  if (forget) ForgetIfClosedAndEmpty(tenant);
+}
+
+void QuotaLedger::ForgetIfClosedAndEmpty(absl::string_view tenant) {
+  ExclusiveLock lock(&mu_);
+  auto it = accounts_.find(tenant);
+  // Checked again: the policy may have reopened the tenant in between. A closed account can
+  // not gain charge (Charge refuses it), so empty now means empty for good.
+  if (it == accounts_.end()) return;
+  const Account& account = *it->second;
+  if (account.admission_closed && account.charged.load(kRelaxed) == 0 &&
+      account.entries.load(kRelaxed) == 0) {
+    accounts_.erase(it);
+  }
+}
+
+TenantSnapshot QuotaLedger::MakeSnapshot(const Account& account) const {
+  TenantSnapshot s;
+  s.tenant_id = account.tenant_id;
+  s.requested_quota_bytes = account.requested_quota_bytes;
+  s.effective_quota_bytes = account.effective_quota_bytes;
+  s.charged_bytes = account.charged.load(kRelaxed);
+  s.inflight_bytes = account.inflight.load(kRelaxed);
+  s.entries = account.entries.load(kRelaxed);
+  s.max_entries = account.max_entries;
+  s.admission_closed = account.admission_closed;
+  s.over_quota = enforce_ && s.charged_bytes > s.effective_quota_bytes;
+  s.has_explicit_policy = account.has_explicit_policy;
+  s.rejects_quota = account.rejects_quota.load(kRelaxed);
+  s.rejects_closed = account.rejects_closed.load(kRelaxed);
+  s.rejects_unregistered = account.rejects_unregistered.load(kRelaxed);
+  return s;
+}
+
+std::optional<TenantSnapshot> QuotaLedger::Snapshot(absl::string_view tenant) const {
+  SharedLock lock(&mu_);
+  auto it = accounts_.find(tenant);
+  if (it == accounts_.end()) return std::nullopt;
+  return MakeSnapshot(*it->second);
+}
+
+std::vector<TenantSnapshot> QuotaLedger::SnapshotAll() const {
+  std::vector<TenantSnapshot> out;
+  {
+    SharedLock lock(&mu_);
+    out.reserve(accounts_.size());
+    for (const auto& [name, account] : accounts_) out.push_back(MakeSnapshot(*account));
+  }
+  std::sort(out.begin(), out.end(), [](const TenantSnapshot& a, const TenantSnapshot& b) {
+    return a.tenant_id < b.tenant_id;
+  });
+  return out;
+}
+
+bool QuotaLedger::IsOverQuota(absl::string_view tenant) const {
+  if (!enforce_) return false;
+  SharedLock lock(&mu_);
+  auto it = accounts_.find(tenant);
+  if (it == accounts_.end()) return false;
+  return it->second->charged.load(kRelaxed) > it->second->effective_quota_bytes;
+}
+
+uint64_t QuotaLedger::capacity() const {
+  SharedLock lock(&mu_);
+  return capacity_bytes_;
+}
+
+uint64_t QuotaLedger::requested_sum() const {
+  SharedLock lock(&mu_);
+  uint64_t sum = 0;
+  for (const auto& [name, account] : accounts_) {
+    if (!account->has_explicit_policy) continue;
+    uint64_t bytes = account->requested_quota_bytes;
+    sum = bytes > std::numeric_limits<uint64_t>::max() - sum ? std::numeric_limits<uint64_t>::max()
+                                                             : sum + bytes;
+  }
+  return sum;
+}
+
+uint64_t QuotaLedger::rejects_unregistered_total() const {
+  return rejects_unregistered_total_.load(kRelaxed);
+}
+
+}  // namespace granary::master::tenant

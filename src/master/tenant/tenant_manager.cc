@@ -1,0 +1,182 @@
+#include "master/tenant/tenant_manager.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/size.h"
+
+namespace granary::master::tenant {
+
+absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::Create(
+    const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity) {
+  std::unique_ptr<PolicyStore> store;
+  if (options.enable_multi_tenants) {
+    if (options.tenant_quota_connector_type == "etcd") {
+      auto s = NewEtcdPolicyStore(options.tenant_quota_connector_uri, options.cluster_id);
+      if (!s.ok()) return s.status();
+      store = std::move(*s);
+    } else {
+      store = NewFilePolicyStore(options.tenant_quota_connector_uri);
+    }
+  }
+  auto m = CreateWithStore(options.enable_multi_tenants, std::move(store), ledger,
+                           std::move(capacity));
+  if (m.ok() && options.enable_multi_tenants && options.tenant_quota_connector_type == "etcd") {
+    (*m)->StartPolling(1000);
+  }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::CreateWithStore(
+    bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
+    std::function<uint64_t()> capacity) {
+  std::unique_ptr<TenantManager> m(
+      new TenantManager(enabled, std::move(store), ledger, std::move(capacity)));
+  if (!enabled) return m;
+  auto p = m->store_->Load();
+  if (!p.ok()) {
+    return absl::Status(p.status().code(),
+                        absl::StrCat("cannot load the tenant quota policy from ",
+                                     m->store_->Describe(), ": ", p.status().message()));
+  }
+  absl::MutexLock lock(&m->mu_);
+  m->policy_ = *p;
+  ledger->ApplyPolicy(*p, m->capacity_());
+  LOG_INFO << "tenant quota policy from " << m->store_->Describe() << ": " << p->tenants.size()
+           << " tenant(s)";
+  return m;
+}
+
+TenantManager::~TenantManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (poller_.joinable()) poller_.join();
+}
+
+absl::Status TenantManager::CheckEnabled() const {
+  if (enabled_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "UNAVAILABLE_IN_CURRENT_MODE: multi-tenant quota is off (start the master with "
+      "--enable_multi_tenants)");
+}
+
+absl::Status TenantManager::Reload() {
+  if (absl::Status st = CheckEnabled(); !st.ok()) return st;
+  auto p = store_->Load();
+  absl::MutexLock lock(&mu_);
+  if (!p.ok()) {
+    if (store_status_.ok() || store_status_.message() != p.status().message()) {
+      LOG_ERROR << "tenant quota policy from " << store_->Describe()
+                << " not applied, keeping the running one: " << p.status();
+    }
+    store_status_ = p.status();
+    return p.status();
+  }
+  if (!store_status_.ok()) LOG_INFO << "tenant quota store " << store_->Describe() << " is back";
+  store_status_ = absl::OkStatus();
+  if (*p == policy_) return absl::OkStatus();
+  policy_ = *p;
+  ledger_->ApplyPolicy(*p, capacity_());
+  LOG_INFO << "tenant quota policy reloaded: " << p->tenants.size() << " tenant(s)";
+  return absl::OkStatus();
+}
+
+absl::Status TenantManager::SaveAndApply(const Policy& next) {
+  absl::Status st = store_->Save(next);
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("saving the policy to ", store_->Describe(),
+                                               " failed, nothing changed: ", st.message()));
+  }
+  policy_ = next;
+  ledger_->ApplyPolicy(next, capacity_());
+  return absl::OkStatus();
+}
+
+absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_bytes,
+                                   std::optional<uint64_t> max_entries) {
+  if (absl::Status st = CheckEnabled(); !st.ok()) return st;
+  if (absl::Status st = ValidateTenantId(tenant); !st.ok()) return st;
+  if (quota_bytes == 0 || quota_bytes > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requested_quota_bytes ", quota_bytes, " is outside 1..2^63-1"));
+  }
+  if (max_entries.has_value() && *max_entries == 0) {
+    return absl::InvalidArgumentError("max_entries must be a positive integer, got 0");
+  }
+  absl::MutexLock lock(&mu_);
+  Policy next = policy_;
+  TenantPolicy* t = nullptr;
+  for (auto& e : next.tenants) {
+    if (e.name == tenant) t = &e;
+  }
+  if (t == nullptr) {
+    next.tenants.push_back(TenantPolicy{tenant, 0, std::nullopt});
+    std::sort(next.tenants.begin(), next.tenants.end(),
+              [](const TenantPolicy& a, const TenantPolicy& b) { return a.name < b.name; });
+    for (auto& e : next.tenants) {
+      if (e.name == tenant) t = &e;
+    }
+  }
+  t->quota_bytes = quota_bytes;
+  t->max_entries = max_entries;
+  absl::Status st = SaveAndApply(next);
+  if (st.ok()) {
+    LOG_INFO << "tenant '" << tenant << "' quota set to " << FormatSize(quota_bytes);
+  }
+  return st;
+}
+
+absl::Status TenantManager::Delete(const std::string& tenant) {
+  if (absl::Status st = CheckEnabled(); !st.ok()) return st;
+  absl::MutexLock lock(&mu_);
+  if (policy_.Find(tenant) == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant, "' has no quota policy"));
+  }
+  auto snap = ledger_->Snapshot(tenant);
+  if (snap.has_value() && (snap->charged_bytes > 0 || snap->entries > 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TENANT_NOT_EMPTY: tenant '", tenant, "' still owns ", snap->entries, " object(s) and ",
+        snap->charged_bytes, " charged bytes; remove them first"));
+  }
+  Policy next = policy_;
+  next.tenants.erase(std::remove_if(next.tenants.begin(), next.tenants.end(),
+                                    [&](const TenantPolicy& t) { return t.name == tenant; }),
+                     next.tenants.end());
+  absl::Status st = SaveAndApply(next);
+  if (st.ok()) LOG_INFO << "tenant '" << tenant << "' removed from the policy";
+  return st;
+}
+
+Policy TenantManager::policy() const {
+  absl::MutexLock lock(&mu_);
+  return policy_;
+}
+
+absl::Status TenantManager::store_status() const {
+  absl::MutexLock lock(&mu_);
+  return store_status_;
+}
+
+std::string TenantManager::store_description() const {
+  return store_ ? store_->Describe() : "none";
+}
+
+void TenantManager::StartPolling(int64_t interval_ms) {
+  poller_ = std::thread([this, interval_ms] {
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval_ms))) {
+          return;
+        }
+      }
+      (void)Reload();
+    }
+  });
+}
+
+}  // namespace granary::master::tenant

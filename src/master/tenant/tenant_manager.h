@@ -1,0 +1,74 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "master/master_options.h"
+#include "master/tenant/policy.h"
+#include "master/tenant/policy_store.h"
+#include "master/tenant/quota_ledger.h"
+
+namespace granary::master::tenant {
+
+// Owns the tenant quota policy: loads it from its store (file or etcd) at start, applies it to
+// the ledger, takes admin changes (saved to the store first, applied after, so a failed save
+// changes nothing), reloads on request (SIGHUP) and, for etcd, polls for changes written by
+// another master. If the store becomes unreachable the last good policy stays in force and
+// store_status() says so.
+//
+// Errors carry an error name at the start of the message where the admin API needs one:
+// "UNAVAILABLE_IN_CURRENT_MODE: ", "TENANT_NOT_FOUND: ", "TENANT_NOT_EMPTY: ".
+// Thread-safe. Lives as long as the master; stops its poller when destroyed.
+class TenantManager {
+ public:
+  // capacity() gives the allocatable bytes quotas are scaled against.
+  static absl::StatusOr<std::unique_ptr<TenantManager>> Create(
+      const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity);
+  // For tests: an explicit store (null with multi-tenant mode off).
+  static absl::StatusOr<std::unique_ptr<TenantManager>> CreateWithStore(
+      bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
+      std::function<uint64_t()> capacity);
+  ~TenantManager();
+
+  bool enabled() const { return enabled_; }
+  // Re-reads the store. An invalid or unreadable policy is an error and the running one stays.
+  absl::Status Reload();
+  // Creates or updates one tenant's requested quota (and entry quota).
+  absl::Status Upsert(const std::string& tenant, uint64_t quota_bytes,
+                      std::optional<uint64_t> max_entries);
+  // Removes a tenant's policy; only when it owns no objects and no charge.
+  absl::Status Delete(const std::string& tenant);
+  Policy policy() const;
+  // OK, or why the store could not be read at the last attempt.
+  absl::Status store_status() const;
+  std::string store_description() const;
+  // Polls the store every interval_ms (etcd: changes by another master).
+  void StartPolling(int64_t interval_ms);
+
+ private:
+  TenantManager(bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
+                std::function<uint64_t()> capacity)
+      : enabled_(enabled), store_(std::move(store)), ledger_(ledger),
+        capacity_(std::move(capacity)) {}
+  absl::Status CheckEnabled() const;
+  absl::Status SaveAndApply(const Policy& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const bool enabled_;
+  std::unique_ptr<PolicyStore> store_;
+  QuotaLedger* ledger_;
+  std::function<uint64_t()> capacity_;
+  mutable absl::Mutex mu_;
+  Policy policy_ ABSL_GUARDED_BY(mu_);
+  absl::Status store_status_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread poller_;
+};
+
+}  // namespace granary::master::tenant

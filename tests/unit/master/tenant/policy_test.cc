@@ -1,0 +1,325 @@
+#include "master/tenant/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <random>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace granary::master::tenant {
+namespace {
+
+constexpr absl::string_view kUnits = "1 KB = 1024 B";
+
+// Parses `yaml`, expects INVALID_ARGUMENT, and checks that the message holds every `part`.
+void ExpectInvalid(absl::string_view yaml, std::initializer_list<absl::string_view> parts) {
+  absl::StatusOr<Policy> policy = ParsePolicy(yaml);
+  ASSERT_FALSE(policy.ok()) << "accepted:\n" << yaml;
+  EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument) << policy.status();
+  for (absl::string_view part : parts) {
+    EXPECT_NE(policy.status().message().find(part), absl::string_view::npos)
+        << "message lacks '" << part << "': " << policy.status().message();
+  }
+}
+
+// One tenant "t1" with the given quota line.
+std::string WithQuota(absl::string_view quota) {
+  return absl::StrCat("version: 1\ntenants:\n  - name: t1\n    quota: ", quota, "\n");
+}
+
+std::string WithMaxEntries(absl::string_view max_entries) {
+  return absl::StrCat(
+      "version: 1\ntenants:\n  - name: t1\n    quota: 1GB\n    max_entries: ", max_entries, "\n");
+}
+
+uint64_t QuotaOf(absl::string_view quota) {
+  absl::StatusOr<Policy> policy = ParsePolicy(WithQuota(quota));
+  EXPECT_TRUE(policy.ok()) << quota << ": " << policy.status();
+  if (!policy.ok() || policy->tenants.size() != 1) return 0;
+  return policy->tenants[0].quota_bytes;
+}
+
+TEST(ParsePolicyTest, DesignExample) {
+  absl::StatusOr<Policy> policy = ParsePolicy(R"(
+version: 1
+tenants:
+  - name: tenant-b
+    quota: 500GB
+  - name: tenant-a
+    quota: 200GB          # comment
+    max_entries: 200000
+)");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  ASSERT_EQ(policy->tenants.size(), 2u);
+  EXPECT_EQ(policy->tenants[0], (TenantPolicy{"tenant-a", 200ull << 30, 200000}));
+  EXPECT_EQ(policy->tenants[1], (TenantPolicy{"tenant-b", 500ull << 30, std::nullopt}));
+  ASSERT_NE(policy->Find("tenant-b"), nullptr);
+  EXPECT_EQ(policy->Find("tenant-b")->quota_bytes, 500ull << 30);
+  EXPECT_EQ(policy->Find("tenant-c"), nullptr);
+}
+
+TEST(ParsePolicyTest, UnitsAreBinary) {
+  EXPECT_EQ(QuotaOf("4096"), 4096u);
+  EXPECT_EQ(QuotaOf("\"4096\""), 4096u);
+  EXPECT_EQ(QuotaOf("7B"), 7u);
+  EXPECT_EQ(QuotaOf("1KB"), 1024u);
+  EXPECT_EQ(QuotaOf("3 MB"), 3u << 20);
+  EXPECT_EQ(QuotaOf("200GB"), 200ull << 30);
+  EXPECT_EQ(QuotaOf("\"200 GB\""), 200ull << 30);
+  EXPECT_EQ(QuotaOf("2TB"), 2ull << 40);
+  EXPECT_EQ(QuotaOf("9223372036854775807"), 9223372036854775807ull);
+  EXPECT_EQ(QuotaOf("8388607TB"), 8388607ull << 40);
+}
+
+TEST(ParsePolicyTest, EmptyTenantList) {
+  absl::StatusOr<Policy> policy = ParsePolicy("version: 1\ntenants: []\n");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_TRUE(policy->tenants.empty());
+}
+
+TEST(ParsePolicyTest, EmptyDocument) {
+  ExpectInvalid("", {"empty"});
+  ExpectInvalid("# only a comment\n", {"empty"});
+}
+
+TEST(ParsePolicyTest, SyntaxErrorHasLine) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: [unclosed\n", {"YAML error", "line "});
+  ExpectInvalid("version: 1\ntenants:\n  - name: \"a\n", {"line "});
+}
+
+TEST(ParsePolicyTest, MissingVersion) { ExpectInvalid("tenants: []\n", {"version", "missing"}); }
+
+TEST(ParsePolicyTest, WrongVersion) {
+  ExpectInvalid("version: 2\ntenants: []\n", {"version", "'2'"});
+  ExpectInvalid("version: 1.0\ntenants: []\n", {"version", "'1.0'"});
+}
+
+TEST(ParsePolicyTest, MissingOrNullTenants) {
+  ExpectInvalid("version: 1\n", {"tenants", "missing"});
+  ExpectInvalid("version: 1\ntenants:\n", {"tenants", "list"});
+}
+
+TEST(ParsePolicyTest, UnknownTopLevelKey) {
+  ExpectInvalid("version: 1\ntenants: []\nquotas: []\n", {"policy", "'quotas'", "unknown"});
+}
+
+TEST(ParsePolicyTest, UnknownTenantKey) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: t1\n    quota: 1GB\n    qouta: 2GB\n",
+                {"tenant 't1'", "tenants[0]", "'qouta'", "unknown"});
+}
+
+TEST(ParsePolicyTest, KeyGivenTwice) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: t1\n    quota: 1GB\n    quota: 2GB\n",
+                {"tenant 't1'", "'quota'", "twice"});
+}
+
+TEST(ParsePolicyTest, MoreThanOneDocument) {
+  ExpectInvalid("version: 1\ntenants: []\n---\nversion: 1\ntenants: []\n", {"one YAML document"});
+}
+
+TEST(ParsePolicyTest, TenantNotAMap) {
+  ExpectInvalid("version: 1\ntenants:\n  - t1\n", {"tenants[0]", "map"});
+}
+
+TEST(ParsePolicyTest, MissingName) {
+  ExpectInvalid("version: 1\ntenants:\n  - quota: 1GB\n", {"tenants[0]", "'name'", "missing"});
+}
+
+TEST(ParsePolicyTest, EmptyName) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: \"\"\n    quota: 1GB\n",
+                {"tenants[0]", "'name'", "empty"});
+}
+
+TEST(ParsePolicyTest, ReservedName) {
+  ExpectInvalid(
+      "version: 1\ntenants:\n  - name: ok\n    quota: 1\n  - name: _probe\n    quota: 1\n",
+      {"tenants[1]", "'name'", "_probe", "'_'"});
+}
+
+TEST(ParsePolicyTest, NameWithTab) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: \"a\\tb\"\n    quota: 1GB\n",
+                {"tenants[0]", "'name'", "a\\tb", "control"});
+}
+
+TEST(ParsePolicyTest, NameWithNul) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: \"a\\0b\"\n    quota: 1GB\n",
+                {"tenants[0]", "'name'", "NUL"});
+}
+
+TEST(ParsePolicyTest, NameLengthLimit) {
+  std::string ok(128, 'n');
+  absl::StatusOr<Policy> policy =
+      ParsePolicy(absl::StrCat("version: 1\ntenants:\n  - name: ", ok, "\n    quota: 1GB\n"));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->tenants[0].name, ok);
+  ExpectInvalid(
+      absl::StrCat("version: 1\ntenants:\n  - name: ", std::string(129, 'n'), "\n    quota: 1GB\n"),
+      {"tenants[0]", "'name'", "128 bytes", "129"});
+}
+
+TEST(ParsePolicyTest, DuplicateName) {
+  ExpectInvalid(
+      "version: 1\ntenants:\n  - name: a\n    quota: 1\n  - name: b\n    quota: 1\n"
+      "  - name: a\n    quota: 2\n",
+      {"tenant 'a'", "tenants[2]", "'name'", "duplicate", "tenants[0]"});
+}
+
+TEST(ParsePolicyTest, MissingQuota) {
+  ExpectInvalid("version: 1\ntenants:\n  - name: t1\n",
+                {"tenant 't1'", "'quota'", "missing", kUnits});
+}
+
+TEST(ParsePolicyTest, ZeroQuota) {
+  ExpectInvalid(WithQuota("0"), {"tenant 't1'", "'quota'", "positive", kUnits});
+  ExpectInvalid(WithQuota("0GB"), {"tenant 't1'", "'quota'", "positive", kUnits});
+}
+
+TEST(ParsePolicyTest, NegativeQuota) {
+  ExpectInvalid(WithQuota("-5GB"), {"tenant 't1'", "'quota'", "negative", kUnits});
+}
+
+TEST(ParsePolicyTest, FractionalQuota) {
+  ExpectInvalid(WithQuota("1.5GB"), {"tenant 't1'", "'quota'", "fraction", kUnits});
+  ExpectInvalid(WithQuota("1.0"), {"tenant 't1'", "'quota'", "fraction", kUnits});
+}
+
+TEST(ParsePolicyTest, OverflowingQuota) {
+  ExpectInvalid(WithQuota("9223372036854775808"), {"tenant 't1'", "'quota'", "2^63-1", kUnits});
+  ExpectInvalid(WithQuota("8388608TB"), {"tenant 't1'", "'quota'", "2^63-1", kUnits});
+  ExpectInvalid(WithQuota("99999999999999999999999"), {"tenant 't1'", "'quota'", kUnits});
+}
+
+TEST(ParsePolicyTest, UnknownQuotaUnit) {
+  ExpectInvalid(WithQuota("200XB"), {"tenant 't1'", "'quota'", "unit", kUnits});
+  ExpectInvalid(WithQuota("1e9"), {"tenant 't1'", "'quota'", kUnits});
+}
+
+TEST(ParsePolicyTest, QuotaNotAScalar) {
+  ExpectInvalid(WithQuota("[1, 2]"), {"tenant 't1'", "'quota'", "list", kUnits});
+  ExpectInvalid(WithQuota(""), {"tenant 't1'", "'quota'", kUnits});
+}
+
+TEST(ParsePolicyTest, MaxEntries) {
+  absl::StatusOr<Policy> policy = ParsePolicy(WithMaxEntries("200000"));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->tenants[0].max_entries, 200000u);
+}
+
+TEST(ParsePolicyTest, ZeroMaxEntries) {
+  ExpectInvalid(WithMaxEntries("0"), {"tenant 't1'", "'max_entries'", "0"});
+}
+
+TEST(ParsePolicyTest, NegativeMaxEntries) {
+  ExpectInvalid(WithMaxEntries("-1"), {"tenant 't1'", "'max_entries'", "negative"});
+}
+
+TEST(ParsePolicyTest, FractionalMaxEntries) {
+  ExpectInvalid(WithMaxEntries("1.5"), {"tenant 't1'", "'max_entries'", "whole number"});
+}
+
+TEST(ParsePolicyTest, MaxEntriesWithUnit) {
+  ExpectInvalid(WithMaxEntries("10K"), {"tenant 't1'", "'max_entries'", "no unit"});
+}
+
+TEST(ParsePolicyTest, OverflowingMaxEntries) {
+  ExpectInvalid(WithMaxEntries("9223372036854775808"),
+                {"tenant 't1'", "'max_entries'", "too large"});
+}
+
+TEST(ParsePolicyTest, MaxEntriesNotAScalar) {
+  ExpectInvalid(WithMaxEntries("{a: 1}"), {"tenant 't1'", "'max_entries'", "map"});
+}
+
+TEST(ValidateTenantIdTest, Rules) {
+  EXPECT_TRUE(ValidateTenantId("tenant-a").ok());
+  EXPECT_TRUE(ValidateTenantId("租户 a").ok());
+  EXPECT_TRUE(ValidateTenantId(std::string(128, 'x')).ok());
+  EXPECT_FALSE(ValidateTenantId(std::string(129, 'x')).ok());
+  EXPECT_FALSE(ValidateTenantId("").ok());
+  EXPECT_FALSE(ValidateTenantId("_probe").ok());
+  EXPECT_TRUE(ValidateTenantId("a_b").ok());
+  EXPECT_FALSE(ValidateTenantId("a\tb").ok());
+  EXPECT_FALSE(ValidateTenantId("a\nb").ok());
+  EXPECT_FALSE(ValidateTenantId("a\x7f").ok());
+  absl::Status nul = ValidateTenantId(absl::string_view("a\0b", 3));
+  EXPECT_EQ(nul.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(nul.message().find("NUL"), absl::string_view::npos) << nul;
+  EXPECT_NE(ValidateTenantId("_x").message().find("'_x'"), absl::string_view::npos);
+}
+
+TEST(SerializePolicyTest, Empty) {
+  std::string yaml = SerializePolicy(Policy{});
+  absl::StatusOr<Policy> back = ParsePolicy(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_TRUE(back->tenants.empty());
+}
+
+// Names that YAML would otherwise read as something else, or that need quoting.
+TEST(SerializePolicyTest, AwkwardNames) {
+  Policy policy;
+  uint64_t q = 1;
+  for (const char* name :
+       {"true",   "null",    "~",           "123",      "- x", "a: b", "#c",  " lead",
+        "trail ", "q\"uote", "back\\slash", "'single'", "{x}", "[y]",  "&a",  "*b",
+        "!t",     "%p",      "@at",         "`b`",      "é",   "租户", "---", "..."}) {
+    policy.tenants.push_back({name, q++, std::nullopt});
+  }
+  std::sort(policy.tenants.begin(), policy.tenants.end(),
+            [](const TenantPolicy& a, const TenantPolicy& b) { return a.name < b.name; });
+  std::string yaml = SerializePolicy(policy);
+  absl::StatusOr<Policy> back = ParsePolicy(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, policy) << yaml;
+}
+
+TEST(SerializePolicyTest, RandomRoundTrip) {
+  std::mt19937_64 rng(12345);
+  const std::string alphabet =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 -_.:#'\"\\{}[],&*!|>%@`?";
+  const std::vector<std::string> multibyte = {"é", "ß", "租", "户", "🙂"};
+  for (int round = 0; round < 200; ++round) {
+    Policy policy;
+    std::set<std::string> names;
+    const int count = static_cast<int>(rng() % 12);
+    while (static_cast<int>(names.size()) < count) {
+      std::string name;
+      const size_t len = 1 + rng() % 40;
+      while (name.size() < len) {
+        if (rng() % 8 == 0) {
+          name += multibyte[rng() % multibyte.size()];
+        } else {
+          name += alphabet[rng() % alphabet.size()];
+        }
+      }
+      if (rng() % 10 == 0) name = std::string(128, 'z' - static_cast<char>(rng() % 26));
+      if (ValidateTenantId(name).ok()) names.insert(name);
+    }
+    for (const std::string& name : names) {  // std::set: already sorted
+      TenantPolicy t{name, 1 + rng() % 9223372036854775807ull, std::nullopt};
+      if (rng() % 2) t.max_entries = 1 + rng() % 9223372036854775807ull;
+      policy.tenants.push_back(t);
+    }
+    std::string yaml = SerializePolicy(policy);
+    absl::StatusOr<Policy> back = ParsePolicy(yaml);
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+    ASSERT_EQ(*back, policy) << yaml;
+  }
+}
+
+TEST(SerializePolicyTest, SortsUnsortedInput) {
+  Policy policy{{{"b", 2, std::nullopt}, {"a", 1, 5}}};
+  absl::StatusOr<Policy> back = ParsePolicy(SerializePolicy(policy));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tenants[0].name, "a");
+  EXPECT_EQ(back->tenants[1].name, "b");
+  ASSERT_NE(policy.Find("a"), nullptr);  // Find works on unsorted policies too
+  EXPECT_EQ(policy.Find("a")->max_entries, 5u);
+}
+
+}  // namespace
+}  // namespace granary::master::tenant

@@ -1,0 +1,793 @@
+#include "master/tenant/quota_ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace granary::master::tenant {
+namespace {
+
+constexpr uint64_t kBig = uint64_t{1} << 40;
+
+Policy MakePolicy(std::vector<std::pair<std::string, uint64_t>> quotas) {
+  std::sort(quotas.begin(), quotas.end());
+  Policy p;
+  for (auto& [name, bytes] : quotas) p.tenants.push_back(TenantPolicy{name, bytes, std::nullopt});
+  return p;
+}
+
+bool StartsWith(const absl::Status& s, absl::string_view prefix) {
+  return absl::StartsWith(s.message(), prefix);
+}
+
+TenantSnapshot Snap(const QuotaLedger& ledger, absl::string_view tenant) {
+  std::optional<TenantSnapshot> s = ledger.Snapshot(tenant);
+  EXPECT_TRUE(s.has_value()) << "no account for " << tenant;
+  return s.value_or(TenantSnapshot{});
+}
+
+// ----------------------------------------------------------------------------------------------
+// Charge / Commit / Refund / Release
+
+TEST(QuotaLedger, ChargeWithinQuotaSucceeds) {
+  QuotaLedger ledger(/*enforce=*/true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  EXPECT_TRUE(ledger.Charge("a", 60).ok());
+  EXPECT_TRUE(ledger.Charge("a", 40).ok());  // exactly up to the quota
+  EXPECT_TRUE(ledger.Charge("a", 0).ok());
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 100u);
+  EXPECT_EQ(s.inflight_bytes, 100u);
+  EXPECT_EQ(s.entries, 0u);
+  EXPECT_EQ(s.requested_quota_bytes, 100u);
+  EXPECT_EQ(s.effective_quota_bytes, 100u);
+  EXPECT_TRUE(s.has_explicit_policy);
+  EXPECT_FALSE(s.over_quota);
+  EXPECT_FALSE(s.admission_closed);
+}
+
+TEST(QuotaLedger, ChargePastQuotaFailsWithQuotaExceeded) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 60).ok());
+  absl::Status st = ledger.Charge("a", 41);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(StartsWith(st, "QUOTA_EXCEEDED: ")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "'a'")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "charged 60 bytes")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "requested 41 bytes")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "effective quota 100 bytes")) << st;
+  EXPECT_EQ(Snap(ledger, "a").charged_bytes, 60u);  // a refusal charges nothing
+  EXPECT_EQ(ledger.Charge("a", kBig).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ledger.Charge("a", std::numeric_limits<uint64_t>::max()).code(),
+            absl::StatusCode::kResourceExhausted);  // no wrap-around
+  EXPECT_TRUE(ledger.Charge("a", 40).ok());
+}
+
+TEST(QuotaLedger, RefundReturnsInflightBytes) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 70).ok());
+  ledger.Refund("a", 70);
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 0u);
+  EXPECT_EQ(s.inflight_bytes, 0u);
+  EXPECT_EQ(s.entries, 0u);
+  EXPECT_TRUE(ledger.Charge("a", 100).ok());  // the room is back
+}
+
+TEST(QuotaLedger, CommitMovesInflightToCommittedAndCountsEntry) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 30).ok());
+  ASSERT_TRUE(ledger.Charge("a", 20).ok());
+  ledger.Commit("a", 30);
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 50u);  // committed bytes stay charged
+  EXPECT_EQ(s.inflight_bytes, 20u);
+  EXPECT_EQ(s.entries, 1u);
+  ledger.Commit("a", 20);
+  s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 50u);
+  EXPECT_EQ(s.inflight_bytes, 0u);
+  EXPECT_EQ(s.entries, 2u);
+}
+
+TEST(QuotaLedger, PartialCommitRefundsTheUnusedPart) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 90).ok());
+  ledger.Commit("a", 60);
+  ledger.Refund("a", 30);
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 60u);
+  EXPECT_EQ(s.inflight_bytes, 0u);
+  EXPECT_EQ(s.entries, 1u);
+}
+
+TEST(QuotaLedger, ReleaseFreesCommittedBytes) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 100).ok());
+  ledger.Commit("a", 100);
+  EXPECT_FALSE(ledger.Charge("a", 1).ok());
+  ledger.Release("a", 100);
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 0u);
+  EXPECT_EQ(s.entries, 0u);
+  EXPECT_TRUE(ledger.Charge("a", 100).ok());
+}
+
+TEST(QuotaLedger, ReleaseBytesFreesALostReplicaButKeepsTheEntry) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 90).ok());  // three replicas of 30
+  ledger.Commit("a", 90);
+  ledger.ReleaseBytes("a", 30);  // one replica lost
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 60u);
+  EXPECT_EQ(s.entries, 1u);
+  ledger.Release("a", 60);  // then the object goes
+  s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 0u);
+  EXPECT_EQ(s.entries, 0u);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Modes and policy changes
+
+TEST(QuotaLedger, StrictModeRejectsUnregisteredTenant) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  absl::Status st = ledger.Charge("x", 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.message(), "TENANT_NOT_REGISTERED: tenant 'x' has no quota policy");
+  EXPECT_FALSE(ledger.Snapshot("x").has_value());  // a reject creates no account
+  EXPECT_FALSE(ledger.Charge("default", 1).ok());  // `default` is not special
+  EXPECT_EQ(ledger.SnapshotAll().size(), 1u);
+}
+
+TEST(QuotaLedger, NonStrictModeNeverRejects) {
+  QuotaLedger ledger(/*enforce=*/false);
+  EXPECT_FALSE(ledger.enforce());
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), /*capacity_bytes=*/50);
+  EXPECT_TRUE(ledger.Charge("a", 1000).ok());  // past its quota and past capacity
+  EXPECT_TRUE(ledger.Charge("x", kBig).ok());  // unknown: created on demand
+  EXPECT_TRUE(ledger.Charge("x", kBig).ok());
+  TenantSnapshot x = Snap(ledger, "x");
+  EXPECT_EQ(x.charged_bytes, 2 * kBig);
+  EXPECT_EQ(x.requested_quota_bytes, 0u);
+  EXPECT_EQ(x.effective_quota_bytes, 0u);
+  EXPECT_FALSE(x.has_explicit_policy);
+  EXPECT_FALSE(x.over_quota);
+  EXPECT_FALSE(x.admission_closed);
+  TenantSnapshot a = Snap(ledger, "a");
+  EXPECT_TRUE(a.has_explicit_policy);
+  EXPECT_EQ(a.effective_quota_bytes, 50u);
+  EXPECT_FALSE(a.over_quota);
+  EXPECT_FALSE(ledger.IsOverQuota("a"));
+  // Dropping a tenant that holds bytes does not close it without enforcement.
+  ledger.ApplyPolicy(MakePolicy({}), 50);
+  a = Snap(ledger, "a");
+  EXPECT_FALSE(a.admission_closed);
+  EXPECT_FALSE(a.has_explicit_policy);
+  EXPECT_TRUE(ledger.Charge("a", 1).ok());
+  // On-demand accounts that hold nothing are dropped at the next policy.
+  ledger.Refund("x", 2 * kBig);
+  ledger.ApplyPolicy(MakePolicy({}), 50);
+  EXPECT_FALSE(ledger.Snapshot("x").has_value());
+  EXPECT_TRUE(ledger.Snapshot("a").has_value());
+  EXPECT_EQ(Snap(ledger, "a").rejects_quota + Snap(ledger, "a").rejects_closed, 0u);
+}
+
+TEST(QuotaLedger, DroppedTenantWithDataIsAdmissionClosed) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}, {"b", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 30).ok());
+  ledger.Commit("a", 30);
+  ASSERT_TRUE(ledger.Charge("a", 20).ok());  // still in flight when the policy changes
+  ledger.ApplyPolicy(MakePolicy({{"b", 100}}), kBig);
+
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_TRUE(s.admission_closed);
+  EXPECT_FALSE(s.has_explicit_policy);
+  EXPECT_EQ(s.requested_quota_bytes, 0u);
+  EXPECT_EQ(s.effective_quota_bytes, 0u);
+  EXPECT_TRUE(s.over_quota);  // evicted first
+  EXPECT_EQ(s.charged_bytes, 50u);
+
+  absl::Status st = ledger.Charge("a", 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(StartsWith(st, "ADMISSION_CLOSED: ")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "'a'")) << st;
+
+  // What was in flight may still commit; everything can be released.
+  ledger.Commit("a", 20);
+  ledger.Release("a", 30);
+  s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 20u);
+  EXPECT_EQ(s.entries, 1u);
+  // The last Release of a closed tenant removes its account at once.
+  ledger.Release("a", 20);
+  EXPECT_FALSE(ledger.Snapshot("a").has_value());
+  EXPECT_EQ(ledger.Charge("a", 1).message(),
+            "TENANT_NOT_REGISTERED: tenant 'a' has no quota policy");
+}
+
+TEST(QuotaLedger, ClosedTenantDisappearsWhenItsLastInflightBytesAreRefunded) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 10).ok());
+  ledger.ApplyPolicy(MakePolicy({}), kBig);
+  ASSERT_TRUE(Snap(ledger, "a").admission_closed);
+  ledger.Refund("a", 10);
+  EXPECT_FALSE(ledger.Snapshot("a").has_value());
+}
+
+TEST(QuotaLedger, DroppedTenantWithoutDataDisappears) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}, {"b", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 10).ok());
+  ledger.Refund("a", 10);  // held something once, holds nothing now
+  ledger.ApplyPolicy(MakePolicy({{"b", 100}}), kBig);
+  EXPECT_FALSE(ledger.Snapshot("a").has_value());
+  EXPECT_EQ(ledger.SnapshotAll().size(), 1u);
+  EXPECT_EQ(ledger.requested_sum(), 100u);
+}
+
+TEST(QuotaLedger, DroppedTenantAddedBackIsOpenAgain) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 40).ok());
+  ledger.Commit("a", 40);
+  ledger.ApplyPolicy(MakePolicy({}), kBig);
+  ASSERT_TRUE(Snap(ledger, "a").admission_closed);
+  ledger.ApplyPolicy(MakePolicy({{"a", 50}}), kBig);
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_FALSE(s.admission_closed);
+  EXPECT_TRUE(s.has_explicit_policy);
+  EXPECT_EQ(s.charged_bytes, 40u);  // its bytes were kept
+  EXPECT_TRUE(ledger.Charge("a", 10).ok());
+  EXPECT_FALSE(ledger.Charge("a", 1).ok());
+}
+
+TEST(QuotaLedger, LoweredQuotaMakesTenantOverQuotaAndRejects) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(ledger.Charge("a", 20).ok());
+    ledger.Commit("a", 20);
+  }
+  ledger.ApplyPolicy(MakePolicy({{"a", 50}}), kBig);
+  TenantSnapshot s = Snap(ledger, "a");
+  EXPECT_EQ(s.charged_bytes, 80u);
+  EXPECT_EQ(s.effective_quota_bytes, 50u);
+  EXPECT_TRUE(s.over_quota);
+  EXPECT_TRUE(ledger.IsOverQuota("a"));
+
+  absl::Status st = ledger.Charge("a", 1);
+  EXPECT_TRUE(StartsWith(st, "QUOTA_EXCEEDED: ")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "over quota")) << st;
+  EXPECT_FALSE(ledger.Charge("a", 0).ok());  // refused whatever the size while over
+
+  ledger.Release("a", 20);  // 60: still over
+  EXPECT_FALSE(ledger.Charge("a", 0).ok());
+  ledger.Release("a", 20);  // 40: under again
+  EXPECT_FALSE(ledger.IsOverQuota("a"));
+  EXPECT_FALSE(ledger.Charge("a", 11).ok());
+  EXPECT_TRUE(ledger.Charge("a", 10).ok());
+  EXPECT_EQ(Snap(ledger, "a").rejects_quota, 4u);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Effective quotas
+
+TEST(QuotaLedger, EffectiveQuotaEqualsRequestedWhenRequestsFit) {
+  std::map<std::string, uint64_t> req = {{"a", 3}, {"b", 3}, {"c", 3}};
+  EXPECT_EQ(QuotaLedger::ComputeEffective(req, 10), req);
+  EXPECT_EQ(QuotaLedger::ComputeEffective(req, 9), req);
+  EXPECT_TRUE(QuotaLedger::ComputeEffective({}, 0).empty());
+}
+
+TEST(QuotaLedger, EffectiveQuotaScalesDownByLargestRemainderTiesByName) {
+  using M = std::map<std::string, uint64_t>;
+  // 15 into 10: 3.33 each; the one leftover byte goes to the alphabetically first.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 5}, {"b", 5}, {"c", 5}}, 10),
+            (M{{"a", 4}, {"b", 3}, {"c", 3}}));
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"zz", 5}, {"b", 5}, {"m", 5}}, 10),
+            (M{{"b", 4}, {"m", 3}, {"zz", 3}}));
+  // 0.5, 1.0, 3.5 -> 0, 1, 3 + one byte: a and c tie at .5, a wins by name.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 1}, {"b", 2}, {"c", 7}}, 5),
+            (M{{"a", 1}, {"b", 1}, {"c", 3}}));
+  // 0.6, 2.4 -> the larger remainder wins even against a smaller request.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 1}, {"b", 4}}, 3), (M{{"a", 1}, {"b", 2}}));
+  // 1.2, 1.8 -> b has the larger remainder although a sorts first.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 2}, {"b", 3}}, 3), (M{{"a", 1}, {"b", 2}}));
+  // Exact proportions, no leftover.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 10}, {"b", 30}}, 20), (M{{"a", 5}, {"b", 15}}));
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"x", 1}, {"y", 1}}, 1), (M{{"x", 1}, {"y", 0}}));
+  // No capacity, nothing effective.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 5}, {"b", 7}}, 0), (M{{"a", 0}, {"b", 0}}));
+  // Products past 2^64 need the 128-bit path: (2^63-1) * 3 > 2^64 - 1 = capacity.
+  const uint64_t q = (uint64_t{1} << 63) - 1;
+  const uint64_t cap = std::numeric_limits<uint64_t>::max();
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", q}, {"b", q}, {"c", q}}, cap),
+            (M{{"a", cap / 3}, {"b", cap / 3}, {"c", cap / 3}}));
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", q}, {"b", q}}, q),
+            (M{{"a", q / 2 + 1}, {"b", q / 2}}));
+}
+
+TEST(QuotaLedger, EffectiveQuotaScaledDownSumsToCapacityAndNeverExceedsRequest) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    std::map<std::string, uint64_t> req;
+    int n = 1 + static_cast<int>(rng() % 8);
+    unsigned __int128 sum = 0;
+    for (int i = 0; i < n; ++i) {
+      uint64_t bytes = round % 2 == 0 ? 1 + rng() % 1000 : 1 + (rng() >> 1);
+      req[absl::StrCat("t", rng() % 100)] = bytes;
+    }
+    for (const auto& [name, bytes] : req) sum += bytes;
+    // Any capacity below the sum, so the requests never fit.
+    const unsigned __int128 max64 = std::numeric_limits<uint64_t>::max();
+    uint64_t cap = sum > max64 ? rng() : rng() % static_cast<uint64_t>(sum);
+    std::map<std::string, uint64_t> eff = QuotaLedger::ComputeEffective(req, cap);
+    ASSERT_EQ(eff.size(), req.size());
+    unsigned __int128 total = 0;
+    for (const auto& [name, bytes] : eff) {
+      ASSERT_LE(bytes, req[name]);
+      // Within one byte of the exact share.
+      unsigned __int128 exact_floor = static_cast<unsigned __int128>(req[name]) * cap / sum;
+      ASSERT_TRUE(bytes == exact_floor || bytes == exact_floor + 1) << name;
+      total += bytes;
+    }
+    ASSERT_TRUE(total == cap) << "round " << round;
+  }
+}
+
+TEST(QuotaLedger, EffectiveRecomputedOnCapacityChange) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 600}, {"b", 400}}), 2000);
+  EXPECT_EQ(ledger.capacity(), 2000u);
+  EXPECT_EQ(ledger.requested_sum(), 1000u);
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 600u);
+  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 400u);
+
+  ledger.SetCapacity(500);
+  EXPECT_EQ(ledger.capacity(), 500u);
+  EXPECT_EQ(ledger.requested_sum(), 1000u);
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 300u);
+  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 200u);
+  EXPECT_EQ(Snap(ledger, "a").requested_quota_bytes, 600u);
+  EXPECT_TRUE(ledger.Charge("a", 300).ok());
+  EXPECT_FALSE(ledger.Charge("a", 1).ok());
+
+  ledger.SetCapacity(250);  // a shrinks under its charge: over quota
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 150u);
+  EXPECT_TRUE(ledger.IsOverQuota("a"));
+
+  ledger.SetCapacity(0);
+  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 0u);
+  EXPECT_FALSE(ledger.Charge("b", 1).ok());
+
+  ledger.SetCapacity(1u << 20);  // room again: back to requested
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 600u);
+  EXPECT_FALSE(ledger.IsOverQuota("a"));
+  EXPECT_TRUE(ledger.Charge("b", 400).ok());
+}
+
+TEST(QuotaLedger, RequestedSumSaturates) {
+  QuotaLedger ledger(true);
+  const uint64_t q = (uint64_t{1} << 63) - 1;
+  ledger.ApplyPolicy(MakePolicy({{"a", q}, {"b", q}, {"c", q}}), kBig);
+  EXPECT_EQ(ledger.requested_sum(), std::numeric_limits<uint64_t>::max());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Counters and snapshots
+
+TEST(QuotaLedger, RejectCountersByReason) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 10}, {"b", 10}}), kBig);
+  EXPECT_FALSE(ledger.Charge("a", 11).ok());
+  EXPECT_FALSE(ledger.Charge("a", 11).ok());
+  ASSERT_TRUE(ledger.Charge("b", 5).ok());
+  ledger.Commit("b", 5);
+  ledger.ApplyPolicy(MakePolicy({{"a", 10}}), kBig);  // b closed
+  EXPECT_FALSE(ledger.Charge("b", 1).ok());
+  EXPECT_FALSE(ledger.Charge("c", 1).ok());
+  EXPECT_FALSE(ledger.Charge("c", 1).ok());
+  EXPECT_FALSE(ledger.Charge("c", 1).ok());
+
+  TenantSnapshot a = Snap(ledger, "a");
+  EXPECT_EQ(a.rejects_quota, 2u);
+  EXPECT_EQ(a.rejects_closed, 0u);
+  EXPECT_EQ(a.rejects_unregistered, 0u);
+  TenantSnapshot b = Snap(ledger, "b");
+  EXPECT_EQ(b.rejects_quota, 0u);
+  EXPECT_EQ(b.rejects_closed, 1u);
+  EXPECT_EQ(ledger.rejects_unregistered_total(), 3u);
+  // Rejects counted while `c` was unknown show once it is registered.
+  ledger.ApplyPolicy(MakePolicy({{"a", 10}, {"c", 10}}), kBig);
+  TenantSnapshot c = Snap(ledger, "c");
+  EXPECT_EQ(c.rejects_unregistered, 3u);
+  EXPECT_EQ(c.rejects_quota, 0u);
+  EXPECT_EQ(c.rejects_closed, 0u);
+}
+
+TEST(QuotaLedger, UnregisteredRejectsKeepBoundedMemory) {
+  QuotaLedger ledger(true);
+  const size_t n = QuotaLedger::kMaxTrackedUnregistered + 10;
+  for (size_t i = 0; i < n; ++i) EXPECT_FALSE(ledger.Charge(absl::StrCat("u", i), 1).ok());
+  EXPECT_EQ(ledger.rejects_unregistered_total(), n);
+  ledger.ApplyPolicy(MakePolicy({{"u0", 1}, {absl::StrCat("u", n - 1), 1}}), kBig);
+  EXPECT_EQ(Snap(ledger, "u0").rejects_unregistered, 1u);
+  EXPECT_EQ(Snap(ledger, absl::StrCat("u", n - 1)).rejects_unregistered, 0u);  // past the cap
+}
+
+TEST(QuotaLedger, SnapshotAllIsSortedAndShowsMaxEntries) {
+  QuotaLedger ledger(true);
+  Policy p = MakePolicy({{"m", 1}, {"b", 2}, {"z", 3}});
+  p.tenants[0].max_entries = 7;  // "b"
+  ledger.ApplyPolicy(p, kBig);
+  std::vector<TenantSnapshot> all = ledger.SnapshotAll();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].tenant_id, "b");
+  EXPECT_EQ(all[1].tenant_id, "m");
+  EXPECT_EQ(all[2].tenant_id, "z");
+  EXPECT_EQ(all[0].max_entries, std::optional<uint64_t>(7));
+  EXPECT_EQ(all[1].max_entries, std::nullopt);
+  EXPECT_FALSE(ledger.Snapshot("nobody").has_value());
+  EXPECT_FALSE(ledger.IsOverQuota("nobody"));
+}
+
+TEST(QuotaLedger, ErrorMessagesEscapeTenantIds) {
+  QuotaLedger ledger(true);
+  absl::Status st = ledger.Charge(absl::string_view("x\ny", 3), 1);
+  EXPECT_EQ(st.message(), "TENANT_NOT_REGISTERED: tenant 'x\\ny' has no quota policy");
+}
+
+// ----------------------------------------------------------------------------------------------
+// Broken caller contract: CHECK failures
+
+using QuotaLedgerDeathTest = ::testing::Test;
+
+TEST_F(QuotaLedgerDeathTest, RefundOfMoreThanInFlightCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 10).ok());
+  EXPECT_DEATH(ledger.Refund("a", 11), "CHECK failed");
+}
+
+TEST_F(QuotaLedgerDeathTest, CommitOfMoreThanInFlightCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 10).ok());
+  EXPECT_DEATH(ledger.Commit("a", 11), "CHECK failed");
+}
+
+TEST_F(QuotaLedgerDeathTest, ReleaseBytesOfMoreThanChargedCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 10).ok());
+  ledger.Commit("a", 10);
+  EXPECT_DEATH(ledger.ReleaseBytes("a", 11), "CHECK failed");
+}
+
+TEST_F(QuotaLedgerDeathTest, ReleaseWithoutEntryOrOfUnknownTenantCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 100}}), kBig);
+  ASSERT_TRUE(ledger.Charge("a", 10).ok());
+  EXPECT_DEATH(ledger.Release("a", 10), "CHECK failed");  // nothing committed yet
+  EXPECT_DEATH(ledger.Release("nobody", 1), "CHECK failed");
+}
+
+// ----------------------------------------------------------------------------------------------
+// Concurrency
+
+constexpr int kThreads = 8;
+constexpr int kOpsPerThread = 20000;
+const std::vector<std::string> kTenants = {"t0", "t1", "t2", "t3"};
+
+// What the test itself knows a worker holds: committed entries per tenant.
+struct Held {
+  std::vector<std::vector<uint64_t>> entries = std::vector<std::vector<uint64_t>>(kTenants.size());
+  uint64_t quota_rejects = 0;  // QUOTA_EXCEEDED seen, per all tenants
+};
+
+// Random charge / commit / refund / partial commit / release (whole entry or part of its bytes)
+// of this worker's own entries:
+// kOpsPerThread operations once `go` is set, and on while `more` is.
+void Worker(QuotaLedger& ledger, uint64_t seed, Held& held, const std::atomic<bool>& go,
+            const std::atomic<bool>& more) {
+  while (!go.load()) std::this_thread::yield();
+  std::mt19937_64 rng(seed);
+  for (int op = 0; op < kOpsPerThread || more.load(std::memory_order_relaxed); ++op) {
+    size_t t = rng() % kTenants.size();
+    const std::string& tenant = kTenants[t];
+    std::vector<uint64_t>& mine = held.entries[t];
+    if (rng() % 100 < 55 || mine.empty()) {
+      uint64_t bytes = 1 + rng() % 4096;
+      absl::Status st = ledger.Charge(tenant, bytes);
+      if (!st.ok()) {
+        ASSERT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+        if (StartsWith(st, "QUOTA_EXCEEDED: ")) ++held.quota_rejects;
+        continue;
+      }
+      switch (rng() % 3) {
+        case 0:
+          ledger.Commit(tenant, bytes);
+          mine.push_back(bytes);
+          break;
+        case 1:
+          ledger.Refund(tenant, bytes);
+          break;
+        default: {
+          uint64_t part = bytes == 1 ? 1 : 1 + rng() % (bytes - 1);
+          ledger.Commit(tenant, part);
+          if (part < bytes) ledger.Refund(tenant, bytes - part);
+          mine.push_back(part);
+        }
+      }
+    } else {
+      size_t i = rng() % mine.size();
+      if (mine[i] > 1 && rng() % 4 == 0) {  // a replica lost: part of the bytes, same entry
+        uint64_t part = 1 + rng() % (mine[i] - 1);
+        ledger.ReleaseBytes(tenant, part);
+        mine[i] -= part;
+        continue;
+      }
+      ledger.Release(tenant, mine[i]);
+      mine[i] = mine.back();
+      mine.pop_back();
+    }
+  }
+}
+
+// After the workers: the ledger holds exactly what the workers say they hold.
+void ExpectLedgerMatches(QuotaLedger& ledger, std::vector<Held>& held) {
+  for (size_t t = 0; t < kTenants.size(); ++t) {
+    uint64_t bytes = 0, entries = 0;
+    for (const Held& h : held) {
+      for (uint64_t b : h.entries[t]) bytes += b;
+      entries += h.entries[t].size();
+    }
+    std::optional<TenantSnapshot> s = ledger.Snapshot(kTenants[t]);
+    if (!s.has_value()) {
+      EXPECT_EQ(bytes, 0u) << kTenants[t];
+      continue;
+    }
+    EXPECT_EQ(s->charged_bytes, bytes) << kTenants[t];
+    EXPECT_EQ(s->inflight_bytes, 0u) << kTenants[t];
+    EXPECT_EQ(s->entries, entries) << kTenants[t];
+  }
+  // Releasing everything leaves nothing charged.
+  for (Held& h : held) {
+    for (size_t t = 0; t < kTenants.size(); ++t) {
+      for (uint64_t b : h.entries[t]) ledger.Release(kTenants[t], b);
+      h.entries[t].clear();
+    }
+  }
+  for (const TenantSnapshot& s : ledger.SnapshotAll()) {
+    EXPECT_EQ(s.charged_bytes, 0u) << s.tenant_id;
+    EXPECT_EQ(s.entries, 0u) << s.tenant_id;
+  }
+}
+
+TEST(QuotaLedgerConcurrency, ChargedNeverExceedsEffectiveUnderRandomOps) {
+  QuotaLedger ledger(true);
+  // Requests sum past capacity, so the effective quotas are scaled (and unequal).
+  ledger.ApplyPolicy(
+      MakePolicy({{"t0", 64 << 10}, {"t1", 96 << 10}, {"t2", 128 << 10}, {"t3", 200 << 10}}),
+      /*capacity_bytes=*/300 << 10);
+  std::map<std::string, uint64_t> effective;
+  for (const TenantSnapshot& s : ledger.SnapshotAll())
+    effective[s.tenant_id] = s.effective_quota_bytes;
+
+  constexpr uint64_t kMinSamples = 2000;
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> samples{0};
+  std::atomic<bool> sampler_exited{false};  // also when an ASSERT in it fails
+  std::thread sampler([&] {
+    auto sample = [&] {
+      while (!done.load()) {
+        for (const TenantSnapshot& s : ledger.SnapshotAll()) {
+          ASSERT_LE(s.charged_bytes, s.effective_quota_bytes) << s.tenant_id;
+          ASSERT_EQ(s.effective_quota_bytes, effective[s.tenant_id]);
+          ASSERT_FALSE(s.over_quota);
+        }
+        samples.fetch_add(1);
+        std::this_thread::yield();
+      }
+    };
+    sample();
+    sampler_exited.store(true);
+  });
+  std::vector<Held> held(kThreads);
+  std::vector<std::thread> workers;
+  std::atomic<bool> go{false}, more{true};
+  for (int i = 0; i < kThreads; ++i) {
+    workers.emplace_back([&, i] { Worker(ledger, 1000 + i, held[i], go, more); });
+  }
+  go.store(true);
+  // Keep the workers going until the sampler has looked often enough (bounded by a deadline).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (samples.load() < kMinSamples && !sampler_exited.load() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  more.store(false);
+  for (std::thread& w : workers) w.join();
+  done.store(true);
+  sampler.join();
+  if (!HasFailure()) {  // a failed sampler stops early
+    EXPECT_GE(samples.load(), kMinSamples);
+  }
+  RecordProperty("samples", std::to_string(samples.load()));
+
+  uint64_t quota_rejects = 0;
+  for (const Held& h : held) quota_rejects += h.quota_rejects;
+  uint64_t counted = 0;
+  for (const TenantSnapshot& s : ledger.SnapshotAll()) counted += s.rejects_quota;
+  EXPECT_EQ(counted, quota_rejects);
+  EXPECT_GT(quota_rejects, 0u) << "the quotas never bit; the test proves little";
+  ExpectLedgerMatches(ledger, held);
+}
+
+// All threads charge one byte at a time at the same tenant until refused, round after round:
+// the CAS must admit exactly the quota every time, never a byte more (a check-then-add would
+// overshoot when two threads pass the check at quota - 1).
+TEST(QuotaLedgerConcurrency, ChargesRacingAtTheQuotaAdmitExactlyTheQuota) {
+  constexpr uint64_t kQuota = 256;
+  constexpr int kRounds = 300;
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"t", kQuota}}), kBig);
+  std::atomic<uint64_t> admitted{0};
+  std::atomic<int> bad_rounds{0};
+  std::barrier round_end(kThreads, [&]() noexcept {
+    TenantSnapshot s = ledger.Snapshot("t").value_or(TenantSnapshot{});
+    if (s.charged_bytes != kQuota || admitted.load() != kQuota) bad_rounds.fetch_add(1);
+    ledger.Refund("t", s.charged_bytes);
+    admitted.store(0);
+  });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < kRounds; ++round) {
+        while (ledger.Charge("t", 1).ok()) admitted.fetch_add(1);
+        round_end.arrive_and_wait();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(bad_rounds.load(), 0);
+  EXPECT_EQ(Snap(ledger, "t").charged_bytes, 0u);
+}
+
+// Quotas and capacity move (and t3 comes and goes) while the workers run. charged may then
+// exceed effective, but only because the quota dropped under it: within one policy interval a
+// tenant over its quota never grows, and once under it stays under. The sampler knows which
+// interval a snapshot belongs to from a generation counter (odd while a change is in progress).
+TEST(QuotaLedgerConcurrency, PolicyChangesNeverLetAChargePassTheQuotaInForce) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(
+      MakePolicy({{"t0", 64 << 10}, {"t1", 64 << 10}, {"t2", 64 << 10}, {"t3", 64 << 10}}),
+      uint64_t{1} << 30);
+  constexpr uint64_t kMaxQuota = 256 << 10;
+  constexpr uint64_t kMinPolicyChanges = 200;
+  constexpr uint64_t kMinSamples = 1000;
+  std::atomic<uint64_t> generation{0};
+  std::atomic<bool> done{false};
+
+  std::thread policy_thread([&] {
+    std::mt19937_64 rng(99);
+    while (!done.load()) {
+      std::vector<std::pair<std::string, uint64_t>> quotas;
+      for (const std::string& t : kTenants) {
+        if (t == "t3" && rng() % 4 == 0) continue;  // dropped: closed or gone
+        quotas.emplace_back(t, 1 + rng() % kMaxQuota);
+      }
+      generation.fetch_add(1);
+      if (rng() % 3 == 0) {
+        ledger.SetCapacity(rng() % (512 << 10));
+      } else {
+        ledger.ApplyPolicy(MakePolicy(quotas), rng() % 2 ? uint64_t{1} << 30 : rng() % (512 << 10));
+      }
+      generation.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+
+  std::atomic<uint64_t> checked_samples{0};
+  std::atomic<bool> sampler_exited{false};  // also when an ASSERT in it fails
+  std::thread sampler([&] {
+    auto sample = [&] {
+      struct State {
+        uint64_t interval = ~uint64_t{0};
+        bool seen_under = false;
+        uint64_t last_charged = 0;
+      };
+      std::map<std::string, State> state;
+      while (!done.load()) {
+        uint64_t g0 = generation.load();
+        std::vector<TenantSnapshot> all = ledger.SnapshotAll();
+        uint64_t g1 = generation.load();
+        for (const TenantSnapshot& s : all) ASSERT_LE(s.charged_bytes, kMaxQuota) << s.tenant_id;
+        if (g0 % 2 == 1 || g1 != g0) continue;  // raced a change: interval unknown
+        const uint64_t interval = g0 / 2;
+        std::map<std::string, State> next;
+        for (const TenantSnapshot& s : all) {
+          State st = state.count(s.tenant_id) ? state[s.tenant_id] : State{};
+          if (st.interval != interval)
+            st = State{interval, false, 0};
+          else if (!st.seen_under) {
+            // Over its quota at the last sample of this interval: it cannot have grown.
+            ASSERT_LE(s.charged_bytes, st.last_charged) << s.tenant_id;
+          }
+          if (st.seen_under) {
+            ASSERT_LE(s.charged_bytes, s.effective_quota_bytes) << s.tenant_id;
+          }
+          ASSERT_EQ(s.over_quota, s.charged_bytes > s.effective_quota_bytes);
+          if (s.charged_bytes <= s.effective_quota_bytes) st.seen_under = true;
+          st.last_charged = s.charged_bytes;
+          next[s.tenant_id] = st;
+        }
+        state = std::move(next);  // an account that vanished starts afresh
+        checked_samples.fetch_add(1);
+        std::this_thread::yield();
+      }
+    };
+    sample();
+    sampler_exited.store(true);
+  });
+
+  std::vector<Held> held(kThreads);
+  std::vector<std::thread> workers;
+  // Two shared cores schedule coarsely: keep the workers going until enough policy changes and
+  // checked samples overlapped them (bounded by a deadline).
+  std::atomic<bool> go{false}, more{true};
+  for (int i = 0; i < kThreads; ++i) {
+    workers.emplace_back([&, i] { Worker(ledger, 5000 + i, held[i], go, more); });
+  }
+  go.store(true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((generation.load() / 2 < kMinPolicyChanges || checked_samples.load() < kMinSamples) &&
+         !sampler_exited.load() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  more.store(false);
+  for (std::thread& w : workers) w.join();
+  done.store(true);
+  policy_thread.join();
+  sampler.join();
+  if (!HasFailure()) {  // a failed sampler stops early
+    EXPECT_GE(generation.load() / 2, kMinPolicyChanges);
+    EXPECT_GE(checked_samples.load(), kMinSamples);
+  }
+  RecordProperty("policy_changes", std::to_string(generation.load() / 2));
+  RecordProperty("checked_samples", std::to_string(checked_samples.load()));
+  ExpectLedgerMatches(ledger, held);
+}
+
+}  // namespace
+}  // namespace granary::master::tenant

@@ -1,0 +1,6 @@
+granary_test(NAME master_quota_ledger_test LABELS unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/quota_ledger_test.cc LIBS granary::quota_ledger granary::tenant_policy)
+granary_test(NAME master_tenant_policy_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/policy_test.cc LIBS granary::tenant_policy)
+granary_test(NAME master_tenant_policy_store_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/policy_store_test.cc
+  LIBS granary::tenant_policy PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
