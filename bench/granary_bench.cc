@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "common/util.h"
+#include "client/client_impl.h"
 #include "granary/client.h"
 
 DEFINE_string(master, "127.0.0.1:50051", "Master host:port");
@@ -158,6 +159,119 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   }
 }
 
+// Metadata only: PutStart + PutEnd, then Get + GetEnd, on batches of fresh keys, no bytes
+// moved. Run it against a node started with --virtual_segments. Each thread cycles through its
+// share of the tenants, one client session per tenant.
+void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
+                   std::atomic<bool>* failed) {
+  const int sessions = std::max(1, FLAGS_tenants / FLAGS_threads);
+  std::vector<std::unique_ptr<granary::client::ClientImpl>> clients;
+  for (int i = 0; i < sessions; ++i) {
+    granary::ClientOptions o;
+    o.master_server_address = FLAGS_master;
+    o.tenant_id = FLAGS_tenants > 1
+                      ? absl::StrCat(FLAGS_tenant_id, "-", (t * sessions + i) % FLAGS_tenants)
+                      : FLAGS_tenant_id;
+    o.replica_num = FLAGS_replica_num;
+    auto c = granary::client::ClientImpl::Create(o);
+    if (!c.ok()) {
+      fprintf(stderr, "granary_bench: %s\n", c.status().ToString().c_str());
+      failed->store(true);
+      return;
+    }
+    clients.push_back(std::move(*c));
+  }
+  static const std::string run = granary::RandomId().substr(0, 8);
+  const int batch = FLAGS_batch;
+  std::vector<std::string> keys(batch);
+  std::vector<uint64_t> sizes(batch, block);
+  const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
+  uint64_t seq = 0;
+  int64_t done = 0;
+  while (FLAGS_ops > 0 ? done < FLAGS_ops : granary::MonotonicUs() < end_us) {
+    granary::client::ClientImpl& c = *clients[seq / batch % clients.size()];
+    for (int j = 0; j < batch; ++j) keys[j] = absl::StrCat("meta/", run, "/", t, "/", seq++);
+    int64_t t0 = granary::MonotonicUs();
+    auto started = c.PutStart(keys, sizes);
+    granary::proto::KeyGenRequest commit;
+    uint64_t errors = 0;
+    if (started.ok()) {
+      for (int j = 0; j < batch; ++j) {
+        if (started->results[j].status.code == 0) {
+          commit.entries.push_back({keys[j], started->results[j].generation});
+        } else if (errors++ == 0 && put->errors == 0) {
+          fprintf(stderr, "granary_bench: PutStart %s: %s\n", keys[j].c_str(),
+                  started->results[j].status.message.c_str());
+        }
+      }
+    } else {
+      errors = batch;
+    }
+    auto ended = c.Call<granary::proto::KeyGenRequest, granary::proto::BatchStatusReply>(
+        granary::proto::MsgType::kPutEnd, commit);
+    int64_t t1 = granary::MonotonicUs();
+    uint64_t ok = 0;
+    if (ended.ok()) {
+      for (const auto& r : ended->results) ok += r.code == 0;
+    }
+    put->batch_us.push_back(static_cast<double>(t1 - t0));
+    put->keys += ok;
+    put->errors += batch - ok;
+    auto got = c.Call<granary::proto::KeysRequest, granary::proto::GetReply>(
+        granary::proto::MsgType::kGet, granary::proto::KeysRequest{keys});
+    uint64_t found = 0;
+    if (got.ok()) {
+      for (const auto& r : got->results) found += r.status.code == 0;
+    }
+    (void)c.Call<granary::proto::KeyGenRequest, granary::proto::BatchStatusReply>(
+        granary::proto::MsgType::kGetEnd, commit);
+    int64_t t2 = granary::MonotonicUs();
+    get->batch_us.push_back(static_cast<double>(t2 - t1));
+    get->keys += found;
+    get->errors += batch - found;
+    done += batch;
+  }
+}
+
+Record Summarize(const std::string& mode, uint64_t block, std::vector<ThreadResult>& results) {
+  Record r;
+  r.mode = mode;
+  r.block_size = block;
+  r.batch = FLAGS_batch;
+  r.threads = FLAGS_threads;
+  r.lanes = FLAGS_lanes;
+  r.transport = Transport();
+  std::vector<double> lat;
+  for (auto& tr : results) {
+    double busy_us = 0;
+    for (double us : tr.batch_us) busy_us += us;
+    if (busy_us > 0) {
+      r.gbps += static_cast<double>(tr.bytes) / (busy_us * 1e3);
+      r.keys_per_s += static_cast<double>(tr.keys) / (busy_us / 1e6);
+    }
+    r.errors += tr.errors;
+    lat.insert(lat.end(), tr.batch_us.begin(), tr.batch_us.end());
+  }
+  r.p50_us = Percentile(lat, 0.5);
+  r.p99_us = Percentile(lat, 0.99);
+  return r;
+}
+
+std::vector<Record> RunMeta(uint64_t block) {
+  std::vector<ThreadResult> put(FLAGS_threads), get(FLAGS_threads);
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < FLAGS_threads; ++t) {
+    threads.emplace_back(RunMetaThread, t, block, &put[t], &get[t], &failed);
+  }
+  for (auto& th : threads) th.join();
+  std::vector<Record> out = {Summarize("meta-put", block, put), Summarize("meta-get", block, get)};
+  if (failed.load()) {
+    for (auto& r : out) r.errors = std::max<uint64_t>(r.errors, 1);
+  }
+  return out;
+}
+
 Record RunOne(const std::string& mode, uint64_t block) {
   std::vector<ThreadResult> results(FLAGS_threads);
   std::vector<std::thread> threads;
@@ -199,17 +313,17 @@ Record RunOne(const std::string& mode, uint64_t block) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("granary_bench put|get|mixed [flags]");
+  gflags::SetUsageMessage("granary_bench put|get|mixed|meta [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   granary::LogLevel level;
   if (granary::ParseLogLevel(FLAGS_log_level, &level)) granary::SetLogLevel(level);
   if (argc != 2) {
-    fprintf(stderr, "granary_bench: give one mode: put, get or mixed\n");
+    fprintf(stderr, "granary_bench: give one mode: put, get, mixed or meta\n");
     return 2;
   }
   std::string mode = argv[1];
-  if (mode != "put" && mode != "get" && mode != "mixed") {
-    fprintf(stderr, "granary_bench: unknown mode '%s' (put, get, mixed)\n", mode.c_str());
+  if (mode != "put" && mode != "get" && mode != "mixed" && mode != "meta") {
+    fprintf(stderr, "granary_bench: unknown mode '%s' (put, get, mixed, meta)\n", mode.c_str());
     return 2;
   }
   if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes != 1) {
@@ -235,13 +349,15 @@ int main(int argc, char** argv) {
          "transport", "GB/s", "keys/s", "p50_us", "p99_us", "errors");
   int rc = 0;
   for (uint64_t b : blocks) {
-    Record r = RunOne(mode, b);
+    std::vector<Record> rs = mode == "meta" ? RunMeta(b) : std::vector<Record>{RunOne(mode, b)};
+    for (const Record& r : rs) {
     printf("%-6s %10s %6d %8d %-10s %10.3f %12.0f %10.1f %10.1f %7llu\n", r.mode.c_str(),
            granary::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(), r.gbps,
            r.keys_per_s, r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
     fflush(stdout);
     if (r.errors > 0) rc = 1;
     records.push_back(r);
+    }
   }
   if (!FLAGS_out.empty()) {
     std::ofstream out(FLAGS_out);

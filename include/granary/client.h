@@ -80,6 +80,12 @@ class Client {
   virtual absl::Status Remove(absl::string_view key) = 0;
   virtual std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) = 0;
 
+  // Adds a replica of `key` on `node` (a node id, or the host:port `granary segments` shows).
+  // The destination node reads the bytes one-sided from a current replica. The new replica is
+  // charged to the tenant. Move does the same and then drops the source replica.
+  virtual absl::Status Copy(absl::string_view key, absl::string_view node) = 0;
+  virtual absl::Status Move(absl::string_view key, absl::string_view node) = 0;
+
   // Registers memory with the transport once, so transfers into it need no per-call
   // registration. Host memory now; GPU memory when UCX supports CUDA.
   virtual absl::Status RegisterBuffer(void* data, size_t size) = 0;

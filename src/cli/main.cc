@@ -28,6 +28,7 @@ DEFINE_string(tenant_id, "", "Tenant to act as (default: config file, GRANARY_TE
 DEFINE_string(config, "", "Client JSON config file (default: GRANARY_CONFIG_PATH)");
 DEFINE_int32(replica_num, 0, "Replicas for put (default: config, or 1)");
 DEFINE_uint32(limit, 1000, "Most keys ls prints");
+DEFINE_string(to, "", "copy/move: the destination node (node id or host:port from 'segments')");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
 
 namespace {
@@ -42,7 +43,9 @@ const char* kUsageText =
     "  exists KEY          exit 0 if KEY exists, 1 if not\n"
     "  stat KEY            size, replicas and age of KEY\n"
     "  ls [PREFIX]         list this tenant's keys\n"
-    "  segments            list mounted segments\n";
+    "  segments            list mounted segments\n"
+    "  copy KEY --to NODE  add a replica of KEY on NODE (node id or host:port)\n"
+    "  move KEY --to NODE  move a replica of KEY to NODE\n";
 
 int Usage(const std::string& why) {
   std::cerr << "granary: " << why << "\n\n" << kUsageText;
@@ -124,8 +127,8 @@ int main(int argc, char** argv) {
   if (argc < 2) return Usage("no command given");
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
-  static const std::vector<std::string> kCommands = {"put",  "get", "rm",       "exists",
-                                                     "stat", "ls",  "segments"};
+  static const std::vector<std::string> kCommands = {"put", "get",      "rm",   "exists", "stat",
+                                                     "ls",  "segments", "copy", "move"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     return Usage("unknown command '" + cmd + "'");
   }
@@ -135,6 +138,9 @@ int main(int argc, char** argv) {
   if (cmd == "rm" && args.empty()) return Usage("rm takes one or more KEYs");
   if (cmd == "ls" && !need(0, 1)) return Usage("ls takes at most one PREFIX");
   if (cmd == "segments" && !args.empty()) return Usage("segments takes no arguments");
+  if ((cmd == "copy" || cmd == "move") && (!need(1, 1) || FLAGS_to.empty())) {
+    return Usage(cmd + " takes one KEY and --to=NODE");
+  }
 
   auto options = LoadOptions();
   if (!options.ok()) return Usage(std::string(options.status().message()));
@@ -195,13 +201,21 @@ int main(int argc, char** argv) {
     if (r->more) std::cerr << "(more keys: raise --limit or narrow the prefix)\n";
     return kOk;
   }
+  if (cmd == "copy" || cmd == "move") {
+    int64_t t0 = granary::MonotonicUs();
+    absl::Status st = cmd == "copy" ? c.Copy(args[0], FLAGS_to) : c.Move(args[0], FLAGS_to);
+    if (!st.ok()) return Fail(cmd + " '" + args[0] + "' to " + FLAGS_to, st);
+    std::cerr << cmd << " " << args[0] << " to " << FLAGS_to << ": done in "
+              << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
+    return kOk;
+  }
   if (cmd == "segments") {
     auto r = c.Segments();
     if (!r.ok()) return Fail("segments", r.status());
-    std::cout << absl::StrFormat("%-6s %-6s %-10s %-24s %12s %12s %s\n", "ID", "TIER", "NAME",
+    std::cout << absl::StrFormat("%-18s %-6s %-10s %-24s %12s %12s %s\n", "ID", "TIER", "NAME",
                                  "NODE", "SIZE", "USED", "POOL");
     for (const auto& s : *r) {
-      std::cout << absl::StrFormat("%-6d %-6s %-10s %-24s %12s %12s %s\n", s.segment_id, s.tier,
+      std::cout << absl::StrFormat("%-18d %-6s %-10s %-24s %12s %12s %s\n", s.segment_id, s.tier,
                                    s.name, s.node_address, granary::FormatSize(s.size),
                                    granary::FormatSize(s.used), s.pool.empty() ? "-" : s.pool);
     }

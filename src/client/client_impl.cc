@@ -57,6 +57,10 @@ ClientImpl::~ClientImpl() {
     absl::MutexLock lock(&master_mu_);
     master_.reset();
   }
+  {
+    absl::MutexLock lock(&nodes_mu_);
+    node_clients_.clear();
+  }
   rma_.reset();
   {
     absl::MutexLock lock(&reg_mu_);
@@ -134,6 +138,7 @@ absl::Status ClientImpl::RefreshSegments() {
     r->rkey = std::move(s.rkey);
     r->worker_address = std::move(s.worker_address);
     r->same_host = !s.host_id.empty() && s.host_id == HostId();
+    r->host_id = s.host_id;
     segments_[s.segment_id] = std::move(r);
   }
   return absl::OkStatus();
@@ -489,6 +494,62 @@ std::vector<absl::Status> ClientImpl::BatchRemove(const std::vector<std::string>
 
 absl::Status ClientImpl::Remove(absl::string_view key) {
   return BatchRemove({std::string(key)})[0];
+}
+
+absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
+    const std::string& address) {
+  absl::MutexLock lock(&nodes_mu_);
+  auto it = node_clients_.find(address);
+  if (it != node_clients_.end() && !it->second->broken()) return it->second;
+  auto rc = transport::RpcClient::Create(worker_.get(), address);
+  if (!rc.ok()) return rc.status();
+  std::shared_ptr<transport::RpcClient> c = std::move(*rc);
+  node_clients_[address] = c;
+  return c;
+}
+
+absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {
+  proto::CopyStartRequest req;
+  req.entries.push_back({std::string(key), std::string(node)});
+  auto rep = Call<proto::CopyStartRequest, proto::CopyStartReply>(
+      move ? proto::MsgType::kMoveStart : proto::MsgType::kCopyStart, req);
+  if (!rep.ok()) return rep.status();
+  if (rep->results.size() != 1) return absl::InternalError("CopyStart reply has the wrong size");
+  const proto::CopyStartResult& res = rep->results[0];
+  if (absl::Status st = res.status.ToStatus(); !st.ok()) return st;
+  proto::CopyEndRequest end;
+  end.entries.push_back({std::string(key), res.generation, res.dest.segment_id});
+  auto revoke = [&](const absl::Status& why) {
+    (void)Call<proto::CopyEndRequest, proto::BatchStatusReply>(
+        move ? proto::MsgType::kMoveRevoke : proto::MsgType::kCopyRevoke, end);
+    return why;
+  };
+  auto src = SegmentFor(res.source.segment_id);
+  if (!src.ok()) return revoke(src.status());
+  proto::FetchRequest fetch;
+  fetch.source.segment_id = (*src)->segment_id;
+  fetch.source.node_address = (*src)->node_address;
+  fetch.source.rkey = (*src)->rkey;
+  fetch.source.worker_address = (*src)->worker_address;
+  fetch.source.host_id = (*src)->host_id;
+  fetch.source_address = res.source.address;
+  fetch.dest_address = res.dest.address;
+  fetch.length = std::min(res.source.length, res.dest.length);
+  auto node_rpc = NodeClient(res.dest_node_address);
+  if (!node_rpc.ok()) return revoke(node_rpc.status());
+  auto fetched = (*node_rpc)->Invoke<proto::FetchRequest, proto::StatusReply>(
+      proto::MsgType::kFetch, fetch, absl::Milliseconds(options_.transfer_timeout_ms));
+  if (!fetched.ok()) {
+    return revoke(absl::Status(fetched.status().code(),
+                               absl::StrCat("node ", res.dest_node_address,
+                                            " could not fetch the replica: ",
+                                            fetched.status().message())));
+  }
+  auto ended = Call<proto::CopyEndRequest, proto::BatchStatusReply>(
+      move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end);
+  if (!ended.ok()) return ended.status();
+  return ended->results.empty() ? absl::InternalError("empty CopyEnd reply")
+                                : ended->results[0].ToStatus();
 }
 
 absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {

@@ -48,6 +48,12 @@ class ClientImpl : public Client {
   std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) override;
   absl::Status Remove(absl::string_view key) override;
   std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) override;
+  absl::Status Copy(absl::string_view key, absl::string_view node) override {
+    return CopyOrMove(key, node, false);
+  }
+  absl::Status Move(absl::string_view key, absl::string_view node) override {
+    return CopyOrMove(key, node, true);
+  }
   absl::Status RegisterBuffer(void* data, size_t size) override;
   absl::Status UnregisterBuffer(void* data) override;
   absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
@@ -79,6 +85,8 @@ class ClientImpl : public Client {
   std::vector<absl::StatusOr<size_t>> GetImpl(const std::vector<std::string>& keys,
                                               const DestFn& dest);
   void HeartbeatLoop();
+  absl::Status CopyOrMove(absl::string_view key, absl::string_view node, bool move);
+  absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeClient(const std::string& address);
 
   const ClientOptions options_;
   MetricsRegistry metrics_;
@@ -94,6 +102,10 @@ class ClientImpl : public Client {
   absl::Mutex seg_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_
       ABSL_GUARDED_BY(seg_mu_);
+
+  absl::Mutex nodes_mu_;  // control connections to nodes (Fetch)
+  absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> node_clients_
+      ABSL_GUARDED_BY(nodes_mu_);
 
   absl::Mutex reg_mu_;
   std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_

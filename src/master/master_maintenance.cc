@@ -174,7 +174,11 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
 std::vector<SessionId> MasterService::Tick() {
   const int64_t now = clock_->NowMs();
   for (const auto& e : deadlines_.Advance(now)) {
-    if (AbortPut(e.key, e.generation, "deadline passed")) c_.put_expired->Inc();
+    if (!e.key.empty() && e.key[0] == '\x01') {  // a copy's deadline
+      AbortCopy(e.key.substr(1), e.generation, "deadline passed");
+    } else if (AbortPut(e.key, e.generation, "deadline passed")) {
+      c_.put_expired->Inc();
+    }
   }
   std::vector<SessionId> dead;
   {

@@ -118,6 +118,17 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
       GRANARY_HANDLE(proto::ListRequest, service_->List(conn, *req));
     case MsgType::kSegments:
       GRANARY_HANDLE(proto::SegmentsRequest, service_->Segments(conn));
+    case MsgType::kCopyStart:
+      GRANARY_HANDLE(proto::CopyStartRequest, service_->CopyStart(conn, *req, false));
+    case MsgType::kMoveStart:
+      GRANARY_HANDLE(proto::CopyStartRequest, service_->CopyStart(conn, *req, true));
+    case MsgType::kCopyEnd:
+      GRANARY_HANDLE(proto::CopyEndRequest, service_->CopyEnd(conn, *req, false));
+    case MsgType::kMoveEnd:
+      GRANARY_HANDLE(proto::CopyEndRequest, service_->CopyEnd(conn, *req, true));
+    case MsgType::kCopyRevoke:
+    case MsgType::kMoveRevoke:
+      GRANARY_HANDLE(proto::CopyEndRequest, service_->CopyRevoke(conn, *req));
     default:
       break;
   }

@@ -188,6 +188,7 @@ proto::HeartbeatReply MasterService::Heartbeat(SessionId sid) {
 }
 
 void MasterService::SessionClosed(SessionId sid) {
+  AbortCopiesOf(sid);
   Session s;
   {
     absl::MutexLock lock(&sessions_mu_);

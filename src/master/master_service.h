@@ -68,6 +68,12 @@ class MasterService {
   proto::BatchStatusReply Remove(SessionId sid, const proto::KeysRequest& req);
   proto::ListReply List(SessionId sid, const proto::ListRequest& req);
   proto::SegmentsReply Segments(SessionId sid);
+  // Copy adds a replica on a chosen node; Move adds it and drops the source at MoveEnd. The
+  // destination bytes are charged at start and committed at end; revoke, expiry and the
+  // session's death refund them. The object is leased while the copy is in flight.
+  proto::CopyStartReply CopyStart(SessionId sid, const proto::CopyStartRequest& req, bool move);
+  proto::BatchStatusReply CopyEnd(SessionId sid, const proto::CopyEndRequest& req, bool move);
+  proto::BatchStatusReply CopyRevoke(SessionId sid, const proto::CopyEndRequest& req);
 
   // Timers: expires allocations past their deadline and sessions past client_ttl, and evicts
   // above the high watermark. Returns the sessions it declared dead (the adapter closes them).
@@ -119,6 +125,10 @@ class MasterService {
   // Ends a put in progress if it still matches generation. Returns whether it did.
   bool AbortPut(const std::string& table_key, uint64_t generation, const char* why);
   void ForgetInFlight(SessionId sid, const std::string& table_key);
+  // Ends a copy in progress (revoke, expiry, session death): frees and refunds the destination
+  // and releases the lease on the object. Returns whether it did.
+  bool AbortCopy(const std::string& table_key, uint64_t generation, const char* why);
+  void AbortCopiesOf(SessionId sid);
   void DropSegments(const std::vector<uint64_t>& segment_ids);
   std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
   absl::StatusOr<Placements> AllocateWithEviction(uint64_t bytes, int replicas);
@@ -144,6 +154,18 @@ class MasterService {
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(sessions_mu_);
 
   absl::Mutex evict_mu_;  // one eviction round at a time
+
+  struct PendingCopy {
+    uint64_t generation = 0;  // of the copy (the object keeps its own)
+    Placement source;
+    Placement dest;
+    bool move = false;
+    SessionId session = 0;
+  };
+  // Copies in flight by table key (one per object). Deadlines are in deadlines_ under the key
+  // prefixed with kCopyDeadlineTag.
+  absl::Mutex copies_mu_;
+  absl::flat_hash_map<std::string, PendingCopy> copies_ ABSL_GUARDED_BY(copies_mu_);
 
   struct Counters {
     MetricCounter* put_start;

@@ -119,6 +119,39 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
   return out;
 }
 
+absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target, uint64_t bytes,
+                                                       const Placements& existing) {
+  absl::MutexLock lock(&mu_);
+  std::string node_id;
+  for (const auto& [id, s] : segments_) {
+    if (s.info.node_id == target || s.info.node_address == target) node_id = s.info.node_id;
+  }
+  if (node_id.empty()) {
+    return absl::NotFoundError(absl::StrCat("no node '", target, "' has a segment mounted"));
+  }
+  for (const Placement& p : existing) {
+    auto it = segments_.find(p.segment_id);
+    if (it != segments_.end() && it->second.info.node_id == node_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node '", target, "' already holds a replica"));
+    }
+  }
+  for (auto& [id, s] : segments_) {
+    if (s.info.node_id != node_id || s.info.tier != proto::Tier::kHost) continue;
+    auto a = s.alloc->Allocate(bytes);
+    if (a.has_value()) return Placement{id, a->offset, a->size};
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("node '", target, "' has no free block of ", FormatSize(bytes)));
+}
+
+std::optional<proto::SegmentInfo> SegmentRegistry::Find(uint64_t segment_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(segment_id);
+  if (it == segments_.end()) return std::nullopt;
+  return it->second.info;
+}
+
 void SegmentRegistry::Free(const Placement& p) {
   absl::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);

@@ -47,6 +47,13 @@ class SegmentRegistry {
   // Reserves `bytes` on `replicas` distinct nodes. RESOURCE_EXHAUSTED when not possible, with
   // what was missing in the message.
   absl::StatusOr<Placements> Allocate(uint64_t bytes, int replicas);
+  // Reserves `bytes` on a segment of the node named by `target` (its node id or its host:port
+  // address), unless that node already holds one of `existing`. NOT_FOUND for an unknown node,
+  // FAILED_PRECONDITION when it already holds a replica, RESOURCE_EXHAUSTED when full.
+  absl::StatusOr<Placement> AllocateOn(const std::string& target, uint64_t bytes,
+                                       const Placements& existing);
+  // The mounted segment with this id.
+  std::optional<proto::SegmentInfo> Find(uint64_t segment_id) const;
   // Frees a placement; a placement on a segment that is gone is ignored.
   void Free(const Placement& p);
   void Free(const Placements& ps) {

@@ -60,13 +60,12 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
     n->segments_.push_back(std::move(seg));
   }
 
-  // Clients connect here to read and write segments one-sided; no requests are served.
+  // Clients connect here for Fetch (copy/move); data reads and writes need no request.
+  n->rma_ = std::make_unique<transport::RmaEngine>(n->worker_.get());
   transport::RpcServer::Callbacks cb;
-  cb.on_request = [](transport::RpcServer::ConnId, const proto::FrameView& f) {
-    return std::optional<std::string>(proto::EncodeFrame(
-        f.header.type | proto::kReplyBit, f.header.request_id,
-        proto::StatusReply{proto::WireStatus::From(
-            absl::UnimplementedError("a node answers no requests; talk to the master"))}));
+  NodeServer* self = n.get();
+  cb.on_request = [self](transport::RpcServer::ConnId c, const proto::FrameView& f) {
+    return self->HandleRequest(c, f);
   };
   auto listener = transport::RpcServer::Create(n->worker_.get(), options.rpc_port, std::move(cb));
   if (!listener.ok()) return listener.status();
@@ -104,9 +103,60 @@ NodeServer::~NodeServer() {
   Shutdown();
   master_.reset();
   listener_.reset();
+  rma_.reset();
   for (auto& s : segments_) s.region.reset();
   worker_.reset();
   ctx_.reset();
+}
+
+std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnId conn,
+                                                     const proto::FrameView& f) {
+  const uint16_t reply_type = f.header.type | proto::kReplyBit;
+  const uint64_t id = f.header.request_id;
+  auto answer = [&](const absl::Status& st) {
+    return proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)});
+  };
+  if (f.header.type != static_cast<uint16_t>(proto::MsgType::kFetch)) {
+    return answer(absl::InvalidArgumentError(absl::StrCat(
+        "a node answers only Fetch; ", proto::MsgTypeName(f.header.type), " goes to the master")));
+  }
+  auto req = proto::DecodeBody<proto::FetchRequest>(f.body);
+  if (!req.ok()) return answer(req.status());
+  // The destination must lie inside one of this node's segments.
+  bool inside = false;
+  for (const auto& s : segments_) {
+    auto base = reinterpret_cast<uint64_t>(s.memory->data());
+    if (req->length > 0 && req->dest_address >= base &&
+        req->dest_address - base <= s.memory->size() &&
+        req->length <= s.memory->size() - (req->dest_address - base)) {
+      inside = true;
+    }
+  }
+  if (!inside) {
+    return answer(absl::InvalidArgumentError(absl::StrCat(
+        "fetch of ", req->length, " bytes to address ", req->dest_address,
+        " is outside this node's segments")));
+  }
+  if (req->source.worker_address.empty() || req->source.rkey.empty()) {
+    return answer(absl::InvalidArgumentError("fetch without a source worker address and rkey"));
+  }
+  auto src = std::make_shared<transport::RemoteSegment>();
+  src->segment_id = req->source.segment_id;
+  src->node_address = req->source.node_address;
+  src->rkey = req->source.rkey;
+  src->worker_address = req->source.worker_address;
+  src->same_host = !req->source.host_id.empty() && req->source.host_id == HostId();
+  transport::RmaOp op;
+  op.is_put = false;
+  op.local = reinterpret_cast<void*>(req->dest_address);
+  op.length = req->length;
+  op.remote_addr = req->source_address;
+  op.segment = src;
+  rma_->Execute({op}, [this, conn, reply_type, id](absl::Status st) {
+    listener_->Reply(conn, proto::EncodeFrame(reply_type, id,
+                                              proto::StatusReply{proto::WireStatus::From(st)}));
+  });
+  return std::nullopt;
 }
 
 void NodeServer::SleepFor(int64_t ms) {

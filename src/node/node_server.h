@@ -14,6 +14,7 @@
 #include "transport/context.h"
 #include "transport/memory.h"
 #include "transport/rpc_client.h"
+#include "transport/rma.h"
 #include "transport/rpc_server.h"
 #include "transport/worker.h"
 
@@ -44,6 +45,9 @@ class NodeServer {
   };
   NodeServer() = default;
   absl::Status ConnectAndMount();
+  // Fetch: reads a replica one-sided from another node into this node's segment (Copy/Move).
+  std::optional<std::string> HandleRequest(transport::RpcServer::ConnId conn,
+                                           const proto::FrameView& frame);
   void UnmountAll();
   void SleepFor(int64_t ms);
 
@@ -54,6 +58,7 @@ class NodeServer {
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> listener_;
+  std::unique_ptr<transport::RmaEngine> rma_;
   std::vector<Segment> segments_;
   std::unique_ptr<transport::RpcClient> master_;
   uint32_t heartbeat_ms_ = 1000;

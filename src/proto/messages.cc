@@ -20,6 +20,13 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kList: return "List";
     case MsgType::kSegments: return "Segments";
     case MsgType::kStat: return "Stat";
+    case MsgType::kCopyStart: return "CopyStart";
+    case MsgType::kCopyEnd: return "CopyEnd";
+    case MsgType::kCopyRevoke: return "CopyRevoke";
+    case MsgType::kMoveStart: return "MoveStart";
+    case MsgType::kMoveEnd: return "MoveEnd";
+    case MsgType::kMoveRevoke: return "MoveRevoke";
+    case MsgType::kFetch: return "Fetch";
   }
   return "Unknown";
 }
@@ -316,44 +323,121 @@ absl::Status Decode(Reader& r, ListReply* m) {
   return r.status();
 }
 
+namespace {
+void PutSegment(const SegmentInfo& s, Writer& w) {
+  w.U64(s.segment_id);
+  w.Str(s.name);
+  w.Str(s.node_id);
+  w.Str(s.node_address);
+  w.U64(s.base);
+  w.U64(s.size);
+  w.U64(s.used);
+  w.U8(static_cast<uint8_t>(s.tier));
+  w.Str(s.pool);
+  w.Str(s.rkey);
+  w.Str(s.worker_address);
+  w.Str(s.host_id);
+}
+void GetSegment(Reader& r, SegmentInfo* s) {
+  s->segment_id = r.U64("segment_id");
+  s->name = r.Str("name", kMaxNameBytes);
+  s->node_id = r.Str("node_id", kMaxNameBytes);
+  s->node_address = r.Str("node_address", kMaxNameBytes);
+  s->base = r.U64("base");
+  s->size = r.U64("size");
+  s->used = r.U64("used");
+  s->tier = GetTier(r);
+  s->pool = r.Str("pool", kMaxTenantIdBytes);
+  s->rkey = r.Str("rkey", kMaxRkeyBytes);
+  s->worker_address = r.Str("worker_address", kMaxRkeyBytes);
+  s->host_id = r.Str("host_id", kMaxNameBytes);
+}
+}  // namespace
+
+void Encode(const CopyStartRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    w.Str(e.key);
+    w.Str(e.target);
+  }
+}
+absl::Status Decode(Reader& r, CopyStartRequest* m) {
+  uint32_t n = r.Count("entries", kMaxBatch, 8);
+  m->entries.resize(n);
+  for (auto& e : m->entries) {
+    e.key = r.Str("key", kMaxKeyBytes);
+    e.target = r.Str("target", kMaxNameBytes);
+  }
+  return r.status();
+}
+void Encode(const CopyStartReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(static_cast<uint32_t>(m.results.size()));
+  for (const auto& res : m.results) {
+    Put(res.status, w);
+    w.U64(res.generation);
+    Put(res.source, w);
+    Put(res.dest, w);
+    w.Str(res.dest_node_address);
+  }
+}
+absl::Status Decode(Reader& r, CopyStartReply* m) {
+  Get(r, &m->status);
+  uint32_t n = r.Count("results", kMaxBatch, 65);
+  m->results.resize(n);
+  for (auto& res : m->results) {
+    Get(r, &res.status);
+    res.generation = r.U64("generation");
+    Get(r, &res.source);
+    Get(r, &res.dest);
+    res.dest_node_address = r.Str("dest_node_address", kMaxNameBytes);
+  }
+  return r.status();
+}
+void Encode(const CopyEndRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    w.Str(e.key);
+    w.U64(e.generation);
+    w.U64(e.dest_segment_id);
+  }
+}
+absl::Status Decode(Reader& r, CopyEndRequest* m) {
+  uint32_t n = r.Count("entries", kMaxBatch, 20);
+  m->entries.resize(n);
+  for (auto& e : m->entries) {
+    e.key = r.Str("key", kMaxKeyBytes);
+    e.generation = r.U64("generation");
+    e.dest_segment_id = r.U64("dest_segment_id");
+  }
+  return r.status();
+}
+void Encode(const FetchRequest& m, Writer& w) {
+  PutSegment(m.source, w);
+  w.U64(m.source_address);
+  w.U64(m.dest_address);
+  w.U64(m.length);
+}
+absl::Status Decode(Reader& r, FetchRequest* m) {
+  GetSegment(r, &m->source);
+  m->source_address = r.U64("source_address");
+  m->dest_address = r.U64("dest_address");
+  m->length = r.U64("length");
+  return r.status();
+}
+
 void Encode(const SegmentsRequest&, Writer&) {}
 absl::Status Decode(Reader& r, SegmentsRequest*) { return r.status(); }
 void Encode(const SegmentsReply& m, Writer& w) {
   Put(m.status, w);
   w.U32(static_cast<uint32_t>(m.segments.size()));
-  for (const auto& s : m.segments) {
-    w.U64(s.segment_id);
-    w.Str(s.name);
-    w.Str(s.node_id);
-    w.Str(s.node_address);
-    w.U64(s.base);
-    w.U64(s.size);
-    w.U64(s.used);
-    w.U8(static_cast<uint8_t>(s.tier));
-    w.Str(s.pool);
-    w.Str(s.rkey);
-    w.Str(s.worker_address);
-    w.Str(s.host_id);
-  }
+  for (const auto& s : m.segments) PutSegment(s, w);
 }
 absl::Status Decode(Reader& r, SegmentsReply* m) {
   Get(r, &m->status);
   uint32_t n = r.Count("segments", kMaxBatch, 61);
   m->segments.resize(n);
-  for (auto& s : m->segments) {
-    s.segment_id = r.U64("segment_id");
-    s.name = r.Str("name", kMaxNameBytes);
-    s.node_id = r.Str("node_id", kMaxNameBytes);
-    s.node_address = r.Str("node_address", kMaxNameBytes);
-    s.base = r.U64("base");
-    s.size = r.U64("size");
-    s.used = r.U64("used");
-    s.tier = GetTier(r);
-    s.pool = r.Str("pool", kMaxTenantIdBytes);
-    s.rkey = r.Str("rkey", kMaxRkeyBytes);
-    s.worker_address = r.Str("worker_address", kMaxRkeyBytes);
-    s.host_id = r.Str("host_id", kMaxNameBytes);
-  }
+  for (auto& s : m->segments) GetSegment(r, &s);
   return r.status();
 }
 

@@ -40,6 +40,13 @@ enum class MsgType : uint16_t {
   kList = 12,
   kSegments = 13,
   kStat = 14,
+  kCopyStart = 15,
+  kCopyEnd = 16,
+  kCopyRevoke = 17,
+  kMoveStart = 18,
+  kMoveEnd = 19,
+  kMoveRevoke = 20,
+  kFetch = 21,  // client -> destination node: read a replica from the source node
 };
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
@@ -193,6 +200,43 @@ struct SegmentsReply {
   std::vector<SegmentInfo> segments;
 };
 
+// CopyStart/MoveStart: add a replica of an object on `target` (a node id or its host:port);
+// a move then drops the source replica at MoveEnd.
+struct CopyStartEntry {
+  std::string key;
+  std::string target;
+};
+struct CopyStartRequest {
+  std::vector<CopyStartEntry> entries;
+};
+struct CopyStartResult {
+  WireStatus status;
+  uint64_t generation = 0;
+  ReplicaDesc source;
+  ReplicaDesc dest;
+  std::string dest_node_address;  // where to send the Fetch
+};
+struct CopyStartReply {
+  WireStatus status;
+  std::vector<CopyStartResult> results;
+};
+// CopyEnd/CopyRevoke/MoveEnd/MoveRevoke name the copy by key, generation and destination.
+struct CopyEndEntry {
+  std::string key;
+  uint64_t generation = 0;
+  uint64_t dest_segment_id = 0;
+};
+struct CopyEndRequest {
+  std::vector<CopyEndEntry> entries;
+};
+// Asks a node to read `length` bytes one-sided from a source segment into its own memory.
+struct FetchRequest {
+  SegmentInfo source;  // worker_address, rkey, host_id, node_address, segment_id
+  uint64_t source_address = 0;
+  uint64_t dest_address = 0;
+  uint64_t length = 0;
+};
+
 // Encode/Decode for every message. Decode reads the whole body or fails naming the field.
 #define GRANARY_DECLARE_CODEC(T) \
   void Encode(const T& m, Writer& w); \
@@ -215,6 +259,10 @@ GRANARY_DECLARE_CODEC(ListRequest)
 GRANARY_DECLARE_CODEC(ListReply)
 GRANARY_DECLARE_CODEC(SegmentsRequest)
 GRANARY_DECLARE_CODEC(SegmentsReply)
+GRANARY_DECLARE_CODEC(CopyStartRequest)
+GRANARY_DECLARE_CODEC(CopyStartReply)
+GRANARY_DECLARE_CODEC(CopyEndRequest)
+GRANARY_DECLARE_CODEC(FetchRequest)
 #undef GRANARY_DECLARE_CODEC
 
 // Builds a whole frame for message m.

@@ -21,6 +21,7 @@ struct RemoteSegment {
   std::string rkey;          // packed remote key
   std::string worker_address;  // the node's UCX worker address
   bool same_host = false;      // connect without peer-failure handling so shm can be used
+  std::string host_id;         // the node's host id (forwarded in Fetch requests)
 };
 
 // One one-sided transfer between local memory and a remote segment.

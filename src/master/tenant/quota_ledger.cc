@@ -274,6 +274,12 @@ void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
   account.entries.fetch_add(1, kRelaxed);
 }
 
+void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
+  SharedLock lock(&mu_);
+  Account& account = FindOrDie(tenant, "CommitBytes");
+  SubtractOrDie(account.inflight, bytes, "bytes in flight", "CommitBytes", tenant);
+}
+
 void QuotaLedger::Refund(absl::string_view tenant, uint64_t bytes) {
   GiveBack(tenant, "Refund", /*inflight_bytes=*/bytes, /*charged_bytes=*/bytes, /*entries=*/0);
 }

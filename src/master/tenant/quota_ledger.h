@@ -89,6 +89,8 @@ class QuotaLedger {
   absl::Status Charge(absl::string_view tenant, uint64_t bytes);
   // In flight -> committed, and one more entry.
   void Commit(absl::string_view tenant, uint64_t bytes);
+  // In flight -> committed for an existing entry (a copy added a replica): no new entry.
+  void CommitBytes(absl::string_view tenant, uint64_t bytes);
   // Gives back in-flight bytes that will never commit.
   void Refund(absl::string_view tenant, uint64_t bytes);
   // Frees committed bytes of one entry (remove, eviction, node loss).

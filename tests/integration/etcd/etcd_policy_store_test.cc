@@ -1,33 +1,28 @@
 // The etcd policy store against a real etcd (Debian's etcd-server, 3.4) started as a child
 // process. Skipped when /usr/bin/etcd is not installed.
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 #include "master/tenant/policy_store.h"
-#include "nlohmann/json.hpp"
+#include "tests/integration/etcd/etcd_server.h"
 
 namespace granary::master::tenant {
 namespace {
 
-constexpr const char* kEtcd = "/usr/bin/etcd";
+using ::granary::testing::EtcdServer;
 constexpr const char* kClusterId = "it_cluster";
 
+// A port nothing listens on (bound and released).
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -48,74 +43,27 @@ Policy TwoTenants() {
 class EtcdPolicyStoreIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access(kEtcd, X_OK) != 0) {
-      GTEST_SKIP() << kEtcd << " is not installed (apt-get install etcd-server); skipping";
+    if (!EtcdServer::Available()) {
+      GTEST_SKIP() << EtcdServer::kBinary
+                   << " is not installed (apt-get install etcd-server); skipping";
     }
     std::string tmpl = ::testing::TempDir() + "granary_etcd_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
-    client_port_ = FreePort();
-    const int peer_port = FreePort();
-    const std::string client_url = absl::StrCat("http://127.0.0.1:", client_port_);
-    const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port);
-    std::vector<std::string> args = {kEtcd,
-                                     "--name=granary-test",
-                                     "--data-dir=" + dir_ + "/data",
-                                     "--listen-client-urls=" + client_url,
-                                     "--advertise-client-urls=" + client_url,
-                                     "--listen-peer-urls=" + peer_url,
-                                     "--initial-advertise-peer-urls=" + peer_url,
-                                     "--initial-cluster=granary-test=" + peer_url};
-    const std::string log = dir_ + "/etcd.log";
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(kEtcd, argv.data());
-      _exit(127);
-    }
-    ASSERT_TRUE(WaitHealthy()) << "etcd did not become healthy; log in " << log;
+    etcd_ = std::make_unique<EtcdServer>(dir_);
+    absl::Status st = etcd_->Start();
+    ASSERT_TRUE(st.ok()) << st << "\n" << etcd_->Log();
   }
 
   void TearDown() override {
-    KillEtcd();
+    etcd_.reset();
     if (!dir_.empty()) {
       EXPECT_EQ(system(("rm -rf '" + dir_ + "'").c_str()), 0);
     }
   }
 
-  bool WaitHealthy() {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (std::chrono::steady_clock::now() < deadline) {
-      httplib::Client cli("127.0.0.1", client_port_);
-      cli.set_connection_timeout(1, 0);
-      if (auto res = cli.Get("/health");
-          res && res->status == 200 && res->body.find("true") != std::string::npos) {
-        return true;
-      }
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
-  }
-
-  void KillEtcd() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
-
-  std::string Endpoint() const { return absl::StrCat("127.0.0.1:", client_port_); }
+  void KillEtcd() { etcd_->Kill(); }
+  std::string Endpoint() const { return etcd_->Endpoint(); }
 
   std::unique_ptr<PolicyStore> NewStore() {
     auto store = NewEtcdPolicyStore(Endpoint(), kClusterId, 1000);
@@ -124,8 +72,7 @@ class EtcdPolicyStoreIntegrationTest : public ::testing::Test {
   }
 
   std::string dir_;
-  int client_port_ = 0;
-  pid_t pid_ = -1;
+  std::unique_ptr<EtcdServer> etcd_;
 };
 
 TEST_F(EtcdPolicyStoreIntegrationTest, MissingKeyIsEmptyPolicy) {
@@ -153,18 +100,13 @@ TEST_F(EtcdPolicyStoreIntegrationTest, KeyLayout) {
             absl::StrCat("etcd:", Endpoint(), "/granary/", kClusterId, "/tenant_quota_policy"));
   ASSERT_TRUE(store->Save(TwoTenants()).ok());
   const std::string key = absl::StrCat("granary/", kClusterId, "/tenant_quota_policy");
-  httplib::Client cli("127.0.0.1", client_port_);
-  auto res = cli.Post("/v3/kv/range", nlohmann::json{{"key", absl::Base64Escape(key)}}.dump(),
-                      "application/json");
-  ASSERT_TRUE(res);
-  ASSERT_EQ(res->status, 200) << res->body;
-  nlohmann::json reply = nlohmann::json::parse(res->body);
-  ASSERT_EQ(reply["kvs"].size(), 1u) << res->body;
-  std::string got_key, value;
-  ASSERT_TRUE(absl::Base64Unescape(reply["kvs"][0]["key"].get<std::string>(), &got_key));
-  ASSERT_TRUE(absl::Base64Unescape(reply["kvs"][0]["value"].get<std::string>(), &value));
-  EXPECT_EQ(got_key, key);
-  EXPECT_EQ(value, SerializePolicy(TwoTenants()));
+  absl::StatusOr<std::optional<std::string>> value = etcd_->Get(key);
+  ASSERT_TRUE(value.ok()) << value.status();
+  ASSERT_TRUE(value->has_value()) << key << " is not in etcd";
+  absl::StatusOr<int64_t> keys = etcd_->CountPrefix("granary/");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(*keys, 1);
+  EXPECT_EQ(**value, SerializePolicy(TwoTenants()));
 }
 
 TEST_F(EtcdPolicyStoreIntegrationTest, SecondMasterSeesChanges) {

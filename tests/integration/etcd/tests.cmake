@@ -1,4 +1,18 @@
+# A real single-member etcd child process for tests (skipped without /usr/bin/etcd).
+add_library(granary_test_etcd STATIC ${CMAKE_CURRENT_LIST_DIR}/etcd_server.cc)
+target_include_directories(granary_test_etcd PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(granary_test_etcd
+  PUBLIC absl::status absl::statusor
+  PRIVATE absl::strings PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+
 # The etcd policy store against a real etcd child process (skipped without /usr/bin/etcd).
 granary_test(NAME integration_etcd_policy_store_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/etcd_policy_store_test.cc
-  LIBS granary::tenant_policy PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+  LIBS granary::tenant_policy granary_test_etcd)
+
+# Real masters (and a node) with --tenant_quota_connector_type=etcd against a real etcd.
+granary_test(NAME integration_etcd_master_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/etcd_master_test.cc
+  LIBS granary_test_cluster granary_test_etcd granary::tenant_policy
+    PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
+add_dependencies(integration_etcd_master_test granary_master granary_node)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Metadata rate with multi-tenant quota on (64 tenants with a policy) against off, in one run,
+# alternating the two modes RUNS times: granary_bench meta against a --virtual_segments node.
+# Prints the medians and the ratio on/off (target >= 0.95). Env: RUNS, DURATION, BUILD_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${RUNS:-3}"
+DURATION="${DURATION:-3}"
+TENANTS="${TENANTS:-64}"
+BUILD_DIR="${BUILD_DIR:-build}"
+BIN="$BUILD_DIR/bin"
+OUT=bench/results
+mkdir -p "$OUT"
+GRANARY_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
+PY=/usr/bin/python3
+port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+POLICY="$OUT/quota_policy.yaml"
+{ echo "version: 1"; echo "tenants:"
+  for i in $(seq 0 $((TENANTS - 1))); do echo "  - name: bench-$i"; echo "    quota: 64GB"; done; } >"$POLICY"
+: >"$OUT/quota_overhead.jsonl"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+run() {  # on|off
+  local mode="$1" rpc http flags=()
+  rpc=$(port); http=$(port)
+  [[ "$mode" == on ]] && flags=(--enable_multi_tenants --tenant_quota_connector_uri="$POLICY")
+  "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" --metrics_host=127.0.0.1 \
+    --log_level=warning "${flags[@]}" >"$OUT/master_$mode.log" 2>&1 &
+  pids=($!)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/health" >/dev/null && break; sleep 0.1; done
+  "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=1TB --virtual_segments \
+    --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node_$mode.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$http/api/v1/segments" | grep -q host0 && break; sleep 0.1
+  done
+  "$BIN/granary_bench" meta --master="127.0.0.1:$rpc" --tenants="$TENANTS" --threads=2 \
+    --batch=32 --block_size=4KB --duration="$DURATION" --out="$OUT/meta_$mode.json" >/dev/null
+  $PY -c '
+import json,sys
+for r in json.load(open(sys.argv[1])):
+    print(json.dumps({"quota": sys.argv[2], "mode": r["mode"], "keys_per_s": r["keys_per_s"]}))
+' "$OUT/meta_$mode.json" "$mode" >>"$OUT/quota_overhead.jsonl"
+  kill "${pids[@]}"; wait 2>/dev/null || true; pids=()
+}
+for r in $(seq "$RUNS"); do run off; run on; done
+$PY - "$OUT/quota_overhead.jsonl" <<'PYEOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for mode in ("meta-put", "meta-get"):
+    off = statistics.median(r["keys_per_s"] for r in rows if r["mode"] == mode and r["quota"] == "off")
+    on = statistics.median(r["keys_per_s"] for r in rows if r["mode"] == mode and r["quota"] == "on")
+    print(f"{mode}: quota off {off:,.0f} keys/s, on (64 tenants) {on:,.0f} keys/s, ratio {on/off:.3f}")
+PYEOF
