@@ -87,74 +87,122 @@ uint64_t MasterService::Evict(uint64_t bytes, const char* reason) {
   return EvictObjects(bytes, reason, nullptr);
 }
 
+void MasterService::EnforceMaxEntries(const std::string& tenant) {
+  auto snap = ledger_.Snapshot(tenant);
+  if (!snap.has_value() || !snap->max_entries.has_value()) return;
+  if (snap->entries <= *snap->max_entries) return;
+  EvictObjects(UINT64_MAX, "max_entries", &tenant, snap->entries - *snap->max_entries);
+}
+
 uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
-                                     const std::string* only_tenant) {
+                                     const std::string* only_tenant, uint64_t max_objects) {
   absl::MutexLock evict_lock(&evict_mu_);
   const int64_t now = clock_->NowMs();
-  // Approximate LRU: gather every evictable object's last access, then take the oldest until
-  // `bytes` are covered. Tenants that are over quota or closed to admission go first. O(objects)
-  // per round; a round frees eviction_ratio of capacity, so rounds are rare.
+  // One scan gathers every evictable object (complete, unleased, not hard-pinned) per tenant,
+  // oldest access first, and every tenant's bytes. Then victims are taken one at a time, in
+  // this order (DESIGN section 4, fair eviction):
+  //   1. tenants over quota or closed to admission,
+  //   2. the tenant furthest above its fair share of capacity (capacity / tenants with data),
+  //   3. global LRU;
+  // soft-pinned objects only when nothing else is left. Cost: O(objects) for the scan plus
+  // O(tenants) per victim; rounds are rare (they free eviction_ratio of capacity).
   struct Candidate {
-    bool favoured;  // over-quota or closed tenants: evicted first
     int64_t last_access;
     uint64_t bytes;
     uint32_t shard;
     std::string key;
   };
-  absl::flat_hash_map<std::string, bool> first_tenants;
-  auto goes_first = [&](const std::string& tenant) {
-    auto it = first_tenants.find(tenant);
-    if (it != first_tenants.end()) return it->second;
-    auto snap = ledger_.Snapshot(tenant);
-    bool first = snap.has_value() && (snap->over_quota || snap->admission_closed);
-    first_tenants[tenant] = first;
-    return first;
+  struct TenantState {
+    std::vector<Candidate> cands[2];  // [0] unpinned, [1] soft-pinned; oldest first
+    size_t next[2] = {0, 0};
+    uint64_t bytes = 0;  // everything the tenant holds (complete objects)
+    bool favoured = false;
   };
-  std::vector<Candidate> cands;
+  absl::flat_hash_map<std::string, TenantState> tenants;
   for (uint32_t s = 0; s < kShards; ++s) {
     absl::MutexLock lock(&shards_[s].mu);
     for (const auto& [tk, o] : shards_[s].objects) {
       if (o.state != ObjectState::kComplete) continue;
-      if (o.lease_count > 0 && o.lease_until_ms > now) continue;
-      if (only_tenant != nullptr && !(absl::StartsWith(tk, *only_tenant) &&
-                                      tk.size() > only_tenant->size() &&
-                                      tk[only_tenant->size()] == '\0')) {
+      if (only_tenant != nullptr &&
+          !(tk.size() > only_tenant->size() && tk[only_tenant->size()] == '\0' &&
+            absl::StartsWith(tk, *only_tenant))) {
         continue;
       }
-      cands.push_back(Candidate{false, o.last_access_ms, PlacedBytes(o.replicas), s, tk});
+      TenantState& ts = tenants[absl::string_view(tk.data(), tk.find('\0'))];
+      const uint64_t b = PlacedBytes(o.replicas);
+      ts.bytes += b;
+      if (o.pin == kPinHard || (o.lease_count > 0 && o.lease_until_ms > now)) continue;
+      ts.cands[o.pin == kPinSoft ? 1 : 0].push_back(Candidate{o.last_access_ms, b, s, tk});
     }
   }
-  if (only_tenant == nullptr) {
-    for (auto& c : cands) c.favoured = goes_first(TenantOfKey(c.key));
+  for (auto& [name, ts] : tenants) {
+    for (auto& v : ts.cands) {
+      std::sort(v.begin(), v.end(), [](const Candidate& a, const Candidate& b) {
+        return a.last_access < b.last_access;
+      });
+    }
+    auto snap = ledger_.Snapshot(name);
+    ts.favoured = snap.has_value() && (snap->over_quota || snap->admission_closed);
   }
-  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.favoured != b.favoured) return a.favoured;
-    return a.last_access < b.last_access;
-  });
+  const uint64_t fair_share =
+      tenants.empty() ? 0 : segments_.totals().capacity / tenants.size();
+  // Picks the next victim's tenant for pass `p` (0 unpinned, 1 soft-pinned), or nullptr.
+  auto pick = [&](int p) -> TenantState* {
+    TenantState* best = nullptr;
+    int best_rank = 3;
+    int64_t best_key = 0;
+    for (auto& [name, ts] : tenants) {
+      if (ts.next[p] >= ts.cands[p].size()) continue;
+      const Candidate& c = ts.cands[p][ts.next[p]];
+      int rank;
+      int64_t key;  // smaller is better within a rank
+      if (only_tenant == nullptr && ts.favoured) {
+        rank = 0;
+        key = c.last_access;
+      } else if (only_tenant == nullptr && ts.bytes > fair_share) {
+        rank = 1;
+        key = -static_cast<int64_t>(ts.bytes - fair_share);
+      } else {
+        rank = 2;
+        key = c.last_access;
+      }
+      if (rank < best_rank || (rank == best_rank && key < best_key)) {
+        best = &ts;
+        best_rank = rank;
+        best_key = key;
+      }
+    }
+    return best;
+  };
   uint64_t freed = 0, count = 0;
   absl::flat_hash_map<std::string, uint64_t> per_tenant;
-  for (const Candidate& c : cands) {
-    if (freed >= bytes) break;
-    Placements ps;
-    {
-      Shard& sh = shards_[c.shard];
-      absl::MutexLock lock(&sh.mu);
-      auto it = sh.objects.find(c.key);
-      // Re-check: it may have been read, leased or replaced since the scan.
-      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
-          it->second.last_access_ms != c.last_access ||
-          (it->second.lease_count > 0 && it->second.lease_until_ms > now)) {
-        continue;
+  for (int p = 0; p < 2; ++p) {
+    while (freed < bytes && count < max_objects) {
+      TenantState* ts = pick(p);
+      if (ts == nullptr) break;
+      const Candidate& c = ts->cands[p][ts->next[p]++];
+      Placements ps;
+      {
+        Shard& sh = shards_[c.shard];
+        absl::MutexLock lock(&sh.mu);
+        auto it = sh.objects.find(c.key);
+        // Re-check: it may have been read, leased or replaced since the scan.
+        if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
+            it->second.last_access_ms != c.last_access ||
+            (it->second.lease_count > 0 && it->second.lease_until_ms > now)) {
+          continue;
+        }
+        ps = it->second.replicas;
+        sh.objects.erase(it);
       }
-      ps = it->second.replicas;
-      sh.objects.erase(it);
+      segments_.Free(ps);
+      const std::string tenant = TenantOfKey(c.key);
+      ledger_.Release(tenant, PlacedBytes(ps));
+      ts->bytes -= std::min(ts->bytes, c.bytes);
+      ++per_tenant[tenant];
+      freed += c.bytes;
+      ++count;
     }
-    segments_.Free(ps);
-    const std::string tenant = TenantOfKey(c.key);
-    ledger_.Release(tenant, PlacedBytes(ps));
-    ++per_tenant[tenant];
-    freed += c.bytes;
-    ++count;
   }
   for (const auto& [tenant, n] : per_tenant) {
     metrics_

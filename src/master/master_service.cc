@@ -364,6 +364,9 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
         o.created_ms = now;
         o.last_access_ms = now;
         o.replicas = *placed;
+        o.pin = (req.flags & kPutFlagHardPin) ? kPinHard
+                : (req.flags & kPutFlagSoftPin) ? kPinSoft
+                                                : kPinNone;
         inserted = true;
       }
     }
@@ -436,6 +439,7 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
     if (writer != 0) ForgetInFlight(writer, tk);
     rep.results[i] = st.ok() ? Ok() : Err(st);
   }
+  EnforceMaxEntries(tenant);
   return rep;
 }
 

@@ -24,6 +24,10 @@ namespace granary::master {
 using SessionId = uint64_t;
 
 enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
+inline constexpr uint8_t kPinNone = 0, kPinSoft = 1, kPinHard = 2;
+// PutStartRequest.flags bits.
+inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;
+inline constexpr uint32_t kPutFlagHardPin = 1u << 1;
 
 // One object version in the table. ~100 bytes plus the key.
 struct Object {
@@ -31,6 +35,7 @@ struct Object {
   uint64_t generation = 0;
   ObjectState state = ObjectState::kProcessing;
   uint32_t lease_count = 0;
+  uint8_t pin = 0;  // kPinNone, kPinSoft (evicted last), kPinHard (never evicted)
   SessionId writer = 0;
   int64_t created_ms = 0;
   int64_t last_access_ms = 0;
@@ -135,8 +140,12 @@ class MasterService {
   // Charges a tenant; over its quota, evicts the tenant's own oldest objects and retries, at
   // most twice.
   absl::Status ChargeWithTenantEviction(const std::string& tenant, uint64_t bytes);
-  // Evict, limited to one tenant's objects when only_tenant is set.
-  uint64_t EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant);
+  // Evict, limited to one tenant's objects when only_tenant is set; stops after `bytes` or
+  // `max_objects`, whichever comes first.
+  uint64_t EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,
+                        uint64_t max_objects = UINT64_MAX);
+  // After a commit: a tenant past its max_entries loses its oldest entries (never rejected).
+  void EnforceMaxEntries(const std::string& tenant);
   static uint64_t PlacedBytes(const Placements& ps);
   static std::string TenantOfKey(const std::string& table_key);
 

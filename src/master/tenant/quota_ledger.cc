@@ -237,6 +237,7 @@ void QuotaLedger::RecordUnregistered(absl::string_view tenant) {
 }
 
 absl::Status QuotaLedger::Charge(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return absl::OkStatus();
   {
     SharedLock lock(&mu_);
     auto it = accounts_.find(tenant);
@@ -267,6 +268,7 @@ QuotaLedger::Account& QuotaLedger::FindOrDie(absl::string_view tenant, const cha
 }
 
 void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return;
   SharedLock lock(&mu_);
   Account& account = FindOrDie(tenant, "Commit");
   // A closed tenant may still commit what it had in flight when its policy was removed.
@@ -275,20 +277,24 @@ void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
 }
 
 void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return;
   SharedLock lock(&mu_);
   Account& account = FindOrDie(tenant, "CommitBytes");
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "CommitBytes", tenant);
 }
 
 void QuotaLedger::Refund(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return;
   GiveBack(tenant, "Refund", /*inflight_bytes=*/bytes, /*charged_bytes=*/bytes, /*entries=*/0);
 }
 
 void QuotaLedger::Release(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return;
   GiveBack(tenant, "Release", /*inflight_bytes=*/0, /*charged_bytes=*/bytes, /*entries=*/1);
 }
 
 void QuotaLedger::ReleaseBytes(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return;
   GiveBack(tenant, "ReleaseBytes", /*inflight_bytes=*/0, /*charged_bytes=*/bytes,
            /*entries=*/0);
 }

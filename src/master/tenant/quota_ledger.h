@@ -101,6 +101,10 @@ class QuotaLedger {
 
   // A snapshot reads each counter atomically but not all of them at one instant (a concurrent
   // Commit may show in `entries` before `inflight`). nullopt for a tenant without an account.
+  // The master's own tenants (names starting with '_', such as _probe) are never charged and
+  // never appear in snapshots: every call above is a no-op for them.
+  static bool IsReserved(absl::string_view tenant) { return !tenant.empty() && tenant[0] == '_'; }
+
   std::optional<TenantSnapshot> Snapshot(absl::string_view tenant) const;
   std::vector<TenantSnapshot> SnapshotAll() const;  // sorted by tenant id
   // charged > effective with enforcement on; always false without it.

@@ -1,0 +1,183 @@
+// Eviction order and the entry-count quota (DESIGN sections 4 and 5): over-quota tenants first,
+// then tenants furthest above their fair share, then global LRU; leased and hard-pinned objects
+// never, soft-pinned last; max_entries evicts a tenant's own oldest and never rejects.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "master/master_service.h"
+#include "master/tenant/policy.h"
+#include "proto/alloc_header.h"
+
+namespace granary::master {
+namespace {
+
+constexpr uint64_t kObj = 64 * 1024 - proto::kAllocHeaderSize;  // allocates exactly 64 KiB
+
+class EvictionTest : public ::testing::Test {
+ protected:
+  void Start(bool quota, uint64_t segment_bytes) {
+    opts_.enable_multi_tenants = quota;
+    svc_ = std::make_unique<MasterService>(opts_, &clock_, &metrics_);
+    proto::HelloRequest h;
+    h.role = proto::Role::kNode;
+    h.client_id = "node";
+    ASSERT_EQ(svc_->Hello(1, h).status.code, 0);
+    proto::MountSegmentRequest m;
+    m.name = "seg";
+    m.node_id = "n1";
+    m.node_address = "n1:1";
+    m.base = 1 << 30;
+    m.size = segment_bytes;
+    m.rkey = "r";
+    m.worker_address = "w";
+    ASSERT_EQ(svc_->MountSegment(1, m).status.code, 0);
+  }
+  SessionId Client(const std::string& tenant) {
+    proto::HelloRequest h;
+    h.role = proto::Role::kClient;
+    h.client_id = tenant;
+    h.tenant_id = tenant;
+    EXPECT_EQ(svc_->Hello(next_, h).status.code, 0);
+    return next_++;
+  }
+  absl::Status Put(SessionId s, const std::string& key, uint32_t flags = 0) {
+    clock_.AdvanceMs(1);  // distinct access times
+    proto::PutStartRequest req;
+    req.entries.push_back({key, kObj});
+    req.flags = flags;
+    auto rep = svc_->PutStart(s, req);
+    if (rep.status.code != 0) return rep.status.ToStatus();
+    if (rep.results[0].status.code != 0) return rep.results[0].status.ToStatus();
+    auto end = svc_->PutEnd(s, proto::KeyGenRequest{{{key, rep.results[0].generation}}});
+    return end.results[0].ToStatus();
+  }
+  bool Exists(SessionId s, const std::string& key) {
+    return svc_->Exist(s, proto::KeysRequest{{key}}).results[0].code == 0;
+  }
+  void Touch(SessionId s, const std::string& key) {
+    clock_.AdvanceMs(1);
+    auto g = svc_->Get(s, proto::KeysRequest{{key}});
+    ASSERT_EQ(g.results[0].status.code, 0) << key;
+    svc_->GetEnd(s, proto::KeyGenRequest{{{key, g.results[0].generation}}});
+  }
+  double Evictions(const std::string& tenant, const std::string& reason) {
+    return static_cast<double>(
+        metrics_.Counter("granary_tenant_evictions_total", "", {{"tenant_id", tenant},
+                                                                {"reason", reason}})
+            ->value());
+  }
+
+  MasterOptions opts_;
+  FakeClock clock_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<MasterService> svc_;
+  SessionId next_ = 10;
+};
+
+TEST_F(EvictionTest, MaxEntriesEvictsTheTenantsOldestAndNeverRejects) {
+  Start(/*quota=*/true, 64 << 20);
+  tenant::Policy p;
+  p.tenants.push_back({"heavy", 1ull << 30, 3});
+  p.tenants.push_back({"other", 1ull << 30, std::nullopt});
+  svc_->ledger()->ApplyPolicy(p, svc_->capacity());
+  SessionId h = Client("heavy"), o = Client("other");
+  ASSERT_TRUE(Put(o, "o-0").ok());
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Put(h, absl::StrCat("h-", i)).ok()) << i;
+  EXPECT_EQ(svc_->ledger()->Snapshot("heavy")->entries, 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(Exists(h, absl::StrCat("h-", i))) << i;
+  for (int i = 3; i < 6; ++i) EXPECT_TRUE(Exists(h, absl::StrCat("h-", i))) << i;
+  EXPECT_TRUE(Exists(o, "o-0"));
+  EXPECT_EQ(Evictions("heavy", "max_entries"), 3);
+  // A read is never refused for it.
+  Touch(h, "h-5");
+}
+
+TEST_F(EvictionTest, MaxEntriesKeepsRecentlyReadEntries) {
+  Start(true, 64 << 20);
+  tenant::Policy p;
+  p.tenants.push_back({"t", 1ull << 30, 2});
+  svc_->ledger()->ApplyPolicy(p, svc_->capacity());
+  SessionId t = Client("t");
+  ASSERT_TRUE(Put(t, "a").ok());
+  ASSERT_TRUE(Put(t, "b").ok());
+  Touch(t, "a");  // now b is the least recently used
+  ASSERT_TRUE(Put(t, "c").ok());
+  EXPECT_TRUE(Exists(t, "a"));
+  EXPECT_FALSE(Exists(t, "b"));
+  EXPECT_TRUE(Exists(t, "c"));
+}
+
+TEST_F(EvictionTest, TenantFurthestAboveFairShareIsEvictedBeforeOlderLightTenants) {
+  // 48 objects of 64 KiB fit; three tenants, so the fair share is 16 objects each.
+  Start(false, 48 * 64 * 1024);
+  SessionId heavy = Client("heavy"), l1 = Client("light-1"), l2 = Client("light-2");
+  // The light tenants write first (their objects are the oldest in the store).
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Put(l1, absl::StrCat("l1-", i)).ok());
+    ASSERT_TRUE(Put(l2, absl::StrCat("l2-", i)).ok());
+  }
+  // Then the heavy tenant writes ten times the light ones' volume, far past capacity.
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(Put(heavy, absl::StrCat("h-", i)).ok()) << i;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(Exists(l1, absl::StrCat("l1-", i))) << i;
+    EXPECT_TRUE(Exists(l2, absl::StrCat("l2-", i))) << i;
+  }
+  EXPECT_EQ(Evictions("light-1", "space"), 0);
+  EXPECT_EQ(Evictions("light-2", "space"), 0);
+  EXPECT_GT(Evictions("heavy", "space"), 300);
+}
+
+TEST_F(EvictionTest, WithinFairShareTheOldestGoesFirst) {
+  Start(false, 8 * 64 * 1024);
+  SessionId a = Client("a");
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Put(a, absl::StrCat("k", i)).ok());
+  Touch(a, "k0");
+  ASSERT_TRUE(Put(a, "k8").ok());
+  EXPECT_TRUE(Exists(a, "k0"));
+  EXPECT_FALSE(Exists(a, "k1"));
+}
+
+TEST_F(EvictionTest, HardPinnedNeverAndSoftPinnedLast) {
+  Start(false, 8 * 64 * 1024);
+  SessionId a = Client("a");
+  ASSERT_TRUE(Put(a, "hard", kPutFlagHardPin).ok());
+  ASSERT_TRUE(Put(a, "soft", kPutFlagSoftPin).ok());
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Put(a, absl::StrCat("k", i)).ok());
+  // Full. Each new put evicts an unpinned object before the soft-pinned one.
+  for (int i = 6; i < 12; ++i) {
+    ASSERT_TRUE(Put(a, absl::StrCat("k", i)).ok()) << i;
+    EXPECT_TRUE(Exists(a, "soft")) << "soft-pinned evicted while unpinned objects remained";
+  }
+  // Only pinned objects and the newest remain evictable: the soft pin goes, the hard never.
+  ASSERT_TRUE(svc_->Evict(7 * 64 * 1024, "test") > 0);
+  EXPECT_FALSE(Exists(a, "soft"));
+  EXPECT_TRUE(Exists(a, "hard"));
+  // Explicit Remove of a hard-pinned object still works.
+  EXPECT_EQ(svc_->Remove(a, proto::KeysRequest{{"hard"}}).results[0].code, 0);
+}
+
+TEST_F(EvictionTest, OverQuotaTenantGoesBeforeEveryoneElse) {
+  Start(true, 16 * 64 * 1024);
+  tenant::Policy p;
+  p.tenants.push_back({"a", 8 * 64 * 1024, std::nullopt});
+  p.tenants.push_back({"b", 8 * 64 * 1024, std::nullopt});
+  svc_->ledger()->ApplyPolicy(p, svc_->capacity());
+  SessionId a = Client("a"), b = Client("b");
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(Put(b, absl::StrCat("b", i)).ok());  // oldest
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Put(a, absl::StrCat("a", i)).ok());
+  p.tenants[0].quota_bytes = 2 * 64 * 1024;  // a is now over quota
+  svc_->ledger()->ApplyPolicy(p, svc_->capacity());
+  ASSERT_TRUE(svc_->ledger()->Snapshot("a")->over_quota);
+  svc_->Evict(2 * 64 * 1024, "test");
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Exists(b, absl::StrCat("b", i))) << i;
+  EXPECT_FALSE(Exists(a, "a0"));
+  EXPECT_FALSE(Exists(a, "a1"));
+}
+
+}  // namespace
+}  // namespace granary::master
