@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "granary/client_options.h"
+#include "granary/kv_key.h"
 
 namespace granary {
 
@@ -33,6 +34,25 @@ struct SegmentInfo {
   std::string pool;  // tenant of a dedicated pool, or empty
   uint64_t size = 0;
   uint64_t used = 0;
+};
+
+// The answer to LookupPrefix: how many leading blocks of a prefix chain are present and
+// complete, and where each of them lives.
+struct PrefixLookup {
+  size_t present = 0;
+  struct Block {
+    std::string key;           // the encoded KvKey (pass it to Get/GetInto)
+    uint64_t size = 0;
+    std::string node_address;  // a location hint: the node of its first complete replica
+  };
+  std::vector<Block> blocks;   // `present` entries
+  uint32_t lease_ms = 0;       // with lease: the blocks are leased this long
+};
+
+// Options of one put.
+struct PutOptions {
+  bool soft_pin = false;  // evicted only when nothing unpinned is left
+  bool hard_pin = false;  // never evicted (still removable, still charged)
 };
 
 struct ListResult {
@@ -74,6 +94,19 @@ class Client {
   virtual std::vector<absl::StatusOr<size_t>> BatchGetInto(
       const std::vector<std::string>& keys, const std::vector<void*>& buffers,
       const std::vector<size_t>& capacities) = 0;
+
+  // Puts with pins (see PutOptions).
+  virtual std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
+                                                 const std::vector<absl::string_view>& values,
+                                                 const PutOptions& options) = 0;
+
+  // "How much of this prefix do you hold for me?": one request for the whole chain of
+  // (model, hash_scheme, adapter_id, prefix_hashes[i]) keys, tenant-scoped. With lease=true the
+  // present blocks are leased, so a Get that follows within lease_ms cannot miss them.
+  virtual absl::StatusOr<PrefixLookup> LookupPrefix(
+      absl::string_view model, absl::string_view hash_scheme,
+      const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
+      bool lease = false) = 0;
 
   virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
   virtual std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) = 0;

@@ -195,8 +195,10 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
 // Put
 
 absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std::string>& keys,
-                                                          const std::vector<uint64_t>& sizes) {
+                                                          const std::vector<uint64_t>& sizes,
+                                                          uint32_t flags) {
   proto::PutStartRequest req;
+  req.flags = flags;
   req.replica_num = static_cast<uint8_t>(options_.replica_num);
   req.entries.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) req.entries.push_back({keys[i], sizes[i]});
@@ -209,7 +211,7 @@ absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std:
 
 std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                               const std::vector<const void*>& data,
-                                              const std::vector<size_t>& sizes) {
+                                              const std::vector<size_t>& sizes, uint32_t flags) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (data.size() != n || sizes.size() != n) {
@@ -223,7 +225,7 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     return out;
   }
   std::vector<uint64_t> sz(sizes.begin(), sizes.end());
-  auto started = PutStart(keys, sz);
+  auto started = PutStart(keys, sz, flags);
   if (!started.ok()) {
     out.assign(n, started.status());
     return out;
@@ -305,6 +307,43 @@ std::vector<absl::Status> ClientImpl::BatchPut(const std::vector<std::string>& k
     sizes.push_back(v.size());
   }
   return PutImpl(keys, data, sizes);
+}
+
+std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string>& keys,
+                                                   const std::vector<absl::string_view>& values,
+                                                   const PutOptions& options) {
+  std::vector<const void*> data;
+  std::vector<size_t> sizes;
+  for (const auto& v : values) {
+    data.push_back(v.data());
+    sizes.push_back(v.size());
+  }
+  // Flag bits of PutStartRequest (master_service.h): 1 soft pin, 2 hard pin.
+  uint32_t flags = (options.soft_pin ? 1u : 0u) | (options.hard_pin ? 2u : 0u);
+  return PutImpl(keys, data, sizes, flags);
+}
+
+absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(
+    absl::string_view model, absl::string_view hash_scheme,
+    const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
+    bool lease) {
+  proto::LookupPrefixRequest req;
+  req.lease = lease;
+  for (const auto& h : prefix_hashes) {
+    KvKey k{std::string(model), std::string(hash_scheme), adapter_id, h};
+    if (absl::Status st = ValidateKvKey(k); !st.ok()) return st;
+    req.keys.push_back(EncodeKvKey(k));
+  }
+  auto rep = Call<proto::LookupPrefixRequest, proto::LookupPrefixReply>(
+      proto::MsgType::kLookupPrefix, req);
+  if (!rep.ok()) return rep.status();
+  PrefixLookup out;
+  out.present = rep->present;
+  out.lease_ms = rep->lease_ms;
+  for (size_t i = 0; i < rep->hints.size() && i < req.keys.size(); ++i) {
+    out.blocks.push_back({req.keys[i], rep->hints[i].size, rep->hints[i].node_address});
+  }
+  return out;
 }
 
 std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,

@@ -44,6 +44,14 @@ class ClientImpl : public Client {
   std::vector<absl::StatusOr<size_t>> BatchGetInto(const std::vector<std::string>& keys,
                                                    const std::vector<void*>& buffers,
                                                    const std::vector<size_t>& capacities) override;
+  std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
+                                         const std::vector<absl::string_view>& values,
+                                         const PutOptions& options) override;
+  absl::StatusOr<PrefixLookup> LookupPrefix(absl::string_view model,
+                                            absl::string_view hash_scheme,
+                                            const std::optional<std::string>& adapter_id,
+                                            const std::vector<std::string>& prefix_hashes,
+                                            bool lease) override;
   absl::StatusOr<bool> Exist(absl::string_view key) override;
   std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) override;
   absl::Status Remove(absl::string_view key) override;
@@ -65,7 +73,8 @@ class ClientImpl : public Client {
 
   // Phase one of a put: allocation on the master only, no bytes written.
   absl::StatusOr<proto::PutStartReply> PutStart(const std::vector<std::string>& keys,
-                                                const std::vector<uint64_t>& sizes);
+                                                const std::vector<uint64_t>& sizes,
+                                                uint32_t flags = 0);
   // Any control request, with one reconnect on a broken session.
   template <typename Req, typename Rep>
   absl::StatusOr<Rep> Call(proto::MsgType type, const Req& req);
@@ -79,7 +88,7 @@ class ClientImpl : public Client {
   absl::Status Transfer(std::vector<transport::RmaOp> ops);
   std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
                                     const std::vector<const void*>& data,
-                                    const std::vector<size_t>& sizes);
+                                    const std::vector<size_t>& sizes, uint32_t flags = 0);
   // dest(i, size) returns where key i's value goes, or an error for that key.
   using DestFn = std::function<absl::StatusOr<void*>(size_t i, uint64_t size)>;
   std::vector<absl::StatusOr<size_t>> GetImpl(const std::vector<std::string>& keys,

@@ -121,10 +121,11 @@ absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
 
 absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     const std::string& host, uint16_t port, MasterService* service,
-    tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active) {
+    tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
+    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe) {
   std::unique_ptr<AdminHttp> h(new AdminHttp());
   httplib::Server& s = h->http_.server();
-  s.Get("/health", [=](const httplib::Request&, httplib::Response& res) {
+  s.Get("/health", [=](const httplib::Request& req, httplib::Response& res) {
     auto st = service->GetStats();
     absl::Status store = tenants->store_status();
     json j = {{"status", store.ok() ? "ok" : "degraded"},
@@ -135,6 +136,17 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
               {"policy_store", tenants->store_description()},
               {"policy_store_ok", store.ok()}};
     if (!store.ok()) j["policy_store_error"] = std::string(store.message());
+    if (req.has_param("deep") && req.get_param_value("deep") == "1" && probe) {
+      auto r = probe();
+      if (r.ok()) {
+        j["deep"] = {{"ok", true}, {"round_trip_us", r->first}, {"node", r->second}};
+      } else {
+        j["status"] = "failing";
+        j["deep"] = {{"ok", false}, {"error", std::string(r.status().message())}};
+        SendJson(res, 503, j);
+        return;
+      }
+    }
     SendJson(res, 200, j);
   });
   s.Get("/role", [=](const httplib::Request&, httplib::Response& res) {

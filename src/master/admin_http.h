@@ -25,7 +25,8 @@ class AdminHttp {
   static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
       const std::string& host, uint16_t port, MasterService* service,
       tenant::TenantManager* tenants, MetricsRegistry* metrics,
-      std::function<bool()> is_active);
+      std::function<bool()> is_active,
+      std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr);
   uint16_t port() const { return http_.port(); }
 
  private:

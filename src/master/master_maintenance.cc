@@ -35,6 +35,10 @@ absl::Status MasterService::ChargeWithTenantEviction(const std::string& tenant, 
     if (!absl::StartsWith(st.message(), "QUOTA_EXCEEDED")) break;
     auto snap = ledger_.Snapshot(tenant);
     if (!snap.has_value()) break;
+    // An over-quota tenant (its quota was lowered below what it holds) is refused until it is
+    // back under (DESIGN section 5; global eviction takes its objects first), and a put larger
+    // than the whole quota can never be admitted: evicting for either would only destroy data.
+    if (snap->over_quota || bytes > snap->effective_quota_bytes) break;
     uint64_t over = snap->charged_bytes + bytes > snap->effective_quota_bytes
                         ? snap->charged_bytes + bytes - snap->effective_quota_bytes
                         : bytes;
@@ -232,7 +236,7 @@ std::vector<SessionId> MasterService::Tick() {
   {
     absl::MutexLock lock(&sessions_mu_);
     for (const auto& [sid, s] : sessions_) {
-      if (now - s.last_seen_ms > options_.client_ttl_ms) dead.push_back(sid);
+      if (!s.internal && now - s.last_seen_ms > options_.client_ttl_ms) dead.push_back(sid);
     }
   }
   for (SessionId sid : dead) {

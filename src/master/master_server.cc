@@ -1,9 +1,13 @@
 #include "master/master_server.h"
 
 #include <chrono>
+#include <cstring>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/util.h"
+#include "proto/alloc_header.h"
 
 namespace granary::master {
 
@@ -42,9 +46,12 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   auto rpc = transport::RpcServer::Create(s->worker_.get(), options.rpc_port, std::move(cb));
   if (!rpc.ok()) return rpc.status();
   s->rpc_ = std::move(*rpc);
+  s->rma_ = std::make_unique<transport::RmaEngine>(s->worker_.get());
+  s->probe_session_ = s->service_->OpenInternalSession("_probe");
   auto http = AdminHttp::Create(options.metrics_host, options.metrics_port, s->service_.get(),
                                 s->tenants_.get(), &s->metrics_,
-                                [raw] { return raw->active_.load(); });
+                                [raw] { return raw->active_.load(); },
+                                [raw] { return raw->Probe(); });
   if (!http.ok()) return http.status();
   s->http_ = std::move(*http);
   s->ticker_ = std::thread([raw] { raw->TickLoop(); });
@@ -57,6 +64,7 @@ MasterServer::~MasterServer() {
   Shutdown();
   if (ticker_.joinable()) ticker_.join();
   http_.reset();
+  rma_.reset();
   rpc_.reset();
   tenants_.reset();
   worker_.reset();
@@ -66,6 +74,76 @@ MasterServer::~MasterServer() {
 void MasterServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   if (!stopped_.HasBeenNotified()) stopped_.Notify();
+}
+
+absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
+  absl::MutexLock lock(&probe_mu_);
+  constexpr uint64_t kSize = 4096;
+  const std::string key = absl::StrCat("_probe/", ++probe_seq_);
+  const int64_t t0 = MonotonicUs();
+  auto started = service_->PutStart(probe_session_, proto::PutStartRequest{{{key, kSize}}, 1, 0});
+  absl::Status st = started.status.ToStatus();
+  if (st.ok()) st = started.results[0].status.ToStatus();
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("no node took the probe object: ", st.message()));
+  }
+  const proto::ReplicaDesc desc = started.results[0].replicas[0];
+  const uint64_t gen = started.results[0].generation;
+  auto seg = service_->FindSegment(desc.segment_id);
+  auto remote = std::make_shared<transport::RemoteSegment>();
+  if (seg.has_value()) {
+    remote->segment_id = seg->segment_id;
+    remote->node_address = seg->node_address;
+    remote->rkey = seg->rkey;
+    remote->worker_address = seg->worker_address;
+    remote->same_host = !seg->host_id.empty() && seg->host_id == HostId();
+  }
+  std::string out(proto::kAllocHeaderSize + kSize, '\0'), in(out.size(), '\0');
+  proto::AllocHeader h;
+  h.generation = gen;
+  h.key_hash = HashBytes(key);
+  h.value_length = kSize;
+  std::memcpy(out.data(), &h, sizeof(h));
+  for (uint64_t i = 0; i < kSize; ++i) out[proto::kAllocHeaderSize + i] = static_cast<char>(i * 7 + gen);
+  auto transfer = [&](bool put) -> absl::Status {
+    transport::RmaOp op;
+    op.is_put = put;
+    op.local = put ? out.data() : in.data();
+    op.length = out.size();
+    op.remote_addr = desc.address;
+    op.segment = remote;
+    auto done = std::make_shared<std::promise<absl::Status>>();
+    auto f = done->get_future();
+    rma_->Execute({op}, [done](absl::Status s) { done->set_value(std::move(s)); });
+    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+      rma_->ForgetNode(remote->node_address);
+      f.wait();
+      return absl::DeadlineExceededError("the probe transfer took more than 5 s");
+    }
+    return f.get();
+  };
+  proto::KeyGenRequest kg{{{key, gen}}};
+  st = seg.has_value() ? transfer(true) : absl::UnavailableError("the probe's segment is gone");
+  if (!st.ok()) {
+    service_->PutRevoke(probe_session_, kg);
+    return absl::UnavailableError(absl::StrCat("probe write to ", remote->node_address,
+                                               " failed: ", st.message()));
+  }
+  service_->PutEnd(probe_session_, kg);
+  auto got = service_->Get(probe_session_, proto::KeysRequest{{key}});
+  st = got.results.empty() ? absl::InternalError("empty Get") : got.results[0].status.ToStatus();
+  if (st.ok()) st = transfer(false);
+  service_->GetEnd(probe_session_, kg);
+  service_->Remove(probe_session_, proto::KeysRequest{{key}});
+  if (!st.ok()) {
+    return absl::UnavailableError(absl::StrCat("probe read from ", remote->node_address,
+                                               " failed: ", st.message()));
+  }
+  if (in != out) {
+    return absl::DataLossError(absl::StrCat("probe read from ", remote->node_address,
+                                            " returned different bytes"));
+  }
+  return std::make_pair(static_cast<double>(MonotonicUs() - t0), remote->node_address);
 }
 
 void MasterServer::TickLoop() {
@@ -118,6 +196,8 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
       GRANARY_HANDLE(proto::ListRequest, service_->List(conn, *req));
     case MsgType::kSegments:
       GRANARY_HANDLE(proto::SegmentsRequest, service_->Segments(conn));
+    case MsgType::kLookupPrefix:
+      GRANARY_HANDLE(proto::LookupPrefixRequest, service_->LookupPrefix(conn, *req));
     case MsgType::kCopyStart:
       GRANARY_HANDLE(proto::CopyStartRequest, service_->CopyStart(conn, *req, false));
     case MsgType::kMoveStart:

@@ -12,6 +12,7 @@
 #include "master/master_service.h"
 #include "master/tenant/tenant_manager.h"
 #include "transport/context.h"
+#include "transport/rma.h"
 #include "transport/rpc_server.h"
 #include "transport/worker.h"
 
@@ -32,6 +33,10 @@ class MasterServer {
   // Re-reads the tenant quota policy (SIGHUP). The running policy stays if the new one is bad.
   absl::Status ReloadPolicy() { return tenants_->Reload(); }
   tenant::TenantManager* tenants() { return tenants_.get(); }
+  // /health?deep=1: a real put, get and remove of a 4 KiB object through a node, under the
+  // reserved tenant _probe (never charged, never listed). Returns the round trip in µs and the
+  // node used.
+  absl::StatusOr<std::pair<double, std::string>> Probe();
   void Wait() { stopped_.WaitForNotification(); }
 
  private:
@@ -48,6 +53,10 @@ class MasterServer {
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> rpc_;
+  std::unique_ptr<transport::RmaEngine> rma_;  // for Probe
+  absl::Mutex probe_mu_;                       // one probe at a time
+  SessionId probe_session_ = 0;
+  uint64_t probe_seq_ ABSL_GUARDED_BY(probe_mu_) = 0;
   std::unique_ptr<AdminHttp> http_;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};

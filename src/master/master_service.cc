@@ -187,6 +187,20 @@ proto::HeartbeatReply MasterService::Heartbeat(SessionId sid) {
   return rep;
 }
 
+SessionId MasterService::OpenInternalSession(const std::string& reserved_tenant) {
+  GRANARY_CHECK(tenant::QuotaLedger::IsReserved(reserved_tenant)) << reserved_tenant;
+  static std::atomic<SessionId> next{1ull << 62};  // far from the adapter's connection ids
+  SessionId sid = next.fetch_add(1);
+  absl::MutexLock lock(&sessions_mu_);
+  Session& s = sessions_[sid];
+  s.role = proto::Role::kClient;
+  s.tenant = reserved_tenant;
+  s.client_id = "master";
+  s.internal = true;
+  s.last_seen_ms = clock_->NowMs();
+  return sid;
+}
+
 void MasterService::SessionClosed(SessionId sid) {
   AbortCopiesOf(sid);
   Session s;
@@ -621,6 +635,44 @@ proto::ListReply MasterService::List(SessionId sid, const proto::ListRequest& re
     rep.more = true;
   }
   for (auto& [tk, info] : found) rep.objects.push_back(std::move(info));
+  return rep;
+}
+
+proto::LookupPrefixReply MasterService::LookupPrefix(SessionId sid,
+                                                     const proto::LookupPrefixRequest& req) {
+  proto::LookupPrefixReply rep;
+  GRANARY_REQUIRE_TENANT(rep, sid);
+  const int64_t now = clock_->NowMs();
+  for (const std::string& key : req.keys) {
+    std::string tk = TableKey(tenant, key);
+    Shard& sh = ShardOf(tk);
+    Placements ps;
+    proto::BlockHint hint;
+    {
+      absl::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
+          it->second.replicas.empty()) {
+        break;  // the prefix ends at the first missing block
+      }
+      Object& o = it->second;
+      o.last_access_ms = now;
+      if (req.lease) {
+        if (o.lease_until_ms <= now) o.lease_count = 0;
+        ++o.lease_count;
+        o.lease_until_ms = now + options_.kv_lease_ttl_ms;
+      }
+      hint.size = o.size;
+      hint.generation = o.generation;
+      ps = o.replicas;
+    }
+    if (auto seg = segments_.Find(ps[0].segment_id); seg.has_value()) {
+      hint.node_address = seg->node_address;
+    }
+    rep.hints.push_back(std::move(hint));
+  }
+  rep.present = static_cast<uint32_t>(rep.hints.size());
+  if (req.lease) rep.lease_ms = static_cast<uint32_t>(options_.kv_lease_ttl_ms);
   return rep;
 }
 

@@ -60,6 +60,8 @@ class MasterService {
   // The connection closed or failed: frees the session's in-flight allocations at once, and for a
   // node unmounts its segments (dropping the replicas on them).
   void SessionClosed(SessionId sid);
+  // A session of the master's own, for a reserved tenant ('_probe'): no Hello, never expires.
+  SessionId OpenInternalSession(const std::string& reserved_tenant);
 
   proto::MountSegmentReply MountSegment(SessionId sid, const proto::MountSegmentRequest& req);
   proto::StatusReply UnmountSegment(SessionId sid, const proto::UnmountSegmentRequest& req);
@@ -73,6 +75,8 @@ class MasterService {
   proto::BatchStatusReply Remove(SessionId sid, const proto::KeysRequest& req);
   proto::ListReply List(SessionId sid, const proto::ListRequest& req);
   proto::SegmentsReply Segments(SessionId sid);
+  std::optional<proto::SegmentInfo> FindSegment(uint64_t id) const { return segments_.Find(id); }
+  proto::LookupPrefixReply LookupPrefix(SessionId sid, const proto::LookupPrefixRequest& req);
   // Copy adds a replica on a chosen node; Move adds it and drops the source at MoveEnd. The
   // destination bytes are charged at start and committed at end; revoke, expiry and the
   // session's death refund them. The object is leased while the copy is in flight.
@@ -116,6 +120,7 @@ class MasterService {
     std::string tenant;
     std::string client_id;
     int64_t last_seen_ms = 0;
+    bool internal = false;  // the master's own session: never expires
     absl::flat_hash_set<std::string> in_flight;  // table keys with a put in progress
   };
 

@@ -27,6 +27,7 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kMoveEnd: return "MoveEnd";
     case MsgType::kMoveRevoke: return "MoveRevoke";
     case MsgType::kFetch: return "Fetch";
+    case MsgType::kLookupPrefix: return "LookupPrefix";
   }
   return "Unknown";
 }
@@ -423,6 +424,48 @@ absl::Status Decode(Reader& r, FetchRequest* m) {
   m->source_address = r.U64("source_address");
   m->dest_address = r.U64("dest_address");
   m->length = r.U64("length");
+  return r.status();
+}
+
+void Encode(const LookupPrefixRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.keys.size()));
+  for (const auto& k : m.keys) w.Str(k);
+  w.Bool(m.lease);
+}
+absl::Status Decode(Reader& r, LookupPrefixRequest* m) {
+  uint32_t n = r.Count("keys", kMaxBatch, 4);
+  m->keys.resize(n);
+  for (auto& k : m->keys) k = r.Str("key", kMaxKeyBytes);
+  m->lease = r.Bool("lease");
+  return r.status();
+}
+void Encode(const LookupPrefixReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(m.present);
+  w.U32(static_cast<uint32_t>(m.hints.size()));
+  for (const auto& h : m.hints) {
+    w.U64(h.size);
+    w.U64(h.generation);
+    w.Str(h.node_address);
+  }
+  w.U32(m.lease_ms);
+}
+absl::Status Decode(Reader& r, LookupPrefixReply* m) {
+  Get(r, &m->status);
+  m->present = r.U32("present");
+  uint32_t n = r.Count("hints", kMaxBatch, 20);
+  m->hints.resize(n);
+  for (auto& h : m->hints) {
+    h.size = r.U64("size");
+    h.generation = r.U64("generation");
+    h.node_address = r.Str("node_address", kMaxNameBytes);
+  }
+  m->lease_ms = r.U32("lease_ms");
+  if (r.ok() && m->present != m->hints.size()) {
+    r.Fail(absl::InvalidArgumentError(absl::StrCat("LookupPrefix reply says ", m->present,
+                                                   " present but carries ", m->hints.size(),
+                                                   " hints")));
+  }
   return r.status();
 }
 

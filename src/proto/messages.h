@@ -47,6 +47,7 @@ enum class MsgType : uint16_t {
   kMoveEnd = 19,
   kMoveRevoke = 20,
   kFetch = 21,  // client -> destination node: read a replica from the source node
+  kLookupPrefix = 22,
 };
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
@@ -237,6 +238,25 @@ struct FetchRequest {
   uint64_t length = 0;
 };
 
+// LookupPrefix: how many leading keys (encoded KvKeys of one prefix chain) are present and
+// complete, with a location hint per present block; optionally leases them so that the
+// following Get cannot miss.
+struct LookupPrefixRequest {
+  std::vector<std::string> keys;
+  bool lease = false;
+};
+struct BlockHint {
+  uint64_t size = 0;
+  uint64_t generation = 0;
+  std::string node_address;  // where the first complete replica lives
+};
+struct LookupPrefixReply {
+  WireStatus status;
+  uint32_t present = 0;           // leading blocks present and complete
+  std::vector<BlockHint> hints;   // one per present block
+  uint32_t lease_ms = 0;          // when leased
+};
+
 // Encode/Decode for every message. Decode reads the whole body or fails naming the field.
 #define GRANARY_DECLARE_CODEC(T) \
   void Encode(const T& m, Writer& w); \
@@ -263,6 +283,8 @@ GRANARY_DECLARE_CODEC(CopyStartRequest)
 GRANARY_DECLARE_CODEC(CopyStartReply)
 GRANARY_DECLARE_CODEC(CopyEndRequest)
 GRANARY_DECLARE_CODEC(FetchRequest)
+GRANARY_DECLARE_CODEC(LookupPrefixRequest)
+GRANARY_DECLARE_CODEC(LookupPrefixReply)
 #undef GRANARY_DECLARE_CODEC
 
 // Builds a whole frame for message m.
