@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,10 @@ DEFINE_string(tenant_id, "", "Tenant to act as (default: config file, GRANARY_TE
 DEFINE_string(config, "", "Client JSON config file (default: GRANARY_CONFIG_PATH)");
 DEFINE_int32(replica_num, 0, "Replicas for put (default: config, or 1)");
 DEFINE_uint32(limit, 1000, "Most keys ls prints");
+DEFINE_string(model, "", "kvkey/lookup: model name");
+DEFINE_string(hash_scheme, "", "kvkey/lookup: prefix hash scheme (e.g. sha256)");
+DEFINE_string(adapter_id, "", "kvkey/lookup: LoRA adapter id (empty = none)");
+DEFINE_bool(lease, false, "lookup: lease the present blocks");
 DEFINE_string(to, "", "copy/move: the destination node (node id or host:port from 'segments')");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
 
@@ -45,7 +50,10 @@ const char* kUsageText =
     "  ls [PREFIX]         list this tenant's keys\n"
     "  segments            list mounted segments\n"
     "  copy KEY --to NODE  add a replica of KEY on NODE (node id or host:port)\n"
-    "  move KEY --to NODE  move a replica of KEY to NODE\n";
+    "  move KEY --to NODE  move a replica of KEY to NODE\n"
+    "  kvkey encode HASH   print the structured key (--model, --hash_scheme, [--adapter_id])\n"
+    "  kvkey decode KEY    print a structured key's fields\n"
+    "  lookup HASH...      how many leading blocks of the chain are present (--model, ...)\n";
 
 int Usage(const std::string& why) {
   std::cerr << "granary: " << why << "\n\n" << kUsageText;
@@ -127,8 +135,8 @@ int main(int argc, char** argv) {
   if (argc < 2) return Usage("no command given");
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
-  static const std::vector<std::string> kCommands = {"put", "get",      "rm",   "exists", "stat",
-                                                     "ls",  "segments", "copy", "move"};
+  static const std::vector<std::string> kCommands = {
+      "put", "get", "rm", "exists", "stat", "ls", "segments", "copy", "move", "kvkey", "lookup"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     return Usage("unknown command '" + cmd + "'");
   }
@@ -140,6 +148,31 @@ int main(int argc, char** argv) {
   if (cmd == "segments" && !args.empty()) return Usage("segments takes no arguments");
   if ((cmd == "copy" || cmd == "move") && (!need(1, 1) || FLAGS_to.empty())) {
     return Usage(cmd + " takes one KEY and --to=NODE");
+  }
+
+  std::optional<std::string> adapter;
+  if (!FLAGS_adapter_id.empty()) adapter = FLAGS_adapter_id;
+  if (cmd == "kvkey") {  // pure: needs no master
+    if (args.size() != 2 || (args[0] != "encode" && args[0] != "decode")) {
+      return Usage("kvkey takes 'encode HASH' or 'decode KEY'");
+    }
+    if (args[0] == "encode") {
+      granary::KvKey k{FLAGS_model, FLAGS_hash_scheme, adapter, args[1]};
+      if (absl::Status st = granary::ValidateKvKey(k); !st.ok()) {
+        return Usage(std::string(st.message()));
+      }
+      std::cout << granary::EncodeKvKey(k) << "\n";
+      return kOk;
+    }
+    auto k = granary::DecodeKvKey(args[1]);
+    if (!k.ok()) return Fail("kvkey decode", k.status());
+    std::cout << "model: " << k->model << "\nhash_scheme: " << k->hash_scheme
+              << "\nadapter_id: " << (k->adapter_id ? *k->adapter_id : "(none)")
+              << "\nprefix_hash: " << k->prefix_hash << "\n";
+    return kOk;
+  }
+  if (cmd == "lookup" && (args.empty() || FLAGS_model.empty() || FLAGS_hash_scheme.empty())) {
+    return Usage("lookup takes HASH... with --model and --hash_scheme");
   }
 
   auto options = LoadOptions();
@@ -199,6 +232,15 @@ int main(int argc, char** argv) {
                                    o.key);
     }
     if (r->more) std::cerr << "(more keys: raise --limit or narrow the prefix)\n";
+    return kOk;
+  }
+  if (cmd == "lookup") {
+    auto r = c.LookupPrefix(FLAGS_model, FLAGS_hash_scheme, adapter, args, FLAGS_lease);
+    if (!r.ok()) return Fail("lookup", r.status());
+    std::cout << "present: " << r->present << " of " << args.size() << "\n";
+    for (const auto& b : r->blocks) {
+      std::cout << absl::StrFormat("%12d  %-22s %s\n", b.size, b.node_address, b.key);
+    }
     return kOk;
   }
   if (cmd == "copy" || cmd == "move") {

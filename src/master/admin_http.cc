@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "master/master_service.h"
@@ -175,6 +176,45 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
                      {"used_bytes", seg.used}});
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}});
+  });
+
+  // Objects of one tenant: tenant_id is required (no cross-tenant listing), prefix and limit
+  // optional, start_after for paging.
+  s.Get("/api/v1/objects", [=](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_param("tenant_id")) {
+      SendError(res, 400, "INVALID_ARGUMENT", "the tenant_id query parameter is required");
+      return;
+    }
+    std::string id = req.get_param_value("tenant_id");
+    if (absl::Status st = tenant::ValidateTenantId(id); !st.ok()) {
+      SendError(res, 400, "INVALID_TENANT_ID", std::string(st.message()));
+      return;
+    }
+    proto::ListRequest lr;
+    lr.prefix = req.get_param_value("prefix");
+    lr.start_after = req.get_param_value("start_after");
+    lr.limit = 1000;
+    if (req.has_param("limit")) {
+      const std::string l = req.get_param_value("limit");
+      uint32_t v = 0;
+      if (!absl::SimpleAtoi(l, &v) || v == 0 || v > proto::kMaxListLimit) {
+        SendError(res, 400, "INVALID_ARGUMENT",
+                  absl::StrCat("limit '", l, "' is not an integer in 1..", proto::kMaxListLimit));
+        return;
+      }
+      lr.limit = v;
+    }
+    auto list = service->ListObjects(id, lr);
+    json arr = json::array();
+    for (const auto& o : list.objects) {
+      arr.push_back({{"key", o.key},
+                     {"size", o.size},
+                     {"generation", o.generation},
+                     {"complete", o.state == 1},
+                     {"replicas", o.replica_count},
+                     {"age_ms", o.age_ms}});
+    }
+    SendJson(res, 200, {{"success", true}, {"data", arr}, {"more", list.more}});
   });
 
   // Tenant quota API. Every call needs the active master and multi-tenant mode.

@@ -609,11 +609,17 @@ proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRe
 proto::ListReply MasterService::List(SessionId sid, const proto::ListRequest& req) {
   proto::ListReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
+  return ListObjects(tenant, req);
+}
+
+proto::ListReply MasterService::ListObjects(const std::string& tenant,
+                                            const proto::ListRequest& req) const {
+  proto::ListReply rep;
   const int64_t now = clock_->NowMs();
   std::string lo = TableKey(tenant, req.prefix);
   std::string after = TableKey(tenant, req.start_after);
   std::vector<std::pair<std::string, proto::ObjectInfo>> found;
-  for (Shard& sh : shards_) {
+  for (const Shard& sh : shards_) {
     absl::MutexLock lock(&sh.mu);
     for (const auto& [tk, o] : sh.objects) {
       if (!absl::StartsWith(tk, lo)) continue;

@@ -74,6 +74,8 @@ class MasterService {
   proto::BatchStatusReply Exist(SessionId sid, const proto::KeysRequest& req);
   proto::BatchStatusReply Remove(SessionId sid, const proto::KeysRequest& req);
   proto::ListReply List(SessionId sid, const proto::ListRequest& req);
+  // The same for the admin API, which names the tenant explicitly.
+  proto::ListReply ListObjects(const std::string& tenant, const proto::ListRequest& req) const;
   proto::SegmentsReply Segments(SessionId sid);
   std::optional<proto::SegmentInfo> FindSegment(uint64_t id) const { return segments_.Find(id); }
   proto::LookupPrefixReply LookupPrefix(SessionId sid, const proto::LookupPrefixRequest& req);

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::Create(
   auto m = CreateWithStore(options.enable_multi_tenants, std::move(store), ledger,
                            std::move(capacity));
   if (m.ok() && options.enable_multi_tenants && options.tenant_quota_connector_type == "etcd") {
+    (*m)->refresh_before_write_ = true;
     (*m)->StartPolling(1000);
   }
   return m;
@@ -65,8 +66,16 @@ absl::Status TenantManager::CheckEnabled() const {
 
 absl::Status TenantManager::Reload() {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
+  uint64_t writes_before;
+  {
+    absl::MutexLock lock(&mu_);
+    writes_before = writes_;
+  }
   auto p = store_->Load();
   absl::MutexLock lock(&mu_);
+  // An admin change was applied while we read: what we read may be older than it. The running
+  // policy is that change; the next reload reads the store again.
+  if (writes_ != writes_before) return absl::OkStatus();
   if (!p.ok()) {
     if (store_status_.ok() || store_status_.message() != p.status().message()) {
       LOG_ERROR << "tenant quota policy from " << store_->Describe()
@@ -90,8 +99,29 @@ absl::Status TenantManager::SaveAndApply(const Policy& next) {
     return absl::UnavailableError(absl::StrCat("saving the policy to ", store_->Describe(),
                                                " failed, nothing changed: ", st.message()));
   }
+  ++writes_;
   policy_ = next;
   ledger_->ApplyPolicy(next, capacity_());
+  return absl::OkStatus();
+}
+
+absl::Status TenantManager::RefreshBeforeWrite() {
+  if (!refresh_before_write_) return absl::OkStatus();
+  auto p = store_->Load();
+  if (!p.ok()) {
+    // Unreachable: the save would fail too. An invalid stored document: the change is made to
+    // the running policy and replaces it.
+    if (p.status().code() != absl::StatusCode::kUnavailable) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat("reading the policy from ", store_->Describe(),
+                                               " failed, nothing changed: ",
+                                               p.status().message()));
+  }
+  if (*p == policy_) return absl::OkStatus();
+  ++writes_;
+  policy_ = *p;
+  ledger_->ApplyPolicy(*p, capacity_());
+  LOG_INFO << "tenant quota policy changed in " << store_->Describe() << ": "
+           << p->tenants.size() << " tenant(s)";
   return absl::OkStatus();
 }
 
@@ -107,6 +137,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
     return absl::InvalidArgumentError("max_entries must be a positive integer, got 0");
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   Policy next = policy_;
   TenantPolicy* t = nullptr;
   for (auto& e : next.tenants) {
@@ -132,6 +163,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
 absl::Status TenantManager::Delete(const std::string& tenant) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
   absl::MutexLock lock(&mu_);
+  if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   if (policy_.Find(tenant) == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant, "' has no quota policy"));

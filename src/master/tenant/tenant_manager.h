@@ -59,6 +59,7 @@ class TenantManager {
         capacity_(std::move(capacity)) {}
   absl::Status CheckEnabled() const;
   absl::Status SaveAndApply(const Policy& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RefreshBeforeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool enabled_;
   std::unique_ptr<PolicyStore> store_;
@@ -67,6 +68,15 @@ class TenantManager {
   mutable absl::Mutex mu_;
   Policy policy_ ABSL_GUARDED_BY(mu_);
   absl::Status store_status_ ABSL_GUARDED_BY(mu_);
+  // Bumped whenever an admin change applies a policy (one it saved, or one it re-read first).
+  // Reload drops what it read if this moved meanwhile: the read may predate that policy, and
+  // applying it would put the older policy back (and the next change would then save a policy
+  // without the earlier one).
+  uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The store is shared with other masters (etcd): an admin change first re-reads it, so it is
+  // made to the stored policy rather than to a copy up to one poll interval old. Set by Create
+  // before the manager is shared.
+  bool refresh_before_write_ = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread poller_;
 };
