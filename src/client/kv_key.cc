@@ -1,7 +1,5 @@
 #include "granary/kv_key.h"
 
-#include <utility>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "proto/messages.h"

@@ -1,2 +1,4 @@
 granary_test(NAME client_options_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_options_test.cc LIBS granary::client)
+granary_test(NAME client_kv_key_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_key_test.cc LIBS granary::client)
