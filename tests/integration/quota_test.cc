@@ -176,6 +176,32 @@ TEST_F(QuotaTest, SighupReloadsThePolicyAndKeepsItWhenTheNewFileIsInvalid) {
   EXPECT_NE(cluster_->master()->Log().find("version"), std::string::npos);
 }
 
+TEST_F(QuotaTest, MaxEntriesEvictsTheOldestEntriesAndNeverRejects) {
+  httplib::Client http("127.0.0.1", cluster_->master_http_port());
+  auto res = http.Put("/api/v1/tenant_quotas?tenant_id=tenant-e",
+                      R"({"requested_quota_bytes": 8388608, "max_entries": 4})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["data"]["max_entries"].get<uint64_t>(), 4u);
+  auto e = NewClient("tenant-e");
+  for (int i = 0; i < 10; ++i) {
+    std::string k = absl::StrCat("e-", i);
+    ASSERT_TRUE(e->Put(k, MakeValue(k, 1, 4096)).ok()) << k;  // never refused
+  }
+  json t = Tenant("tenant-e");
+  EXPECT_EQ(t["entries"].get<uint64_t>(), 4u);
+  for (int i = 0; i < 6; ++i) EXPECT_FALSE(*e->Exist(absl::StrCat("e-", i))) << i;
+  for (int i = 6; i < 10; ++i) {
+    auto v = e->Get(absl::StrCat("e-", i));  // reads are never refused for it
+    ASSERT_TRUE(v.ok()) << v.status();
+  }
+  auto ev = cluster_->Metric(
+      "granary_tenant_evictions_total{tenant_id=\"tenant-e\",reason=\"max_entries\"}");
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  EXPECT_EQ(*ev, 6);
+}
+
 TEST_F(QuotaTest, AdminApiCreatesATenantThatCanThenWrite) {
   httplib::Client http("127.0.0.1", cluster_->master_http_port());
   auto res = http.Put("/api/v1/tenant_quotas?tenant_id=tenant-c",
