@@ -4,6 +4,8 @@
 // changes, and an unreachable etcd or a bad document leaves the last good policy in force and
 // says so on /health and /metrics. Skipped when /usr/bin/etcd is not installed.
 
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -12,15 +14,11 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <httplib.h>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "granary/client.h"
@@ -47,14 +45,9 @@ Reply Request(uint16_t port, const std::string& method, const std::string& path,
   httplib::Client http("127.0.0.1", port);
   http.set_connection_timeout(2, 0);
   http.set_read_timeout(10, 0);
-  httplib::Result res;
-  if (method == "GET") {
-    res = http.Get(path);
-  } else if (method == "PUT") {
-    res = http.Put(path, body, "application/json");
-  } else if (method == "DELETE") {
-    res = http.Delete(path);
-  }
+  httplib::Result res = method == "PUT"      ? http.Put(path, body, "application/json")
+                        : method == "DELETE" ? http.Delete(path)
+                                             : http.Get(path);
   Reply r;
   if (!res) return r;
   r.status = res->status;
@@ -129,8 +122,8 @@ class EtcdMasterTest : public ::testing::Test {
     absl::Status st = etcd_->Start();
     ASSERT_TRUE(st.ok()) << st << "\n" << etcd_->Log();
     // Unique per test and per run, so a leftover key could never be mistaken for ours.
-    cluster_id_ = absl::StrCat("it_", ::testing::UnitTest::GetInstance()->current_test_info()->name(),
-                               "_", getpid());
+    cluster_id_ = absl::StrCat(
+        "it_", ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_", getpid());
     policy_key_ = absl::StrCat("granary/", cluster_id_, "/tenant_quota_policy");
   }
 
@@ -253,8 +246,7 @@ TEST_F(EtcdMasterTest, ChangesWrittenByAnotherMasterArePickedUp) {
   put = PutQuota(p2, "tenant-a", 2 * kMiB);
   ASSERT_EQ(put.status, 200) << put.body.dump();
   ms = WaitMs([&] { return RequestedQuota(p1, "tenant-a") == 2 * kMiB; });
-  std::cerr << "[ measured ] master 2 PUT to master 1 GET showing the new quota: " << ms
-            << " ms\n";
+  std::cerr << "[ measured ] master 2 PUT to master 1 GET showing the new quota: " << ms << " ms\n";
   ASSERT_GE(ms, 0) << "master 1 never saw the new quota";
   EXPECT_LT(ms, 5000);
 
@@ -355,8 +347,8 @@ TEST_F(EtcdMasterTest, UnreachableEtcdKeepsTheLastGoodPolicyAndSaysSo) {
   EXPECT_EQ(put.status, 200) << put.body.dump();
   stored = StoredPolicy();
   ASSERT_TRUE(stored.has_value());
-  EXPECT_EQ(*stored, (tenant::Policy{{{"tenant-a", kMiB, std::nullopt},
-                                      {"tenant-b", kMiB, std::nullopt}}}));
+  EXPECT_EQ(*stored,
+            (tenant::Policy{{{"tenant-a", kMiB, std::nullopt}, {"tenant-b", kMiB, std::nullopt}}}));
 }
 
 TEST_F(EtcdMasterTest, InvalidDocumentWrittenBySomeoneElseKeepsTheRunningPolicy) {
@@ -370,8 +362,7 @@ TEST_F(EtcdMasterTest, InvalidDocumentWrittenBySomeoneElseKeepsTheRunningPolicy)
   ASSERT_TRUE(etcd_->Put(policy_key_, "version: 1\ntenants: [\n  - name: tenant-x\n").ok());
   int64_t ms = WaitMs([&] { return StoreDown(Health(port)); });
   ASSERT_GE(ms, 0) << "health never reported the bad document: " << Health(port).dump();
-  std::cerr << "[ measured ] bad YAML in etcd to /health policy_store_ok false: " << ms
-            << " ms\n";
+  std::cerr << "[ measured ] bad YAML in etcd to /health policy_store_ok false: " << ms << " ms\n";
   json health = Health(port);
   EXPECT_EQ(health["status"], "degraded") << health.dump();
   ASSERT_TRUE(health["policy_store_error"].is_string()) << health.dump();
@@ -384,9 +375,8 @@ TEST_F(EtcdMasterTest, InvalidDocumentWrittenBySomeoneElseKeepsTheRunningPolicy)
   EXPECT_EQ(*quotas, running);
 
   // Well-formed YAML that breaks the schema (a reserved name): the same.
-  ASSERT_TRUE(etcd_->Put(policy_key_,
-                         "version: 1\ntenants:\n  - name: _probe\n    quota: 1GB\n")
-                  .ok());
+  ASSERT_TRUE(
+      etcd_->Put(policy_key_, "version: 1\ntenants:\n  - name: _probe\n    quota: 1GB\n").ok());
   ms = WaitMs([&] {
     json h = Health(port);
     return StoreDown(h) && h["policy_store_error"].is_string() &&
@@ -399,15 +389,51 @@ TEST_F(EtcdMasterTest, InvalidDocumentWrittenBySomeoneElseKeepsTheRunningPolicy)
   EXPECT_TRUE(m->master()->Running());
 
   // A valid document written by someone else is applied and the error clears.
-  ASSERT_TRUE(etcd_->Put(policy_key_, "version: 1\ntenants:\n  - name: tenant-a\n    quota: 2MB\n"
-                                      "  - name: tenant-c\n    quota: 3MB\n")
+  ASSERT_TRUE(etcd_
+                  ->Put(policy_key_,
+                        "version: 1\ntenants:\n  - name: tenant-a\n    quota: 2MB\n"
+                        "  - name: tenant-c\n    quota: 3MB\n")
                   .ok());
-  ms = WaitMs([&] { return StoreOk(Health(port)) && RequestedQuota(port, "tenant-c") == 3 * kMiB; });
+  ms =
+      WaitMs([&] { return StoreOk(Health(port)) && RequestedQuota(port, "tenant-c") == 3 * kMiB; });
   ASSERT_GE(ms, 0) << Health(port).dump();
   quotas = ListQuotas(port);
   ASSERT_TRUE(quotas.has_value());
-  EXPECT_EQ(*quotas, (std::map<std::string, uint64_t>{{"tenant-a", 2 * kMiB},
-                                                       {"tenant-c", 3 * kMiB}}));
+  EXPECT_EQ(*quotas,
+            (std::map<std::string, uint64_t>{{"tenant-a", 2 * kMiB}, {"tenant-c", 3 * kMiB}}));
+}
+
+// Admin writes on two masters within one poll interval: each is made to the stored policy, not
+// to the writer's copy of it from up to a second ago, so neither is lost.
+TEST_F(EtcdMasterTest, AdminWritesOnTwoMastersWithinOnePollAreBothKept) {
+  Cluster* m1 = StartMaster();
+  ASSERT_NE(m1, nullptr);
+  Cluster* m2 = StartMaster();
+  ASSERT_NE(m2, nullptr);
+  const uint16_t p1 = m1->master_http_port(), p2 = m2->master_http_port();
+  std::map<std::string, uint64_t> expected;
+  for (int round = 0; round < 3; ++round) {
+    const std::string on1 = absl::StrCat("one-", round), on2 = absl::StrCat("two-", round);
+    Reply put = PutQuota(p1, on1, kMiB + round);
+    ASSERT_EQ(put.status, 200) << put.body.dump();
+    put = PutQuota(p2, on2, 2 * kMiB + round);  // right away: master 2 has not polled yet
+    ASSERT_EQ(put.status, 200) << put.body.dump();
+    expected[on1] = kMiB + round;
+    expected[on2] = 2 * kMiB + round;
+    std::optional<tenant::Policy> stored = StoredPolicy();
+    ASSERT_TRUE(stored.has_value());
+    for (const auto& [id, bytes] : expected) {
+      const tenant::TenantPolicy* t = stored->Find(id);
+      EXPECT_TRUE(t != nullptr && t->quota_bytes == bytes)
+          << id << " lost from etcd after round " << round;
+    }
+  }
+  // Both masters converge on the stored policy.
+  for (uint16_t port : {p1, p2}) {
+    int64_t ms = WaitMs([&] { return ListQuotas(port) == expected; });
+    EXPECT_GE(ms, 0) << "master on port " << port << " lists "
+                     << Request(port, "GET", "/api/v1/tenant_quotas").body.dump();
+  }
 }
 
 // Admin writes on one master while its poller re-reads etcd: a poll that read the key before a

@@ -84,8 +84,7 @@ absl::Status EtcdServer::Start(int timeout_sec) {
   // while they run.
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                   0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   pid_t pid = -1;
@@ -184,9 +183,9 @@ absl::StatusOr<int64_t> EtcdServer::CountPrefix(const std::string& prefix) const
 }
 
 absl::Status EtcdServer::Put(const std::string& key, const std::string& value) const {
-  return Post("/v3/kv/put", nlohmann::json{{"key", absl::Base64Escape(key)},
-                                           {"value", absl::Base64Escape(value)}}
-                                .dump())
+  return Post("/v3/kv/put",
+              nlohmann::json{{"key", absl::Base64Escape(key)}, {"value", absl::Base64Escape(value)}}
+                  .dump())
       .status();
 }
 
