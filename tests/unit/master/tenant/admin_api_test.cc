@@ -250,7 +250,9 @@ class AdminApiTest : public ::testing::Test {
     EXPECT_EQ(r.body.value("success", true), false) << r;
     EXPECT_EQ(r.code(), code) << r;
     EXPECT_FALSE(r.message().empty()) << r;
-    if (!mentions.empty()) EXPECT_TRUE(Has(r.message(), mentions)) << "want '" << mentions << "': " << r;
+    if (!mentions.empty()) {
+      EXPECT_TRUE(Has(r.message(), mentions)) << "want '" << mentions << "': " << r;
+    }
   }
 
   MasterOptions opts_;
