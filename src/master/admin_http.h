@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "master/admin_auth.h"
 
 namespace granary::master {
 
@@ -26,7 +27,8 @@ class AdminHttp {
       const std::string& host, uint16_t port, MasterService* service,
       tenant::TenantManager* tenants, MetricsRegistry* metrics,
       std::function<bool()> is_active,
-      std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr);
+      std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr,
+      AdminAuth auth = AdminAuth::None());
   uint16_t port() const { return http_.port(); }
 
  private:

@@ -22,6 +22,8 @@ DEFINE_bool(enable_multi_tenants, false, "Enforce per-tenant byte quota at alloc
 DEFINE_string(tenant_quota_connector_type, "file", "Where the quota policy lives: file or etcd");
 DEFINE_string(tenant_quota_connector_uri, "",
               "Policy file path (file) or etcd endpoints host:port[,host:port] (etcd)");
+DEFINE_string(admin_token_file, "",
+              "File holding a bearer token that every mutating admin endpoint requires");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 int main(int argc, char** argv) {
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
   o.enable_multi_tenants = FLAGS_enable_multi_tenants;
   o.tenant_quota_connector_type = FLAGS_tenant_quota_connector_type;
   o.tenant_quota_connector_uri = FLAGS_tenant_quota_connector_uri;
+  o.admin_token_file = FLAGS_admin_token_file;
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t set;

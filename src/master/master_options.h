@@ -18,6 +18,7 @@ struct MasterOptions {
   bool enable_multi_tenants = false;
   std::string tenant_quota_connector_type = "file";  // file | etcd
   std::string tenant_quota_connector_uri;            // file path, or etcd host:port[,...]
+  std::string admin_token_file;  // when set, mutating admin calls need this bearer token
   int64_t client_ttl_ms = 10'000;        // a session silent this long is dead
   int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
   int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get

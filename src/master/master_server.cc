@@ -48,10 +48,12 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   s->rpc_ = std::move(*rpc);
   s->rma_ = std::make_unique<transport::RmaEngine>(s->worker_.get());
   s->probe_session_ = s->service_->OpenInternalSession("_probe");
+  auto auth = AdminAuth::FromFile(options.admin_token_file);
+  if (!auth.ok()) return auth.status();
   auto http = AdminHttp::Create(options.metrics_host, options.metrics_port, s->service_.get(),
                                 s->tenants_.get(), &s->metrics_,
                                 [raw] { return raw->active_.load(); },
-                                [raw] { return raw->Probe(); });
+                                [raw] { return raw->Probe(); }, *auth);
   if (!http.ok()) return http.status();
   s->http_ = std::move(*http);
   s->ticker_ = std::thread([raw] { raw->TickLoop(); });

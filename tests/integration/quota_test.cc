@@ -230,6 +230,35 @@ TEST_F(QuotaTest, AdminApiCreatesATenantThatCanThenWrite) {
 namespace granary::testing {
 namespace {
 
+// --admin_token_file: mutating admin calls need the bearer token; reads do not.
+TEST(AdminTokenTest, MutatingCallsNeedTheBearerToken) {
+  char tmpl[] = "/tmp/granary_token_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::ofstream(dir + "/q.yaml") << "version: 1\ntenants: []\n";
+  std::ofstream(dir + "/token") << "t0ken-abc\n";
+  Cluster::Options o;
+  o.master_flags = {"--enable_multi_tenants", "--tenant_quota_connector_uri=" + dir + "/q.yaml",
+                    "--admin_token_file=" + dir + "/token"};
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  httplib::Client http("127.0.0.1", (*c)->master_http_port());
+  const char* path = "/api/v1/tenant_quotas?tenant_id=tenant-t";
+  const char* body = R"({"requested_quota_bytes": 1048576})";
+  auto res = http.Put(path, body, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401) << res->body;
+  EXPECT_NE(res->body.find("UNAUTHENTICATED"), std::string::npos);
+  res = http.Put(path, {{"Authorization", "Bearer wrong"}}, body, "application/json");
+  EXPECT_EQ(res->status, 401);
+  res = http.Delete(path);
+  EXPECT_EQ(res->status, 401);
+  res = http.Put(path, {{"Authorization", "Bearer t0ken-abc"}}, body, "application/json");
+  EXPECT_EQ(res->status, 200) << res->body;
+  res = http.Get(path);  // reads stay open
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
 // In strict mode the master refuses to start without a loadable, valid policy.
 TEST(QuotaStartupTest, MasterRefusesToStartWithAMissingOrInvalidPolicy) {
   char tmpl[] = "/tmp/granary_quota_XXXXXX";
