@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "master/admin_body.h"
 #include "master/master_service.h"
 #include "master/tenant/tenant_manager.h"
 
@@ -68,62 +69,12 @@ json Snapshot(const tenant::TenantSnapshot& s) {
   return j;
 }
 
-// Reads {"requested_quota_bytes": N, "max_entries": M?}; names the bad field.
-absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
-                            std::optional<uint64_t>* max_entries) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("body is not JSON: ", e.what()));
-  }
-  if (!j.is_object()) return absl::InvalidArgumentError("body must be a JSON object");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() != "requested_quota_bytes" && it.key() != "max_entries") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown field '", it.key(),
-                                                     "' (expected requested_quota_bytes, "
-                                                     "max_entries)"));
-    }
-  }
-  auto positive = [](const json& v, const char* name, uint64_t* out) -> absl::Status {
-    if (!v.is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be an integer, got ", v.dump()));
-    }
-    if (v.is_number_unsigned()) {
-      uint64_t u = v.get<uint64_t>();
-      if (u == 0 || u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " ", u, " is outside 1..2^63-1"));
-      }
-      *out = u;
-      return absl::OkStatus();
-    }
-    int64_t i = v.get<int64_t>();
-    if (i <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " ", i, " must be >= 1"));
-    *out = static_cast<uint64_t>(i);
-    return absl::OkStatus();
-  };
-  if (!j.contains("requested_quota_bytes")) {
-    return absl::InvalidArgumentError("requested_quota_bytes is required");
-  }
-  if (absl::Status st = positive(j["requested_quota_bytes"], "requested_quota_bytes", quota);
-      !st.ok()) {
-    return st;
-  }
-  if (j.contains("max_entries") && !j["max_entries"].is_null()) {
-    uint64_t m = 0;
-    if (absl::Status st = positive(j["max_entries"], "max_entries", &m); !st.ok()) return st;
-    *max_entries = m;
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     const std::string& host, uint16_t port, MasterService* service,
     tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
-    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe) {
+    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth) {
   std::unique_ptr<AdminHttp> h(new AdminHttp());
   httplib::Server& s = h->http_.server();
   s.Get("/health", [=](const httplib::Request& req, httplib::Response& res) {
@@ -220,6 +171,13 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
   // Tenant quota API. Every call needs the active master and multi-tenant mode.
   auto guard = [=](const httplib::Request& req, httplib::Response& res, bool needs_id,
                    std::string* id) -> bool {
+    // Mutating calls need the bearer token when one is configured.
+    if (req.method != "GET" && !auth.Allows(req.get_header_value("Authorization"))) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      SendError(res, 401, "UNAUTHENTICATED",
+                "this call needs 'Authorization: Bearer <token>' (--admin_token_file)");
+      return false;
+    }
     if (!is_active()) {
       SendError(res, 503, "NOT_ACTIVE", "this master is a standby; ask the active master");
       return false;
