@@ -137,8 +137,7 @@ absl::Status ClientImpl::RefreshSegments() {
     r->node_address = s.node_address;
     r->rkey = std::move(s.rkey);
     r->worker_address = std::move(s.worker_address);
-    r->same_host = !s.host_id.empty() && s.host_id == HostId();
-    r->host_id = s.host_id;
+    transport::SetHostInfo(r.get(), s.host_id);
     segments_[s.segment_id] = std::move(r);
   }
   return absl::OkStatus();
@@ -180,7 +179,13 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
     // Cancel by closing the endpoints (the ops then complete with an error); the buffers must
     // not be released while UCX may still write into them, so wait for that.
     for (const auto& n : nodes) rma_->ForgetNode(n);
-    f.wait();
+    // Closing the endpoints completes their requests with an error, except a request queued on
+    // a same-host endpoint whose peer died before wireup, which UCX never completes. Such a
+    // request never moves bytes (the peer is gone), so give up on it after a bounded wait.
+    if (f.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+      LOG_ERROR << "abandoning a transfer to " << nodes.front()
+                << " that UCX did not cancel (dead same-host peer)";
+    }
     return absl::DeadlineExceededError(absl::StrCat(
         "transfer did not finish within ", options_.transfer_timeout_ms, " ms"));
   }
@@ -448,6 +453,29 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     }
   }
   return out;
+}
+
+absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint64_t generation,
+                                                    uint64_t size,
+                                                    const proto::ReplicaDesc& replica) {
+  auto seg = SegmentFor(replica.segment_id);
+  if (!seg.ok()) return seg.status();
+  AllocHeader header;
+  std::string value(size, '\0');
+  transport::RmaOp hdr;
+  hdr.local = &header;
+  hdr.length = kAllocHeaderSize;
+  hdr.remote_addr = replica.address;
+  hdr.segment = *seg;
+  transport::RmaOp body = hdr;
+  body.local = value.data();
+  body.length = size;
+  body.remote_addr = replica.address + kAllocHeaderSize;
+  absl::Status st = Transfer({hdr, body});
+  if (!st.ok()) return st;
+  st = proto::CheckAllocHeader(header, generation, HashBytes(key), size);
+  if (!st.ok()) return st;
+  return value;
 }
 
 absl::StatusOr<std::string> ClientImpl::Get(absl::string_view key) {

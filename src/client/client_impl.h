@@ -75,6 +75,10 @@ class ClientImpl : public Client {
   absl::StatusOr<proto::PutStartReply> PutStart(const std::vector<std::string>& keys,
                                                 const std::vector<uint64_t>& sizes,
                                                 uint32_t flags = 0);
+  // Reads one replica as a descriptor says, without asking the master: the fenced-read check
+  // (header generation, key hash, length) applies. For tests and tools that hold a descriptor.
+  absl::StatusOr<std::string> ReadReplica(const std::string& key, uint64_t generation,
+                                          uint64_t size, const proto::ReplicaDesc& replica);
   // Any control request, with one reconnect on a broken session.
   template <typename Req, typename Rep>
   absl::StatusOr<Rep> Call(proto::MsgType type, const Req& req);

@@ -98,7 +98,7 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
     remote->node_address = seg->node_address;
     remote->rkey = seg->rkey;
     remote->worker_address = seg->worker_address;
-    remote->same_host = !seg->host_id.empty() && seg->host_id == HostId();
+    transport::SetHostInfo(remote.get(), seg->host_id);
   }
   std::string out(proto::kAllocHeaderSize + kSize, '\0'), in(out.size(), '\0');
   proto::AllocHeader h;

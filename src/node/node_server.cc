@@ -145,7 +145,7 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   src->node_address = req->source.node_address;
   src->rkey = req->source.rkey;
   src->worker_address = req->source.worker_address;
-  src->same_host = !req->source.host_id.empty() && req->source.host_id == HostId();
+  transport::SetHostInfo(src.get(), req->source.host_id);
   transport::RmaOp op;
   op.is_put = false;
   op.local = reinterpret_cast<void*>(req->dest_address);
@@ -192,7 +192,7 @@ absl::Status NodeServer::ConnectAndMount() {
     m.rkey = s.rkey;
     m.pool = options_.pool;
     m.worker_address = worker_address_;
-    m.host_id = HostId();
+    m.host_id = transport::LocalHostId();
     auto mr = master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
         proto::MsgType::kMountSegment, m, kRpcTimeout);
     if (!mr.ok()) return mr.status();

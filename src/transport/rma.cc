@@ -1,8 +1,14 @@
 #include "transport/rma.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <future>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/util.h"
 #include "common/log.h"
 
 namespace granary::transport {
@@ -44,6 +50,20 @@ void Track(Batch* b, ucs_status_ptr_t req, const char* what) {
 }
 
 }  // namespace
+
+std::string LocalHostId() { return absl::StrCat(HostId(), "/", getpid()); }
+
+void SetHostInfo(RemoteSegment* seg, const std::string& host_id) {
+  seg->host_id = host_id;
+  size_t slash = host_id.rfind('/');
+  std::string boot = slash == std::string::npos ? host_id : host_id.substr(0, slash);
+  seg->same_host = !boot.empty() && boot == HostId();
+  seg->pid = 0;
+  if (seg->same_host && slash != std::string::npos) {
+    int pid = 0;
+    if (absl::SimpleAtoi(host_id.substr(slash + 1), &pid) && pid > 0) seg->pid = pid;
+  }
+}
 
 RmaEngine::~RmaEngine() {
   worker_->Run([this] {
@@ -110,7 +130,23 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
     // +1 guards against completion while posting.
     b->remaining = 1;
     absl::flat_hash_map<Endpoint*, bool> put_eps;
+    absl::flat_hash_map<int, bool> alive;  // same-host node processes checked in this batch
     for (RmaOp& op : ops) {
+      if (op.segment->pid > 0) {
+        auto it = alive.find(op.segment->pid);
+        if (it == alive.end()) {
+          bool up = kill(op.segment->pid, 0) == 0 || errno != ESRCH;
+          it = alive.emplace(op.segment->pid, up).first;
+          if (!up) DropPeer(op.segment->node_address);
+        }
+        if (!it->second) {
+          if (b->status.ok()) {
+            b->status = absl::UnavailableError(absl::StrCat(
+                "node process ", op.segment->pid, " at ", op.segment->node_address, " is gone"));
+          }
+          continue;
+        }
+      }
       auto peer = GetPeer(*op.segment);
       absl::StatusOr<ucp_rkey_h> rkey =
           peer.ok() ? GetRkey(*peer, *op.segment) : absl::StatusOr<ucp_rkey_h>(peer.status());

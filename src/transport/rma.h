@@ -21,8 +21,16 @@ struct RemoteSegment {
   std::string rkey;          // packed remote key
   std::string worker_address;  // the node's UCX worker address
   bool same_host = false;      // connect without peer-failure handling so shm can be used
-  std::string host_id;         // the node's host id (forwarded in Fetch requests)
+  std::string host_id;         // the node's host id, "<boot id>/<pid>" (forwarded in Fetch)
+  int pid = 0;                 // the node's process id when on this host, else 0
 };
+
+// The host id a node reports: this machine's HostId() and the process id.
+std::string LocalHostId();
+// Sets same_host, pid and host_id of a segment from the host id its node reported. A same-host
+// endpoint cannot report its peer's death (no peer-failure handling on shared memory), so the
+// engine checks that pid is alive before it posts to it.
+void SetHostInfo(RemoteSegment* seg, const std::string& host_id);
 
 // One one-sided transfer between local memory and a remote segment.
 struct RmaOp {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/size.h"
 #include "common/status_macros.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace granary::master::tenant {
@@ -248,8 +250,52 @@ absl::Status ValidateTenantId(absl::string_view id) {
   return absl::OkStatus();
 }
 
+// Walks the document stream without building nodes and fails where the parser stops making
+// progress. yaml-cpp 0.7's LoadAll loops forever, growing memory, on a stray top-level flow
+// indicator (a document that is just ","): each HandleNextDocument reports a null document without
+// consuming the token. Found by fuzz/fuzz_policy.
+namespace {
+class ProgressCheck : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (started_ && mark.pos <= last_.pos) stuck_ = true;
+    started_ = true;
+    last_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  // Throws YAML::Exception like the loaders do; OK when the stream parses to its end.
+  static void Run(const std::string& yaml) {
+    std::istringstream in(yaml);
+    YAML::Parser parser(in);
+    ProgressCheck check;
+    while (parser.HandleNextDocument(check)) {
+      if (check.stuck_) {
+        throw YAML::ParserException(check.last_, "unexpected token (starts no YAML node)");
+      }
+    }
+  }
+
+ private:
+  bool started_ = false;
+  bool stuck_ = false;
+  YAML::Mark last_ = YAML::Mark::null_mark();
+};
+}  // namespace
+
 absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml) {
   try {
+    ProgressCheck::Run(std::string(yaml));
     std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml));
     if (docs.size() > 1) {
       return absl::InvalidArgumentError(

@@ -1,0 +1,162 @@
+// Writes the fuzz_frame seed corpus: real encoded frames of several request and reply types.
+// Build and run once (the output is committed under fuzz/corpus/frame):
+//   clang++ -std=c++20 -Isrc -Iinclude fuzz/make_seeds.cc src/proto/{codec,frame,messages}.cc \
+//     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format) \
+//     -o /tmp/make_seeds && /tmp/make_seeds fuzz/corpus/frame   (from the repository root)
+// run.sh does not need it; it is kept to regenerate the seeds when the wire format changes.
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/messages.h"
+
+using namespace granary::proto;  // NOLINT
+
+namespace {
+
+std::string g_dir;
+
+template <typename T>
+void Emit(const char* name, MsgType type, bool reply, const T& m) {
+  uint16_t t = static_cast<uint16_t>(type) | (reply ? kReplyBit : 0);
+  std::string frame = EncodeFrame(t, 42, m);
+  std::ofstream(g_dir + "/" + name, std::ios::binary) << frame;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  g_dir = argv[1];
+
+  HelloRequest hello;
+  hello.role = Role::kClient;
+  hello.client_id = "client-1";
+  hello.tenant_id = "tenant-a";
+  Emit("hello_req", MsgType::kHello, false, hello);
+  HelloReply hello_rep;
+  hello_rep.session_id = 7;
+  hello_rep.heartbeat_interval_ms = 1000;
+  hello_rep.master_id = "master-0";
+  Emit("hello_rep", MsgType::kHello, true, hello_rep);
+
+  Emit("heartbeat_req", MsgType::kHeartbeat, false, HeartbeatRequest{});
+
+  MountSegmentRequest mount;
+  mount.name = "seg0";
+  mount.node_id = "node-1";
+  mount.node_address = "10.0.0.1:7000";
+  mount.base = 0x7f0000000000;
+  mount.size = 1 << 20;
+  mount.tier = Tier::kGpu;
+  mount.rkey = std::string("\x01\x02\x03\x04", 4);
+  mount.pool = "tenant-a";
+  mount.worker_address = "worker";
+  mount.host_id = "boot-1";
+  Emit("mount_req", MsgType::kMountSegment, false, mount);
+  MountSegmentReply mount_rep;
+  mount_rep.segment_id = 3;
+  Emit("mount_rep", MsgType::kMountSegment, true, mount_rep);
+
+  PutStartRequest put;
+  put.entries = {{"k1", 4096}, {"kv1/3:abc/6:sha256/-/4:ab12", 65536}};
+  put.replica_num = 2;
+  Emit("putstart_req", MsgType::kPutStart, false, put);
+  PutStartReply put_rep;
+  PutStartResult r1;
+  r1.generation = 9;
+  r1.replicas = {{3, 0x1000, 4160}, {4, 0x2000, 4160}};
+  PutStartResult r2;
+  r2.status = WireStatus::From(absl::ResourceExhaustedError("quota"));
+  put_rep.results = {r1, r2};
+  Emit("putstart_rep", MsgType::kPutStart, true, put_rep);
+
+  KeyGenRequest kg;
+  kg.entries = {{"k1", 9}, {"k2", 10}};
+  Emit("putend_req", MsgType::kPutEnd, false, kg);
+  BatchStatusReply bs;
+  bs.results = {WireStatus{}, WireStatus::From(absl::NotFoundError("k2"))};
+  Emit("putend_rep", MsgType::kPutEnd, true, bs);
+
+  KeysRequest keys;
+  keys.keys = {"k1", "k2", "k3"};
+  Emit("get_req", MsgType::kGet, false, keys);
+  GetReply get_rep;
+  GetResult g;
+  g.size = 4096;
+  g.generation = 9;
+  g.lease_ms = 5000;
+  g.replicas = {{3, 0x1000, 4160}};
+  get_rep.results = {g};
+  Emit("get_rep", MsgType::kGet, true, get_rep);
+
+  ListRequest list;
+  list.prefix = "kv1/";
+  list.start_after = "kv1/3:abc";
+  list.limit = 10;
+  Emit("list_req", MsgType::kList, false, list);
+  ListReply list_rep;
+  ObjectInfo oi;
+  oi.key = "k1";
+  oi.size = 4096;
+  oi.generation = 9;
+  oi.state = 1;
+  oi.replica_count = 1;
+  oi.age_ms = 12;
+  oi.replicas = {{3, 0x1000, 4160}};
+  list_rep.objects = {oi};
+  list_rep.more = true;
+  Emit("list_rep", MsgType::kList, true, list_rep);
+
+  SegmentsReply segs;
+  SegmentInfo si;
+  si.segment_id = 3;
+  si.name = "seg0";
+  si.node_id = "node-1";
+  si.node_address = "10.0.0.1:7000";
+  si.size = 1 << 20;
+  si.used = 4160;
+  segs.segments = {si};
+  Emit("segments_rep", MsgType::kSegments, true, segs);
+
+  CopyStartRequest cs;
+  cs.entries = {{"k1", "node-2"}};
+  Emit("copystart_req", MsgType::kCopyStart, false, cs);
+  CopyStartReply cs_rep;
+  CopyStartResult cr;
+  cr.generation = 9;
+  cr.source = {3, 0x1000, 4160};
+  cr.dest = {4, 0x3000, 4160};
+  cr.dest_node_address = "10.0.0.2:7000";
+  cs_rep.results = {cr};
+  Emit("copystart_rep", MsgType::kCopyStart, true, cs_rep);
+  CopyEndRequest ce;
+  ce.entries = {{"k1", 9, 4}};
+  Emit("moveend_req", MsgType::kMoveEnd, false, ce);
+
+  FetchRequest fetch;
+  fetch.source = si;
+  fetch.source_address = 0x1000;
+  fetch.dest_address = 0x3000;
+  fetch.length = 4160;
+  Emit("fetch_req", MsgType::kFetch, false, fetch);
+
+  LookupPrefixRequest lp;
+  lp.keys = {"kv1/3:abc/6:sha256/-/1:a", "kv1/3:abc/6:sha256/-/1:b"};
+  lp.lease = true;
+  Emit("lookup_req", MsgType::kLookupPrefix, false, lp);
+  LookupPrefixReply lp_rep;
+  lp_rep.present = 1;
+  lp_rep.hints = {{4096, 9, "10.0.0.1:7000"}};
+  lp_rep.lease_ms = 5000;
+  Emit("lookup_rep", MsgType::kLookupPrefix, true, lp_rep);
+
+  Emit("unmount_status_rep", MsgType::kUnmountSegment, true,
+       StatusReply{WireStatus::From(absl::InvalidArgumentError("bad segment"))});
+  return 0;
+}
