@@ -321,5 +321,14 @@ TEST(SerializePolicyTest, SortsUnsortedInput) {
   EXPECT_EQ(policy.Find("a")->max_entries, 5u);
 }
 
+// Regression (found by fuzz_policy): yaml-cpp 0.7's LoadAll loops forever on a stray ','
+// at the top level; the parser must refuse it instead of hanging the master.
+TEST(ParsePolicyTest, StrayCommaIsRefusedNotAHang) {
+  for (const char* text : {",", "#\n , b:\n", "version: 1\n,\n"}) {
+    auto p = ParsePolicy(text);
+    EXPECT_FALSE(p.ok()) << text;
+  }
+}
+
 }  // namespace
 }  // namespace granary::master::tenant
