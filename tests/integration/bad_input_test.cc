@@ -40,9 +40,13 @@ class BadInputTest : public ::testing::Test {
     if (client_) {
       auto v = client_->Get("keep");
       EXPECT_TRUE(v.ok()) << v.status();
-      if (v.ok()) EXPECT_TRUE(*v == MakeValue("keep", 1, 65536));
+      if (v.ok()) {
+        EXPECT_TRUE(*v == MakeValue("keep", 1, 65536));
+      }
     }
-    if (cluster_) EXPECT_TRUE(cluster_->master()->Running());
+    if (cluster_) {
+      EXPECT_TRUE(cluster_->master()->Running());
+    }
     if (HasFailure() && cluster_) cluster_->DumpLogs();
     raw_.reset();
     worker_.reset();

@@ -102,7 +102,9 @@ TEST_F(FencedReadTest, NodeLossKeepsReplicatedObjectsAndCountsTheLostOnes) {
                                                              proto::KeysRequest{{"r1-0"}});
   ASSERT_TRUE(where.ok() && where->results[0].status.code == 0);
   std::string address;
-  for (const auto& seg : *c1->Segments()) {
+  auto segments = c1->Segments();
+  ASSERT_TRUE(segments.ok()) << segments.status();
+  for (const auto& seg : *segments) {
     if (seg.segment_id == where->results[0].replicas[0].segment_id) address = seg.node_address;
   }
   int victim = -1;
