@@ -190,7 +190,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
   int64_t done = 0;
   while (FLAGS_ops > 0 ? done < FLAGS_ops : granary::MonotonicUs() < end_us) {
     granary::client::ClientImpl& c = *clients[seq / batch % clients.size()];
-    for (int j = 0; j < batch; ++j) keys[j] = absl::StrCat("meta/", run, "/", t, "/", seq++);
+    for (int j = 0; j < batch; ++j) keys[j] = absl::StrCat("meta/", run, "/", t, "/", block, "/", seq++);
     int64_t t0 = granary::MonotonicUs();
     auto started = c.PutStart(keys, sizes);
     granary::proto::KeyGenRequest commit;
@@ -276,37 +276,12 @@ Record RunOne(const std::string& mode, uint64_t block) {
   std::vector<ThreadResult> results(FLAGS_threads);
   std::vector<std::thread> threads;
   std::atomic<bool> failed{false};
-  int64_t t0 = granary::MonotonicUs();
   for (int t = 0; t < FLAGS_threads; ++t) {
     threads.emplace_back(RunThread, mode, t, block, &results[t], &failed);
   }
   for (auto& th : threads) th.join();
-  Record r;
-  r.mode = mode;
-  r.block_size = block;
-  r.batch = FLAGS_batch;
-  r.threads = FLAGS_threads;
-  r.lanes = FLAGS_lanes;
-  r.transport = Transport();
-  if (failed.load()) {
-    r.errors = 1;
-    return r;
-  }
-  // Rates come from the time spent in the timed calls, per thread, summed over threads.
-  std::vector<double> lat;
-  for (auto& tr : results) {
-    double busy_us = 0;
-    for (double us : tr.batch_us) busy_us += us;
-    if (busy_us > 0) {
-      r.gbps += static_cast<double>(tr.bytes) / (busy_us * 1e3);
-      r.keys_per_s += static_cast<double>(tr.keys) / (busy_us / 1e6);
-    }
-    r.errors += tr.errors;
-    lat.insert(lat.end(), tr.batch_us.begin(), tr.batch_us.end());
-  }
-  r.p50_us = Percentile(lat, 0.5);
-  r.p99_us = Percentile(lat, 0.99);
-  (void)t0;
+  Record r = Summarize(mode, block, results);
+  if (failed.load()) r.errors = std::max<uint64_t>(r.errors, 1);
   return r;
 }
 

@@ -29,3 +29,6 @@ add_dependencies(integration_bad_input_test granary_master granary_node)
 granary_test(NAME integration_fenced_read_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/fenced_read_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_fenced_read_test granary_master granary_node)
+granary_test(NAME integration_bench_smoke_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_smoke_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_bench_smoke_test granary_master granary_node granary_bench)
