@@ -163,7 +163,16 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
                      {"generation", o.generation},
                      {"complete", o.state == 1},
                      {"replicas", o.replica_count},
-                     {"age_ms", o.age_ms}});
+                     {"age_ms", o.age_ms},
+                     {"placements", [&] {
+                        json ps = json::array();
+                        for (const auto& r : o.replicas) {
+                          ps.push_back({{"segment_id", r.segment_id},
+                                        {"offset", r.address},
+                                        {"bytes", r.length}});
+                        }
+                        return ps;
+                      }()}});
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}, {"more", list.more}});
   });

@@ -631,6 +631,9 @@ proto::ListReply MasterService::ListObjects(const std::string& tenant,
       info.state = static_cast<uint8_t>(o.state);
       info.replica_count = static_cast<uint32_t>(o.replicas.size());
       info.age_ms = static_cast<uint64_t>(std::max<int64_t>(0, now - o.created_ms));
+      for (const Placement& p : o.replicas) {
+        info.replicas.push_back(proto::ReplicaDesc{p.segment_id, p.offset, p.size});
+      }
       found.emplace_back(tk, std::move(info));
     }
   }

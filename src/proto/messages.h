@@ -173,6 +173,7 @@ struct ObjectInfo {
   uint8_t state = 0;  // 0 processing, 1 complete
   uint32_t replica_count = 0;
   uint64_t age_ms = 0;
+  // Where each replica lives: segment id, offset inside the segment (not an address), bytes.
   std::vector<ReplicaDesc> replicas;
 };
 struct ListReply {
