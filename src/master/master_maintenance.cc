@@ -111,7 +111,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
   // soft-pinned objects only when nothing else is left. Cost: O(objects) for the scan plus
   // O(tenants) per victim; rounds are rare (they free eviction_ratio of capacity).
   struct Candidate {
-    int64_t last_access;
+    uint64_t last_access;
     uint64_t bytes;
     uint32_t shard;
     std::string key;
@@ -136,7 +136,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
       const uint64_t b = PlacedBytes(o.replicas);
       ts.bytes += b;
       if (o.pin == kPinHard || (o.lease_count > 0 && o.lease_until_ms > now)) continue;
-      ts.cands[o.pin == kPinSoft ? 1 : 0].push_back(Candidate{o.last_access_ms, b, s, tk});
+      ts.cands[o.pin == kPinSoft ? 1 : 0].push_back(Candidate{o.last_access, b, s, tk});
     }
   }
   for (auto& [name, ts] : tenants) {
@@ -192,7 +192,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
         auto it = sh.objects.find(c.key);
         // Re-check: it may have been read, leased or replaced since the scan.
         if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
-            it->second.last_access_ms != c.last_access ||
+            it->second.last_access != c.last_access ||
             (it->second.lease_count > 0 && it->second.lease_until_ms > now)) {
           continue;
         }

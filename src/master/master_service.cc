@@ -376,7 +376,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
         o.generation = gen;
         o.writer = sid;
         o.created_ms = now;
-        o.last_access_ms = now;
+        o.last_access = NextAccess();
         o.replicas = *placed;
         o.pin = (req.flags & kPutFlagHardPin) ? kPinHard
                 : (req.flags & kPutFlagSoftPin) ? kPinSoft
@@ -426,7 +426,6 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
   proto::BatchStatusReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.entries.size());
-  const int64_t now = clock_->NowMs();
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     c_.put_end->Inc();
@@ -444,7 +443,7 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
                                               "its node was lost)"));
       } else if (it->second.state == ObjectState::kProcessing) {
         it->second.state = ObjectState::kComplete;
-        it->second.last_access_ms = now;
+        it->second.last_access = NextAccess();
         writer = it->second.writer;
         // Commit what is still placed (a replica lost meanwhile was refunded already).
         ledger_.Commit(tenant, PlacedBytes(it->second.replicas));
@@ -517,7 +516,7 @@ proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req)
         continue;
       }
       Object& o = it->second;
-      o.last_access_ms = now;
+      o.last_access = NextAccess();
       if (o.lease_until_ms <= now) o.lease_count = 0;  // stale leases have run out
       ++o.lease_count;
       o.lease_until_ms = now + options_.kv_lease_ttl_ms;
@@ -665,7 +664,7 @@ proto::LookupPrefixReply MasterService::LookupPrefix(SessionId sid,
         break;  // the prefix ends at the first missing block
       }
       Object& o = it->second;
-      o.last_access_ms = now;
+      o.last_access = NextAccess();
       if (req.lease) {
         if (o.lease_until_ms <= now) o.lease_count = 0;
         ++o.lease_count;

@@ -38,7 +38,7 @@ struct Object {
   uint8_t pin = 0;  // kPinNone, kPinSoft (evicted last), kPinHard (never evicted)
   SessionId writer = 0;
   int64_t created_ms = 0;
-  int64_t last_access_ms = 0;
+  uint64_t last_access = 0;  // an ordinal from the access clock: strict LRU order, no ties
   int64_t lease_until_ms = 0;
   Placements replicas;
 };
@@ -164,6 +164,9 @@ class MasterService {
   TimerWheel deadlines_;
   std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> next_generation_;
+  // Orders accesses for LRU; a millisecond clock would tie accesses within one millisecond.
+  std::atomic<uint64_t> access_clock_{0};
+  uint64_t NextAccess() { return access_clock_.fetch_add(1, std::memory_order_relaxed) + 1; }
   std::string master_id_;
 
   mutable absl::Mutex sessions_mu_;
