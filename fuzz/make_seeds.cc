@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   hello.role = Role::kClient;
   hello.client_id = "client-1";
   hello.tenant_id = "tenant-a";
+  hello.token = "tenant-a-token";
   Emit("hello_req", MsgType::kHello, false, hello);
   HelloReply hello_rep;
   hello_rep.session_id = 7;

@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates
   libucx-dev ucx-utils libibverbs-dev rdma-core
-  libabsl-dev libgflags-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
+  libabsl-dev libgflags-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev
   etcd-server etcd-client

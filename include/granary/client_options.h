@@ -16,6 +16,11 @@ struct ClientOptions {
   std::string master_server_address = "127.0.0.1:50051";
   // The tenant every key of this client belongs to (`tenant_id`, GRANARY_TENANT_ID).
   std::string tenant_id = "default";
+  // The tenant's client credential (`tenant_token`, GRANARY_TENANT_TOKEN), at most 256 bytes;
+  // empty = none. Sent at hello; a master that holds a hash for the tenant (policy
+  // `token_sha256` or --tenant_tokens_file) refuses the session unless sha256(token) matches.
+  // A secret: never logged. It crosses the control connection in clear (docs/security.md).
+  std::string tenant_token;
   // Reserved for multi-NIC placement: this host's name as nodes see it (`local_hostname`).
   std::string local_hostname;
   // "ucx" (the only data plane); UCX_TLS picks the transports (`protocol`).

@@ -15,6 +15,7 @@
 
 #include <gflags/gflags.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
@@ -26,6 +27,9 @@ DEFINE_string(master, "", "Master address host:port (default: config file, GRANA
                           "or 127.0.0.1:50051)");
 DEFINE_string(tenant_id, "", "Tenant to act as (default: config file, GRANARY_TENANT_ID, or "
                              "'default')");
+DEFINE_string(tenant_token_file, "",
+              "File holding the tenant's client token (default: config file tenant_token, or "
+              "GRANARY_TENANT_TOKEN). A file, not a flag value, so the token stays out of ps");
 DEFINE_string(config, "", "Client JSON config file (default: GRANARY_CONFIG_PATH)");
 DEFINE_int32(replica_num, 0, "Replicas for put (default: config, or 1)");
 DEFINE_uint32(limit, 1000, "Most keys ls prints");
@@ -41,7 +45,8 @@ namespace {
 constexpr int kOk = 0, kRefused = 1, kUsage = 2;
 
 const char* kUsageText =
-    "granary [--master=HOST:PORT] [--tenant_id=T] [--config=FILE] COMMAND ...\n"
+    "granary [--master=HOST:PORT] [--tenant_id=T] [--tenant_token_file=FILE] [--config=FILE] "
+    "COMMAND ...\n"
     "  put KEY [FILE|-]    store FILE (or stdin) under KEY\n"
     "  get KEY [FILE|-]    write KEY's value to FILE (or stdout)\n"
     "  rm KEY...           remove keys\n"
@@ -116,6 +121,17 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
   if (!o.ok()) return o;
   if (!FLAGS_master.empty()) o->master_server_address = FLAGS_master;
   if (!FLAGS_tenant_id.empty()) o->tenant_id = FLAGS_tenant_id;
+  if (!FLAGS_tenant_token_file.empty()) {
+    auto token = ReadAll(FLAGS_tenant_token_file);
+    if (!token.ok()) return token.status();
+    // Like --admin_token_file on the master: surrounding whitespace (the final newline) is
+    // not part of the token.
+    o->tenant_token = std::string(absl::StripAsciiWhitespace(*token));
+    if (o->tenant_token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tenant_token_file '", FLAGS_tenant_token_file, "' is empty"));
+    }
+  }
   if (FLAGS_replica_num != 0) o->replica_num = FLAGS_replica_num;
   absl::Status st = o->Validate();
   if (!st.ok()) return st;

@@ -49,21 +49,21 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
 
 ClientImpl::~ClientImpl() {
   {
-    absl::MutexLock lock(&hb_mu_);
+    granary::MutexLock lock(&hb_mu_);
     stopping_ = true;
   }
   if (heartbeat_.joinable()) heartbeat_.join();
   {
-    absl::MutexLock lock(&master_mu_);
+    granary::MutexLock lock(&master_mu_);
     master_.reset();
   }
   {
-    absl::MutexLock lock(&nodes_mu_);
+    granary::MutexLock lock(&nodes_mu_);
     node_clients_.clear();
   }
   rma_.reset();
   {
-    absl::MutexLock lock(&reg_mu_);
+    granary::MutexLock lock(&reg_mu_);
     registered_.clear();
   }
   worker_.reset();
@@ -71,7 +71,7 @@ ClientImpl::~ClientImpl() {
 }
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::Master() {
-  absl::MutexLock lock(&master_mu_);
+  granary::MutexLock lock(&master_mu_);
   if (master_ && !master_->broken()) return master_;
   master_.reset();
   auto rc = transport::RpcClient::Create(worker_.get(), options_.master_server_address);
@@ -81,6 +81,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::Master() {
   hello.role = proto::Role::kClient;
   hello.client_id = RandomId();
   hello.tenant_id = options_.tenant_id;
+  hello.token = options_.tenant_token;
   auto rep = m->Invoke<proto::HelloRequest, proto::HelloReply>(
       proto::MsgType::kHello, hello, absl::Milliseconds(options_.rpc_timeout_ms));
   if (!rep.ok()) {
@@ -95,7 +96,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::Master() {
   if (master_id_ != rep->master_id) {
     // A different master (a restart or failover): segment descriptors may have changed.
     master_id_ = rep->master_id;
-    absl::MutexLock seg_lock(&seg_mu_);
+    granary::MutexLock seg_lock(&seg_mu_);
     segments_.clear();
   }
   master_ = m;
@@ -107,12 +108,12 @@ void ClientImpl::HeartbeatLoop() {
     uint32_t interval;
     std::shared_ptr<transport::RpcClient> m;
     {
-      absl::MutexLock lock(&master_mu_);
+      granary::MutexLock lock(&master_mu_);
       interval = heartbeat_ms_;
       m = master_;
     }
     {
-      absl::MutexLock lock(&hb_mu_);
+      granary::MutexLock lock(&hb_mu_);
       if (hb_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval))) {
         return;
       }
@@ -129,7 +130,7 @@ absl::Status ClientImpl::RefreshSegments() {
   auto rep = Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments,
                                                                 proto::SegmentsRequest{});
   if (!rep.ok()) return rep.status();
-  absl::MutexLock lock(&seg_mu_);
+  granary::MutexLock lock(&seg_mu_);
   segments_.clear();
   for (auto& s : rep->segments) {
     auto r = std::make_shared<transport::RemoteSegment>();
@@ -147,7 +148,7 @@ absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> ClientImpl::Segm
     uint64_t id) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     {
-      absl::MutexLock lock(&seg_mu_);
+      granary::MutexLock lock(&seg_mu_);
       auto it = segments_.find(id);
       if (it != segments_.end()) return it->second;
     }
@@ -160,7 +161,7 @@ absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> ClientImpl::Segm
 }
 
 ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
-  absl::MutexLock lock(&reg_mu_);
+  granary::MutexLock lock(&reg_mu_);
   auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
   if (it == registered_.begin()) return nullptr;
   --it;
@@ -565,7 +566,7 @@ absl::Status ClientImpl::Remove(absl::string_view key) {
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
     const std::string& address) {
-  absl::MutexLock lock(&nodes_mu_);
+  granary::MutexLock lock(&nodes_mu_);
   auto it = node_clients_.find(address);
   if (it != node_clients_.end() && !it->second->broken()) return it->second;
   auto rc = transport::RpcClient::Create(worker_.get(), address);
@@ -622,7 +623,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
 absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
   auto r = transport::MemoryRegion::Create(ctx_.get(), data, size);
   if (!r.ok()) return r.status();
-  absl::MutexLock lock(&reg_mu_);
+  granary::MutexLock lock(&reg_mu_);
   auto key = reinterpret_cast<uintptr_t>(data);
   if (registered_.contains(key)) {
     return absl::AlreadyExistsError(absl::StrCat("buffer at 0x", absl::Hex(key),
@@ -633,7 +634,7 @@ absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
 }
 
 absl::Status ClientImpl::UnregisterBuffer(void* data) {
-  absl::MutexLock lock(&reg_mu_);
+  granary::MutexLock lock(&reg_mu_);
   auto key = reinterpret_cast<uintptr_t>(data);
   if (registered_.erase(key) == 0) {
     return absl::NotFoundError(absl::StrCat("buffer at 0x", absl::Hex(key),

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "granary/client.h"
@@ -107,24 +107,24 @@ class ClientImpl : public Client {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RmaEngine> rma_;
 
-  absl::Mutex master_mu_;
+  granary::Mutex master_mu_;
   std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(master_mu_);
   uint32_t heartbeat_ms_ ABSL_GUARDED_BY(master_mu_) = 1000;
   std::string master_id_ ABSL_GUARDED_BY(master_mu_);
 
-  absl::Mutex seg_mu_;
+  granary::Mutex seg_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_
       ABSL_GUARDED_BY(seg_mu_);
 
-  absl::Mutex nodes_mu_;  // control connections to nodes (Fetch)
+  granary::Mutex nodes_mu_;  // control connections to nodes (Fetch)
   absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> node_clients_
       ABSL_GUARDED_BY(nodes_mu_);
 
-  absl::Mutex reg_mu_;
+  granary::Mutex reg_mu_;
   std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_
       ABSL_GUARDED_BY(reg_mu_);
 
-  absl::Mutex hb_mu_;
+  granary::Mutex hb_mu_;
   bool stopping_ ABSL_GUARDED_BY(hb_mu_) = false;
   std::thread heartbeat_;
 };

@@ -11,6 +11,7 @@
 #include "common/size.h"
 #include "common/util.h"
 #include "granary/client_options.h"
+#include "proto/messages.h"
 
 namespace granary {
 
@@ -73,6 +74,14 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
     } else if (k == "tenant_id") {
       auto s = StringField(v, "tenant_id");
       if (s.ok()) o.tenant_id = *s; else st = s.status();
+    } else if (k == "tenant_token") {
+      // A wrong type is named without its value: the value is a secret.
+      if (v.is_string()) {
+        o.tenant_token = v.get<std::string>();
+      } else {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("tenant_token must be a string, got a JSON ", v.type_name()));
+      }
     } else if (k == "local_hostname") {
       auto s = StringField(v, "local_hostname");
       if (s.ok()) o.local_hostname = *s; else st = s.status();
@@ -125,6 +134,7 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   };
   if (auto v = env("GRANARY_MASTER")) o.master_server_address = v;
   if (auto v = env("GRANARY_TENANT_ID")) o.tenant_id = v;
+  if (auto v = env("GRANARY_TENANT_TOKEN")) o.tenant_token = v;
   if (auto v = env("GRANARY_LOCAL_HOSTNAME")) o.local_hostname = v;
   if (auto v = env("GRANARY_PROTOCOL")) o.protocol = v;
   if (auto v = env("GRANARY_DEVICE_NAME")) o.device_name = v;
@@ -172,6 +182,11 @@ absl::Status ClientOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("get_retries ", get_retries, " is negative"));
   }
   if (tenant_id.empty()) return absl::InvalidArgumentError("tenant_id must not be empty");
+  if (tenant_token.size() > proto::kMaxTokenBytes) {
+    // Its length, never its content.
+    return absl::InvalidArgumentError(absl::StrCat("tenant_token is ", tenant_token.size(),
+                                                   " bytes, limit ", proto::kMaxTokenBytes));
+  }
   return absl::OkStatus();
 }
 

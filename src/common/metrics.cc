@@ -63,7 +63,7 @@ void MetricsWriter::Gauge(absl::string_view name, absl::string_view help,
 
 MetricCounter* MetricsRegistry::Counter(absl::string_view name, absl::string_view help,
                                         const MetricLabels& labels) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   std::string id = absl::StrCat(name, LabelText(labels));
   Entry& e = entries_[id];
   if (!e.counter) {
@@ -77,7 +77,7 @@ MetricCounter* MetricsRegistry::Counter(absl::string_view name, absl::string_vie
 
 MetricGauge* MetricsRegistry::Gauge(absl::string_view name, absl::string_view help,
                                     const MetricLabels& labels) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   std::string id = absl::StrCat(name, LabelText(labels));
   Entry& e = entries_[id];
   if (!e.gauge) {
@@ -90,7 +90,7 @@ MetricGauge* MetricsRegistry::Gauge(absl::string_view name, absl::string_view he
 }
 
 void MetricsRegistry::AddCollector(std::function<void(MetricsWriter&)> collector) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
@@ -98,7 +98,7 @@ std::string MetricsRegistry::Render() const {
   MetricsWriter w;
   std::vector<std::function<void(MetricsWriter&)>> collectors;
   {
-    absl::MutexLock lock(&mu_);
+    granary::MutexLock lock(&mu_);
     for (const auto& [id, e] : entries_) {
       if (e.counter) w.Counter(e.name, e.help, e.labels, static_cast<double>(e.counter->value()));
       if (e.gauge) w.Gauge(e.name, e.help, e.labels, e.gauge->value());

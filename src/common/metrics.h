@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace granary {
 
@@ -79,7 +79,7 @@ class MetricsRegistry {
     std::unique_ptr<MetricCounter> counter;
     std::unique_ptr<MetricGauge> gauge;
   };
-  mutable absl::Mutex mu_;
+  mutable granary::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(MetricsWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);
 };

@@ -55,7 +55,9 @@ void SendStatus(httplib::Response& res, const absl::Status& st) {
   SendError(res, http, code, msg);
 }
 
-json Snapshot(const tenant::TenantSnapshot& s) {
+// has_token: whether the tenant's clients must present a token. The hash itself is never
+// shown.
+json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
   json j = {{"tenant_id", s.tenant_id},
             {"requested_quota_bytes", s.requested_quota_bytes},
             {"effective_quota_bytes", s.effective_quota_bytes},
@@ -64,7 +66,8 @@ json Snapshot(const tenant::TenantSnapshot& s) {
             {"entries", s.entries},
             {"admission_closed", s.admission_closed},
             {"over_quota", s.over_quota},
-            {"has_explicit_policy", s.has_explicit_policy}};
+            {"has_explicit_policy", s.has_explicit_policy},
+            {"has_token", has_token}};
   j["max_entries"] = s.max_entries.has_value() ? json(*s.max_entries) : json(nullptr);
   return j;
 }
@@ -215,7 +218,9 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     tenant::QuotaLedger* ledger = service->ledger();
     if (!req.has_param("tenant_id")) {
       json arr = json::array();
-      for (const auto& snap : ledger->SnapshotAll()) arr.push_back(Snapshot(snap));
+      for (const auto& snap : ledger->SnapshotAll()) {
+        arr.push_back(Snapshot(snap, service->TenantHasToken(snap.tenant_id)));
+      }
       SendJson(res, 200, {{"success", true}, {"data", arr}});
       return;
     }
@@ -224,7 +229,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
       SendError(res, 404, "TENANT_NOT_FOUND", absl::StrCat("tenant '", id, "' is not known"));
       return;
     }
-    SendJson(res, 200, {{"success", true}, {"data", Snapshot(*snap)}});
+    SendJson(res, 200, {{"success", true}, {"data", Snapshot(*snap, service->TenantHasToken(id))}});
   });
   s.Put("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
     std::string id;
@@ -238,7 +243,9 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
       return;
     }
     auto snap = service->ledger()->Snapshot(id);
-    SendJson(res, 200, {{"success", true}, {"data", snap ? Snapshot(*snap) : json(nullptr)}});
+    SendJson(res, 200,
+             {{"success", true},
+              {"data", snap ? Snapshot(*snap, service->TenantHasToken(id)) : json(nullptr)}});
   });
   s.Delete("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
     std::string id;

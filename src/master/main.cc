@@ -24,6 +24,11 @@ DEFINE_string(tenant_quota_connector_uri, "",
               "Policy file path (file) or etcd endpoints host:port[,host:port] (etcd)");
 DEFINE_string(admin_token_file, "",
               "File holding a bearer token that every mutating admin endpoint requires");
+DEFINE_string(tenant_tokens_file, "",
+              "File of '<tenant> <sha256hex>' lines: a client hello for such a tenant must carry "
+              "a token whose SHA-256 matches (overrides the policy's token_sha256)");
+DEFINE_bool(require_tenant_tokens, false,
+            "Refuse a client hello for a tenant that has no token hash (file or policy)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 int main(int argc, char** argv) {
@@ -55,6 +60,8 @@ int main(int argc, char** argv) {
   o.tenant_quota_connector_type = FLAGS_tenant_quota_connector_type;
   o.tenant_quota_connector_uri = FLAGS_tenant_quota_connector_uri;
   o.admin_token_file = FLAGS_admin_token_file;
+  o.tenant_tokens_file = FLAGS_tenant_tokens_file;
+  o.require_tenant_tokens = FLAGS_require_tenant_tokens;
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t set;

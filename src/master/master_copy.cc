@@ -32,14 +32,14 @@ proto::CopyStartReply MasterService::CopyStart(SessionId sid, const proto::CopyS
     Placements replicas;
     uint64_t size = 0;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
         fail(absl::NotFoundError(absl::StrCat("key '", e.key, "' not found")));
         continue;
       }
       {
-        absl::MutexLock copies(&copies_mu_);
+        granary::MutexLock copies(&copies_mu_);
         if (copies_.contains(tk)) {
           fail(absl::FailedPreconditionError(
               absl::StrCat("key '", e.key, "' already has a copy or move in progress")));
@@ -55,7 +55,7 @@ proto::CopyStartReply MasterService::CopyStart(SessionId sid, const proto::CopyS
       size = o.size;
     }
     auto release_lease = [&] {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it != sh.objects.end() && it->second.lease_count > 0) --it->second.lease_count;
     };
@@ -77,7 +77,7 @@ proto::CopyStartReply MasterService::CopyStart(SessionId sid, const proto::CopyS
     pc.move = move;
     pc.session = sid;
     {
-      absl::MutexLock copies(&copies_mu_);
+      granary::MutexLock copies(&copies_mu_);
       copies_[tk] = pc;
     }
     deadlines_.Add(deadline, std::string(1, kCopyDeadlineTag) + tk, pc.generation);
@@ -100,7 +100,7 @@ proto::CopyStartReply MasterService::CopyStart(SessionId sid, const proto::CopyS
 bool MasterService::AbortCopy(const std::string& tk, uint64_t generation, const char* why) {
   PendingCopy pc;
   {
-    absl::MutexLock copies(&copies_mu_);
+    granary::MutexLock copies(&copies_mu_);
     auto it = copies_.find(tk);
     if (it == copies_.end() || it->second.generation != generation) return false;
     pc = it->second;
@@ -109,7 +109,7 @@ bool MasterService::AbortCopy(const std::string& tk, uint64_t generation, const 
   segments_.Free(pc.dest);
   ledger_.Refund(TenantOfKey(tk), pc.dest.size);
   Shard& sh = ShardOf(tk);
-  absl::MutexLock lock(&sh.mu);
+  granary::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
   if (it != sh.objects.end() && it->second.lease_count > 0) --it->second.lease_count;
   LOG_DEBUG << "copy aborted (" << why << ")";
@@ -119,7 +119,7 @@ bool MasterService::AbortCopy(const std::string& tk, uint64_t generation, const 
 void MasterService::AbortCopiesOf(SessionId sid) {
   std::vector<std::pair<std::string, uint64_t>> mine;
   {
-    absl::MutexLock copies(&copies_mu_);
+    granary::MutexLock copies(&copies_mu_);
     for (const auto& [tk, pc] : copies_) {
       if (pc.session == sid) mine.emplace_back(tk, pc.generation);
     }
@@ -142,7 +142,7 @@ proto::BatchStatusReply MasterService::CopyEnd(SessionId sid, const proto::CopyE
     std::string tk = TableKey(tenant, e.key);
     PendingCopy pc;
     {
-      absl::MutexLock copies(&copies_mu_);
+      granary::MutexLock copies(&copies_mu_);
       auto it = copies_.find(tk);
       if (it == copies_.end() || it->second.generation != e.generation ||
           it->second.dest.segment_id != e.dest_segment_id || it->second.move != move) {
@@ -157,7 +157,7 @@ proto::BatchStatusReply MasterService::CopyEnd(SessionId sid, const proto::CopyE
     Shard& sh = ShardOf(tk);
     bool done = false, source_freed = false;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it != sh.objects.end() && segments_.Find(pc.dest.segment_id).has_value()) {
         Object& o = it->second;

@@ -53,7 +53,7 @@ void MasterService::DropSegments(const std::vector<uint64_t>& ids) {
   for (uint64_t id : ids) segments_.Unmount(id);
   uint64_t lost = 0;
   for (Shard& sh : shards_) {
-    absl::MutexLock lock(&sh.mu);
+    granary::MutexLock lock(&sh.mu);
     for (auto it = sh.objects.begin(); it != sh.objects.end();) {
       Object& o = it->second;
       Placements& r = o.replicas;
@@ -100,7 +100,7 @@ void MasterService::EnforceMaxEntries(const std::string& tenant) {
 
 uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
                                      const std::string* only_tenant, uint64_t max_objects) {
-  absl::MutexLock evict_lock(&evict_mu_);
+  granary::MutexLock evict_lock(&evict_mu_);
   const int64_t now = clock_->NowMs();
   // One scan gathers every evictable object (complete, unleased, not hard-pinned) per tenant,
   // oldest access first, and every tenant's bytes. Then victims are taken one at a time, in
@@ -124,7 +124,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
   };
   absl::flat_hash_map<std::string, TenantState> tenants;
   for (uint32_t s = 0; s < kShards; ++s) {
-    absl::MutexLock lock(&shards_[s].mu);
+    granary::MutexLock lock(&shards_[s].mu);
     for (const auto& [tk, o] : shards_[s].objects) {
       if (o.state != ObjectState::kComplete) continue;
       if (only_tenant != nullptr &&
@@ -188,7 +188,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
       Placements ps;
       {
         Shard& sh = shards_[c.shard];
-        absl::MutexLock lock(&sh.mu);
+        granary::MutexLock lock(&sh.mu);
         auto it = sh.objects.find(c.key);
         // Re-check: it may have been read, leased or replaced since the scan.
         if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
@@ -234,7 +234,7 @@ std::vector<SessionId> MasterService::Tick() {
   }
   std::vector<SessionId> dead;
   {
-    absl::MutexLock lock(&sessions_mu_);
+    granary::MutexLock lock(&sessions_mu_);
     for (const auto& [sid, s] : sessions_) {
       if (!s.internal && now - s.last_seen_ms > options_.client_ttl_ms) dead.push_back(sid);
     }
@@ -256,7 +256,7 @@ std::vector<SessionId> MasterService::Tick() {
 MasterService::Stats MasterService::GetStats() const {
   Stats s;
   for (const Shard& sh : shards_) {
-    absl::MutexLock lock(&sh.mu);
+    granary::MutexLock lock(&sh.mu);
     s.objects += sh.objects.size();
     for (const auto& [k, o] : sh.objects) s.processing += o.state == ObjectState::kProcessing;
   }
@@ -265,7 +265,7 @@ MasterService::Stats MasterService::GetStats() const {
   s.used = t.used;
   s.segments = t.segments;
   {
-    absl::MutexLock lock(&sessions_mu_);
+    granary::MutexLock lock(&sessions_mu_);
     s.sessions = sessions_.size();
   }
   s.pending_deadlines = deadlines_.size();

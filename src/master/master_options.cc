@@ -27,6 +27,12 @@ absl::Status MasterOptions::Validate() const {
     return bad("--enable_multi_tenants needs --tenant_quota_connector_uri (a policy file path, or "
                "etcd host:port)");
   }
+  if (require_tenant_tokens && tenant_tokens_file.empty() && !enable_multi_tenants) {
+    return bad(
+        "--require_tenant_tokens needs token hashes: give --tenant_tokens_file, or "
+        "--enable_multi_tenants with token_sha256 in the policy (else no client could "
+        "connect)");
+  }
   if (tick_ms <= 0) return bad("tick must be positive, got ", tick_ms);
   return absl::OkStatus();
 }

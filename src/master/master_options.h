@@ -19,6 +19,11 @@ struct MasterOptions {
   std::string tenant_quota_connector_type = "file";  // file | etcd
   std::string tenant_quota_connector_uri;            // file path, or etcd host:port[,...]
   std::string admin_token_file;  // when set, mutating admin calls need this bearer token
+  // Client credentials checked at hello (docs/security.md). A file of `<tenant> <sha256hex>`
+  // lines; an entry overrides the policy's token_sha256 for that tenant. Read once at start.
+  std::string tenant_tokens_file;
+  // When true, a client hello for a tenant with no expected token hash is refused.
+  bool require_tenant_tokens = false;
   int64_t client_ttl_ms = 10'000;        // a session silent this long is dead
   int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
   int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get

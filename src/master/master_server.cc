@@ -21,6 +21,13 @@ absl::StatusOr<Req> Body(const proto::FrameView& f) {
 absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterOptions& options) {
   absl::Status st = options.Validate();
   if (!st.ok()) return st;
+  // Read once, at start: a bad line stops the master here, naming the file and the line.
+  auto token_file = tenant::LoadTokensFile(options.tenant_tokens_file);
+  if (!token_file.ok()) return token_file.status();
+  if (!options.tenant_tokens_file.empty()) {
+    LOG_INFO << "tenant tokens: " << token_file->size() << " tenant(s) from "
+             << options.tenant_tokens_file;
+  }
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->options_ = options;
   s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
@@ -29,6 +36,10 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
                                                [svc] { return svc->capacity(); });
   if (!tenants.ok()) return tenants.status();
   s->tenants_ = std::move(*tenants);
+  // Client credentials: the tokens file's hashes over the live policy. Installed before the
+  // listener starts; the manager outlives every Hello (rpc_ goes first).
+  svc->SetTokenCheck(
+      s->tenants_->MakeTokenCheck(std::move(*token_file), options.require_tenant_tokens));
   s->bad_requests_ = s->metrics_.Counter("granary_master_bad_requests_total",
                                          "Requests refused as malformed or unknown");
   auto ctx = transport::Context::Create("granary_master");
@@ -79,7 +90,7 @@ void MasterServer::Shutdown() {
 }
 
 absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
-  absl::MutexLock lock(&probe_mu_);
+  granary::MutexLock lock(&probe_mu_);
   constexpr uint64_t kSize = 4096;
   const std::string key = absl::StrCat("_probe/", ++probe_seq_);
   const int64_t t0 = MonotonicUs();

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "common/mutex.h"
 #include "common/metrics.h"
 #include "master/admin_http.h"
 #include "master/master_options.h"
@@ -54,13 +54,13 @@ class MasterServer {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> rpc_;
   std::unique_ptr<transport::RmaEngine> rma_;  // for Probe
-  absl::Mutex probe_mu_;                       // one probe at a time
+  granary::Mutex probe_mu_;                       // one probe at a time
   SessionId probe_session_ = 0;
   uint64_t probe_seq_ ABSL_GUARDED_BY(probe_mu_) = 0;
   std::unique_ptr<AdminHttp> http_;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
-  absl::Notification stopped_;
+  granary::Notification stopped_;
   MetricCounter* bad_requests_ = nullptr;
 };
 

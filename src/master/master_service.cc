@@ -34,6 +34,7 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
       clock_(clock),
       metrics_(metrics),
       ledger_(options.enable_multi_tenants),
+      token_check_({}, options.require_tenant_tokens, nullptr),
       deadlines_(options.tick_ms),
       master_id_(RandomId()) {
   // Generations are unique across master restarts: wall-clock milliseconds in the high bits.
@@ -61,6 +62,10 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
                                 "Sessions declared dead after client_ttl without a heartbeat");
   c_.alloc_failures = counter("granary_master_allocation_failures_total",
                               "PutStart entries refused for lack of space");
+  c_.hello_rejects_token = counter("granary_master_hello_rejects_total",
+                                   "Client hellos refused, by reason (token: missing or wrong "
+                                   "tenant token)",
+                                   {{"reason", "token"}});
   metrics_->AddCollector([this](MetricsWriter& w) {
     Stats s = GetStats();
     w.Gauge("granary_master_objects", "Objects in the table", {}, s.objects);
@@ -119,7 +124,7 @@ const MasterService::Shard& MasterService::ShardOf(const std::string& table_key)
 }
 
 absl::StatusOr<std::string> MasterService::TenantOf(SessionId sid, bool touch) {
-  absl::MutexLock lock(&sessions_mu_);
+  granary::MutexLock lock(&sessions_mu_);
   auto it = sessions_.find(sid);
   if (it == sessions_.end()) {
     return absl::FailedPreconditionError("no session: send Hello first");
@@ -156,8 +161,17 @@ proto::HelloReply MasterService::Hello(SessionId sid, const proto::HelloRequest&
       rep.status = Err(st);
       return rep;
     }
+    // Names the tenant, never the token (nor its hash).
+    st = token_check_.Check(req.tenant_id, req.token);
+    if (!st.ok()) {
+      c_.hello_rejects_token->Inc();
+      LOG_WARN << "session " << sid << " hello refused: " << st.message() << " (client "
+               << req.client_id << ")";
+      rep.status = Err(st);
+      return rep;
+    }
   }
-  absl::MutexLock lock(&sessions_mu_);
+  granary::MutexLock lock(&sessions_mu_);
   if (sessions_.contains(sid)) {
     rep.status = Err(absl::FailedPreconditionError("session already said Hello"));
     return rep;
@@ -177,7 +191,7 @@ proto::HelloReply MasterService::Hello(SessionId sid, const proto::HelloRequest&
 
 proto::HeartbeatReply MasterService::Heartbeat(SessionId sid) {
   proto::HeartbeatReply rep;
-  absl::MutexLock lock(&sessions_mu_);
+  granary::MutexLock lock(&sessions_mu_);
   auto it = sessions_.find(sid);
   if (it == sessions_.end()) {
     rep.status = Err(absl::FailedPreconditionError("no session: send Hello first"));
@@ -191,7 +205,7 @@ SessionId MasterService::OpenInternalSession(const std::string& reserved_tenant)
   GRANARY_CHECK(tenant::QuotaLedger::IsReserved(reserved_tenant)) << reserved_tenant;
   static std::atomic<SessionId> next{1ull << 62};  // far from the adapter's connection ids
   SessionId sid = next.fetch_add(1);
-  absl::MutexLock lock(&sessions_mu_);
+  granary::MutexLock lock(&sessions_mu_);
   Session& s = sessions_[sid];
   s.role = proto::Role::kClient;
   s.tenant = reserved_tenant;
@@ -205,7 +219,7 @@ void MasterService::SessionClosed(SessionId sid) {
   AbortCopiesOf(sid);
   Session s;
   {
-    absl::MutexLock lock(&sessions_mu_);
+    granary::MutexLock lock(&sessions_mu_);
     auto it = sessions_.find(sid);
     if (it == sessions_.end()) return;
     s = std::move(it->second);
@@ -216,7 +230,7 @@ void MasterService::SessionClosed(SessionId sid) {
     Shard& sh = ShardOf(k);
     Placements freed;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(k);
       if (it == sh.objects.end() || it->second.state != ObjectState::kProcessing ||
           it->second.writer != sid) {
@@ -247,7 +261,7 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
                                                      const proto::MountSegmentRequest& req) {
   proto::MountSegmentReply rep;
   {
-    absl::MutexLock lock(&sessions_mu_);
+    granary::MutexLock lock(&sessions_mu_);
     auto it = sessions_.find(sid);
     if (it == sessions_.end() || it->second.role != proto::Role::kNode) {
       rep.status = Err(absl::FailedPreconditionError("MountSegment needs a node session"));
@@ -340,7 +354,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
     std::string tk = TableKey(tenant, e.key);
     Shard& sh = ShardOf(tk);
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it != sh.objects.end()) {
         res.status = Err(absl::AlreadyExistsError(
@@ -368,7 +382,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
     uint64_t gen = next_generation_.fetch_add(1);
     bool inserted = false;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto [it, fresh] = sh.objects.try_emplace(tk);
       if (fresh) {
         Object& o = it->second;
@@ -396,7 +410,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
     started.push_back(std::move(tk));
   }
   if (!started.empty()) {
-    absl::MutexLock lock(&sessions_mu_);
+    granary::MutexLock lock(&sessions_mu_);
     auto it = sessions_.find(sid);
     if (it != sessions_.end()) {
       for (auto& k : started) it->second.in_flight.insert(std::move(k));
@@ -417,7 +431,7 @@ std::vector<proto::ReplicaDesc> MasterService::Describe(const Placements& ps) co
 }
 
 void MasterService::ForgetInFlight(SessionId sid, const std::string& table_key) {
-  absl::MutexLock lock(&sessions_mu_);
+  granary::MutexLock lock(&sessions_mu_);
   auto it = sessions_.find(sid);
   if (it != sessions_.end()) it->second.in_flight.erase(table_key);
 }
@@ -434,7 +448,7 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
     absl::Status st;
     SessionId writer = 0;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end() || it->second.generation != e.generation) {
         st = absl::NotFoundError(absl::StrCat("no put of key '", e.key, "' generation ",
@@ -461,7 +475,7 @@ bool MasterService::AbortPut(const std::string& tk, uint64_t generation, const c
   Placements freed;
   SessionId writer = 0;
   {
-    absl::MutexLock lock(&sh.mu);
+    granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != generation ||
         it->second.state != ObjectState::kProcessing) {
@@ -506,7 +520,7 @@ proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req)
     Shard& sh = ShardOf(tk);
     Placements ps;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
         c_.get_miss->Inc();
@@ -538,7 +552,7 @@ proto::BatchStatusReply MasterService::GetEnd(SessionId sid, const proto::KeyGen
     const auto& e = req.entries[i];
     std::string tk = TableKey(tenant, e.key);
     Shard& sh = ShardOf(tk);
-    absl::MutexLock lock(&sh.mu);
+    granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != e.generation) {
       rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", e.key, "' generation ",
@@ -558,7 +572,7 @@ proto::BatchStatusReply MasterService::Exist(SessionId sid, const proto::KeysReq
   for (size_t i = 0; i < req.keys.size(); ++i) {
     std::string tk = TableKey(tenant, req.keys[i]);
     Shard& sh = ShardOf(tk);
-    absl::MutexLock lock(&sh.mu);
+    granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
       rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", req.keys[i], "' not found")));
@@ -580,7 +594,7 @@ proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRe
     Placements freed;
     absl::Status st;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end()) {
         st = absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
@@ -619,7 +633,7 @@ proto::ListReply MasterService::ListObjects(const std::string& tenant,
   std::string after = TableKey(tenant, req.start_after);
   std::vector<std::pair<std::string, proto::ObjectInfo>> found;
   for (const Shard& sh : shards_) {
-    absl::MutexLock lock(&sh.mu);
+    granary::MutexLock lock(&sh.mu);
     for (const auto& [tk, o] : sh.objects) {
       if (!absl::StartsWith(tk, lo)) continue;
       if (!req.start_after.empty() && tk <= after) continue;
@@ -657,7 +671,7 @@ proto::LookupPrefixReply MasterService::LookupPrefix(SessionId sid,
     Placements ps;
     proto::BlockHint hint;
     {
-      absl::MutexLock lock(&sh.mu);
+      granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
           it->second.replicas.empty()) {
@@ -687,7 +701,7 @@ proto::LookupPrefixReply MasterService::LookupPrefix(SessionId sid,
 proto::SegmentsReply MasterService::Segments(SessionId sid) {
   proto::SegmentsReply rep;
   {
-    absl::MutexLock lock(&sessions_mu_);  // clients and nodes alike
+    granary::MutexLock lock(&sessions_mu_);  // clients and nodes alike
     auto it = sessions_.find(sid);
     if (it == sessions_.end()) {
       rep.status = Err(absl::FailedPreconditionError("no session: send Hello first"));

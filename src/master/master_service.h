@@ -10,12 +10,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "master/master_options.h"
 #include "master/segment_registry.h"
 #include "master/tenant/quota_ledger.h"
+#include "master/tenant/tenant_tokens.h"
 #include "master/timer_wheel.h"
 #include "proto/messages.h"
 
@@ -54,8 +55,17 @@ class MasterService {
  public:
   MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics);
 
-  // Sessions. The adapter assigns session ids (one per connection).
+  // Sessions. The adapter assigns session ids (one per connection). A client hello must pass
+  // the token check (SetTokenCheck), else UNAUTHENTICATED; node hellos are not checked.
   proto::HelloReply Hello(SessionId sid, const proto::HelloRequest& req);
+  // Installs the client credential check used by Hello. Until called, no tenant has a token
+  // and options.require_tenant_tokens applies. Call before the service is shared (the master
+  // server does, before its listener starts); not thread-safe against Hello.
+  void SetTokenCheck(tenant::TokenCheck check) { token_check_ = std::move(check); }
+  // Whether a client of this tenant must present a token (the admin API's has_token).
+  bool TenantHasToken(const std::string& tenant) const {
+    return token_check_.ExpectedHash(tenant).has_value();
+  }
   proto::HeartbeatReply Heartbeat(SessionId sid);
   // The connection closed or failed: frees the session's in-flight allocations at once, and for a
   // node unmounts its segments (dropping the replicas on them).
@@ -114,7 +124,7 @@ class MasterService {
  private:
   static constexpr size_t kShards = 64;
   struct Shard {
-    mutable absl::Mutex mu;
+    mutable granary::Mutex mu;
     absl::flat_hash_map<std::string, Object> objects ABSL_GUARDED_BY(mu);
   };
   struct Session {
@@ -161,6 +171,7 @@ class MasterService {
   MetricsRegistry* metrics_;
   SegmentRegistry segments_;
   tenant::QuotaLedger ledger_;
+  tenant::TokenCheck token_check_;
   TimerWheel deadlines_;
   std::array<Shard, kShards> shards_;
   std::atomic<uint64_t> next_generation_;
@@ -169,10 +180,10 @@ class MasterService {
   uint64_t NextAccess() { return access_clock_.fetch_add(1, std::memory_order_relaxed) + 1; }
   std::string master_id_;
 
-  mutable absl::Mutex sessions_mu_;
+  mutable granary::Mutex sessions_mu_;
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(sessions_mu_);
 
-  absl::Mutex evict_mu_;  // one eviction round at a time
+  granary::Mutex evict_mu_;  // one eviction round at a time
 
   struct PendingCopy {
     uint64_t generation = 0;  // of the copy (the object keeps its own)
@@ -183,7 +194,7 @@ class MasterService {
   };
   // Copies in flight by table key (one per object). Deadlines are in deadlines_ under the key
   // prefixed with kCopyDeadlineTag.
-  absl::Mutex copies_mu_;
+  granary::Mutex copies_mu_;
   absl::flat_hash_map<std::string, PendingCopy> copies_ ABSL_GUARDED_BY(copies_mu_);
 
   struct Counters {
@@ -199,6 +210,7 @@ class MasterService {
     MetricCounter* lost;
     MetricCounter* sessions_expired;
     MetricCounter* alloc_failures;
+    MetricCounter* hello_rejects_token;
   } c_;
 };
 

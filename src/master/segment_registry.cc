@@ -14,7 +14,7 @@ SegmentRegistry::SegmentRegistry() {
   uint64_t wall_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   next_id_ = wall_ms << 12;
 }
 
@@ -44,7 +44,7 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   if (req.node_address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no node address"));
   }
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   for (const auto& [id, s] : segments_) {
     if (s.info.node_id == req.node_id && s.info.name == req.name) {
       return absl::AlreadyExistsError(absl::StrCat("segment '", req.name, "' of node ",
@@ -70,12 +70,12 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
 }
 
 bool SegmentRegistry::Unmount(uint64_t segment_id) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   return segments_.erase(segment_id) > 0;
 }
 
 std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   std::vector<uint64_t> ids;
   for (const auto& [id, s] : segments_) {
     if (s.session == session) ids.push_back(id);
@@ -84,7 +84,7 @@ std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
 }
 
 absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replicas) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   if (segments_.empty()) {
     return absl::ResourceExhaustedError("no segment is mounted: start a granary_node");
   }
@@ -121,7 +121,7 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
 
 absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target, uint64_t bytes,
                                                        const Placements& existing) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   std::string node_id;
   for (const auto& [id, s] : segments_) {
     if (s.info.node_id == target || s.info.node_address == target) node_id = s.info.node_id;
@@ -146,28 +146,28 @@ absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
 }
 
 std::optional<proto::SegmentInfo> SegmentRegistry::Find(uint64_t segment_id) const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   auto it = segments_.find(segment_id);
   if (it == segments_.end()) return std::nullopt;
   return it->second.info;
 }
 
 void SegmentRegistry::Free(const Placement& p) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);
   if (it == segments_.end()) return;
   it->second.alloc->Free(p.offset);
 }
 
 std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);
   if (it == segments_.end()) return std::nullopt;
   return it->second.info.base + p.offset;
 }
 
 SegmentRegistry::Totals SegmentRegistry::totals() const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   Totals t;
   for (const auto& [id, s] : segments_) {
     t.capacity += s.info.size;
@@ -178,7 +178,7 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
 }
 
 std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   std::vector<proto::SegmentInfo> out;
   for (const auto& [id, s] : segments_) {
     out.push_back(s.info);
@@ -188,7 +188,7 @@ std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
 }
 
 double SegmentRegistry::MeanFragmentation() const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   if (segments_.empty()) return 0;
   double sum = 0;
   for (const auto& [id, s] : segments_) sum += s.alloc->fragmentation();

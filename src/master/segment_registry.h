@@ -10,7 +10,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "master/offset_allocator.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
@@ -73,7 +73,7 @@ class SegmentRegistry {
     uint64_t session = 0;
     std::unique_ptr<OffsetAllocator> alloc;
   };
-  mutable absl::Mutex mu_;
+  mutable granary::Mutex mu_;
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
   // Segment ids are never reused, not even across master restarts (clients cache descriptors
   // by id): they start from the wall clock in milliseconds, shifted.

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace granary::master {
 
@@ -27,7 +27,7 @@ class TimerWheel {
 
  private:
   const int64_t tick_ms_;
-  mutable absl::Mutex mu_;
+  mutable granary::Mutex mu_;
   std::vector<std::vector<Entry>> buckets_ ABSL_GUARDED_BY(mu_);
   int64_t last_tick_ ABSL_GUARDED_BY(mu_) = -1;
   size_t size_ ABSL_GUARDED_BY(mu_) = 0;

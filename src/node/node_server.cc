@@ -160,7 +160,7 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
 }
 
 void NodeServer::SleepFor(int64_t ms) {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(ms));
 }
 
@@ -209,7 +209,7 @@ void NodeServer::Run() {
   bool warned = false;
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
+      granary::MutexLock lock(&mu_);
       if (stopping_) break;
     }
     if (!master_ || master_->broken()) {
@@ -259,7 +259,7 @@ void NodeServer::UnmountAll() {
 }
 
 void NodeServer::Shutdown() {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   stopping_ = true;
 }
 

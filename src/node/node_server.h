@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "node/host_segment.h"
@@ -63,7 +63,7 @@ class NodeServer {
   std::unique_ptr<transport::RpcClient> master_;
   uint32_t heartbeat_ms_ = 1000;
   HttpServer http_;
-  absl::Mutex mu_;
+  granary::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   MetricCounter* mounts_ = nullptr;
   MetricGauge* connected_ = nullptr;

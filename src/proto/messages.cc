@@ -91,6 +91,7 @@ void Encode(const HelloRequest& m, Writer& w) {
   w.Str(m.client_id);
   w.Str(m.tenant_id);
   w.U16(m.protocol_version);
+  w.Str(m.token);
 }
 absl::Status Decode(Reader& r, HelloRequest* m) {
   uint8_t role = r.U8("role");
@@ -101,6 +102,7 @@ absl::Status Decode(Reader& r, HelloRequest* m) {
   m->client_id = r.Str("client_id", kMaxNameBytes);
   m->tenant_id = r.Str("tenant_id", kMaxTenantIdBytes);
   m->protocol_version = r.U16("protocol_version");
+  m->token = r.Str("token", kMaxTokenBytes);
   return r.status();
 }
 

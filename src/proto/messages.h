@@ -16,6 +16,7 @@ namespace granary::proto {
 // Documented limits (docs/limits in the README). A frame that exceeds one is rejected whole.
 inline constexpr size_t kMaxKeyBytes = 4096;
 inline constexpr size_t kMaxTenantIdBytes = 128;
+inline constexpr size_t kMaxTokenBytes = 256;  // HelloRequest.token (a tenant credential)
 inline constexpr uint32_t kMaxBatch = 16384;
 inline constexpr uint32_t kMaxReplicaNum = 8;
 inline constexpr size_t kMaxRkeyBytes = 64 << 10;
@@ -68,6 +69,10 @@ struct HelloRequest {
   std::string client_id;
   std::string tenant_id;
   uint16_t protocol_version = kProtocolVersion;
+  // The tenant's client credential (ClientOptions::tenant_token), at most kMaxTokenBytes; empty
+  // when none is configured. The master compares its SHA-256 with the tenant's expected hash.
+  // A secret: never log it.
+  std::string token;
 };
 struct HelloReply {
   WireStatus status;

@@ -75,7 +75,7 @@ Worker::~Worker() {
 
 void Worker::Post(std::function<void()> fn) {
   {
-    absl::MutexLock lock(&mu_);
+    granary::MutexLock lock(&mu_);
     queue_.push_back(std::move(fn));
   }
   has_queued_.store(true, std::memory_order_release);
@@ -108,7 +108,7 @@ bool Worker::RunQueued() {
   if (!has_queued_.load(std::memory_order_acquire)) return false;
   std::vector<std::function<void()>> batch;
   {
-    absl::MutexLock lock(&mu_);
+    granary::MutexLock lock(&mu_);
     batch.swap(queue_);
     has_queued_.store(false, std::memory_order_relaxed);
   }

@@ -16,7 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/metrics.h"
 #include "transport/context.h"
 
@@ -127,7 +127,7 @@ class Worker {
   MetricsRegistry* metrics_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  absl::Mutex mu_;
+  granary::Mutex mu_;
   std::vector<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> has_queued_{false};
   RequestHandler request_handler_;

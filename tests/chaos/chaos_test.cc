@@ -5,7 +5,8 @@
 //   - after quiescence the quota ledger is exact: charged == committed bytes, in flight == 0,
 //   - no two live allocations overlap,
 //   - after everything is removed, all segment space is free.
-// GRANARY_CHAOS_SECONDS sets the length (default 30).
+// GRANARY_CHAOS_SECONDS sets the length of the random run (default 150: about 3 minutes with
+// start-up and the checks at the end).
 #include <signal.h>
 
 #include <atomic>
@@ -47,7 +48,7 @@ class ChaosTest : public ::testing::Test {
 
 TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   const char* env = std::getenv("GRANARY_CHAOS_SECONDS");
-  const int seconds = env != nullptr ? std::max(5, std::atoi(env)) : 30;
+  const int seconds = env != nullptr ? std::max(5, std::atoi(env)) : 150;
   char tmpl[] = "/tmp/granary_chaos_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string policy = std::string(tmpl) + "/q.yaml";

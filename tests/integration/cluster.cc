@@ -12,12 +12,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
 #include "absl/strings/numbers.h"
@@ -188,6 +190,23 @@ absl::Status Cluster::RestartMaster() {
 Cluster::~Cluster() {
   for (auto& n : nodes_) n.reset();
   master_.reset();
+  // A sanitizer build of a daemon reports into its log (and exits); the test that ran it fails
+  // here even when the report came late, during shutdown.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    if (entry.path().extension() != ".log") continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("ThreadSanitizer:") != std::string::npos ||
+          line.find("AddressSanitizer:") != std::string::npos ||
+          line.find("LeakSanitizer:") != std::string::npos ||
+          line.find(": runtime error:") != std::string::npos) {
+        ADD_FAILURE() << "sanitizer report in " << entry.path().string() << ": " << line;
+        break;
+      }
+    }
+  }
 }
 
 absl::Status Cluster::StartNode(int replace_index) {

@@ -1,6 +1,6 @@
 add_library(granary_test_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/cluster.cc)
 target_include_directories(granary_test_cluster PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(granary_test_cluster PUBLIC granary::client granary::http)
+target_link_libraries(granary_test_cluster PUBLIC granary::client granary::http GTest::gtest)
 
 add_executable(put_start_hang ${PROJECT_SOURCE_DIR}/tests/tools/put_start_hang.cc)
 target_link_libraries(put_start_hang PRIVATE granary::client)
@@ -32,3 +32,6 @@ add_dependencies(integration_fenced_read_test granary_master granary_node)
 granary_test(NAME integration_bench_smoke_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_smoke_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_bench_smoke_test granary_master granary_node granary_bench)
+granary_test(NAME integration_tenant_token_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/tenant_token_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_tenant_token_test granary_master granary_node granary)

@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "master/tenant/policy_store.h"
 
 namespace granary::master::tenant {
@@ -97,7 +97,7 @@ class FilePolicyStore final : public PolicyStore {
       return absl::InvalidArgumentError(
           absl::StrCat("refusing to save an invalid policy: ", check.status().message()));
     }
-    absl::MutexLock lock(&save_mu_);
+    granary::MutexLock lock(&save_mu_);
     std::string tmp = absl::StrCat(path_, ".tmp.XXXXXX");
     int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
     if (fd < 0) {
@@ -144,7 +144,7 @@ class FilePolicyStore final : public PolicyStore {
   }
 
   const std::string path_;
-  absl::Mutex save_mu_;  // serializes Save; Load does not need it
+  granary::Mutex save_mu_;  // serializes Save; Load does not need it
 };
 
 }  // namespace

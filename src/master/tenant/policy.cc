@@ -132,6 +132,16 @@ absl::StatusOr<uint64_t> ParseMaxEntries(const YAML::Node& node, absl::string_vi
   return static_cast<uint64_t>(value);
 }
 
+absl::StatusOr<std::string> ParseTokenSha256(const YAML::Node& node, absl::string_view who) {
+  if (!node.IsScalar()) {
+    return FieldError(who, "token_sha256", node,
+                      absl::StrCat("expected 64 hex digits, got ", KindName(node)));
+  }
+  absl::StatusOr<std::string> hex = NormalizeTokenSha256(node.Scalar());
+  if (!hex.ok()) return FieldError(who, "token_sha256", node, hex.status().message());
+  return *hex;
+}
+
 // One entry of `tenants`. `index` is its position, used to name it when the name is bad.
 absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   std::string at_index = absl::StrCat("tenants[", index, "]");
@@ -152,7 +162,7 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   tenant.name = name.Scalar();
   std::string who = absl::StrCat("tenant '", Printable(tenant.name), "' (", at_index, ")");
 
-  GRANARY_RETURN_IF_ERROR(CheckKeys(node, {"name", "quota", "max_entries"}, who));
+  GRANARY_RETURN_IF_ERROR(CheckKeys(node, {"name", "quota", "max_entries", "token_sha256"}, who));
   const YAML::Node quota = node["quota"];
   if (!quota) {
     return FieldError(who, "quota", node, absl::StrCat("missing; expected ", kSizeUnitsHelp));
@@ -160,6 +170,9 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   GRANARY_ASSIGN_OR_RETURN(tenant.quota_bytes, ParseQuota(quota, who));
   if (const YAML::Node max_entries = node["max_entries"]) {
     GRANARY_ASSIGN_OR_RETURN(tenant.max_entries, ParseMaxEntries(max_entries, who));
+  }
+  if (const YAML::Node token = node["token_sha256"]) {
+    GRANARY_ASSIGN_OR_RETURN(tenant.token_sha256, ParseTokenSha256(token, who));
   }
   return tenant;
 }
@@ -228,6 +241,34 @@ const TenantPolicy* Policy::Find(absl::string_view name) const {
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+absl::StatusOr<std::string> NormalizeTokenSha256(absl::string_view hex) {
+  constexpr size_t kHexDigits = 64;  // SHA-256: 32 bytes
+  // A value of the wrong length may be a token written where its hash belongs: show only its
+  // start, enough to find it, so the error does not copy a secret into a log.
+  constexpr size_t kShownOfWrongLength = 8;
+  auto bad = [&](absl::string_view shown, absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", Printable(shown), "' is not a SHA-256 in hex: ", why,
+                     " (make one with: printf %s \"$TOKEN\" | sha256sum)"));
+  };
+  if (hex.size() != kHexDigits) {
+    std::string shown(hex.substr(0, kShownOfWrongLength));
+    if (hex.size() > kShownOfWrongLength) shown += "...";
+    return bad(shown, absl::StrCat("expected ", kHexDigits, " hex digits, got ", hex.size(),
+                                   " characters"));
+  }
+  std::string out(hex);
+  for (size_t i = 0; i < out.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(out[i]);
+    if (!absl::ascii_isxdigit(c)) {
+      return bad(hex, absl::StrFormat("character %d ('%s') is not a hex digit", i + 1,
+                                      Printable(hex.substr(i, 1))));
+    }
+    out[i] = absl::ascii_tolower(c);
+  }
+  return out;
 }
 
 absl::Status ValidateTenantId(absl::string_view id) {
@@ -328,6 +369,9 @@ std::string SerializePolicy(const Policy& policy) {
   for (const TenantPolicy* t : sorted) {
     absl::StrAppend(&out, "  - name: ", Quote(t->name), "\n    quota: ", t->quota_bytes, "\n");
     if (t->max_entries) absl::StrAppend(&out, "    max_entries: ", *t->max_entries, "\n");
+    if (!t->token_sha256.empty()) {
+      absl::StrAppend(&out, "    token_sha256: \"", t->token_sha256, "\"\n");
+    }
   }
   return out;
 }

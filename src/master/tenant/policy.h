@@ -16,6 +16,10 @@ struct TenantPolicy {
   std::string name;
   uint64_t quota_bytes = 0;                // requested byte quota (> 0)
   std::optional<uint64_t> max_entries;     // optional entry-count quota (> 0)
+  // Optional client credential: SHA-256 of the tenant's token as 64 lowercase hex characters
+  // (the master never stores tokens). When set, a client hello for this tenant must carry a
+  // token that hashes to it. Empty: no token is expected (unless --require_tenant_tokens).
+  std::string token_sha256;
   bool operator==(const TenantPolicy&) const = default;
 };
 
@@ -25,6 +29,7 @@ struct TenantPolicy {
 //     - name: tenant-a
 //       quota: 200GB          # positive integer, optional unit B, KB, MB, GB, TB (1 KB = 1024 B)
 //       max_entries: 200000   # optional
+//       token_sha256: ba78…ad # optional: sha256 of the client token, 64 hex characters
 // Tenants are kept sorted by name.
 struct Policy {
   std::vector<TenantPolicy> tenants;
@@ -37,15 +42,22 @@ struct Policy {
 // characters. The error names the rule and the id.
 absl::Status ValidateTenantId(absl::string_view id);
 
+// Checks a SHA-256 given as hex (policy `token_sha256`, the master's --tenant_tokens_file) and
+// returns it in lowercase: exactly 64 hex digits, either case (so `sha256sum` output and
+// tools that print upper case both work). INVALID_ARGUMENT saying what is wrong and showing
+// the value (a hash, not a secret) otherwise.
+absl::StatusOr<std::string> NormalizeTokenSha256(absl::string_view hex);
+
 // Parses and validates a policy document. INVALID_ARGUMENT naming the tenant (or its index)
 // and the field for: a version other than 1; a bad, duplicated or reserved name; a quota that
 // is not a positive integer with an optional unit or that overflows 2^63-1; a max_entries that
-// is not a positive integer; unknown keys at any level; YAML syntax errors (with line).
+// is not a positive integer; a token_sha256 that is not 64 hex digits (upper case is accepted
+// and stored lower case); unknown keys at any level; YAML syntax errors (with line).
 // An empty document is an error; `tenants: []` is an empty policy.
 absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
 
 // Serializes a policy to YAML that ParsePolicy reads back to an equal Policy. Quotas are
-// written as plain byte counts.
+// written as plain byte counts; token_sha256 is written when set.
 std::string SerializePolicy(const Policy& policy);
 
 }  // namespace granary::master::tenant

@@ -4,14 +4,10 @@
 #include <limits>
 #include <utility>
 
-#include "absl/base/config.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
-#ifdef ABSL_HAVE_THREAD_SANITIZER
-#include <sanitizer/tsan_interface.h>
-#endif
 
 namespace granary::master::tenant {
 namespace {
@@ -32,62 +28,6 @@ void SubtractOrDie(std::atomic<uint64_t>& counter, uint64_t bytes, absl::string_
   GRANARY_CHECK(before >= bytes) << op << " of " << bytes << " bytes for tenant " << Quoted(tenant)
                                  << " but only " << before << " " << what << " are held";
 }
-
-// Scoped shared / exclusive holds of an absl::Mutex, the same as absl::ReaderMutexLock and
-// absl::MutexLock, that also tell ThreadSanitizer about them: Debian's libabsl is built without
-// TSan's annotations, so TSan cannot see the order absl::Mutex gives and reports every access
-// under it as a race. No-ops around the plain calls in other builds.
-#ifdef ABSL_HAVE_THREAD_SANITIZER
-constexpr unsigned kTsanRead = __tsan_mutex_read_lock;
-void TsanPreLock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_pre_lock(mu, flags); }
-void TsanPostLock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_post_lock(mu, flags, 0); }
-void TsanPreUnlock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_pre_unlock(mu, flags); }
-void TsanPostUnlock(absl::Mutex* mu, unsigned flags) { __tsan_mutex_post_unlock(mu, flags); }
-#else
-constexpr unsigned kTsanRead = 0;
-void TsanPreLock(absl::Mutex*, unsigned) {}
-void TsanPostLock(absl::Mutex*, unsigned) {}
-void TsanPreUnlock(absl::Mutex*, unsigned) {}
-void TsanPostUnlock(absl::Mutex*, unsigned) {}
-#endif
-
-class ABSL_SCOPED_LOCKABLE SharedLock {
- public:
-  explicit SharedLock(absl::Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
-    TsanPreLock(mu_, kTsanRead);
-    mu_->ReaderLock();
-    TsanPostLock(mu_, kTsanRead);
-  }
-  ~SharedLock() ABSL_UNLOCK_FUNCTION() {
-    TsanPreUnlock(mu_, kTsanRead);
-    mu_->ReaderUnlock();
-    TsanPostUnlock(mu_, kTsanRead);
-  }
-  SharedLock(const SharedLock&) = delete;
-  SharedLock& operator=(const SharedLock&) = delete;
-
- private:
-  absl::Mutex* const mu_;
-};
-
-class ABSL_SCOPED_LOCKABLE ExclusiveLock {
- public:
-  explicit ExclusiveLock(absl::Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
-    TsanPreLock(mu_, 0);
-    mu_->Lock();
-    TsanPostLock(mu_, 0);
-  }
-  ~ExclusiveLock() ABSL_UNLOCK_FUNCTION() {
-    TsanPreUnlock(mu_, 0);
-    mu_->Unlock();
-    TsanPostUnlock(mu_, 0);
-  }
-  ExclusiveLock(const ExclusiveLock&) = delete;
-  ExclusiveLock& operator=(const ExclusiveLock&) = delete;
-
- private:
-  absl::Mutex* const mu_;
-};
 
 }  // namespace
 
@@ -142,7 +82,7 @@ void QuotaLedger::RecomputeEffectiveLocked() {
 }
 
 void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
-  ExclusiveLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   absl::flat_hash_map<std::string, const TenantPolicy*> wanted;
   for (const TenantPolicy& tp : policy.tenants) {
     GRANARY_CHECK(wanted.emplace(tp.name, &tp).second)
@@ -167,7 +107,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
     it = next;
   }
   {
-    ExclusiveLock unregistered_lock(&unregistered_mu_);
+    granary::MutexLock unregistered_lock(&unregistered_mu_);
     for (const auto& [name, tp] : wanted) {
       std::unique_ptr<Account>& slot = accounts_[name];
       if (slot == nullptr) {
@@ -191,7 +131,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
 }
 
 void QuotaLedger::SetCapacity(uint64_t capacity_bytes) {
-  ExclusiveLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   capacity_bytes_ = capacity_bytes;
   RecomputeEffectiveLocked();
 }
@@ -227,7 +167,7 @@ absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const 
 
 void QuotaLedger::RecordUnregistered(absl::string_view tenant) {
   rejects_unregistered_total_.fetch_add(1, kRelaxed);
-  ExclusiveLock lock(&unregistered_mu_);
+  granary::MutexLock lock(&unregistered_mu_);
   auto it = unregistered_rejects_.find(tenant);
   if (it != unregistered_rejects_.end()) {
     ++it->second;
@@ -239,7 +179,7 @@ void QuotaLedger::RecordUnregistered(absl::string_view tenant) {
 absl::Status QuotaLedger::Charge(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return absl::OkStatus();
   {
-    SharedLock lock(&mu_);
+    granary::ReaderMutexLock lock(&mu_);
     auto it = accounts_.find(tenant);
     if (it != accounts_.end()) return ChargeAccount(*it->second, bytes);
     if (enforce_) {
@@ -251,7 +191,7 @@ absl::Status QuotaLedger::Charge(absl::string_view tenant, uint64_t bytes) {
     }
   }
   // Without enforcement an unknown tenant gets an account (rare: once per tenant).
-  ExclusiveLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   std::unique_ptr<Account>& slot = accounts_[tenant];
   if (slot == nullptr) {
     slot = std::make_unique<Account>();
@@ -269,7 +209,7 @@ QuotaLedger::Account& QuotaLedger::FindOrDie(absl::string_view tenant, const cha
 
 void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return;
-  SharedLock lock(&mu_);
+  granary::ReaderMutexLock lock(&mu_);
   Account& account = FindOrDie(tenant, "Commit");
   // A closed tenant may still commit what it had in flight when its policy was removed.
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "Commit", tenant);
@@ -278,7 +218,7 @@ void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
 
 void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return;
-  SharedLock lock(&mu_);
+  granary::ReaderMutexLock lock(&mu_);
   Account& account = FindOrDie(tenant, "CommitBytes");
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "CommitBytes", tenant);
 }
@@ -303,7 +243,7 @@ void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t in
                            uint64_t charged_bytes, uint64_t entries) {
   bool forget;
   {
-    SharedLock lock(&mu_);
+    granary::ReaderMutexLock lock(&mu_);
     Account& account = FindOrDie(tenant, op);
     // In flight before charged, so that charged >= inflight holds at every instant.
     if (entries != 0) SubtractOrDie(account.entries, entries, "entries", op, tenant);
@@ -319,7 +259,7 @@ void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t in
 }
 
 void QuotaLedger::ForgetIfClosedAndEmpty(absl::string_view tenant) {
-  ExclusiveLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   // Checked again: the policy may have reopened the tenant in between. A closed account can
   // not gain charge (Charge refuses it), so empty now means empty for good.
@@ -350,7 +290,7 @@ TenantSnapshot QuotaLedger::MakeSnapshot(const Account& account) const {
 }
 
 std::optional<TenantSnapshot> QuotaLedger::Snapshot(absl::string_view tenant) const {
-  SharedLock lock(&mu_);
+  granary::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   if (it == accounts_.end()) return std::nullopt;
   return MakeSnapshot(*it->second);
@@ -359,7 +299,7 @@ std::optional<TenantSnapshot> QuotaLedger::Snapshot(absl::string_view tenant) co
 std::vector<TenantSnapshot> QuotaLedger::SnapshotAll() const {
   std::vector<TenantSnapshot> out;
   {
-    SharedLock lock(&mu_);
+    granary::ReaderMutexLock lock(&mu_);
     out.reserve(accounts_.size());
     for (const auto& [name, account] : accounts_) out.push_back(MakeSnapshot(*account));
   }
@@ -371,19 +311,19 @@ std::vector<TenantSnapshot> QuotaLedger::SnapshotAll() const {
 
 bool QuotaLedger::IsOverQuota(absl::string_view tenant) const {
   if (!enforce_) return false;
-  SharedLock lock(&mu_);
+  granary::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   if (it == accounts_.end()) return false;
   return it->second->charged.load(kRelaxed) > it->second->effective_quota_bytes;
 }
 
 uint64_t QuotaLedger::capacity() const {
-  SharedLock lock(&mu_);
+  granary::ReaderMutexLock lock(&mu_);
   return capacity_bytes_;
 }
 
 uint64_t QuotaLedger::requested_sum() const {
-  SharedLock lock(&mu_);
+  granary::ReaderMutexLock lock(&mu_);
   uint64_t sum = 0;
   for (const auto& [name, account] : accounts_) {
     if (!account->has_explicit_policy) continue;

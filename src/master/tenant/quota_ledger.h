@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "master/tenant/policy.h"
 
 namespace granary::master::tenant {
@@ -165,13 +165,13 @@ class QuotaLedger {
   void RecomputeEffectiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool enforce_;
-  mutable absl::Mutex mu_;
+  mutable granary::Mutex mu_;
   AccountMap accounts_ ABSL_GUARDED_BY(mu_);
   uint64_t capacity_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Rejects of tenants without an account. Lock order: mu_ (shared or exclusive), then
   // unregistered_mu_.
-  mutable absl::Mutex unregistered_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  mutable granary::Mutex unregistered_mu_ ABSL_ACQUIRED_AFTER(mu_);
   absl::flat_hash_map<std::string, uint64_t> unregistered_rejects_
       ABSL_GUARDED_BY(unregistered_mu_);
   std::atomic<uint64_t> rejects_unregistered_total_{0};

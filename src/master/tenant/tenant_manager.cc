@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::CreateWithStore(
                         absl::StrCat("cannot load the tenant quota policy from ",
                                      m->store_->Describe(), ": ", p.status().message()));
   }
-  absl::MutexLock lock(&m->mu_);
+  granary::MutexLock lock(&m->mu_);
   m->policy_ = *p;
   ledger->ApplyPolicy(*p, m->capacity_());
   LOG_INFO << "tenant quota policy from " << m->store_->Describe() << ": " << p->tenants.size()
@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::CreateWithStore(
 
 TenantManager::~TenantManager() {
   {
-    absl::MutexLock lock(&mu_);
+    granary::MutexLock lock(&mu_);
     stopping_ = true;
   }
   if (poller_.joinable()) poller_.join();
@@ -68,11 +68,11 @@ absl::Status TenantManager::Reload() {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
   uint64_t writes_before;
   {
-    absl::MutexLock lock(&mu_);
+    granary::MutexLock lock(&mu_);
     writes_before = writes_;
   }
   auto p = store_->Load();
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   // An admin change was applied while we read: what we read may be older than it. The running
   // policy is that change; the next reload reads the store again.
   if (writes_ != writes_before) return absl::OkStatus();
@@ -136,7 +136,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   if (max_entries.has_value() && *max_entries == 0) {
     return absl::InvalidArgumentError("max_entries must be a positive integer, got 0");
   }
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   Policy next = policy_;
   TenantPolicy* t = nullptr;
@@ -162,7 +162,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
 
 absl::Status TenantManager::Delete(const std::string& tenant) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   if (policy_.Find(tenant) == nullptr) {
     return absl::NotFoundError(
@@ -184,12 +184,24 @@ absl::Status TenantManager::Delete(const std::string& tenant) {
 }
 
 Policy TenantManager::policy() const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   return policy_;
 }
 
+std::optional<std::string> TenantManager::TokenSha256(const std::string& tenant) const {
+  granary::MutexLock lock(&mu_);
+  const TenantPolicy* t = policy_.Find(tenant);
+  if (t == nullptr || t->token_sha256.empty()) return std::nullopt;
+  return t->token_sha256;
+}
+
+TokenCheck TenantManager::MakeTokenCheck(TokenHashes file_hashes, bool require) const {
+  return TokenCheck(std::move(file_hashes), require,
+                    [this](const std::string& tenant) { return TokenSha256(tenant); });
+}
+
 absl::Status TenantManager::store_status() const {
-  absl::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);
   return store_status_;
 }
 
@@ -201,7 +213,7 @@ void TenantManager::StartPolling(int64_t interval_ms) {
   poller_ = std::thread([this, interval_ms] {
     while (true) {
       {
-        absl::MutexLock lock(&mu_);
+        granary::MutexLock lock(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval_ms))) {
           return;
         }

@@ -9,11 +9,12 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "master/master_options.h"
 #include "master/tenant/policy.h"
 #include "master/tenant/policy_store.h"
 #include "master/tenant/quota_ledger.h"
+#include "master/tenant/tenant_tokens.h"
 
 namespace granary::master::tenant {
 
@@ -46,6 +47,12 @@ class TenantManager {
   // Removes a tenant's policy; only when it owns no objects and no charge.
   absl::Status Delete(const std::string& tenant);
   Policy policy() const;
+  // The running policy's token_sha256 for a tenant (nullopt when it has none or no entry).
+  // Follows reloads and admin changes; with multi-tenant mode off there is no policy.
+  std::optional<std::string> TokenSha256(const std::string& tenant) const;
+  // The client hello check (MasterService::SetTokenCheck): the tokens file's hashes over this
+  // manager's live policy. The check calls back into the manager, which must outlive it.
+  TokenCheck MakeTokenCheck(TokenHashes file_hashes, bool require) const;
   // OK, or why the store could not be read at the last attempt.
   absl::Status store_status() const;
   std::string store_description() const;
@@ -65,7 +72,7 @@ class TenantManager {
   std::unique_ptr<PolicyStore> store_;
   QuotaLedger* ledger_;
   std::function<uint64_t()> capacity_;
-  mutable absl::Mutex mu_;
+  mutable granary::Mutex mu_;
   Policy policy_ ABSL_GUARDED_BY(mu_);
   absl::Status store_status_ ABSL_GUARDED_BY(mu_);
   // Bumped whenever an admin change applies a policy (one it saved, or one it re-read first).

@@ -35,8 +35,11 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+// tenant-b has a client token hash, so every round trip also carries token_sha256.
 Policy TwoTenants() {
-  return Policy{{{"tenant-a", 200ull << 30, 200000}, {"tenant-b", 500ull << 30, std::nullopt}}};
+  return Policy{{{"tenant-a", 200ull << 30, 200000},
+                 {"tenant-b", 500ull << 30, std::nullopt,
+                  "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}}};
 }
 
 // One single-member etcd per test, killed in TearDown.

@@ -22,7 +22,8 @@ class ClientOptionsTest : public ::testing::Test {
   void Write(const std::string& text) { std::ofstream(path_) << text; }
   static constexpr const char* kVars[] = {
       "GRANARY_CONFIG_PATH", "GRANARY_MASTER", "GRANARY_TENANT_ID", "GRANARY_LOCAL_BUFFER_SIZE",
-      "GRANARY_REPLICA_NUM", "GRANARY_PROTOCOL", "GRANARY_RPC_TIMEOUT_MS"};
+      "GRANARY_REPLICA_NUM", "GRANARY_PROTOCOL", "GRANARY_RPC_TIMEOUT_MS",
+      "GRANARY_TENANT_TOKEN"};
   std::string path_;
 };
 
@@ -30,6 +31,7 @@ TEST_F(ClientOptionsTest, DefaultsAreValid) {
   ClientOptions o;
   EXPECT_TRUE(o.Validate().ok());
   EXPECT_EQ(o.tenant_id, "default");
+  EXPECT_TRUE(o.tenant_token.empty());
   EXPECT_EQ(o.replica_num, 1);
 }
 
@@ -104,6 +106,59 @@ TEST_F(ClientOptionsTest, EnvironmentFillsOptionsWhenNoFileIsNamed) {
   auto bad = ClientOptions::FromEnvironment();
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("GRANARY_REPLICA_NUM='lots'"), absl::string_view::npos);
+}
+
+TEST_F(ClientOptionsTest, TenantTokenFromJsonAndEnvironment) {
+  Write(R"({"tenant_id": "tenant-a", "tenant_token": "s3cret token"})");
+  auto o = ClientOptions::FromJsonFile(path_);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->tenant_token, "s3cret token");
+  EXPECT_TRUE(o->unknown_keys.empty());
+
+  setenv("GRANARY_TENANT_ID", "tenant-b", 1);
+  setenv("GRANARY_TENANT_TOKEN", "env-token", 1);
+  auto e = ClientOptions::FromEnvironment();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->tenant_id, "tenant-b");
+  EXPECT_EQ(e->tenant_token, "env-token");
+  // As for tenant_id, a named config file wins over the variable.
+  setenv("GRANARY_CONFIG_PATH", path_.c_str(), 1);
+  auto f = ClientOptions::FromEnvironment();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->tenant_token, "s3cret token");
+}
+
+TEST_F(ClientOptionsTest, BadTenantTokenIsRejectedWithoutShowingIt) {
+  // 256 bytes is the limit (proto::kMaxTokenBytes).
+  ClientOptions o;
+  o.tenant_token = std::string(256, 'k');
+  EXPECT_TRUE(o.Validate().ok());
+  o.tenant_token = std::string(257, 'k');
+  absl::Status st = o.Validate();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tenant_token is 257 bytes, limit 256"), absl::string_view::npos)
+      << st;
+  EXPECT_EQ(st.message().find("kkkk"), absl::string_view::npos) << st;
+
+  Write(R"({"tenant_token": ")" + std::string(300, 'q') + R"("})");
+  auto big = ClientOptions::FromJsonFile(path_);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("300 bytes"), absl::string_view::npos) << big.status();
+  EXPECT_EQ(big.status().message().find("qqqq"), absl::string_view::npos) << big.status();
+
+  Write(R"({"tenant_token": 123456})");
+  auto number = ClientOptions::FromJsonFile(path_);
+  ASSERT_FALSE(number.ok());
+  EXPECT_NE(number.status().message().find("tenant_token must be a string"),
+            absl::string_view::npos)
+      << number.status();
+  EXPECT_EQ(number.status().message().find("123456"), absl::string_view::npos) << number.status();
+
+  setenv("GRANARY_TENANT_TOKEN", std::string(257, 'e').c_str(), 1);
+  auto env = ClientOptions::FromEnvironment();
+  ASSERT_FALSE(env.ok());
+  EXPECT_NE(env.status().message().find("257 bytes"), absl::string_view::npos) << env.status();
+  EXPECT_EQ(env.status().message().find("eeee"), absl::string_view::npos) << env.status();
 }
 
 TEST_F(ClientOptionsTest, ConfigPathWinsOverVariables) {

@@ -57,7 +57,7 @@ namespace granary::proto {
   }
 GRANARY_FIELDS_EQ(WireStatus, x.code, x.message)
 GRANARY_FIELDS_EQ(ReplicaDesc, x.segment_id, x.address, x.length)
-GRANARY_FIELDS_EQ(HelloRequest, x.role, x.client_id, x.tenant_id, x.protocol_version)
+GRANARY_FIELDS_EQ(HelloRequest, x.role, x.client_id, x.tenant_id, x.protocol_version, x.token)
 GRANARY_FIELDS_EQ(HelloReply, x.status, x.session_id, x.heartbeat_interval_ms, x.master_id)
 GRANARY_FIELDS_EQ(HeartbeatReply, x.status)
 GRANARY_FIELDS_EQ(MountSegmentRequest, x.name, x.node_id, x.node_address, x.base, x.size, x.tier,
@@ -101,7 +101,7 @@ const std::string kBinary =
     "ey"s;  // embedded NUL and high bytes
 
 HelloRequest SampleHelloRequest() {
-  return {Role::kNode, "client-7" + kBinary, "tenant-a", 0xBEEF};
+  return {Role::kNode, "client-7" + kBinary, "tenant-a", 0xBEEF, "tok" + kBinary};
 }
 HelloReply SampleHelloReply() {
   return {Ws(absl::StatusCode::kNotFound, "no such tenant"), 0x0123456789ABCDEFull, 5000,
@@ -420,6 +420,30 @@ TEST(MessageCodec, StringOverItsLimitIsRejectedAndTheLimitItselfIsAccepted) {
     w.U32(0xFFFFFFFFu);
   }));
   ExpectInvalid(DecodeAs<KeysRequest>(huge.view()), "limit");
+}
+
+TEST(MessageCodec, HelloTokenOverItsLimitIsRejectedAndTheLimitItselfIsAccepted) {
+  HelloRequest at{Role::kClient, "c", "tenant-a", kProtocolVersion,
+                  std::string(kMaxTokenBytes, 'x')};
+  EXPECT_TRUE(DecodeAs<HelloRequest>(Body(at)).ok());
+  absl::StatusOr<HelloRequest> ok = DecodeBody<HelloRequest>(Body(at));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->token, at.token);
+  HelloRequest over = at;
+  over.token += 'x';
+  // Names the field and the limit; the token itself is not echoed.
+  ExpectInvalid(
+      DecodeAs<HelloRequest>(Body(over)),
+      absl::StrCat("field 'token' is ", kMaxTokenBytes + 1, " bytes, limit ", kMaxTokenBytes));
+  EXPECT_FALSE(absl::StrContains(DecodeAs<HelloRequest>(Body(over)).message(), "xxxx"));
+  // No token is an empty string, not an absent field.
+  HelloRequest none{Role::kClient, "c", "tenant-a"};
+  absl::StatusOr<HelloRequest> empty = DecodeBody<HelloRequest>(Body(none));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->token.empty());
+  std::string body = Body(none);
+  body.resize(body.size() - 4);  // a hello without the token field
+  ExpectInvalid(DecodeAs<HelloRequest>(body), "truncated frame: field 'token'");
 }
 
 TEST(MessageCodec, BoolByteOtherThanZeroOrOneIsRejected) {

@@ -135,6 +135,7 @@ class AdminApiTest : public ::testing::Test {
                                             [svc] { return svc->capacity(); });
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = std::move(*m);
+    svc_->SetTokenCheck(manager_->MakeTokenCheck(token_file_, false));  // as the server does
     auto h = AdminHttp::Create("127.0.0.1", 0, svc_.get(), manager_.get(), &metrics_,
                                [this] { return active_.load(); });
     ASSERT_TRUE(h.ok()) << h.status();
@@ -263,6 +264,7 @@ class AdminApiTest : public ::testing::Test {
   std::atomic<bool> fail_save_{false};
   std::atomic<bool> fail_load_{false};
   FlakyStore* store_ = nullptr;
+  tenant::TokenHashes token_file_;  // --tenant_tokens_file entries
   std::unique_ptr<MasterService> svc_;
   std::unique_ptr<TenantManager> manager_;
   std::unique_ptr<AdminHttp> http_;
@@ -273,7 +275,7 @@ class AdminApiTest : public ::testing::Test {
 const char* const kSnapshotFields[] = {
     "tenant_id",        "requested_quota_bytes", "effective_quota_bytes", "charged_bytes",
     "admission_closed", "over_quota",            "has_explicit_policy",   "inflight_bytes",
-    "entries",          "max_entries"};
+    "entries",          "max_entries",           "has_token"};
 
 // ---------------------------------------------------------------------------------------------
 // GET
@@ -325,6 +327,41 @@ TEST_F(AdminApiTest, GetOneReturnsEverySnapshotField) {
   // Without an entry quota, max_entries is null.
   Upsert("tenant-b", Quota(1));
   EXPECT_TRUE(GetOne("tenant-b")["max_entries"].is_null());
+}
+
+// A tenant's token shows only as has_token; its hash never leaves the master. A quota change
+// through the API keeps the token in the stored policy.
+TEST_F(AdminApiTest, HasTokenIsShownAndTheHashIsNeverEchoed) {
+  const std::string hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  WriteFile(path_, absl::StrCat("version: 1\ntenants:\n  - name: tenant-a\n    quota: 1000\n",
+                                "    token_sha256: ", hash, "\n  - name: tenant-b\n",
+                                "    quota: 2000\n"));
+  token_file_ = {{"tenant-c", std::string(64, 'c')}};
+  Start();
+  Upsert("tenant-c", Quota(3000));
+  Reply list = Get(kApi);
+  ASSERT_EQ(list.status, 200) << list;
+  ASSERT_EQ(list.body["data"].size(), 3u) << list;
+  EXPECT_EQ(list.body["data"][0]["has_token"], true) << list;   // policy
+  EXPECT_EQ(list.body["data"][1]["has_token"], false) << list;  // none
+  EXPECT_EQ(list.body["data"][2]["has_token"], true) << list;   // tokens file
+  EXPECT_FALSE(Has(list.text, hash)) << list;
+  EXPECT_FALSE(Has(list.text, std::string(64, 'c'))) << list;
+  EXPECT_FALSE(Has(list.text, "token_sha256")) << list;
+
+  Reply one = Get(Of("tenant-a"));
+  EXPECT_EQ(one.body["data"]["has_token"], true) << one;
+  EXPECT_FALSE(Has(one.text, hash)) << one;
+
+  Reply put = Put(Of("tenant-a"), Quota(5000));
+  ASSERT_EQ(put.status, 200) << put;
+  EXPECT_EQ(put.body["data"]["has_token"], true) << put;
+  EXPECT_FALSE(Has(put.text, hash)) << put;
+  const Policy file = FilePolicy();
+  const tenant::TenantPolicy* saved = file.Find("tenant-a");
+  ASSERT_NE(saved, nullptr);
+  EXPECT_EQ(saved->quota_bytes, 5000u);
+  EXPECT_EQ(saved->token_sha256, hash);
 }
 
 TEST_F(AdminApiTest, GetShowsOverQuotaAfterTheQuotaIsLoweredBelowTheCharge) {

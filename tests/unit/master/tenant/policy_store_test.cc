@@ -21,14 +21,19 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
 namespace granary::master::tenant {
 namespace {
 
-Policy SmallPolicy() { return Policy{{{"tenant-a", 200ull << 30, 200000}}}; }
+// Every field set somewhere, so a round trip through a store shows that each is carried.
+Policy SmallPolicy() {
+  return Policy{{{"tenant-a", 200ull << 30, 200000},
+                 {"tenant-b", 1ull << 30, std::nullopt,
+                  "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}}};
+}
 
 // A policy whose YAML is ~40 KB, so a torn write would be visible.
 Policy BigPolicy() {
@@ -236,7 +241,7 @@ class FakeGateway {
     server_.Post(
         "/v3/kv/range", [this, broken](const httplib::Request& req, httplib::Response& res) {
           if (broken) return Fail(res);
-          absl::MutexLock lock(&mu_);
+          granary::MutexLock lock(&mu_);
           auto it = kv_.find(nlohmann::json::parse(req.body)["key"].get<std::string>());
           nlohmann::json reply = {{"header", {{"revision", "1"}}}};  // no "kvs" when absent
           if (it != kv_.end()) reply["kvs"] = {{{"key", it->first}, {"value", it->second}}};
@@ -245,7 +250,7 @@ class FakeGateway {
     server_.Post("/v3/kv/put", [this, broken](const httplib::Request& req, httplib::Response& res) {
       if (broken) return Fail(res);
       nlohmann::json body = nlohmann::json::parse(req.body);
-      absl::MutexLock lock(&mu_);
+      granary::MutexLock lock(&mu_);
       kv_[body["key"].get<std::string>()] = body["value"].get<std::string>();
       res.set_content(R"({"header":{}})", "application/json");
     });
@@ -269,7 +274,7 @@ class FakeGateway {
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;
-  absl::Mutex mu_;
+  granary::Mutex mu_;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);  // base64 key -> base64 value
 };
 

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -233,6 +234,79 @@ TEST(ParsePolicyTest, OverflowingMaxEntries) {
 
 TEST(ParsePolicyTest, MaxEntriesNotAScalar) {
   ExpectInvalid(WithMaxEntries("{a: 1}"), {"tenant 't1'", "'max_entries'", "map"});
+}
+
+// sha256("abc") and sha256("") in hex.
+constexpr char kAbcSha256[] = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+constexpr char kEmptySha256[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+std::string WithToken(absl::string_view token_sha256) {
+  return absl::StrCat(
+      "version: 1\ntenants:\n  - name: t1\n    quota: 1GB\n    token_sha256: ", token_sha256, "\n");
+}
+
+TEST(ParsePolicyTest, TokenSha256) {
+  absl::StatusOr<Policy> policy = ParsePolicy(WithToken(kAbcSha256));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->tenants[0].token_sha256, kAbcSha256);
+  // Quoted, and all digits (YAML would otherwise see a number): still the same string.
+  const std::string digits(64, '7');
+  policy = ParsePolicy(WithToken(absl::StrCat("\"", digits, "\"")));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->tenants[0].token_sha256, digits);
+  // Optional: absent means no token.
+  policy = ParsePolicy(WithQuota("1GB"));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_TRUE(policy->tenants[0].token_sha256.empty());
+}
+
+// Upper-case hex is accepted (some tools print it) and kept lower case, so that a hash
+// compares equal however it was written.
+TEST(ParsePolicyTest, TokenSha256UpperCaseIsStoredLowerCase) {
+  absl::StatusOr<Policy> policy = ParsePolicy(WithToken(absl::AsciiStrToUpper(kAbcSha256)));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->tenants[0].token_sha256, kAbcSha256);
+}
+
+TEST(ParsePolicyTest, TokenSha256OfTheWrongLength) {
+  // 63 digits: named with its start and length, and how to make a right one.
+  ExpectInvalid(
+      WithToken(absl::string_view(kAbcSha256).substr(0, 63)),
+      {"tenant 't1'", "'token_sha256'", "'ba7816bf...'", "64 hex digits", "got 63", "sha256sum"});
+  ExpectInvalid(WithToken(absl::StrCat(kAbcSha256, "0")), {"tenant 't1'", "got 65"});
+  // A token pasted where its hash belongs: only its first 8 characters are shown.
+  absl::StatusOr<Policy> pasted = ParsePolicy(WithToken("my-secret-token-value"));
+  ASSERT_FALSE(pasted.ok());
+  EXPECT_NE(pasted.status().message().find("'my-secre...'"), absl::string_view::npos)
+      << pasted.status();
+  EXPECT_EQ(pasted.status().message().find("my-secret-token-value"), absl::string_view::npos)
+      << pasted.status();
+  ExpectInvalid(WithToken("\"\""), {"tenant 't1'", "'token_sha256'", "got 0"});
+}
+
+TEST(ParsePolicyTest, TokenSha256NotHex) {
+  std::string bad = kEmptySha256;
+  bad[10] = 'g';
+  ExpectInvalid(WithToken(bad), {"tenant 't1'", "'token_sha256'", bad, "character 11 ('g')"});
+  // sha256sum's output line, pasted whole, has the wrong length.
+  ExpectInvalid(WithToken(absl::StrCat("\"", kEmptySha256, "  -\"")),
+                {"tenant 't1'", "'token_sha256'", "got 67"});
+}
+
+TEST(ParsePolicyTest, TokenSha256NotAScalar) {
+  ExpectInvalid(WithToken("[1, 2]"), {"tenant 't1'", "'token_sha256'", "list"});
+  ExpectInvalid(WithToken(""), {"tenant 't1'", "'token_sha256'", "nothing"});
+}
+
+TEST(SerializePolicyTest, TokenSha256RoundTrips) {
+  Policy policy{{{"a", 1, std::nullopt, kAbcSha256},
+                 {"b", 2, 3, std::string(64, '0')},
+                 {"c", 3, std::nullopt, ""}}};
+  std::string yaml = SerializePolicy(policy);
+  absl::StatusOr<Policy> back = ParsePolicy(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, policy) << yaml;
+  EXPECT_EQ(yaml.find("token_sha256", yaml.find("name: \"c\"")), std::string::npos) << yaml;
 }
 
 TEST(ValidateTenantIdTest, Rules) {
