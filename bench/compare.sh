@@ -13,25 +13,16 @@ SIZES="${SIZES:-4096 65536 1048576}"
 DURATION="${DURATION:-2}"
 BATCH="${BATCH:-32}"
 if [[ "${1:-}" == "--quick" ]]; then RUNS=1; DURATION=1; fi
-BUILD_DIR="${BUILD_DIR:-build}"
-BIN="$BUILD_DIR/bin"
-OUT=bench/results
-mkdir -p "$OUT"
+source bench/common.sh
 RAW="$OUT/raw.jsonl"
 : >"$RAW"
 
 GRANARY_SETUP_BENCH=1 bash scripts/setup.sh
 GRANARY_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
-PY=/usr/bin/python3
-
-port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 record() {  # tool mode transport size gbps keys_per_s
   printf '{"tool":"%s","mode":"%s","transport":"%s","block_size":%s,"gbps":%s,"keys_per_s":%s}\n' \
     "$1" "$2" "$3" "$4" "$5" "$6" >>"$RAW"
 }
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 
 # --- ucx_perftest: its "MB/s" is MiB/s; converted to 10^9 bytes per second.
 perftest() {  # transport test size
@@ -83,13 +74,11 @@ granary_bench() {  # transport
   env "${env[@]}" "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" \
     --metrics_host=127.0.0.1 --log_level=warning >"$OUT/master.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/health" >/dev/null && break; sleep 0.1; done
+  wait_health "$http"
   env "${env[@]}" "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=2GB \
     --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$http/api/v1/segments" | grep -q host0 && break; sleep 0.1
-  done
+  wait_segment "$http"
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   for mode in get put; do

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/size.h"
 #include "common/util.h"
 #include "client/client_impl.h"
@@ -29,7 +31,7 @@ DEFINE_string(tenant_id, "bench", "Tenant the benchmark writes as");
 DEFINE_string(block_size, "1MB", "Comma-separated value sizes (units: B, KB, MB; 1 KB = 1024 B)");
 DEFINE_int32(batch, 1, "Keys per batch call");
 DEFINE_int32(threads, 1, "Client threads (each with its own client and UCX worker)");
-DEFINE_int32(lanes, 1, "UCX workers per client (1 in this version)");
+DEFINE_int32(lanes, 1, "meta: batches in flight per thread (sent together, answered together)");
 DEFINE_int32(tenants, 1, "Tenants the threads spread over (bench-0, bench-1, ...)");
 DEFINE_double(duration, 5, "Seconds per block size (ignored when --ops is set)");
 DEFINE_int64(ops, 0, "Keys per thread per block size instead of --duration");
@@ -159,8 +161,8 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   }
 }
 
-// Metadata only: PutStart + PutEnd, then Get + GetEnd, on batches of fresh keys, no bytes
-// moved. Run it against a node started with --virtual_segments. Each thread cycles through its
+// Metadata only: PutStart + PutEnd, then Get (+ GetEnd, sent without waiting, as the client
+// does), on batches of fresh keys, no bytes moved. Run it against a node started with --virtual_segments. Each thread cycles through its
 // share of the tenants, one client session per tenant.
 void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
                    std::atomic<bool>* failed) {
@@ -182,54 +184,97 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
     clients.push_back(std::move(*c));
   }
   static const std::string run = granary::RandomId().substr(0, 8);
-  const int batch = FLAGS_batch;
-  std::vector<std::string> keys(batch);
+  namespace proto = granary::proto;
+  const int batch = FLAGS_batch, lanes = FLAGS_lanes;
+  const auto timeout = std::chrono::seconds(30);
   std::vector<uint64_t> sizes(batch, block);
   const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
   uint64_t seq = 0;
   int64_t done = 0;
+  // A wave: `lanes` batches of fresh keys go out at once on one session (PutStart for all, then
+  // PutEnd for all, then Get for all); each phase waits for all of its answers.
   while (FLAGS_ops > 0 ? done < FLAGS_ops : granary::MonotonicUs() < end_us) {
-    granary::client::ClientImpl& c = *clients[seq / batch % clients.size()];
-    for (int j = 0; j < batch; ++j) keys[j] = absl::StrCat("meta/", run, "/", t, "/", block, "/", seq++);
+    granary::client::ClientImpl& c = *clients[seq / (batch * lanes) % clients.size()];
+    std::vector<std::vector<std::string>> keys(lanes, std::vector<std::string>(batch));
+    for (auto& lane : keys) {
+      for (auto& k : lane) k = absl::StrCat("meta/", run, "/", t, "/", block, "/", seq++);
+    }
     int64_t t0 = granary::MonotonicUs();
-    auto started = c.PutStart(keys, sizes);
-    granary::proto::KeyGenRequest commit;
-    uint64_t errors = 0;
-    if (started.ok()) {
-      for (int j = 0; j < batch; ++j) {
-        if (started->results[j].status.code == 0) {
-          commit.entries.push_back({keys[j], started->results[j].generation});
-        } else if (errors++ == 0 && put->errors == 0) {
-          fprintf(stderr, "granary_bench: PutStart %s: %s\n", keys[j].c_str(),
-                  started->results[j].status.message.c_str());
+    std::vector<std::future<absl::StatusOr<proto::PutStartReply>>> starts;
+    for (int l = 0; l < lanes; ++l) {
+      proto::PutStartRequest req;
+      req.replica_num = static_cast<uint8_t>(FLAGS_replica_num);
+      for (const auto& k : keys[l]) req.entries.push_back({k, block});
+      starts.push_back(c.CallAsync<proto::PutStartRequest, proto::PutStartReply>(
+          proto::MsgType::kPutStart, req));
+    }
+    std::vector<proto::KeyGenRequest> commits(lanes);
+    for (int l = 0; l < lanes; ++l) {
+      if (starts[l].wait_for(timeout) != std::future_status::ready) {
+        fprintf(stderr, "granary_bench: PutStart had no answer in 30 s\n");
+        failed->store(true);
+        return;
+      }
+      auto started = starts[l].get();
+      if (!started.ok()) {
+        if (put->errors == 0) fprintf(stderr, "granary_bench: PutStart: %s\n", started.status().ToString().c_str());
+        continue;
+      }
+      for (size_t j = 0; j < started->results.size() && j < keys[l].size(); ++j) {
+        const auto& r = started->results[j];
+        if (r.status.code == 0) {
+          commits[l].entries.push_back({keys[l][j], r.generation});
+        } else if (put->errors == 0) {
+          fprintf(stderr, "granary_bench: PutStart %s: %s\n", keys[l][j].c_str(),
+                  r.status.message.c_str());
         }
       }
-    } else {
-      errors = batch;
     }
-    auto ended = c.Call<granary::proto::KeyGenRequest, granary::proto::BatchStatusReply>(
-        granary::proto::MsgType::kPutEnd, commit);
-    int64_t t1 = granary::MonotonicUs();
+    std::vector<std::future<absl::StatusOr<proto::BatchStatusReply>>> ends;
+    for (int l = 0; l < lanes; ++l) {
+      ends.push_back(c.CallAsync<proto::KeyGenRequest, proto::BatchStatusReply>(
+          proto::MsgType::kPutEnd, commits[l]));
+    }
     uint64_t ok = 0;
-    if (ended.ok()) {
-      for (const auto& r : ended->results) ok += r.code == 0;
+    for (auto& f : ends) {
+      if (f.wait_for(timeout) != std::future_status::ready) {
+        fprintf(stderr, "granary_bench: PutEnd had no answer in 30 s\n");
+        failed->store(true);
+        return;
+      }
+      auto ended = f.get();
+      if (ended.ok()) {
+        for (const auto& r : ended->results) ok += r.code == 0;
+      }
     }
+    int64_t t1 = granary::MonotonicUs();
     put->batch_us.push_back(static_cast<double>(t1 - t0));
     put->keys += ok;
-    put->errors += batch - ok;
-    auto got = c.Call<granary::proto::KeysRequest, granary::proto::GetReply>(
-        granary::proto::MsgType::kGet, granary::proto::KeysRequest{keys});
-    uint64_t found = 0;
-    if (got.ok()) {
-      for (const auto& r : got->results) found += r.status.code == 0;
+    put->errors += static_cast<uint64_t>(batch) * lanes - ok;
+    std::vector<std::future<absl::StatusOr<proto::GetReply>>> gets;
+    for (int l = 0; l < lanes; ++l) {
+      gets.push_back(c.CallAsync<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                                      proto::KeysRequest{keys[l]}));
     }
-    (void)c.Call<granary::proto::KeyGenRequest, granary::proto::BatchStatusReply>(
-        granary::proto::MsgType::kGetEnd, commit);
+    uint64_t found = 0;
+    for (auto& f : gets) {
+      if (f.wait_for(timeout) != std::future_status::ready) {
+        fprintf(stderr, "granary_bench: Get had no answer in 30 s\n");
+        failed->store(true);
+        return;
+      }
+      auto got = f.get();
+      if (got.ok()) {
+        for (const auto& r : got->results) found += r.status.code == 0;
+      }
+    }
+    // The leases go back without waiting for the answer, as the client's reads do.
+    for (const auto& commit : commits) c.ReleaseLeasesAsync(commit);
     int64_t t2 = granary::MonotonicUs();
     get->batch_us.push_back(static_cast<double>(t2 - t1));
     get->keys += found;
-    get->errors += batch - found;
-    done += batch;
+    get->errors += static_cast<uint64_t>(batch) * lanes - found;
+    done += static_cast<int64_t>(batch) * lanes;
   }
 }
 
@@ -290,6 +335,7 @@ Record RunOne(const std::string& mode, uint64_t block) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("granary_bench put|get|mixed|meta [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
   if (granary::ParseLogLevel(FLAGS_log_level, &level)) granary::SetLogLevel(level);
   if (argc != 2) {
@@ -301,8 +347,14 @@ int main(int argc, char** argv) {
     fprintf(stderr, "granary_bench: unknown mode '%s' (put, get, mixed, meta)\n", mode.c_str());
     return 2;
   }
-  if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes != 1) {
-    fprintf(stderr, "granary_bench: --batch, --threads, --tenants must be >= 1 and --lanes 1\n");
+  if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes < 1) {
+    fprintf(stderr, "granary_bench: --batch %d, --threads %d, --tenants %d, --lanes %d: each must "
+            "be >= 1\n", FLAGS_batch, FLAGS_threads, FLAGS_tenants, FLAGS_lanes);
+    return 2;
+  }
+  if (FLAGS_lanes > 1 && mode != "meta") {
+    fprintf(stderr, "granary_bench: --lanes %d: more than one lane is supported in meta mode "
+            "only (put, get and mixed run one batch at a time per thread)\n", FLAGS_lanes);
     return 2;
   }
   if (!granary::ParseSize(FLAGS_working_set).ok()) {
@@ -338,11 +390,11 @@ int main(int argc, char** argv) {
     std::ofstream out(FLAGS_out);
     bool csv = FLAGS_out.size() > 4 && FLAGS_out.substr(FLAGS_out.size() - 4) == ".csv";
     if (csv) {
-      out << "mode,block_size,batch,threads,lanes,transport,gbps,keys_per_s,p50_us,p99_us\n";
+      out << "mode,block_size,batch,threads,lanes,transport,gbps,keys_per_s,p50_us,p99_us,errors\n";
       for (const auto& r : records) {
         out << r.mode << "," << r.block_size << "," << r.batch << "," << r.threads << ","
             << r.lanes << "," << r.transport << "," << r.gbps << "," << r.keys_per_s << ","
-            << r.p50_us << "," << r.p99_us << "\n";
+            << r.p50_us << "," << r.p99_us << "," << r.errors << "\n";
       }
     } else {
       nlohmann::json arr = nlohmann::json::array();
@@ -350,7 +402,7 @@ int main(int argc, char** argv) {
         arr.push_back({{"mode", r.mode}, {"block_size", r.block_size}, {"batch", r.batch},
                        {"threads", r.threads}, {"lanes", r.lanes}, {"transport", r.transport},
                        {"gbps", r.gbps}, {"keys_per_s", r.keys_per_s}, {"p50_us", r.p50_us},
-                       {"p99_us", r.p99_us}});
+                       {"p99_us", r.p99_us}, {"errors", r.errors}});
       }
       out << arr.dump(2) << "\n";
     }

@@ -7,20 +7,12 @@ cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
 DURATION="${DURATION:-3}"
 TENANTS="${TENANTS:-64}"
-BUILD_DIR="${BUILD_DIR:-build}"
-BIN="$BUILD_DIR/bin"
-OUT=bench/results
-mkdir -p "$OUT"
+source bench/common.sh
 GRANARY_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
-PY=/usr/bin/python3
-port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 POLICY="$OUT/quota_policy.yaml"
 { echo "version: 1"; echo "tenants:"
   for i in $(seq 0 $((TENANTS - 1))); do echo "  - name: bench-$i"; echo "    quota: 64GB"; done; } >"$POLICY"
 : >"$OUT/quota_overhead.jsonl"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
 
 run() {  # on|off
   local mode="$1" rpc http flags=()
@@ -29,13 +21,11 @@ run() {  # on|off
   "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" --metrics_host=127.0.0.1 \
     --log_level=warning "${flags[@]}" >"$OUT/master_$mode.log" 2>&1 &
   pids=($!)
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/health" >/dev/null && break; sleep 0.1; done
+  wait_health "$http"
   "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=1TB --virtual_segments \
     --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node_$mode.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$http/api/v1/segments" | grep -q host0 && break; sleep 0.1
-  done
+  wait_segment "$http"
   "$BIN/granary_bench" meta --master="127.0.0.1:$rpc" --tenants="$TENANTS" --threads=2 \
     --batch=32 --block_size=4KB --duration="$DURATION" --out="$OUT/meta_$mode.json" >/dev/null
   $PY -c '

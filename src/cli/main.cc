@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/size.h"
 #include "granary/client.h"
 
@@ -143,6 +144,7 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(kUsageText);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
   if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
     return Usage("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");

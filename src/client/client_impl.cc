@@ -27,6 +27,7 @@ using proto::AllocHeader;
 using proto::kAllocHeaderSize;
 
 absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptions& options) {
+  granary::ConfigureMutexDeadlockDetection();
   absl::Status st = options.Validate();
   if (!st.ok()) return st;
   std::unique_ptr<ClientImpl> c(new ClientImpl(options));
@@ -427,15 +428,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
       fetched.push_back(i);
     }
     absl::Status st = Transfer(std::move(ops));
-    if (!release.entries.empty()) {
-      // Release the read leases without waiting for the answer.
-      auto m = Master();
-      if (m.ok()) {
-        (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kGetEnd), 0,
-                                           release),
-                        [](absl::StatusOr<std::string>) {});
-      }
-    }
+    ReleaseLeasesAsync(release);
     pending.clear();
     for (size_t i : fetched) {
       if (!st.ok()) {
@@ -454,6 +447,14 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     }
   }
   return out;
+}
+
+void ClientImpl::ReleaseLeasesAsync(const proto::KeyGenRequest& leases) {
+  if (leases.entries.empty()) return;
+  auto m = Master();
+  if (!m.ok()) return;  // the session is gone, and its leases with it
+  (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kGetEnd), 0, leases),
+                  [](absl::StatusOr<std::string>) {});
 }
 
 absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint64_t generation,

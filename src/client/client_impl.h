@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,9 +80,16 @@ class ClientImpl : public Client {
   // (header generation, key hash, length) applies. For tests and tools that hold a descriptor.
   absl::StatusOr<std::string> ReadReplica(const std::string& key, uint64_t generation,
                                           uint64_t size, const proto::ReplicaDesc& replica);
+  // Releases read leases (GetEnd) without waiting for the answer, as every read does.
+  void ReleaseLeasesAsync(const proto::KeyGenRequest& leases);
   // Any control request, with one reconnect on a broken session.
   template <typename Req, typename Rep>
   absl::StatusOr<Rep> Call(proto::MsgType type, const Req& req);
+  // The same without waiting: many may be in flight on the one session. No reconnect (a broken
+  // session fails the future with UNAVAILABLE; the next Call reconnects) and no deadline: the
+  // caller bounds its wait (future::wait_for).
+  template <typename Req, typename Rep>
+  std::future<absl::StatusOr<Rep>> CallAsync(proto::MsgType type, const Req& req);
 
  private:
   explicit ClientImpl(const ClientOptions& o) : options_(o) {}
@@ -140,6 +148,26 @@ absl::StatusOr<Rep> ClientImpl::Call(proto::MsgType type, const Req& req) {
     last = rep.status();  // the session broke: reconnect once
   }
   return last;
+}
+
+template <typename Req, typename Rep>
+std::future<absl::StatusOr<Rep>> ClientImpl::CallAsync(proto::MsgType type, const Req& req) {
+  auto done = std::make_shared<std::promise<absl::StatusOr<Rep>>>();
+  auto result = done->get_future();
+  auto m = Master();
+  if (!m.ok()) {
+    done->set_value(m.status());
+    return result;
+  }
+  (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(type), 0, req),
+                  [done](absl::StatusOr<std::string> frame) {
+                    if (!frame.ok()) {
+                      done->set_value(frame.status());
+                    } else {
+                      done->set_value(transport::RpcClient::ParseReply<Rep>(*frame));
+                    }
+                  });
+  return result;
 }
 
 }  // namespace granary::client

@@ -13,6 +13,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #ifdef ABSL_HAVE_THREAD_SANITIZER
 #include <sanitizer/tsan_interface.h>
 #endif
@@ -133,5 +136,16 @@ class Notification {
  private:
   absl::Notification n_;
 };
+
+// Debian's libabsl is built without NDEBUG, so absl::Mutex checks every acquisition against a
+// process-wide lock-order graph, under one global spin lock: measurable on the master's hot
+// path (perf: GraphCycles::GetId at 2-3% of the master's samples in `granary_bench meta`).
+// The daemons, the tools and the client library turn the check off at start;
+// GRANARY_MUTEX_DEADLOCK_DETECTION=1 keeps it on. Unit tests never call this, so they keep it.
+inline void ConfigureMutexDeadlockDetection() {
+  const char* keep = std::getenv("GRANARY_MUTEX_DEADLOCK_DETECTION");
+  if (keep != nullptr && std::strcmp(keep, "1") == 0) return;
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
 
 }  // namespace granary

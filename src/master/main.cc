@@ -6,6 +6,7 @@
 #include <gflags/gflags.h>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "master/master_server.h"
 
 DEFINE_uint32(rpc_port, 50051, "UCX listener port for clients and nodes (0 = any free port)");
@@ -34,6 +35,7 @@ DEFINE_string(log_level, "info", "debug|info|warning|error");
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("granary_master [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
   if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
     fprintf(stderr, "granary_master: --log_level '%s' is not one of debug|info|warning|error\n",

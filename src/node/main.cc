@@ -7,6 +7,7 @@
 #include <gflags/gflags.h>
 
 #include "common/log.h"
+#include "common/mutex.h"
 #include "common/size.h"
 #include "node/node_server.h"
 
@@ -23,12 +24,16 @@ DEFINE_string(pool, "", "Dedicate this node's segments to one tenant");
 DEFINE_string(cgroup, "", "Memory cgroup to run in (not implemented yet)");
 DEFINE_string(memory_limit, "", "Memory limit of --cgroup (not implemented yet)");
 DEFINE_bool(virtual_segments, false, "Register address space only (metadata benchmarks)");
-DEFINE_bool(huge_pages, true, "Try 2 MiB pages for host segments");
+DEFINE_bool(huge_pages, true, "Try 2 MiB pages for mmap host segments");
+DEFINE_string(segment_memory, "ucx",
+              "Who allocates host segments: ucx (shared memory that same-host clients copy "
+              "with loads and stores; mmap when UCX cannot) or mmap (anonymous, 2 MiB pages)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::ConfigureMutexDeadlockDetection();
   auto fail = [](const std::string& msg) {
     fprintf(stderr, "granary_node: %s\n", msg.c_str());
     return 2;
@@ -58,6 +63,7 @@ int main(int argc, char** argv) {
   o.pool = FLAGS_pool;
   o.virtual_segments = FLAGS_virtual_segments;
   o.use_huge_pages = FLAGS_huge_pages;
+  o.segment_memory = FLAGS_segment_memory;
 
   sigset_t set;
   sigemptyset(&set);

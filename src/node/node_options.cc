@@ -17,6 +17,10 @@ absl::Status NodeOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("--host_segment_size ", host_segment_size,
                                                    " is below the 1 MB minimum"));
   }
+  if (segment_memory != "ucx" && segment_memory != "mmap") {
+    return absl::InvalidArgumentError(absl::StrCat("--segment_memory '", segment_memory,
+                                                   "' is not one of: ucx, mmap"));
+  }
   if (gpu_device < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--gpu_device ", gpu_device, " is negative"));
   }

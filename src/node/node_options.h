@@ -19,7 +19,12 @@ struct NodeOptions {
   std::string metrics_host = "0.0.0.0";
   std::string pool;                         // dedicated tenant pool; empty = shared
   bool virtual_segments = false;            // address space only, for metadata benchmarks
-  bool use_huge_pages = true;               // try 2 MiB pages first
+  bool use_huge_pages = true;               // try 2 MiB pages first (mmap segments)
+  // Who allocates host segments: "ucx" (UCP_MEM_MAP_ALLOCATE: shared memory that same-host
+  // clients map and copy with plain loads and stores; falls back to mmap when UCX cannot) or
+  // "mmap" (anonymous mmap, 2 MiB pages when available; same-host transfers go through cma,
+  // one system call each). Virtual segments are always mmap.
+  std::string segment_memory = "ucx";
   int64_t reconnect_backoff_max_ms = 2000;
 
   absl::Status Validate() const;

@@ -1,8 +1,11 @@
 #include "node/node_server.h"
 
 #include <httplib.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -38,25 +41,47 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   if (options.host_segment_size > 0) {
     Segment seg;
     seg.name = "host0";
-    HostSegment::Options ho;
-    ho.size = options.host_segment_size;
-    ho.huge_pages = options.use_huge_pages;
-    ho.populate = !options.virtual_segments;
-    ho.lock = !options.virtual_segments;
-    auto mem = HostSegment::Create(ho);
-    if (!mem.ok()) return mem.status();
-    seg.memory = std::move(*mem);
-    auto region =
-        transport::MemoryRegion::Create(n->ctx_.get(), seg.memory->data(), seg.memory->size());
-    if (!region.ok()) return region.status();
-    seg.region = std::move(*region);
+    if (options.segment_memory == "ucx" && !options.virtual_segments) {
+      auto region = transport::MemoryRegion::Allocate(n->ctx_.get(), options.host_segment_size);
+      if (region.ok()) {
+        // First touch now, not on the data path, then pin.
+        auto* base = static_cast<volatile char*>((*region)->addr());
+        for (size_t off = 0; off < (*region)->length(); off += 4096) base[off] = 0;
+        bool locked = mlock((*region)->addr(), (*region)->length()) == 0;
+        if (!locked) {
+          LOG_WARN << "host segment " << seg.name << ": mlock failed (" << strerror(errno)
+                   << "); the memory may be swapped";
+        }
+        seg.region = std::move(*region);
+        LOG_INFO << "host segment " << seg.name << ": " << FormatSize(options.host_segment_size)
+                 << ", allocated by UCX (shared memory for same-host peers)"
+                 << (locked ? ", locked" : ", not locked");
+      } else {
+        LOG_WARN << "host segment " << seg.name << ": UCX could not allocate it ("
+                 << region.status().message() << "); falling back to mmap";
+      }
+    }
+    if (seg.region == nullptr) {
+      HostSegment::Options ho;
+      ho.size = options.host_segment_size;
+      ho.huge_pages = options.use_huge_pages;
+      ho.populate = !options.virtual_segments;
+      ho.lock = !options.virtual_segments;
+      auto mem = HostSegment::Create(ho);
+      if (!mem.ok()) return mem.status();
+      seg.memory = std::move(*mem);
+      auto region =
+          transport::MemoryRegion::Create(n->ctx_.get(), seg.memory->data(), seg.memory->size());
+      if (!region.ok()) return region.status();
+      seg.region = std::move(*region);
+      LOG_INFO << "host segment " << seg.name << ": " << FormatSize(ho.size)
+               << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
+               << (seg.memory->locked() ? ", locked" : ", not locked")
+               << (options.virtual_segments ? ", virtual (no data)" : "");
+    }
     auto rkey = seg.region->PackRkey();
     if (!rkey.ok()) return rkey.status();
     seg.rkey = std::move(*rkey);
-    LOG_INFO << "host segment " << seg.name << ": " << FormatSize(ho.size)
-             << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
-             << (seg.memory->locked() ? ", locked" : ", not locked")
-             << (options.virtual_segments ? ", virtual (no data)" : "");
     n->segments_.push_back(std::move(seg));
   }
 
@@ -79,7 +104,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->connected_ = n->metrics_.Gauge("granary_node_master_connected",
                                     "1 while the node has a live session with the master");
   uint64_t total = 0;
-  for (const auto& s : n->segments_) total += s.memory->size();
+  for (const auto& s : n->segments_) total += s.region->length();
   n->metrics_.Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
       ->Set(static_cast<double>(total));
   NodeServer* raw = n.get();
@@ -125,10 +150,10 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   // The destination must lie inside one of this node's segments.
   bool inside = false;
   for (const auto& s : segments_) {
-    auto base = reinterpret_cast<uint64_t>(s.memory->data());
+    auto base = reinterpret_cast<uint64_t>(s.region->addr());
     if (req->length > 0 && req->dest_address >= base &&
-        req->dest_address - base <= s.memory->size() &&
-        req->length <= s.memory->size() - (req->dest_address - base)) {
+        req->dest_address - base <= s.region->length() &&
+        req->length <= s.region->length() - (req->dest_address - base)) {
       inside = true;
     }
   }
@@ -186,8 +211,8 @@ absl::Status NodeServer::ConnectAndMount() {
     m.name = s.name;
     m.node_id = node_id_;
     m.node_address = address;
-    m.base = reinterpret_cast<uint64_t>(s.memory->data());
-    m.size = s.memory->size();
+    m.base = reinterpret_cast<uint64_t>(s.region->addr());
+    m.size = s.region->length();
     m.tier = proto::Tier::kHost;
     m.rkey = s.rkey;
     m.pool = options_.pool;

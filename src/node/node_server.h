@@ -38,8 +38,8 @@ class NodeServer {
  private:
   struct Segment {
     std::string name;
-    std::unique_ptr<HostSegment> memory;
-    std::unique_ptr<transport::MemoryRegion> region;
+    std::unique_ptr<HostSegment> memory;  // mmap segments only; null when UCX allocated it
+    std::unique_ptr<transport::MemoryRegion> region;  // declared after memory: unmapped first
     std::string rkey;
     uint64_t master_id = 0;  // id the master gave it in the current session; 0 = not mounted
   };

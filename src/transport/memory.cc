@@ -28,6 +28,27 @@ absl::StatusOr<std::unique_ptr<MemoryRegion>> MemoryRegion::Create(Context* ctx,
   return std::unique_ptr<MemoryRegion>(new MemoryRegion(ctx, memh, addr, len));
 }
 
+absl::StatusOr<std::unique_ptr<MemoryRegion>> MemoryRegion::Allocate(Context* ctx, size_t len) {
+  if (len == 0) return absl::InvalidArgumentError("cannot allocate 0 bytes");
+  ucp_mem_map_params_t p = {};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                 UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  p.address = nullptr;
+  p.length = len;
+  p.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(ctx->handle(), &p, &memh);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("allocating ", len, " bytes through UCX"));
+  ucp_mem_attr_t attr = {};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  st = ucp_mem_query(memh, &attr);
+  if (st != UCS_OK) {
+    ucp_mem_unmap(ctx->handle(), memh);
+    return UcsError(st, "querying memory UCX allocated");
+  }
+  return std::unique_ptr<MemoryRegion>(new MemoryRegion(ctx, memh, attr.address, len));
+}
+
 MemoryRegion::~MemoryRegion() { ucp_mem_unmap(ctx_->handle(), memh_); }
 
 absl::StatusOr<std::string> MemoryRegion::PackRkey() const {

@@ -17,6 +17,11 @@ class MemoryRegion {
  public:
   static absl::StatusOr<std::unique_ptr<MemoryRegion>> Create(Context* ctx, void* addr, size_t len,
                                                               bool cuda = false);
+  // Host memory that UCX allocates itself (UCP_MEM_MAP_ALLOCATE), and owns: unmapping frees it.
+  // UCX places it in shared memory (sysv or posix) when it can, so a peer on the same host
+  // maps it and reads or writes it with plain loads and stores instead of a system call per
+  // transfer (cma).
+  static absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(Context* ctx, size_t len);
   ~MemoryRegion();
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;

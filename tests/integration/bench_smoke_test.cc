@@ -37,6 +37,36 @@ TEST(BenchSmokeTest, EveryModeRunsAndWritesRecords) {
       }
     }
   }
+  // meta with several batches in flight per thread, on two threads.
+  {
+    std::string out = (*c)->dir() + "/meta_lanes.json";
+    auto p = Process::Start({BinDir() + "/granary_bench", "meta",
+                             "--master=" + (*c)->master_address(), "--block_size=4KB",
+                             "--batch=8", "--threads=2", "--lanes=4", "--ops=256", "--out=" + out},
+                            {}, (*c)->dir() + "/bench_meta_lanes.log");
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ((*p)->Wait(), 0) << (*p)->Log();
+    std::ifstream in(out);
+    nlohmann::json j = nlohmann::json::parse(in);
+    ASSERT_EQ(j.size(), 2u);
+    for (const auto& r : j) {
+      EXPECT_EQ(r["lanes"].get<int>(), 4);
+      EXPECT_EQ(r["errors"].get<int>(), 0) << r.dump();
+      EXPECT_GT(r["keys_per_s"].get<double>(), 0);
+    }
+  }
+  // Lanes are for meta only; a bad value is named.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"get", "--lanes=2"}, std::vector<std::string>{"meta", "--lanes=0"}}) {
+    std::vector<std::string> argv = {BinDir() + "/granary_bench", args[0], args[1],
+                                     "--master=" + (*c)->master_address()};
+    auto p = Process::Start(argv, {}, (*c)->dir() + "/bench_bad.log");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->Wait(), 2) << args[0] << " " << args[1];
+    EXPECT_NE((*p)->Log().find(args[1] == "--lanes=2" ? "--lanes 2" : "--lanes 0"),
+              std::string::npos)
+        << (*p)->Log();
+  }
 }
 
 }  // namespace

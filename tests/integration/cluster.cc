@@ -145,9 +145,20 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   char tmpl[] = "/tmp/granary_it_XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   c->dir_ = tmpl;
-  c->rpc_port_ = FreePort();
-  c->http_port_ = FreePort();
-  absl::Status st = c->StartMaster();
+  // FreePort's port can be taken by another process before the master binds it: then the
+  // master exits naming the port, and the cluster starts it again on fresh ports.
+  absl::Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    c->rpc_port_ = FreePort();
+    c->http_port_ = FreePort();
+    st = c->StartMaster();
+    if (st.ok() || c->master_ == nullptr || c->master_->Running()) break;
+    std::string log = c->master_->Log();
+    if (log.find("Address already in use") == std::string::npos &&
+        log.find("address already in use") == std::string::npos) {
+      break;
+    }
+  }
   if (!st.ok()) return st;
   for (int i = 0; i < o.nodes && st.ok(); ++i) st = c->StartNode();
   if (!st.ok()) return st;

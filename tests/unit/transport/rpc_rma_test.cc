@@ -104,6 +104,9 @@ class TransportTest : public ::testing::Test {
     }
   }
 
+  static constexpr size_t kSlot = 64 << 10, kSlots = 64;
+  void RmaRoundTrips(MemoryRegion* region);
+
   std::unique_ptr<RpcClient> Connect() {
     auto c = RpcClient::Create(client_worker_.get(), absl::StrCat("127.0.0.1:", server_->port()));
     EXPECT_TRUE(c.ok()) << c.status();
@@ -216,14 +219,12 @@ TEST_F(TransportTest, ServerDisconnectFailsPendingCallsAndLaterOnes) {
   EXPECT_TRUE(absl::IsUnavailable(later.status())) << later.status();
 }
 
-TEST_F(TransportTest, ConcurrentRmaBatchesMoveExactBytes) {
-  // The "remote" segment: registered through the server worker's context, reached through the
-  // client worker's endpoint, as a node's segment is.
-  constexpr size_t kSlot = 64 << 10, kSlots = 64;
-  std::vector<uint8_t> segment(kSlot * kSlots, 0);
-  auto region = MemoryRegion::Create(ctx_.get(), segment.data(), segment.size());
-  ASSERT_TRUE(region.ok()) << region.status();
-  auto rkey = (*region)->PackRkey();
+// Four threads write their slots of `region` through the client worker's endpoint, read them
+// back, and compare, 20 rounds each; then the segment itself holds the last round's bytes.
+void TransportTest::RmaRoundTrips(MemoryRegion* region) {
+  ASSERT_GE(region->length(), kSlot * kSlots);
+  uint8_t* segment = static_cast<uint8_t*>(region->addr());
+  auto rkey = region->PackRkey();
   ASSERT_TRUE(rkey.ok()) << rkey.status();
   auto addr = server_worker_->Address();
   ASSERT_TRUE(addr.ok()) << addr.status();
@@ -253,7 +254,7 @@ TEST_F(TransportTest, ConcurrentRmaBatchesMoveExactBytes) {
         size_t k = 0;
         for (size_t s = t; s < kSlots; s += kThreads, ++k) {
           for (size_t i = 0; i < kSlot; ++i) out[k][i] = static_cast<uint8_t>(s * 31 + round + i);
-          uint64_t remote = reinterpret_cast<uint64_t>(segment.data()) + s * kSlot;
+          uint64_t remote = reinterpret_cast<uint64_t>(segment) + s * kSlot;
           puts.push_back({true, out[k].data(), kSlot, nullptr, remote, cseg});
           gets.push_back({false, in[k].data(), kSlot, nullptr, remote, cseg});
         }
@@ -275,6 +276,28 @@ TEST_F(TransportTest, ConcurrentRmaBatchesMoveExactBytes) {
   for (size_t s = 0; s < kSlots; ++s) {
     ASSERT_EQ(segment[s * kSlot + 5], static_cast<uint8_t>(s * 31 + (kRounds - 1) + 5)) << s;
   }
+}
+
+TEST_F(TransportTest, ConcurrentRmaBatchesMoveExactBytes) {
+  // The "remote" segment: registered through the server worker's context, reached through the
+  // client worker's endpoint, as a node's segment is.
+  std::vector<uint8_t> segment(kSlot * kSlots, 0);
+  auto region = MemoryRegion::Create(ctx_.get(), segment.data(), segment.size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  RmaRoundTrips(region->get());
+}
+
+TEST_F(TransportTest, ConcurrentRmaBatchesOnUcxAllocatedMemory) {
+  // A node's segment as UCX allocates it (shared memory a same-host peer maps directly).
+  auto region = MemoryRegion::Allocate(ctx_.get(), kSlot * kSlots);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::memset((*region)->addr(), 0, (*region)->length());
+  RmaRoundTrips(region->get());
+}
+
+TEST_F(TransportTest, AllocateRefusesZeroBytes) {
+  auto region = MemoryRegion::Allocate(ctx_.get(), 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(region.status())) << region.status();
 }
 
 }  // namespace
