@@ -447,6 +447,7 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
     Shard& sh = ShardOf(tk);
     absl::Status st;
     SessionId writer = 0;
+    int64_t created_ms = 0;
     {
       granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
@@ -459,11 +460,15 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
         it->second.state = ObjectState::kComplete;
         it->second.last_access = NextAccess();
         writer = it->second.writer;
+        created_ms = it->second.created_ms;
         // Commit what is still placed (a replica lost meanwhile was refunded already).
         ledger_.Commit(tenant, PlacedBytes(it->second.replicas));
       }
     }
-    if (writer != 0) ForgetInFlight(writer, tk);
+    if (writer != 0) {
+      ForgetInFlight(writer, tk);
+      deadlines_.Remove(created_ms + options_.put_start_timeout_ms, e.generation);
+    }
     rep.results[i] = st.ok() ? Ok() : Err(st);
   }
   EnforceMaxEntries(tenant);

@@ -31,18 +31,20 @@ inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;
 inline constexpr uint32_t kPutFlagHardPin = 1u << 1;
 
 // One object version in the table. ~100 bytes plus the key.
+// One per stored key: 88 bytes with one replica (fields ordered to leave no padding).
 struct Object {
   uint64_t size = 0;
   uint64_t generation = 0;
-  ObjectState state = ObjectState::kProcessing;
-  uint32_t lease_count = 0;
-  uint8_t pin = 0;  // kPinNone, kPinSoft (evicted last), kPinHard (never evicted)
   SessionId writer = 0;
-  int64_t created_ms = 0;
+  int64_t created_ms = 0;    // PutStart time; its deadline is created_ms + put_start_timeout_ms
   uint64_t last_access = 0;  // an ordinal from the access clock: strict LRU order, no ties
   int64_t lease_until_ms = 0;
+  uint32_t lease_count = 0;
+  ObjectState state = ObjectState::kProcessing;
+  uint8_t pin = 0;  // kPinNone, kPinSoft (evicted last), kPinHard (never evicted)
   Placements replicas;
 };
+static_assert(sizeof(Object) <= 88, "Object grew: it is the master's per-key memory");
 
 // The master's logic: sessions, segments, objects, leases, deadlines, eviction. No transport:
 // the RPC adapter feeds it decoded requests with the caller's session, so all of it is testable

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <vector>
 
@@ -107,7 +108,9 @@ class OffsetAllocator {
   uint64_t used_bytes_ = 0;
   size_t free_block_count_ = 0;
 
-  std::vector<Node> nodes_;
+  // A deque, not a vector: it grows in small blocks (no doubling), so a table of millions of
+  // allocations costs 40 bytes per node rather than up to 80 (measured by bench/master_memory.sh).
+  std::deque<Node> nodes_;
   uint32_t node_free_list_ = kNil;                // Released nodes, chained through next_phys.
   absl::flat_hash_map<uint64_t, uint32_t> live_;  // offset -> node of a live allocation.
 

@@ -83,6 +83,12 @@ std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
   return ids;
 }
 
+// GCC 12 reports absl::InlinedVector<T, 1>'s move (a memcpy of its whole inline/heap union)
+// as a read of uninitialized memory when the vector might be empty: a known false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replicas) {
   granary::MutexLock lock(&mu_);
   if (segments_.empty()) {
@@ -118,6 +124,9 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
   }
   return out;
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target, uint64_t bytes,
                                                        const Placements& existing) {

@@ -23,7 +23,9 @@ struct Placement {
   uint64_t offset = 0;
   uint64_t size = 0;  // bytes reserved (header + value, rounded to alignment)
 };
-using Placements = absl::InlinedVector<Placement, 2>;
+// One placement inline (replica_num 1, the common case: 32 bytes in each Object); more go to
+// the heap.
+using Placements = absl::InlinedVector<Placement, 1>;
 
 // The mounted segments and their allocators. Placement picks `replicas` segments on distinct
 // nodes, starting at a rotating position so that load spreads. Thread-safe (one mutex; every

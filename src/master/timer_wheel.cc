@@ -24,6 +24,24 @@ void TimerWheel::Add(int64_t deadline_ms, std::string key, uint64_t generation) 
   ++size_;
 }
 
+bool TimerWheel::Remove(int64_t deadline_ms, uint64_t generation) {
+  granary::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(buckets_.size());
+  const int64_t tick = deadline_ms / tick_ms_;
+  auto& bucket = buckets_[static_cast<size_t>((tick % n + n) % n)];
+  for (size_t j = 0; j < bucket.size(); ++j) {
+    if (bucket[j].generation != generation || bucket[j].deadline_ms != deadline_ms) continue;
+    if (j + 1 != bucket.size()) bucket[j] = std::move(bucket.back());
+    bucket.pop_back();
+    // A bucket fills during one tick and then empties as those puts commit: give its memory
+    // back rather than holding it for a whole lap.
+    if (bucket.empty()) std::vector<Entry>().swap(bucket);
+    --size_;
+    return true;
+  }
+  return false;
+}
+
 std::vector<TimerWheel::Entry> TimerWheel::Advance(int64_t now_ms) {
   granary::MutexLock lock(&mu_);
   std::vector<Entry> due;
@@ -47,6 +65,7 @@ std::vector<TimerWheel::Entry> TimerWheel::Advance(int64_t now_ms) {
       }
     }
     bucket.resize(kept);
+    if (bucket.empty()) std::vector<Entry>().swap(bucket);
   }
   // The current tick may still hold entries due later in it: visit it again next time.
   last_tick_ = now_tick - 1;

@@ -21,6 +21,11 @@ class TimerWheel {
   explicit TimerWheel(int64_t tick_ms, size_t buckets = 4096);
 
   void Add(int64_t deadline_ms, std::string key, uint64_t generation);
+  // Drops the entry of `generation` added with `deadline_ms`, once it is moot (the put
+  // committed), so the wheel holds only what can still run out. O(entries of that tick). False
+  // when it is not there: already due, or its tick had passed when it was added (it then fires
+  // at the next Advance, harmlessly).
+  bool Remove(int64_t deadline_ms, uint64_t generation);
   // Removes and returns every entry whose deadline is <= now_ms.
   std::vector<Entry> Advance(int64_t now_ms);
   size_t size() const;

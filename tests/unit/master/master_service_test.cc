@@ -374,6 +374,7 @@ TEST_F(MasterServiceTest, PutLifecycleStartEndGetExistRemove) {
   ExpectInside(ps.replicas, kSize);
   EXPECT_GT(svc().GetStats().used, 0u);
   EXPECT_EQ(svc().GetStats().processing, 1u);
+  EXPECT_EQ(svc().GetStats().pending_deadlines, 1u);
 
   // Not readable before PutEnd.
   EXPECT_EQ(Code(Get(c, "key").status), absl::StatusCode::kNotFound);
@@ -388,6 +389,8 @@ TEST_F(MasterServiceTest, PutLifecycleStartEndGetExistRemove) {
   ASSERT_EQ(Code(PutEnd(c, "key", ps.generation)), absl::StatusCode::kOk);
   EXPECT_EQ(svc().GetStats().processing, 0u);
   EXPECT_EQ(svc().GetStats().objects, 1u);
+  // The committed put's deadline is moot: the wheel no longer holds it.
+  EXPECT_EQ(svc().GetStats().pending_deadlines, 0u);
 
   auto g = Get(c, "key");
   ASSERT_EQ(Code(g.status), absl::StatusCode::kOk) << g.status.message;

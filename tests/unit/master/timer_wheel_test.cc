@@ -45,6 +45,28 @@ TEST(TimerWheel, EntryIsDueExactlyAtItsDeadlineWithItsKeyAndGeneration) {
   EXPECT_EQ(w.size(), 0u);
 }
 
+TEST(TimerWheel, RemovedEntriesNeverFireAndOthersStillDo) {
+  TimerWheel w(/*tick_ms=*/50);
+  EXPECT_TRUE(w.Advance(0).empty());
+  for (uint64_t g = 1; g <= 100; ++g) w.Add(1000 + static_cast<int64_t>(g % 3), "k", g);
+  EXPECT_EQ(w.size(), 100u);
+  // Every even generation commits: its entry goes.
+  for (uint64_t g = 2; g <= 100; g += 2) {
+    EXPECT_TRUE(w.Remove(1000 + static_cast<int64_t>(g % 3), g)) << g;
+  }
+  EXPECT_EQ(w.size(), 50u);
+  // Twice, a wrong deadline, an unknown generation: nothing to remove.
+  EXPECT_FALSE(w.Remove(1000 + 2 % 3, 2));
+  EXPECT_FALSE(w.Remove(5000, 3));
+  EXPECT_FALSE(w.Remove(1000 + 3 % 3, 1000));
+  std::set<uint64_t> fired;
+  for (const auto& e : w.Advance(1100)) fired.insert(e.generation);
+  EXPECT_EQ(fired.size(), 50u);
+  for (uint64_t g : fired) EXPECT_EQ(g % 2, 1u) << g;
+  EXPECT_EQ(w.size(), 0u);
+  EXPECT_FALSE(w.Remove(1001, 1));  // already fired
+}
+
 TEST(TimerWheel, EntriesForTheCurrentTickDueLaterInItAreNotLost) {
   // Stepping 1 ms with a 50 ms tick: each entry added mid-tick fires at its exact deadline.
   TimerWheel w(/*tick_ms=*/50);
