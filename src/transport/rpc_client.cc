@@ -18,10 +18,11 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
     auto ep = worker->Connect(address);
     if (!ep.ok()) return ep.status();
     c->ep_ = *ep;
-    c->ep_->on_error = [raw = c.get()](ucs_status_t us) {
+    c->ep_->on_error = [raw = c.get(), alive = c->alive_](ucs_status_t us) {
       absl::Status err = absl::UnavailableError(
           absl::StrCat("connection to ", raw->address_, " lost: ", ucs_status_string(us)));
-      raw->worker_->Post([raw, err] {
+      raw->worker_->Post([raw, err, alive] {
+        if (!*alive) return;  // the client was destroyed meanwhile
         raw->FailAll(err);
         if (raw->on_broken_) raw->on_broken_(err);
       });
@@ -34,6 +35,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
 
 RpcClient::~RpcClient() {
   worker_->Run([this] {
+    *alive_ = false;
     FailAll(absl::CancelledError("client shut down"));
     on_broken_ = nullptr;
     if (ep_) {
@@ -74,7 +76,11 @@ void RpcClient::FailAll(const absl::Status& st) {
 void RpcClient::CallAsync(std::string frame, Done done) {
   uint64_t id = Worker::NextRequestId();
   if (frame.size() >= proto::kFrameHeaderSize) std::memcpy(frame.data() + 12, &id, 8);
-  worker_->Post([this, id, f = std::move(frame), d = std::move(done)]() mutable {
+  worker_->Post([this, id, f = std::move(frame), d = std::move(done), alive = alive_]() mutable {
+    if (!*alive) {
+      d(absl::CancelledError("client shut down"));
+      return;
+    }
     if (!ep_ || ep_->broken.load()) {
       d(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
       return;

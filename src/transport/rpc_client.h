@@ -66,6 +66,7 @@ class RpcClient {
   std::string address_;
   std::shared_ptr<Endpoint> ep_;
   // Progress-thread state.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   absl::flat_hash_set<uint64_t> in_flight_;
   std::function<void(absl::Status)> on_broken_;
 };

@@ -41,9 +41,15 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Create(Worker* worker, uin
 
 RpcServer::~RpcServer() {
   worker_->Run([this] {
+    // Closures already queued behind this one (an endpoint error seen during the last
+    // progress call, a late Reply) find the server gone and do nothing.
+    *alive_ = false;
     worker_->SetRequestHandler(nullptr);
     if (listener_ != nullptr) ucp_listener_destroy(listener_);
-    for (auto& [id, ep] : conns_) worker_->Close(ep);
+    for (auto& [id, ep] : conns_) {
+      ep->on_error = nullptr;
+      worker_->Close(ep);
+    }
     conns_.clear();
     by_ep_.clear();
   });
@@ -58,9 +64,11 @@ void RpcServer::OnConnRequest(ucp_conn_request_h req, void* arg) {
     return;
   }
   ConnId id = self->next_id_++;
-  (*ep)->on_error = [self, id](ucs_status_t) {
+  (*ep)->on_error = [self, id, alive = self->alive_](ucs_status_t) {
     // Inside a UCX callback: defer the cleanup.
-    self->worker_->Post([self, id] { self->DropConn(id); });
+    self->worker_->Post([self, id, alive] {
+      if (*alive) self->DropConn(id);
+    });
   };
   self->conns_[id] = *ep;
   self->by_ep_[(*ep)->ep] = id;
@@ -114,7 +122,8 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
 }
 
 void RpcServer::Reply(ConnId conn, std::string frame) {
-  worker_->Post([this, conn, f = std::move(frame)]() mutable {
+  worker_->Post([this, conn, f = std::move(frame), alive = alive_]() mutable {
+    if (!*alive) return;
     auto it = conns_.find(conn);
     if (it == conns_.end()) return;
     absl::Status st = worker_->SendFrame(it->second.get(), std::move(f), false);
@@ -123,7 +132,9 @@ void RpcServer::Reply(ConnId conn, std::string frame) {
 }
 
 void RpcServer::Disconnect(ConnId conn) {
-  worker_->Post([this, conn] { DropConn(conn); });
+  worker_->Post([this, conn, alive = alive_] {
+    if (*alive) DropConn(conn);
+  });
 }
 
 }  // namespace granary::transport

@@ -51,6 +51,7 @@ class RpcServer {
   ucp_listener_h listener_ = nullptr;
   uint16_t port_ = 0;
   // Progress-thread state.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   ConnId next_id_ = 1;
   absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> conns_;
   absl::flat_hash_map<ucp_ep_h, ConnId> by_ep_;
