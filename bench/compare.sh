@@ -100,6 +100,41 @@ PYEOF
   pids=()
 }
 
+# --- granary meta (the master alone): PutStart+PutEnd and Get at batch 32, 2 threads, against a
+# --virtual_segments node, with 1 and META_LANES batches in flight per thread. The references
+# are the performance issue's targets.
+META_LANES="${META_LANES:-8}"
+granary_meta() {
+  local rpc http
+  rpc=$(port); http=$(port)
+  "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" --metrics_host=127.0.0.1 \
+    --log_level=warning >"$OUT/master_meta.log" 2>&1 &
+  pids+=($!)
+  wait_health "$http"
+  "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=1TB --virtual_segments \
+    --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node_meta.log" 2>&1 &
+  pids+=($!)
+  wait_segment "$http"
+  for lanes in 1 $META_LANES; do
+    for r in $(seq "$RUNS"); do
+      "$BIN/granary_bench" meta --master="127.0.0.1:$rpc" --threads=2 --batch="$BATCH" \
+        --lanes="$lanes" --block_size=4KB --duration="$DURATION" --out="$OUT/m.json" >/dev/null
+      $PY - "$OUT/m.json" "$lanes" >>"$RAW" <<'PYEOF'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print(json.dumps({"tool": "granary", "mode": f"{r['mode']}/lanes={sys.argv[2]}",
+                      "transport": "default", "block_size": r["block_size"], "gbps": 0,
+                      "keys_per_s": r["keys_per_s"]}))
+PYEOF
+    done
+  done
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pids=()
+  record target meta-put default 4096 0 500000
+  record target meta-get default 4096 0 1000000
+}
+
 echo "== ucx_perftest"
 for tls in default tcp; do
   for s in $SIZES; do
@@ -111,6 +146,18 @@ for s in $SIZES; do for r in $(seq "$RUNS"); do redis_bench "$s"; done; done
 echo "== granary"
 granary_bench default
 granary_bench tcp
+echo "== granary meta"
+granary_meta
+echo "== master memory per object"
+BUILD_DIR="$BUILD_DIR" bash bench/master_memory.sh | tail -1 >"$OUT/master_memory_last.json"
+$PY - "$OUT/master_memory_last.json" >>"$RAW" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(json.dumps({"tool": "granary", "mode": "master-bytes-per-object", "transport": "-",
+                  "block_size": r["objects"], "gbps": 0, "keys_per_s": r["bytes_per_object"]}))
+print(json.dumps({"tool": "target", "mode": "master-bytes-per-object", "transport": "-",
+                  "block_size": r["objects"], "gbps": 0, "keys_per_s": 200}))
+PYEOF
 
 $PY bench/summarize.py "$RAW" "$OUT"
 if command -v gnuplot >/dev/null 2>&1; then

@@ -31,6 +31,11 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(
   // A restarted daemon must be able to listen on its port again while old connections sit in
   // TIME_WAIT. The environment still wins if it says otherwise.
   setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
+  // UCX 1.13 moves tcp traffic (RMA included, emulated with active messages) in 8 KiB segments.
+  // 64 KiB segments triple the bandwidth of 64 KiB-1 MiB transfers over tcp (measured with
+  // granary_bench, UCX_TLS=tcp: 1 MiB get 1.1 -> 3.1 GB/s, put 0.9 -> 3.0 GB/s on loopback).
+  setenv("UCX_TCP_TX_SEG_SIZE", "64k", /*overwrite=*/0);
+  setenv("UCX_TCP_RX_SEG_SIZE", "64k", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcsError(st, "reading UCX configuration");
