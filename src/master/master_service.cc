@@ -440,6 +440,9 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
   proto::BatchStatusReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.entries.size());
+  // Committed keys leave their writer's in-flight set in one pass, under one lock.
+  std::vector<std::pair<SessionId, std::string>> committed;
+  committed.reserve(req.entries.size());
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     c_.put_end->Inc();
@@ -466,10 +469,17 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
       }
     }
     if (writer != 0) {
-      ForgetInFlight(writer, tk);
       deadlines_.Remove(created_ms + options_.put_start_timeout_ms, e.generation);
+      committed.emplace_back(writer, std::move(tk));
     }
     rep.results[i] = st.ok() ? Ok() : Err(st);
+  }
+  if (!committed.empty()) {
+    granary::MutexLock lock(&sessions_mu_);
+    for (const auto& [writer, tk] : committed) {
+      auto it = sessions_.find(writer);
+      if (it != sessions_.end()) it->second.in_flight.erase(tk);
+    }
   }
   EnforceMaxEntries(tenant);
   return rep;

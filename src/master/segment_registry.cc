@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/size.h"
 
@@ -66,12 +67,21 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.host_id = req.host_id;
   s.session = session;
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
+  RebuildOrderLocked();
   return id;
+}
+
+void SegmentRegistry::RebuildOrderLocked() {
+  order_.clear();
+  order_.reserve(segments_.size());
+  for (auto& [id, s] : segments_) order_.push_back(&s);
 }
 
 bool SegmentRegistry::Unmount(uint64_t segment_id) {
   granary::MutexLock lock(&mu_);
-  return segments_.erase(segment_id) > 0;
+  bool erased = segments_.erase(segment_id) > 0;
+  if (erased) RebuildOrderLocked();
+  return erased;
 }
 
 std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
@@ -94,19 +104,24 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
   if (segments_.empty()) {
     return absl::ResourceExhaustedError("no segment is mounted: start a granary_node");
   }
-  std::vector<Segment*> order;
-  order.reserve(segments_.size());
-  for (auto& [id, s] : segments_) order.push_back(&s);
+  const std::vector<Segment*>& order = order_;
   size_t start = rotor_++ % order.size();
   Placements out;
-  absl::flat_hash_set<std::string> nodes;
+  // The nodes already holding a replica of this object: a few, compared by pointer to their id.
+  absl::InlinedVector<const std::string*, 4> nodes;
+  auto used = [&nodes](const std::string& node) {
+    for (const std::string* n : nodes) {
+      if (*n == node) return true;
+    }
+    return false;
+  };
   for (size_t i = 0; i < order.size() && static_cast<int>(out.size()) < replicas; ++i) {
     Segment* s = order[(start + i) % order.size()];
     if (s->info.tier != proto::Tier::kHost || !s->info.pool.empty()) continue;
-    if (nodes.contains(s->info.node_id)) continue;
+    if (replicas > 1 && used(s->info.node_id)) continue;
     auto a = s->alloc->Allocate(bytes);
     if (!a.has_value()) continue;
-    nodes.insert(s->info.node_id);
+    nodes.push_back(&s->info.node_id);
     out.push_back(Placement{s->info.segment_id, a->offset, a->size});
   }
   if (static_cast<int>(out.size()) < replicas) {

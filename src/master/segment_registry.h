@@ -81,6 +81,10 @@ class SegmentRegistry {
   // by id): they start from the wall clock in milliseconds, shifted.
   uint64_t next_id_ ABSL_GUARDED_BY(mu_);
   size_t rotor_ ABSL_GUARDED_BY(mu_) = 0;
+  // segments_ in id order (std::map keeps the Segments in place), rebuilt on Mount and
+  // Unmount, so that Allocate does not build it per call.
+  std::vector<Segment*> order_ ABSL_GUARDED_BY(mu_);
+  void RebuildOrderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace granary::master
