@@ -1,13 +1,17 @@
 // granary_bench: bandwidth and key-rate benchmarks against a running cluster.
 //   granary_bench get --master=127.0.0.1:50051 --block_size=4KB,1MB --batch=32 --threads=2
 // Prints one line per block size and writes JSON records with --out.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +43,9 @@ DEFINE_int32(replica_num, 1, "Replicas per put");
 DEFINE_string(working_set, "256MB", "Bytes of distinct keys per thread (get/mixed prefill; put recycles)");
 DEFINE_string(out, "", "Write JSON records here (CSV when the name ends in .csv)");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
+DEFINE_string(progress, "auto",
+              "A progress line once per second on stderr: auto (rewritten in place, on a "
+              "terminal only), always (one line per second), never");
 
 namespace {
 
@@ -49,6 +56,75 @@ struct Record {
   std::string transport;
   double gbps = 0, keys_per_s = 0, p50_us = 0, p99_us = 0;
   uint64_t errors = 0;
+};
+
+// Live totals of the run in progress, for the progress line only (relaxed: a display).
+struct Progress {
+  std::atomic<uint64_t> keys{0}, bytes{0}, errors{0};
+  void Reset() {
+    keys.store(0, std::memory_order_relaxed);
+    bytes.store(0, std::memory_order_relaxed);
+    errors.store(0, std::memory_order_relaxed);
+  }
+  void Add(uint64_t k, uint64_t b, uint64_t e) {
+    keys.fetch_add(k, std::memory_order_relaxed);
+    bytes.fetch_add(b, std::memory_order_relaxed);
+    errors.fetch_add(e, std::memory_order_relaxed);
+  }
+};
+Progress g_progress;
+
+// While alive, prints once per second: "<label>: 3 s, 612,352 keys, 204,117 keys/s, 0.84 GB/s,
+// 0 errors" (the rates over the last second). On a terminal (--progress=auto) it rewrites one
+// line; with --progress=always it prints a line each second.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string label) : label_(std::move(label)) {
+    g_progress.Reset();
+    const bool tty = isatty(STDERR_FILENO) == 1;
+    in_place_ = FLAGS_progress == "auto" && tty;
+    if (FLAGS_progress == "never" || (FLAGS_progress == "auto" && !tty)) return;
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~ProgressLine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (printed_ && in_place_) fprintf(stderr, "\n");
+  }
+
+ private:
+  void Loop() {
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t last_keys = 0, last_bytes = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (int s = 1;; ++s) {
+      if (cv_.wait_until(lock, start + std::chrono::seconds(s), [this] { return done_; })) return;
+      uint64_t k = g_progress.keys.load(std::memory_order_relaxed);
+      uint64_t b = g_progress.bytes.load(std::memory_order_relaxed);
+      uint64_t e = g_progress.errors.load(std::memory_order_relaxed);
+      fprintf(stderr, "%s%s: %d s, %llu keys, %llu keys/s, %.2f GB/s, %llu errors%s",
+              in_place_ ? "\r" : "", label_.c_str(), s, static_cast<unsigned long long>(k),
+              static_cast<unsigned long long>(k - last_keys),
+              static_cast<double>(b - last_bytes) / 1e9, static_cast<unsigned long long>(e),
+              in_place_ ? "\033[K" : "\n");
+      fflush(stderr);
+      printed_ = true;
+      last_keys = k;
+      last_bytes = b;
+    }
+  }
+
+  std::string label_;
+  bool in_place_ = false;
+  bool printed_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
 };
 
 struct ThreadResult {
@@ -156,6 +232,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
     out->batch_us.push_back(us);
     out->keys += ok;
     out->bytes += ok * block;
+    g_progress.Add(ok, ok * block, batch - ok);
     out->errors += batch - ok;
     done_keys += batch;
   }
@@ -250,6 +327,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
     int64_t t1 = granary::MonotonicUs();
     put->batch_us.push_back(static_cast<double>(t1 - t0));
     put->keys += ok;
+    g_progress.Add(ok, 0, static_cast<uint64_t>(batch) * lanes - ok);
     put->errors += static_cast<uint64_t>(batch) * lanes - ok;
     std::vector<std::future<absl::StatusOr<proto::GetReply>>> gets;
     for (int l = 0; l < lanes; ++l) {
@@ -273,6 +351,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
     int64_t t2 = granary::MonotonicUs();
     get->batch_us.push_back(static_cast<double>(t2 - t1));
     get->keys += found;
+    g_progress.Add(found, 0, static_cast<uint64_t>(batch) * lanes - found);
     get->errors += static_cast<uint64_t>(batch) * lanes - found;
     done += static_cast<int64_t>(batch) * lanes;
   }
@@ -306,10 +385,13 @@ std::vector<Record> RunMeta(uint64_t block) {
   std::vector<ThreadResult> put(FLAGS_threads), get(FLAGS_threads);
   std::vector<std::thread> threads;
   std::atomic<bool> failed{false};
-  for (int t = 0; t < FLAGS_threads; ++t) {
-    threads.emplace_back(RunMetaThread, t, block, &put[t], &get[t], &failed);
+  {
+    ProgressLine progress(absl::StrCat("meta ", block, " B"));
+    for (int t = 0; t < FLAGS_threads; ++t) {
+      threads.emplace_back(RunMetaThread, t, block, &put[t], &get[t], &failed);
+    }
+    for (auto& th : threads) th.join();
   }
-  for (auto& th : threads) th.join();
   std::vector<Record> out = {Summarize("meta-put", block, put), Summarize("meta-get", block, get)};
   if (failed.load()) {
     for (auto& r : out) r.errors = std::max<uint64_t>(r.errors, 1);
@@ -321,10 +403,13 @@ Record RunOne(const std::string& mode, uint64_t block) {
   std::vector<ThreadResult> results(FLAGS_threads);
   std::vector<std::thread> threads;
   std::atomic<bool> failed{false};
-  for (int t = 0; t < FLAGS_threads; ++t) {
-    threads.emplace_back(RunThread, mode, t, block, &results[t], &failed);
+  {
+    ProgressLine progress(absl::StrCat(mode, " ", block, " B"));
+    for (int t = 0; t < FLAGS_threads; ++t) {
+      threads.emplace_back(RunThread, mode, t, block, &results[t], &failed);
+    }
+    for (auto& th : threads) th.join();
   }
-  for (auto& th : threads) th.join();
   Record r = Summarize(mode, block, results);
   if (failed.load()) r.errors = std::max<uint64_t>(r.errors, 1);
   return r;
@@ -350,6 +435,11 @@ int main(int argc, char** argv) {
   if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes < 1) {
     fprintf(stderr, "granary_bench: --batch %d, --threads %d, --tenants %d, --lanes %d: each must "
             "be >= 1\n", FLAGS_batch, FLAGS_threads, FLAGS_tenants, FLAGS_lanes);
+    return 2;
+  }
+  if (FLAGS_progress != "auto" && FLAGS_progress != "always" && FLAGS_progress != "never") {
+    fprintf(stderr, "granary_bench: --progress '%s' is not one of: auto, always, never\n",
+            FLAGS_progress.c_str());
     return 2;
   }
   if (FLAGS_lanes > 1 && mode != "meta") {

@@ -55,17 +55,33 @@ TEST(BenchSmokeTest, EveryModeRunsAndWritesRecords) {
       EXPECT_GT(r["keys_per_s"].get<double>(), 0);
     }
   }
+  // A run longer than a second prints a progress line each second.
+  {
+    auto p = Process::Start({BinDir() + "/granary_bench", "get",
+                             "--master=" + (*c)->master_address(), "--block_size=4KB",
+                             "--batch=4", "--duration=2.2", "--working_set=4MB",
+                             "--progress=always"},
+                            {}, (*c)->dir() + "/bench_progress.log");
+    ASSERT_TRUE(p.ok());
+    ASSERT_EQ((*p)->Wait(), 0) << (*p)->Log();
+    std::string log = (*p)->Log();
+    EXPECT_NE(log.find("get 4096 B: 1 s, "), std::string::npos) << log;
+    EXPECT_NE(log.find("get 4096 B: 2 s, "), std::string::npos) << log;
+    EXPECT_NE(log.find(" keys/s, "), std::string::npos) << log;
+  }
   // Lanes are for meta only; a bad value is named.
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"get", "--lanes=2"}, std::vector<std::string>{"meta", "--lanes=0"}}) {
+       {std::vector<std::string>{"get", "--lanes=2"}, std::vector<std::string>{"meta", "--lanes=0"},
+        std::vector<std::string>{"get", "--progress=sometimes"}}) {
     std::vector<std::string> argv = {BinDir() + "/granary_bench", args[0], args[1],
                                      "--master=" + (*c)->master_address()};
     auto p = Process::Start(argv, {}, (*c)->dir() + "/bench_bad.log");
     ASSERT_TRUE(p.ok());
     EXPECT_EQ((*p)->Wait(), 2) << args[0] << " " << args[1];
-    EXPECT_NE((*p)->Log().find(args[1] == "--lanes=2" ? "--lanes 2" : "--lanes 0"),
-              std::string::npos)
-        << (*p)->Log();
+    const std::string named = args[1] == "--lanes=2"   ? "--lanes 2"
+                              : args[1] == "--lanes=0" ? "--lanes 0"
+                                                       : "--progress 'sometimes'";
+    EXPECT_NE((*p)->Log().find(named), std::string::npos) << (*p)->Log();
   }
 }
 
