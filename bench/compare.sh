@@ -66,38 +66,36 @@ redis_bench() {  # size
   record redis get default "$size" "$($PY -c "print($get*$size/1e9)")" "$get"
 }
 
+# granary_bench's JSON records (file) into the raw records, for `transport`, with `suffix`
+# appended to each mode.
+granary_records() {  # file transport suffix
+  $PY - "$1" "$2" "$3" >>"$RAW" <<'PYEOF'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print(json.dumps({"tool": "granary", "mode": r["mode"] + sys.argv[3], "transport": sys.argv[2],
+                      "block_size": r["block_size"], "gbps": r["gbps"],
+                      "keys_per_s": r["keys_per_s"]}))
+PYEOF
+}
+
 # --- granary: a master and a node on loopback with the given transport.
 granary_bench() {  # transport
-  local tls="$1" rpc http env=()
-  [[ "$tls" == tcp ]] && env=(UCX_TLS=tcp)
-  rpc=$(port); http=$(port)
-  env "${env[@]}" "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" \
-    --metrics_host=127.0.0.1 --log_level=warning >"$OUT/master.log" 2>&1 &
-  pids+=($!)
-  wait_health "$http"
-  env "${env[@]}" "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=2GB \
-    --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node.log" 2>&1 &
-  pids+=($!)
-  wait_segment "$http"
+  local tls="$1"
+  RUN_ENV=()
+  [[ "$tls" == tcp ]] && RUN_ENV=(UCX_TLS=tcp)
+  start_cluster "granary_$tls" -- --host_segment_size=2GB
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   for mode in get put; do
     for r in $(seq "$RUNS"); do
-      env "${env[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$rpc" \
+      env "${RUN_ENV[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$RPC" \
         --block_size="$sizes_csv" --batch="$BATCH" --duration="$DURATION" \
         --working_set=256MB --out="$OUT/g.json" >/dev/null
-      $PY - "$OUT/g.json" "$tls" >>"$RAW" <<'PYEOF'
-import json, sys
-for r in json.load(open(sys.argv[1])):
-    print(json.dumps({"tool": "granary", "mode": r["mode"], "transport": sys.argv[2],
-                      "block_size": r["block_size"], "gbps": r["gbps"],
-                      "keys_per_s": r["keys_per_s"]}))
-PYEOF
+      granary_records "$OUT/g.json" "$tls" ""
     done
   done
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  pids=()
+  stop_cluster
+  RUN_ENV=()
 }
 
 # --- granary meta (the master alone): PutStart+PutEnd and Get at batch 32, 2 threads, against a
@@ -105,32 +103,15 @@ PYEOF
 # are the performance issue's targets.
 META_LANES="${META_LANES:-8}"
 granary_meta() {
-  local rpc http
-  rpc=$(port); http=$(port)
-  "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" --metrics_host=127.0.0.1 \
-    --log_level=warning >"$OUT/master_meta.log" 2>&1 &
-  pids+=($!)
-  wait_health "$http"
-  "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=1TB --virtual_segments \
-    --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node_meta.log" 2>&1 &
-  pids+=($!)
-  wait_segment "$http"
+  start_cluster meta -- --host_segment_size=1TB --virtual_segments
   for lanes in 1 $META_LANES; do
     for r in $(seq "$RUNS"); do
-      "$BIN/granary_bench" meta --master="127.0.0.1:$rpc" --threads=2 --batch="$BATCH" \
+      "$BIN/granary_bench" meta --master="127.0.0.1:$RPC" --threads=2 --batch="$BATCH" \
         --lanes="$lanes" --block_size=4KB --duration="$DURATION" --out="$OUT/m.json" >/dev/null
-      $PY - "$OUT/m.json" "$lanes" >>"$RAW" <<'PYEOF'
-import json, sys
-for r in json.load(open(sys.argv[1])):
-    print(json.dumps({"tool": "granary", "mode": f"{r['mode']}/lanes={sys.argv[2]}",
-                      "transport": "default", "block_size": r["block_size"], "gbps": 0,
-                      "keys_per_s": r["keys_per_s"]}))
-PYEOF
+      granary_records "$OUT/m.json" default "/lanes=$lanes"
     done
   done
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
-  pids=()
+  stop_cluster
   record target meta-put default 4096 0 500000
   record target meta-get default 4096 0 1000000
 }

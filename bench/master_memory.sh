@@ -12,24 +12,17 @@ GRANARY_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
 rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
 metric() { curl -sf "http://127.0.0.1:$2/metrics" | awk -v m="$1" '$1==m{print $2}'; }
 
-rpc=$(port); http=$(port)
-"$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" --metrics_host=127.0.0.1 \
-  --log_level=warning >"$OUT/master_memory_master.log" 2>&1 &
-master=$!; pids+=("$master")
-wait_health "$http"
 # 5M objects of 4 KiB + the 64-byte header take 20.8 GB of (virtual) segment space.
-"$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=1TB --virtual_segments \
-  --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/master_memory_node.log" 2>&1 &
-pids+=($!)
-wait_segment "$http"
+start_cluster master_memory -- --host_segment_size=1TB --virtual_segments
+master=$MASTER_PID
 before=$(rss_kb "$master")
 threads=2
-"$BIN/granary_bench" meta --master="127.0.0.1:$rpc" --threads="$threads" --batch=32 \
+"$BIN/granary_bench" meta --master="127.0.0.1:$RPC" --threads="$threads" --batch=32 \
   --block_size=4KB --ops=$(( OBJECTS / threads )) --out="$OUT/master_memory_meta.json" >/dev/null
 # Read leases expire (default_kv_lease_ttl); measure once they are gone.
 sleep 6
 after=$(rss_kb "$master")
-objects=$(metric granary_master_objects "$http")
+objects=$(metric granary_master_objects "$HTTP")
 $PY - "$before" "$after" "$objects" <<'PYEOF' | tee -a "$OUT/master_memory.jsonl"
 import json, sys
 before, after, objects = int(sys.argv[1]), int(sys.argv[2]), int(float(sys.argv[3]))

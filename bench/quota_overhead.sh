@@ -15,25 +15,17 @@ POLICY="$OUT/quota_policy.yaml"
 : >"$OUT/quota_overhead.jsonl"
 
 run() {  # on|off
-  local mode="$1" rpc http flags=()
-  rpc=$(port); http=$(port)
+  local mode="$1" flags=()
   [[ "$mode" == on ]] && flags=(--enable_multi_tenants --tenant_quota_connector_uri="$POLICY")
-  "$BIN/granary_master" --rpc_port="$rpc" --metrics_port="$http" --metrics_host=127.0.0.1 \
-    --log_level=warning "${flags[@]}" >"$OUT/master_$mode.log" 2>&1 &
-  pids=($!)
-  wait_health "$http"
-  "$BIN/granary_node" --master="127.0.0.1:$rpc" --host_segment_size=1TB --virtual_segments \
-    --metrics_port=0 --local_hostname=127.0.0.1 --log_level=warning >"$OUT/node_$mode.log" 2>&1 &
-  pids+=($!)
-  wait_segment "$http"
-  "$BIN/granary_bench" meta --master="127.0.0.1:$rpc" --tenants="$TENANTS" --threads=2 \
+  start_cluster "quota_$mode" "${flags[@]}" -- --host_segment_size=1TB --virtual_segments
+  "$BIN/granary_bench" meta --master="127.0.0.1:$RPC" --tenants="$TENANTS" --threads=2 \
     --batch=32 --block_size=4KB --duration="$DURATION" --out="$OUT/meta_$mode.json" >/dev/null
   $PY -c '
 import json,sys
 for r in json.load(open(sys.argv[1])):
     print(json.dumps({"quota": sys.argv[2], "mode": r["mode"], "keys_per_s": r["keys_per_s"]}))
 ' "$OUT/meta_$mode.json" "$mode" >>"$OUT/quota_overhead.jsonl"
-  kill "${pids[@]}"; wait 2>/dev/null || true; pids=()
+  stop_cluster
 }
 for r in $(seq "$RUNS"); do run off; run on; done
 $PY - "$OUT/quota_overhead.jsonl" <<'PYEOF'
