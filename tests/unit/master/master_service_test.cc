@@ -24,6 +24,7 @@
 #include "common/metrics.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
+#include "tests/unit/master/single_key_calls.h"
 
 namespace granary::master {
 namespace {
@@ -34,7 +35,7 @@ using proto::WireStatus;
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
 
-absl::StatusCode Code(const WireStatus& s) { return s.ToStatus().code(); }
+using test_calls::Code;
 
 bool Has(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -104,28 +105,12 @@ class MasterServiceTest : public ::testing::Test {
 
   proto::PutStartResult PutStart(SessionId sid, const std::string& key, uint64_t size,
                                  int replicas = 1) {
-    proto::PutStartRequest r;
-    r.entries.push_back({key, size});
-    r.replica_num = static_cast<uint8_t>(replicas);
-    auto rep = svc().PutStart(sid, r);
-    if (Code(rep.status) != absl::StatusCode::kOk) {
-      proto::PutStartResult res;
-      res.status = rep.status;
-      return res;
-    }
-    EXPECT_EQ(rep.results.size(), 1u);
-    return rep.results.at(0);
+    return test_calls::PutStart(svc(), sid, key, size, replicas);
   }
-
   WireStatus KeyGenOp(proto::BatchStatusReply (MasterService::*op)(SessionId,
                                                                    const proto::KeyGenRequest&),
                       SessionId sid, const std::string& key, uint64_t gen) {
-    proto::KeyGenRequest r;
-    r.entries.push_back({key, gen});
-    auto rep = (svc().*op)(sid, r);
-    if (Code(rep.status) != absl::StatusCode::kOk) return rep.status;
-    EXPECT_EQ(rep.results.size(), 1u);
-    return rep.results.at(0);
+    return test_calls::KeyGenOp(svc(), op, sid, key, gen);
   }
   WireStatus PutEnd(SessionId sid, const std::string& key, uint64_t gen) {
     return KeyGenOp(&MasterService::PutEnd, sid, key, gen);
@@ -138,26 +123,12 @@ class MasterServiceTest : public ::testing::Test {
   }
 
   proto::GetResult Get(SessionId sid, const std::string& key) {
-    proto::KeysRequest r;
-    r.keys.push_back(key);
-    auto rep = svc().Get(sid, r);
-    if (Code(rep.status) != absl::StatusCode::kOk) {
-      proto::GetResult res;
-      res.status = rep.status;
-      return res;
-    }
-    EXPECT_EQ(rep.results.size(), 1u);
-    return rep.results.at(0);
+    return test_calls::Get(svc(), sid, key);
   }
   WireStatus KeysOp(proto::BatchStatusReply (MasterService::*op)(SessionId,
                                                                  const proto::KeysRequest&),
                     SessionId sid, const std::string& key) {
-    proto::KeysRequest r;
-    r.keys.push_back(key);
-    auto rep = (svc().*op)(sid, r);
-    if (Code(rep.status) != absl::StatusCode::kOk) return rep.status;
-    EXPECT_EQ(rep.results.size(), 1u);
-    return rep.results.at(0);
+    return test_calls::KeysOp(svc(), op, sid, key);
   }
   WireStatus Exist(SessionId sid, const std::string& key) {
     return KeysOp(&MasterService::Exist, sid, key);
