@@ -17,14 +17,15 @@ class AdminAuth {
   static absl::StatusOr<AdminAuth> FromFile(const std::string& path);
   static AdminAuth None() { return AdminAuth(""); }
 
-  bool enabled() const { return !token_.empty(); }
-  // True when no token is configured or the Authorization header carries it. The comparison
-  // takes the same time wherever the first difference is.
+  bool enabled() const { return !token_sha256_.empty(); }
+  // True when no token is configured or the Authorization header carries it. The SHA-256 of
+  // the given token is compared with the token's in constant time (ConstantTimeEquals, as for
+  // tenant tokens), so neither the position of a difference nor the token's length shows.
   bool Allows(absl::string_view authorization_header) const;
 
  private:
-  explicit AdminAuth(std::string token) : token_(std::move(token)) {}
-  std::string token_;
+  explicit AdminAuth(std::string token_sha256) : token_sha256_(std::move(token_sha256)) {}
+  std::string token_sha256_;  // empty: no token
 };
 
 }  // namespace granary::master
