@@ -23,8 +23,8 @@ uint64_t MasterService::PlacedBytes(const Placements& ps) {
   return b;
 }
 
-std::string MasterService::TenantOfKey(const std::string& table_key) {
-  return table_key.substr(0, table_key.find('\0'));
+std::string MasterService::TenantOfKey(absl::string_view table_key) {
+  return std::string(table_key.substr(0, table_key.find('\0')));
 }
 
 absl::Status MasterService::ChargeWithTenantEviction(const std::string& tenant, uint64_t bytes) {
@@ -136,7 +136,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
       const uint64_t b = PlacedBytes(o.replicas);
       ts.bytes += b;
       if (o.pin == kPinHard || (o.lease_count > 0 && o.lease_until_ms > now)) continue;
-      ts.cands[o.pin == kPinSoft ? 1 : 0].push_back(Candidate{o.last_access, b, s, tk});
+      ts.cands[o.pin == kPinSoft ? 1 : 0].push_back(Candidate{o.last_access, b, s, std::string(tk)});
     }
   }
   for (auto& [name, ts] : tenants) {

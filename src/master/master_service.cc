@@ -463,6 +463,7 @@ proto::BatchStatusReply MasterService::PutEnd(SessionId sid, const proto::KeyGen
         it->second.state = ObjectState::kComplete;
         it->second.last_access = NextAccess();
         writer = it->second.writer;
+        it->second.lease_until_ms = 0;  // the writer's slot now holds the read leases' end
         created_ms = it->second.created_ms;
         // Commit what is still placed (a replica lost meanwhile was refunded already).
         ledger_.Commit(tenant, PlacedBytes(it->second.replicas));
@@ -653,7 +654,7 @@ proto::ListReply MasterService::ListObjects(const std::string& tenant,
       if (!absl::StartsWith(tk, lo)) continue;
       if (!req.start_after.empty() && tk <= after) continue;
       proto::ObjectInfo info;
-      info.key = tk.substr(tenant.size() + 1);
+      info.key = std::string(tk.substr(tenant.size() + 1));
       info.size = o.size;
       info.generation = o.generation;
       info.state = static_cast<uint8_t>(o.state);

@@ -14,6 +14,8 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "master/master_options.h"
+#include "master/object.h"
+#include "master/object_table.h"
 #include "master/segment_registry.h"
 #include "master/tenant/quota_ledger.h"
 #include "master/tenant/tenant_tokens.h"
@@ -22,29 +24,6 @@
 
 namespace granary::master {
 
-using SessionId = uint64_t;
-
-enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
-inline constexpr uint8_t kPinNone = 0, kPinSoft = 1, kPinHard = 2;
-// PutStartRequest.flags bits.
-inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;
-inline constexpr uint32_t kPutFlagHardPin = 1u << 1;
-
-// One object version in the table. ~100 bytes plus the key.
-// One per stored key: 88 bytes with one replica (fields ordered to leave no padding).
-struct Object {
-  uint64_t size = 0;
-  uint64_t generation = 0;
-  SessionId writer = 0;
-  int64_t created_ms = 0;    // PutStart time; its deadline is created_ms + put_start_timeout_ms
-  uint64_t last_access = 0;  // an ordinal from the access clock: strict LRU order, no ties
-  int64_t lease_until_ms = 0;
-  uint32_t lease_count = 0;
-  ObjectState state = ObjectState::kProcessing;
-  uint8_t pin = 0;  // kPinNone, kPinSoft (evicted last), kPinHard (never evicted)
-  Placements replicas;
-};
-static_assert(sizeof(Object) <= 88, "Object grew: it is the master's per-key memory");
 
 // The master's logic: sessions, segments, objects, leases, deadlines, eviction. No transport:
 // the RPC adapter feeds it decoded requests with the caller's session, so all of it is testable
@@ -127,7 +106,7 @@ class MasterService {
   static constexpr size_t kShards = 64;
   struct Shard {
     mutable granary::Mutex mu;
-    absl::flat_hash_map<std::string, Object> objects ABSL_GUARDED_BY(mu);
+    ObjectTable objects ABSL_GUARDED_BY(mu);
   };
   struct Session {
     proto::Role role = proto::Role::kClient;
@@ -166,7 +145,7 @@ class MasterService {
   // After a commit: a tenant past its max_entries loses its oldest entries (never rejected).
   void EnforceMaxEntries(const std::string& tenant);
   static uint64_t PlacedBytes(const Placements& ps);
-  static std::string TenantOfKey(const std::string& table_key);
+  static std::string TenantOfKey(absl::string_view table_key);
 
   const MasterOptions options_;
   Clock* clock_;

@@ -11,6 +11,7 @@ OffsetAllocator::OffsetAllocator(uint64_t capacity, uint64_t alignment)
     : capacity_(capacity), alignment_(alignment) {
   GRANARY_CHECK(alignment >= 8 && std::has_single_bit(alignment))
       << "alignment must be a power of two >= 8, got " << alignment;
+  GRANARY_CHECK(capacity < (uint64_t{1} << 63)) << "capacity must be below 2^63, got " << capacity;
   bins_.fill(kNil);
   if (capacity_ == 0) return;
   const uint32_t first = NewNode();
@@ -60,6 +61,9 @@ uint32_t OffsetAllocator::NewNode() {
 }
 
 void OffsetAllocator::ReleaseNode(uint32_t index) {
+  // Free and of size 0: never a live allocation (IsLive), never in a bin.
+  nodes_[index].is_free = 1;
+  nodes_[index].size = 0;
   nodes_[index].next_phys = node_free_list_;
   node_free_list_ = index;
 }
@@ -67,7 +71,7 @@ void OffsetAllocator::ReleaseNode(uint32_t index) {
 void OffsetAllocator::InsertFree(uint32_t index) {
   Node& node = nodes_[index];
   const int bin = BinOf(node.size);
-  node.is_free = true;
+  node.is_free = 1;
   node.prev_free = kNil;
   node.next_free = bins_[bin];
   if (node.next_free != kNil) nodes_[node.next_free].prev_free = index;
@@ -91,7 +95,7 @@ void OffsetAllocator::RemoveFree(uint32_t index) {
     sub_bitmap_[first] &= static_cast<uint16_t>(~(1u << (bin % kSubCount)));
     if (sub_bitmap_[first] == 0) first_bitmap_ &= ~(uint64_t{1} << first);
   }
-  node.is_free = false;
+  node.is_free = 0;
   node.prev_free = node.next_free = kNil;
   --free_block_count_;
 }
@@ -137,20 +141,23 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
     InsertFree(tail);
   }
   const Node& node = nodes_[index];
-  live_.emplace(node.offset, index);
   used_bytes_ += rounded;
-  return Allocation{node.offset, rounded};
+  ++allocation_count_;
+  return Allocation{node.offset, rounded, index};
 }
 
-void OffsetAllocator::Free(uint64_t offset) {
-  auto it = live_.find(offset);
-  GRANARY_CHECK(it != live_.end()) << "OffsetAllocator::Free of unknown offset " << offset
-                                   << " (not a live allocation; double free?)";
-  uint32_t index = it->second;
-  live_.erase(it);
-  GRANARY_CHECK(!nodes_[index].is_free && nodes_[index].offset == offset)
-      << "offset allocator corrupted at offset " << offset;
+bool OffsetAllocator::IsLive(const Allocation& a) const {
+  if (a.handle >= nodes_.size()) return false;
+  const Node& node = nodes_[a.handle];
+  return !node.is_free && node.offset == a.offset;
+}
+
+void OffsetAllocator::Free(const Allocation& a) {
+  GRANARY_CHECK(IsLive(a)) << "OffsetAllocator::Free of unknown allocation at offset " << a.offset
+                           << " (handle " << a.handle << "): not live; double free?";
+  uint32_t index = a.handle;
   used_bytes_ -= nodes_[index].size;
+  --allocation_count_;
 
   // Merge with the previous block: it absorbs this one.
   const uint32_t prev = nodes_[index].prev_phys;
@@ -173,8 +180,6 @@ void OffsetAllocator::Free(uint64_t offset) {
   }
   InsertFree(index);
 }
-
-bool OffsetAllocator::IsAllocated(uint64_t offset) const { return live_.contains(offset); }
 
 uint64_t OffsetAllocator::largest_free_block() const {
   if (first_bitmap_ == 0) return 0;

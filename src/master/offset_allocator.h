@@ -7,8 +7,6 @@
 #include <optional>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-
 namespace granary::master {
 
 // An O(1) offset allocator over [0, capacity): TLSF-style two-level size-class bins with
@@ -24,8 +22,9 @@ namespace granary::master {
 // also sit in one of kNumBins size-class bins (a doubly linked list per bin); a bin covers the
 // sizes [MinSize(b), MinSize(b + 1)): exact for sizes < 16, else the top 5 significant bits
 // (16 classes per power of two, <= 6.25% spread). A 64-bit first-level bitmap plus one 16-bit
-// second-level bitmap per power of two say which bins are non-empty. Live allocations are found
-// by offset through an absl::flat_hash_map. Memory is O(live allocations + free blocks) plus a
+// second-level bitmap per power of two say which bins are non-empty. An allocation is named by
+// its node's index (Allocation::handle), which the owner keeps and passes back to Free: no
+// offset index is needed. Memory is 32 bytes per block (live allocation or free block) plus a
 // fixed ~4 KB of bins, independent of capacity (2^48 and beyond is fine).
 //
 // Cost of one call:
@@ -34,9 +33,10 @@ namespace granary::master {
 //     class's minimum size, else the class above). Only if no such bin exists, the request's own
 //     bin list is scanned first-fit (O(blocks in that one bin)); this keeps a fit from being
 //     missed, so Allocate fails iff largest_free_block() < the rounded size. Splitting takes one
-//     pool node; inserting into the hash map is amortized O(1).
-//   Free: O(1) - one hash lookup, at most two merges with address neighbours, one bin insert.
-//   No heap allocation per call beyond amortized growth of the node pool and the hash map.
+//     pool node.
+//   Free: O(1) - the handle names the node; at most two merges with address neighbours, one bin
+//     insert.
+//   No heap allocation per call beyond amortized growth of the node pool.
 //
 // All offsets are multiples of `alignment` and every allocation's size is rounded up to it.
 // If capacity is not a multiple of alignment, the block ending at capacity may have a tail
@@ -45,7 +45,8 @@ class OffsetAllocator {
  public:
   struct Allocation {
     uint64_t offset = 0;
-    uint64_t size = 0;  // Actually reserved (rounded up to alignment).
+    uint64_t size = 0;    // Actually reserved (rounded up to alignment).
+    uint32_t handle = 0;  // Names the allocation for Free and IsLive.
   };
 
   // alignment must be a power of two >= 8 (checked).
@@ -59,9 +60,11 @@ class OffsetAllocator {
 
   // size 0 -> nullopt; no free block large enough -> nullopt.
   [[nodiscard]] std::optional<Allocation> Allocate(uint64_t size);
-  // offset must be a live allocation's offset; anything else crashes (GRANARY_CHECK).
-  void Free(uint64_t offset);
-  bool IsAllocated(uint64_t offset) const;
+  // a must be a live allocation returned by Allocate (its handle and offset are checked);
+  // anything else, a double free included, crashes (GRANARY_CHECK).
+  void Free(const Allocation& a);
+  // Whether a is still live: its handle names an allocated block at its offset.
+  bool IsLive(const Allocation& a) const;
 
   uint64_t capacity() const { return capacity_; }
   uint64_t alignment() const { return alignment_; }
@@ -69,7 +72,7 @@ class OffsetAllocator {
   uint64_t free_bytes() const { return capacity_ - used_bytes_; }
   // O(1) bitmap lookup of the highest non-empty bin plus a scan of that one bin's list.
   uint64_t largest_free_block() const;
-  size_t allocation_count() const { return live_.size(); }
+  size_t allocation_count() const { return allocation_count_; }
   size_t free_block_count() const { return free_block_count_; }
   // 1 - largest_free_block / free_bytes (0 when free_bytes == 0): exported in metrics.
   double fragmentation() const;
@@ -81,15 +84,17 @@ class OffsetAllocator {
   static constexpr int kFirstCount = 64 - kSubBits + 1;  // 61 first-level classes.
   static constexpr int kNumBins = kFirstCount * kSubCount;
 
+  // 32 bytes: one per block, so one per stored replica in the master.
   struct Node {
-    uint64_t offset = 0;
+    uint64_t offset : 63 = 0;
+    uint64_t is_free : 1 = 0;   // In a bin, or released to the node free list (then size 0).
     uint64_t size = 0;
     uint32_t prev_phys = kNil;  // Address-order neighbours (free or allocated).
     uint32_t next_phys = kNil;
     uint32_t prev_free = kNil;  // Bin list links; meaningful only while is_free.
     uint32_t next_free = kNil;
-    bool is_free = false;
   };
+  static_assert(sizeof(Node) == 32);
 
   // Bin of a block of `size` (> 0): the class whose range contains it (rounds down).
   static int BinOf(uint64_t size);
@@ -107,12 +112,12 @@ class OffsetAllocator {
   uint64_t alignment_;
   uint64_t used_bytes_ = 0;
   size_t free_block_count_ = 0;
+  size_t allocation_count_ = 0;
 
   // A deque, not a vector: it grows in small blocks (no doubling), so a table of millions of
-  // allocations costs 40 bytes per node rather than up to 80 (measured by bench/master_memory.sh).
+  // allocations costs 32 bytes per node rather than up to 64 (measured by bench/master_memory.sh).
   std::deque<Node> nodes_;
-  uint32_t node_free_list_ = kNil;                // Released nodes, chained through next_phys.
-  absl::flat_hash_map<uint64_t, uint32_t> live_;  // offset -> node of a live allocation.
+  uint32_t node_free_list_ = kNil;  // Released nodes, chained through next_phys.
 
   uint64_t first_bitmap_ = 0;                       // Bit f: sub_bitmap_[f] != 0.
   std::array<uint16_t, kFirstCount> sub_bitmap_{};  // Bit s: bins_[f * 16 + s] non-empty.

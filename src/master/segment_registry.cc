@@ -10,6 +10,13 @@
 #include "common/size.h"
 
 namespace granary::master {
+namespace {
+
+OffsetAllocator::Allocation AllocationOf(const Placement& p) {
+  return OffsetAllocator::Allocation{p.offset, p.size, p.alloc_handle};
+}
+
+}  // namespace
 
 SegmentRegistry::SegmentRegistry() {
   uint64_t wall_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -122,10 +129,10 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
     auto a = s->alloc->Allocate(bytes);
     if (!a.has_value()) continue;
     nodes.push_back(&s->info.node_id);
-    out.push_back(Placement{s->info.segment_id, a->offset, a->size});
+    out.push_back(Placement{s->info.segment_id, a->offset, a->size, a->handle});
   }
   if (static_cast<int>(out.size()) < replicas) {
-    for (const auto& p : out) segments_[p.segment_id].alloc->Free(p.offset);
+    for (const auto& p : out) segments_[p.segment_id].alloc->Free(AllocationOf(p));
     absl::flat_hash_set<std::string> all_nodes;
     for (auto* s : order) all_nodes.insert(s->info.node_id);
     if (static_cast<int>(all_nodes.size()) < replicas) {
@@ -163,7 +170,7 @@ absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
   for (auto& [id, s] : segments_) {
     if (s.info.node_id != node_id || s.info.tier != proto::Tier::kHost) continue;
     auto a = s.alloc->Allocate(bytes);
-    if (a.has_value()) return Placement{id, a->offset, a->size};
+    if (a.has_value()) return Placement{id, a->offset, a->size, a->handle};
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("node '", target, "' has no free block of ", FormatSize(bytes)));
@@ -180,7 +187,7 @@ void SegmentRegistry::Free(const Placement& p) {
   granary::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);
   if (it == segments_.end()) return;
-  it->second.alloc->Free(p.offset);
+  it->second.alloc->Free(AllocationOf(p));
 }
 
 std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {

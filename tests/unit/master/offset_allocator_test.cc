@@ -71,24 +71,24 @@ TEST(OffsetAllocator, BasicAllocFree) {
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->offset, 128u);
   EXPECT_EQ(b->size, 64u);
-  EXPECT_TRUE(alloc.IsAllocated(0));
-  EXPECT_TRUE(alloc.IsAllocated(128));
-  EXPECT_FALSE(alloc.IsAllocated(64));
+  EXPECT_TRUE(alloc.IsLive(*a));
+  EXPECT_TRUE(alloc.IsLive(*b));
+  EXPECT_FALSE(alloc.IsLive({64, 64, b->handle}));  // a live handle at another offset
   EXPECT_EQ(alloc.used_bytes(), 192u);
   EXPECT_EQ(alloc.allocation_count(), 2u);
   EXPECT_EQ(alloc.free_block_count(), 1u);
   EXPECT_EQ(alloc.largest_free_block(), 1 * kMiB - 192);
 
-  alloc.Free(a->offset);
-  EXPECT_FALSE(alloc.IsAllocated(0));
+  alloc.Free(*a);
+  EXPECT_FALSE(alloc.IsLive(*a));
   EXPECT_EQ(alloc.free_block_count(), 2u);
   EXPECT_EQ(alloc.used_bytes(), 64u);
   // The freed hole is reused for a request that fits it.
   auto c = alloc.Allocate(128);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->offset, 0u);
-  alloc.Free(c->offset);
-  alloc.Free(b->offset);
+  alloc.Free(*c);
+  alloc.Free(*b);
   EXPECT_EQ(alloc.used_bytes(), 0u);
   EXPECT_EQ(alloc.allocation_count(), 0u);
   EXPECT_EQ(alloc.free_block_count(), 1u);
@@ -112,11 +112,11 @@ TEST(OffsetAllocator, AlignmentRespected) {
 TEST(OffsetAllocator, ExhaustionThenFullReclaim) {
   constexpr uint64_t kBlocks = 1000;
   OffsetAllocator alloc(kBlocks * 64);
-  std::vector<uint64_t> offsets;
+  std::vector<OffsetAllocator::Allocation> allocations;
   for (uint64_t i = 0; i < kBlocks; ++i) {
     auto a = alloc.Allocate(1 + i % 64);  // Every size rounds up to 64.
     ASSERT_TRUE(a.has_value()) << i;
-    offsets.push_back(a->offset);
+    allocations.push_back(*a);
   }
   EXPECT_EQ(alloc.free_bytes(), 0u);
   EXPECT_EQ(alloc.free_block_count(), 0u);
@@ -124,8 +124,8 @@ TEST(OffsetAllocator, ExhaustionThenFullReclaim) {
   EXPECT_EQ(alloc.fragmentation(), 0.0);
   EXPECT_FALSE(alloc.Allocate(1).has_value());
 
-  std::shuffle(offsets.begin(), offsets.end(), std::mt19937_64(7));
-  for (uint64_t offset : offsets) alloc.Free(offset);
+  std::shuffle(allocations.begin(), allocations.end(), std::mt19937_64(7));
+  for (const auto& a : allocations) alloc.Free(a);
   EXPECT_EQ(alloc.used_bytes(), 0u);
   EXPECT_EQ(alloc.free_bytes(), kBlocks * 64);
   EXPECT_EQ(alloc.free_block_count(), 1u);
@@ -145,13 +145,13 @@ TEST(OffsetAllocator, CoalescesNeighboursInAnyOrder) {
                                                 {2, 0, 1}, {0, 1, 2}, {2, 1, 0}};
   for (const auto& order : orders) {
     OffsetAllocator alloc(3 * 4096);
-    uint64_t offsets[3];
-    for (int i = 0; i < 3; ++i) offsets[i] = alloc.Allocate(4096).value().offset;
+    OffsetAllocator::Allocation blocks[3];
+    for (int i = 0; i < 3; ++i) blocks[i] = alloc.Allocate(4096).value();
     ASSERT_EQ(alloc.free_block_count(), 0u);
     std::map<uint64_t, uint64_t> live = {{0, 4096}, {4096, 4096}, {8192, 4096}};
     for (int i : order) {
-      alloc.Free(offsets[i]);
-      live.erase(offsets[i]);
+      alloc.Free(blocks[i]);
+      live.erase(blocks[i].offset);
       ExpectMatchesModel(alloc, live);
     }
     EXPECT_EQ(alloc.free_block_count(), 1u);
@@ -159,12 +159,13 @@ TEST(OffsetAllocator, CoalescesNeighboursInAnyOrder) {
   }
   // Two free blocks around a live one: half the free space is unusable as one block.
   OffsetAllocator alloc(3 * 4096);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(alloc.Allocate(4096).has_value());
-  alloc.Free(0);
-  alloc.Free(8192);
+  OffsetAllocator::Allocation blocks[3];
+  for (int i = 0; i < 3; ++i) blocks[i] = alloc.Allocate(4096).value();
+  alloc.Free(blocks[0]);
+  alloc.Free(blocks[2]);
   EXPECT_EQ(alloc.free_block_count(), 2u);
   EXPECT_DOUBLE_EQ(alloc.fragmentation(), 0.5);
-  alloc.Free(4096);
+  alloc.Free(blocks[1]);
   EXPECT_EQ(alloc.free_block_count(), 1u);
   EXPECT_DOUBLE_EQ(alloc.fragmentation(), 0.0);
 }
@@ -173,9 +174,9 @@ TEST(OffsetAllocator, FallsBackToFirstFitWithinOwnClass) {
   // 4096 and 4160 share a size class (4096 is its minimum), so a 4160-byte request finds no
   // bin whose every block fits and must scan its own class, skipping the 4096 block.
   OffsetAllocator alloc(4096 + 64 + 4160);
-  const uint64_t a = alloc.Allocate(4096).value().offset;
-  const uint64_t b = alloc.Allocate(64).value().offset;
-  const uint64_t c = alloc.Allocate(4160).value().offset;
+  const auto a = alloc.Allocate(4096).value();
+  const auto b = alloc.Allocate(64).value();
+  const auto c = alloc.Allocate(4160).value();
   ASSERT_EQ(alloc.free_bytes(), 0u);
   alloc.Free(c);
   alloc.Free(a);
@@ -183,10 +184,10 @@ TEST(OffsetAllocator, FallsBackToFirstFitWithinOwnClass) {
   EXPECT_EQ(alloc.largest_free_block(), 4160u);
   auto d = alloc.Allocate(4100);
   ASSERT_TRUE(d.has_value());
-  EXPECT_EQ(d->offset, c);
+  EXPECT_EQ(d->offset, c.offset);
   EXPECT_EQ(d->size, 4160u);
   EXPECT_FALSE(alloc.Allocate(4097).has_value());  // Only the 4096 block is left.
-  EXPECT_TRUE(alloc.IsAllocated(b));
+  EXPECT_TRUE(alloc.IsLive(b));
 }
 
 TEST(OffsetAllocator, UnalignedCapacityKeepsTailFree) {
@@ -195,7 +196,7 @@ TEST(OffsetAllocator, UnalignedCapacityKeepsTailFree) {
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(alloc.free_bytes(), 40u);
   EXPECT_FALSE(alloc.Allocate(8).has_value());
-  alloc.Free(a->offset);
+  alloc.Free(*a);
   EXPECT_EQ(alloc.free_bytes(), 1000u);
   EXPECT_EQ(alloc.free_block_count(), 1u);
 }
@@ -204,25 +205,25 @@ TEST(OffsetAllocator, HugeCapacityUsesMemoryProportionalToBlocks) {
   for (uint64_t capacity : {uint64_t{1} << 40, uint64_t{1} << 48}) {
     const uint64_t rss_before = ResidentBytes();
     OffsetAllocator alloc(capacity);
-    std::vector<uint64_t> offsets;
+    std::vector<OffsetAllocator::Allocation> allocations;
     std::mt19937_64 rng(capacity);
     std::map<uint64_t, uint64_t> live;
     for (int i = 0; i < 2000; ++i) {
       const uint64_t size = (i % 100 == 0) ? capacity / 64 : 1 + rng() % (64 * kMiB);
       auto a = alloc.Allocate(size);
       ASSERT_TRUE(a.has_value()) << i;
-      offsets.push_back(a->offset);
+      allocations.push_back(*a);
       live[a->offset] = a->size;
     }
     ExpectMatchesModel(alloc, live);
-    for (size_t i = 0; i < offsets.size(); i += 2) {
-      alloc.Free(offsets[i]);
-      live.erase(offsets[i]);
+    for (size_t i = 0; i < allocations.size(); i += 2) {
+      alloc.Free(allocations[i]);
+      live.erase(allocations[i].offset);
     }
     ExpectMatchesModel(alloc, live);
     const uint64_t rss_after = ResidentBytes();
     EXPECT_LT(rss_after > rss_before ? rss_after - rss_before : 0, 16 * kMiB);
-    for (size_t i = 1; i < offsets.size(); i += 2) alloc.Free(offsets[i]);
+    for (size_t i = 1; i < allocations.size(); i += 2) alloc.Free(allocations[i]);
     EXPECT_EQ(alloc.free_block_count(), 1u);
     EXPECT_EQ(alloc.largest_free_block(), capacity);
     auto all = alloc.Allocate(capacity);
@@ -249,7 +250,7 @@ TEST_P(OffsetAllocatorRandomTest, MatchesReferenceModel) {
   OffsetAllocator alloc(p.capacity, p.alignment);
   std::mt19937_64 rng(p.seed);
   std::map<uint64_t, uint64_t> live;  // offset -> reserved size
-  std::vector<uint64_t> live_offsets;
+  std::vector<OffsetAllocator::Allocation> live_allocations;
   uint64_t live_bytes = 0;
   int failures = 0;
 
@@ -265,7 +266,7 @@ TEST_P(OffsetAllocatorRandomTest, MatchesReferenceModel) {
     // heavy fragmentation and near-empty states repeatedly.
     static constexpr uint64_t kAllocPercent[] = {70, 50, 45, 55, 35};
     const uint64_t alloc_percent = kAllocPercent[(op / 20000) % 5];
-    if (live_offsets.empty() || rng() % 100 < alloc_percent) {
+    if (live_allocations.empty() || rng() % 100 < alloc_percent) {
       const uint64_t size = random_size();
       const uint64_t rounded = RoundUp(size, p.alignment);
       auto a = alloc.Allocate(size);
@@ -287,18 +288,18 @@ TEST_P(OffsetAllocatorRandomTest, MatchesReferenceModel) {
         ASSERT_LE(prev->first + prev->second, a->offset) << "op " << op;
       }
       live.emplace(a->offset, a->size);
-      live_offsets.push_back(a->offset);
+      live_allocations.push_back(*a);
       live_bytes += a->size;
-      ASSERT_TRUE(alloc.IsAllocated(a->offset));
+      ASSERT_TRUE(alloc.IsLive(*a));
     } else {
-      const size_t i = rng() % live_offsets.size();
-      const uint64_t offset = live_offsets[i];
-      live_offsets[i] = live_offsets.back();
-      live_offsets.pop_back();
-      live_bytes -= live.at(offset);
-      live.erase(offset);
-      alloc.Free(offset);
-      ASSERT_FALSE(alloc.IsAllocated(offset));
+      const size_t i = rng() % live_allocations.size();
+      const OffsetAllocator::Allocation a = live_allocations[i];
+      live_allocations[i] = live_allocations.back();
+      live_allocations.pop_back();
+      live_bytes -= live.at(a.offset);
+      live.erase(a.offset);
+      alloc.Free(a);
+      ASSERT_FALSE(alloc.IsLive(a));
     }
     ASSERT_EQ(alloc.used_bytes(), live_bytes);
     ASSERT_EQ(alloc.allocation_count(), live.size());
@@ -309,8 +310,8 @@ TEST_P(OffsetAllocatorRandomTest, MatchesReferenceModel) {
   }
   EXPECT_GT(failures, 0) << "the workload should exhaust the allocator at least once";
 
-  std::shuffle(live_offsets.begin(), live_offsets.end(), rng);
-  for (uint64_t offset : live_offsets) alloc.Free(offset);
+  std::shuffle(live_allocations.begin(), live_allocations.end(), rng);
+  for (const auto& a : live_allocations) alloc.Free(a);
   EXPECT_EQ(alloc.used_bytes(), 0u);
   EXPECT_EQ(alloc.allocation_count(), 0u);
   EXPECT_EQ(alloc.free_bytes(), p.capacity);
@@ -326,14 +327,36 @@ INSTANTIATE_TEST_SUITE_P(Seeds, OffsetAllocatorRandomTest,
                                            RandomParams{4, 16 * kMiB, 8},
                                            RandomParams{5, 256 * kMiB, 512}));
 
-TEST(OffsetAllocatorDeathTest, FreeOfUnknownOffsetCrashes) {
+TEST(OffsetAllocatorDeathTest, FreeOfUnknownAllocationCrashes) {
   OffsetAllocator alloc(1 * kMiB);
-  const uint64_t a = alloc.Allocate(128).value().offset;
-  EXPECT_DEATH(alloc.Free(12345), "unknown offset 12345");
-  EXPECT_DEATH(alloc.Free(a + 64), "unknown offset");   // Inside a live allocation.
-  EXPECT_DEATH(alloc.Free(a + 128), "unknown offset");  // Start of the free block.
+  const auto a = alloc.Allocate(128).value();
+  EXPECT_DEATH(alloc.Free({12345, 128, a.handle}), "offset 12345");  // Wrong offset.
+  EXPECT_DEATH(alloc.Free({a.offset + 64, 64, a.handle}), "not live");  // Inside a live one.
+  EXPECT_DEATH(alloc.Free({a.offset, 128, 999}), "handle 999");  // Handle out of range.
+  // The free block's node: it is free, so not live.
+  const auto b = alloc.Allocate(64).value();
+  alloc.Free(b);
+  EXPECT_DEATH(alloc.Free(b), "double free");  // b merged into the free tail: not live.
   alloc.Free(a);
-  EXPECT_DEATH(alloc.Free(a), "unknown offset");  // Double free.
+  EXPECT_DEATH(alloc.Free(a), "double free");  // Double free.
+}
+
+TEST(OffsetAllocator, HandlesOfFreedBlocksAreNotLiveAfterReuse) {
+  OffsetAllocator alloc(1 * kMiB);
+  const auto a = alloc.Allocate(64).value();
+  const auto b = alloc.Allocate(64).value();
+  alloc.Free(a);
+  alloc.Free(b);  // Merges everything back into one block: b's node is released.
+  EXPECT_FALSE(alloc.IsLive(a));
+  EXPECT_FALSE(alloc.IsLive(b));
+  // A new allocation at another offset may reuse a released node: the old handle with its old
+  // offset still does not name it.
+  const auto c = alloc.Allocate(4096).value();
+  const auto d = alloc.Allocate(64).value();
+  EXPECT_TRUE(alloc.IsLive(c));
+  EXPECT_TRUE(alloc.IsLive(d));
+  EXPECT_EQ(alloc.IsLive({b.offset, b.size, d.handle}), d.offset == b.offset);
+  EXPECT_EQ(alloc.allocation_count(), 2u);
 }
 
 TEST(OffsetAllocatorDeathTest, BadAlignmentCrashes) {
