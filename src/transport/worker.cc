@@ -78,8 +78,12 @@ void Worker::Post(std::function<void()> fn) {
     granary::MutexLock lock(&mu_);
     queue_.push_back(std::move(fn));
   }
-  has_queued_.store(true, std::memory_order_release);
-  ucp_worker_signal(worker_);
+  // Wake the thread only when it sleeps (or is about to): ucp_worker_signal is a write(2) on
+  // the worker's eventfd, one per call otherwise. Dekker-style with Loop: Loop publishes
+  // sleeping_ before it reads has_queued_, this publishes has_queued_ before it reads
+  // sleeping_ (both seq_cst), so at least one of the two sees the other's store.
+  has_queued_.store(true, std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_);
 }
 
 void Worker::SetRequestHandler(RequestHandler h) {
@@ -126,13 +130,15 @@ void Worker::Loop() {
       continue;
     }
     if (++idle < kSpinsBeforeSleep) continue;
+    sleeping_.store(true, std::memory_order_seq_cst);
     ucs_status_t st = ucp_worker_arm(worker_);
-    if (st == UCS_ERR_BUSY) {
+    if (st == UCS_ERR_BUSY || has_queued_.load(std::memory_order_seq_cst)) {
+      sleeping_.store(false, std::memory_order_relaxed);
       idle = 0;
       continue;
     }
-    if (has_queued_.load(std::memory_order_acquire)) continue;
     ucp_worker_wait(worker_);
+    sleeping_.store(false, std::memory_order_relaxed);
     idle = 0;
   }
   // Drain: finish close requests and anything posted during shutdown (bounded, so a wedged

@@ -130,6 +130,7 @@ class Worker {
   granary::Mutex mu_;
   std::vector<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> has_queued_{false};
+  std::atomic<bool> sleeping_{false};  // the thread is in (or entering) ucp_worker_wait
   RequestHandler request_handler_;
   absl::flat_hash_map<uint64_t, ReplyCallback> pending_;
   // Progress-thread state.

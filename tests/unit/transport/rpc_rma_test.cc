@@ -295,6 +295,35 @@ TEST_F(TransportTest, ConcurrentRmaBatchesOnUcxAllocatedMemory) {
   RmaRoundTrips(region->get());
 }
 
+// Post wakes the progress thread only when it sleeps. Posts from several threads, each after a
+// pause long enough for the thread to go to sleep (or timed to race with it going to sleep), must
+// all run: a lost wakeup shows as a Post that never runs.
+TEST_F(TransportTest, PostsWakeASleepingWorker) {
+  constexpr int kThreads = 3, kPosts = 300;
+  std::atomic<int> ran{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPosts; ++i) {
+        // 0-300 us: around the time the idle thread takes to spin down and arm its wait.
+        std::this_thread::sleep_for(std::chrono::microseconds((i * 37 + t * 101) % 300));
+        auto done = std::make_shared<std::atomic<bool>>(false);  // outlives a failed wait
+        client_worker_->Post([&ran, done] {
+          ran.fetch_add(1);
+          done->store(true);
+        });
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!done->load() && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::yield();
+        }
+        ASSERT_TRUE(done->load()) << "post " << i << " of thread " << t << " never ran";
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ran.load(), kThreads * kPosts);
+}
+
 TEST_F(TransportTest, AllocateRefusesZeroBytes) {
   auto region = MemoryRegion::Allocate(ctx_.get(), 0);
   EXPECT_TRUE(absl::IsInvalidArgument(region.status())) << region.status();
