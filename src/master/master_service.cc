@@ -109,11 +109,17 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
 
 std::string MasterService::TableKey(const std::string& tenant, const std::string& key) {
   std::string k;
-  k.reserve(tenant.size() + 1 + key.size());
-  k.append(tenant);
-  k.push_back('\0');
-  k.append(key);
+  TableKeyInto(tenant, key, &k);
   return k;
+}
+
+void MasterService::TableKeyInto(const std::string& tenant, const std::string& key,
+                                 std::string* out) {
+  out->clear();
+  out->reserve(tenant.size() + 1 + key.size());
+  out->append(tenant);
+  out->push_back('\0');
+  out->append(key);
 }
 
 MasterService::Shard& MasterService::ShardOf(const std::string& table_key) {
@@ -528,11 +534,12 @@ proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req)
   GRANARY_REQUIRE_TENANT(rep, sid);
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.keys.size());
+  std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.keys.size(); ++i) {
     const std::string& key = req.keys[i];
     auto& res = rep.results[i];
     c_.get->Inc();
-    std::string tk = TableKey(tenant, key);
+    TableKeyInto(tenant, key, &tk);
     Shard& sh = ShardOf(tk);
     Placements ps;
     {
@@ -564,9 +571,10 @@ proto::BatchStatusReply MasterService::GetEnd(SessionId sid, const proto::KeyGen
   proto::BatchStatusReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.entries.size());
+  std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
-    std::string tk = TableKey(tenant, e.key);
+    TableKeyInto(tenant, e.key, &tk);
     Shard& sh = ShardOf(tk);
     granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
@@ -585,8 +593,9 @@ proto::BatchStatusReply MasterService::Exist(SessionId sid, const proto::KeysReq
   proto::BatchStatusReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
   rep.results.resize(req.keys.size());
+  std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.keys.size(); ++i) {
-    std::string tk = TableKey(tenant, req.keys[i]);
+    TableKeyInto(tenant, req.keys[i], &tk);
     Shard& sh = ShardOf(tk);
     granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
@@ -602,10 +611,11 @@ proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRe
   GRANARY_REQUIRE_TENANT(rep, sid);
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.keys.size());
+  std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.keys.size(); ++i) {
     const std::string& key = req.keys[i];
     c_.remove->Inc();
-    std::string tk = TableKey(tenant, key);
+    TableKeyInto(tenant, key, &tk);
     Shard& sh = ShardOf(tk);
     Placements freed;
     absl::Status st;
@@ -681,8 +691,9 @@ proto::LookupPrefixReply MasterService::LookupPrefix(SessionId sid,
   proto::LookupPrefixReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
   const int64_t now = clock_->NowMs();
+  std::string tk;  // reused: one allocation per request, not per key
   for (const std::string& key : req.keys) {
-    std::string tk = TableKey(tenant, key);
+    TableKeyInto(tenant, key, &tk);
     Shard& sh = ShardOf(tk);
     Placements ps;
     proto::BlockHint hint;

@@ -123,6 +123,8 @@ class MasterService {
   absl::StatusOr<std::string> TenantOf(SessionId sid, bool touch = true);
   absl::Status CheckKey(const std::string& key) const;
   static std::string TableKey(const std::string& tenant, const std::string& key);
+  // The same into *out, reusing its buffer.
+  static void TableKeyInto(const std::string& tenant, const std::string& key, std::string* out);
   // Frees an object's placements and counts it.
   void FreeReplicas(const Object& o);
   // Ends a put in progress if it still matches generation. Returns whether it did.

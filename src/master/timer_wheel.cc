@@ -29,7 +29,9 @@ bool TimerWheel::Remove(int64_t deadline_ms, uint64_t generation) {
   const int64_t n = static_cast<int64_t>(buckets_.size());
   const int64_t tick = deadline_ms / tick_ms_;
   auto& bucket = buckets_[static_cast<size_t>((tick % n + n) % n)];
-  for (size_t j = 0; j < bucket.size(); ++j) {
+  // From the back: a put commits soon after it started, so its entry is among the newest of
+  // its tick's bucket; the scan is then as long as the puts in flight, not the bucket.
+  for (size_t j = bucket.size(); j-- > 0;) {
     if (bucket[j].generation != generation || bucket[j].deadline_ms != deadline_ms) continue;
     if (j + 1 != bucket.size()) bucket[j] = std::move(bucket.back());
     bucket.pop_back();

@@ -22,7 +22,8 @@ class TimerWheel {
 
   void Add(int64_t deadline_ms, std::string key, uint64_t generation);
   // Drops the entry of `generation` added with `deadline_ms`, once it is moot (the put
-  // committed), so the wheel holds only what can still run out. O(entries of that tick). False
+  // committed), so the wheel holds only what can still run out. O(entries of that tick added
+  // after it), which for a put that commits promptly is about the puts in flight. False
   // when it is not there: already due, or its tick had passed when it was added (it then fires
   // at the next Advance, harmlessly).
   bool Remove(int64_t deadline_ms, uint64_t generation);
