@@ -2,7 +2,8 @@
 # Measures granary side by side with its reference tools, in one run, on loopback:
 #   - ucx_perftest ucp_get / ucp_put_bw at the same block sizes and UCX transports,
 #   - redis-server + redis-benchmark GET/SET with -d equal to the block size,
-#   - granary_bench get / put against a master and node started here.
+#   - granary_bench get / put against a master and node started here,
+#   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling).
 # Each figure is the median of RUNS runs. Prints a table with ratios, writes
 # bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
 # Usage: bench/compare.sh [--quick]   (env: RUNS, SIZES, DURATION, BUILD_DIR)
@@ -98,6 +99,24 @@ granary_bench() {  # transport
   RUN_ENV=()
 }
 
+# --- memcpy: the one-thread copy ceiling at granary's shapes (values from a 256 MB working set
+# into a batch-sized buffer and back), measured here beside everything else.
+memcpy_ref() {
+  local sizes_csv
+  sizes_csv=$(tr ' ' ',' <<<"$SIZES")
+  for r in $(seq "$RUNS"); do
+    "$BIN/granary_bench" memcpy --block_size="$sizes_csv" --batch="$BATCH" \
+      --duration="$DURATION" --working_set=256MB --out="$OUT/mc.json" >/dev/null
+    $PY - "$OUT/mc.json" >>"$RAW" <<'PYEOF'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print(json.dumps({"tool": "memcpy", "mode": r["mode"].replace("memcpy-", ""),
+                      "transport": "default", "block_size": r["block_size"], "gbps": r["gbps"],
+                      "keys_per_s": r["keys_per_s"]}))
+PYEOF
+  done
+}
+
 # --- granary meta (the master alone): PutStart+PutEnd and Get at batch 32, 2 threads, against a
 # --virtual_segments node, with 1 and META_LANES batches in flight per thread. The references
 # are the performance issue's targets.
@@ -127,6 +146,8 @@ for s in $SIZES; do for r in $(seq "$RUNS"); do redis_bench "$s"; done; done
 echo "== granary"
 granary_bench default
 granary_bench tcp
+echo "== memcpy ceiling"
+memcpy_ref
 echo "== granary meta"
 granary_meta
 echo "== master memory per object"

@@ -399,6 +399,55 @@ std::vector<Record> RunMeta(uint64_t block) {
   return out;
 }
 
+// The copy ceiling that get and put run into on one host: one thread memcpy'ing the same shapes
+// with no store at all. get copies `block`-byte values from a --working_set-sized source (the
+// node's segment) into a batch * block buffer (the client's registered buffer); put copies the
+// other way. Timed per batch, like the store modes.
+std::vector<Record> RunMemcpy(uint64_t block) {
+  const int batch = FLAGS_batch;
+  const uint64_t ws_bytes = *granary::ParseSize(FLAGS_working_set);
+  const size_t ws_blocks = std::max<size_t>(batch, ws_bytes / block);
+  std::vector<char> store(ws_blocks * block), buffer(static_cast<size_t>(batch) * block);
+  // Touch every page first: the timed copies must not take page faults.
+  std::fill(store.begin(), store.end(), 's');
+  std::fill(buffer.begin(), buffer.end(), 'b');
+  std::vector<Record> out;
+  for (const char* mode : {"memcpy-get", "memcpy-put"}) {
+    const bool get = std::string(mode) == "memcpy-get";
+    std::vector<ThreadResult> results(1);
+    ThreadResult& tr = results[0];
+    ProgressLine progress(absl::StrCat(mode, " ", block, " B"));
+    const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
+    size_t cursor = 0;
+    int64_t done_keys = 0;
+    while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::MonotonicUs() < end_us) {
+      const int64_t t0 = granary::MonotonicUs();
+      for (int j = 0; j < batch; ++j) {
+        char* s = store.data() + ((cursor + j) % ws_blocks) * block;
+        char* b = buffer.data() + static_cast<size_t>(j) * block;
+        if (get) {
+          std::memcpy(b, s, block);
+        } else {
+          std::memcpy(s, b, block);
+        }
+      }
+      cursor = (cursor + batch) % ws_blocks;
+      tr.batch_us.push_back(static_cast<double>(granary::MonotonicUs() - t0));
+      tr.keys += batch;
+      tr.bytes += static_cast<uint64_t>(batch) * block;
+      g_progress.Add(batch, static_cast<uint64_t>(batch) * block, 0);
+      done_keys += batch;
+    }
+    Record r = Summarize(mode, block, results);
+    r.threads = 1;
+    r.transport = "memcpy";
+    out.push_back(r);
+  }
+  // Keep the copies from being optimized away.
+  if (buffer[0] == 0 && store[0] == 0) fprintf(stderr, "\n");
+  return out;
+}
+
 Record RunOne(const std::string& mode, uint64_t block) {
   std::vector<ThreadResult> results(FLAGS_threads);
   std::vector<std::thread> threads;
@@ -418,18 +467,21 @@ Record RunOne(const std::string& mode, uint64_t block) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("granary_bench put|get|mixed|meta [flags]");
+  gflags::SetUsageMessage(
+      "granary_bench put|get|mixed|meta|memcpy [flags]\n"
+      "  memcpy: the one-thread copy ceiling for get and put at the same shapes (no store)");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   granary::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
   if (granary::ParseLogLevel(FLAGS_log_level, &level)) granary::SetLogLevel(level);
   if (argc != 2) {
-    fprintf(stderr, "granary_bench: give one mode: put, get, mixed or meta\n");
+    fprintf(stderr, "granary_bench: give one mode: put, get, mixed, meta or memcpy\n");
     return 2;
   }
   std::string mode = argv[1];
-  if (mode != "put" && mode != "get" && mode != "mixed" && mode != "meta") {
-    fprintf(stderr, "granary_bench: unknown mode '%s' (put, get, mixed, meta)\n", mode.c_str());
+  if (mode != "put" && mode != "get" && mode != "mixed" && mode != "meta" && mode != "memcpy") {
+    fprintf(stderr, "granary_bench: unknown mode '%s' (put, get, mixed, meta, memcpy)\n",
+            mode.c_str());
     return 2;
   }
   if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes < 1) {
@@ -466,7 +518,9 @@ int main(int argc, char** argv) {
          "transport", "GB/s", "keys/s", "p50_us", "p99_us", "errors");
   int rc = 0;
   for (uint64_t b : blocks) {
-    std::vector<Record> rs = mode == "meta" ? RunMeta(b) : std::vector<Record>{RunOne(mode, b)};
+    std::vector<Record> rs = mode == "meta"     ? RunMeta(b)
+                             : mode == "memcpy" ? RunMemcpy(b)
+                                                : std::vector<Record>{RunOne(mode, b)};
     for (const Record& r : rs) {
     printf("%-6s %10s %6d %8d %-10s %10.3f %12.0f %10.1f %10.1f %7llu\n", r.mode.c_str(),
            granary::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(), r.gbps,

@@ -25,11 +25,14 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], 
         continue
     if mode.startswith("meta-") or mode == "master-bytes-per-object":
         continue  # the targets table below
-    for ref in ("ucx_perftest", "redis"):
+    for ref in ("ucx_perftest", "memcpy", "redis"):
         # ucx_perftest moves bytes with no metadata at all: compare bandwidth only (>= 64 KiB).
         if ref == "ucx_perftest" and size <= 4096:
             continue
-        rtls = tls if ref == "ucx_perftest" else "default"
+        # memcpy is the same-host copy ceiling: bandwidth only, default transports only.
+        if ref == "memcpy" and (size <= 4096 or tls != "default"):
+            continue
+        rtls = tls if ref == "ucx_perftest" else "default"  # memcpy and redis: one figure
         r = med.get((ref, mode, rtls, size))
         if r is None:
             continue
@@ -83,6 +86,7 @@ print(table)
 series = [("granary", "get", "default"), ("granary", "put", "default"),
           ("ucx_perftest", "get", "default"), ("ucx_perftest", "put", "default"),
           ("redis", "get", "default"), ("redis", "put", "default"),
+          ("memcpy", "get", "default"),
           ("granary", "get", "tcp"), ("ucx_perftest", "get", "tcp")]
 plots = []
 for tool, mode, tls in series:
