@@ -28,6 +28,8 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kMoveRevoke: return "MoveRevoke";
     case MsgType::kFetch: return "Fetch";
     case MsgType::kLookupPrefix: return "LookupPrefix";
+    case MsgType::kShmOffer: return "ShmOffer";
+    case MsgType::kShmAttach: return "ShmAttach";
   }
   return "Unknown";
 }
@@ -171,6 +173,27 @@ absl::Status Decode(Reader& r, UnmountSegmentRequest* m) {
 void Encode(const StatusReply& m, Writer& w) { Put(m.status, w); }
 absl::Status Decode(Reader& r, StatusReply* m) {
   Get(r, &m->status);
+  return r.status();
+}
+
+void Encode(const ShmOfferRequest&, Writer&) {}
+absl::Status Decode(Reader& r, ShmOfferRequest*) { return r.status(); }
+void Encode(const ShmOfferReply& m, Writer& w) {
+  Put(m.status, w);
+  w.Str(m.host_id);
+  w.Str(m.worker_address);
+  w.U64(m.nonce);
+}
+absl::Status Decode(Reader& r, ShmOfferReply* m) {
+  Get(r, &m->status);
+  m->host_id = r.Str("host_id", kMaxNameBytes);
+  m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
+  m->nonce = r.U64("nonce");
+  return r.status();
+}
+void Encode(const ShmAttachRequest& m, Writer& w) { w.U64(m.nonce); }
+absl::Status Decode(Reader& r, ShmAttachRequest* m) {
+  m->nonce = r.U64("nonce");
   return r.status();
 }
 

@@ -49,6 +49,10 @@ enum class MsgType : uint16_t {
   kMoveRevoke = 20,
   kFetch = 21,  // client -> destination node: read a replica from the source node
   kLookupPrefix = 22,
+  // Transport-level, answered by the RPC server itself: a control connection moving onto
+  // shared memory (see transport/rpc_server.h).
+  kShmOffer = 0x7E01,
+  kShmAttach = 0x7E02,
 };
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
@@ -108,6 +112,19 @@ struct UnmountSegmentRequest {
 };
 struct StatusReply {
   WireStatus status;
+};
+
+// kShmOffer (empty request): how to reach the server's worker over shared memory.
+struct ShmOfferRequest {};
+struct ShmOfferReply {
+  WireStatus status;
+  std::string host_id;         // the server's host (transport::LocalHostId); shm needs the same
+  std::string worker_address;  // the server worker's UCX address (ucp_worker_query)
+  uint64_t nonce = 0;          // proves, on the new endpoint, which connection it joins
+};
+// kShmAttach, sent on the new endpoint: joins the connection that was offered `nonce`.
+struct ShmAttachRequest {
+  uint64_t nonce = 0;
 };
 
 // Where one replica's bytes live. `address` is the remote address of the allocation header;
@@ -275,6 +292,9 @@ GRANARY_DECLARE_CODEC(MountSegmentRequest)
 GRANARY_DECLARE_CODEC(MountSegmentReply)
 GRANARY_DECLARE_CODEC(UnmountSegmentRequest)
 GRANARY_DECLARE_CODEC(StatusReply)
+GRANARY_DECLARE_CODEC(ShmOfferRequest)
+GRANARY_DECLARE_CODEC(ShmOfferReply)
+GRANARY_DECLARE_CODEC(ShmAttachRequest)
 GRANARY_DECLARE_CODEC(PutStartRequest)
 GRANARY_DECLARE_CODEC(PutStartReply)
 GRANARY_DECLARE_CODEC(KeyGenRequest)

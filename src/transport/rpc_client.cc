@@ -3,11 +3,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <future>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/util.h"
 
 namespace granary::transport {
 
@@ -24,13 +26,64 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
       raw->worker_->Post([raw, err, alive] {
         if (!*alive) return;  // the client was destroyed meanwhile
         raw->FailAll(err);
+        if (raw->shm_ep_) {
+          raw->worker_->Close(raw->shm_ep_);
+          raw->shm_ep_.reset();
+        }
         if (raw->on_broken_) raw->on_broken_(err);
       });
     };
     return absl::OkStatus();
   });
   if (!st.ok()) return st;
+  const char* shm = std::getenv("GRANARY_CONTROL_SHM");
+  if (shm == nullptr || std::string(shm) != "0") {
+    absl::Status attached = c->AttachShm();
+    if (!attached.ok()) LOG_DEBUG << "control connection to " << address << " stays on tcp: " << attached;
+  }
   return c;
+}
+
+absl::Status RpcClient::AttachShm() {
+  constexpr absl::Duration kTimeout = absl::Seconds(5);
+  auto offer = Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(proto::MsgType::kShmOffer,
+                                                                     {}, kTimeout);
+  if (!offer.ok()) return offer.status();
+  if (offer->host_id != HostId()) {
+    return absl::FailedPreconditionError("the server is on another host");
+  }
+  auto ep = worker_->Run([&]() -> absl::StatusOr<std::shared_ptr<Endpoint>> {
+    // No peer-failure handling (UCX's shared-memory transports have none): ep_ reports it.
+    return worker_->ConnectWorker(offer->worker_address, absl::StrCat(address_, " (shm)"),
+                                  /*peer_failure_handling=*/false);
+  });
+  if (!ep.ok()) return ep.status();
+  auto state = std::make_shared<std::promise<absl::StatusOr<std::string>>>();
+  auto fut = state->get_future();
+  const uint64_t id = Worker::NextRequestId();
+  std::string frame = proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), id,
+                                         proto::ShmAttachRequest{offer->nonce});
+  worker_->Post([this, id, f = std::move(frame), e = *ep, state, alive = alive_]() mutable {
+    if (!*alive) return;
+    Send(id, std::move(f), [state](absl::StatusOr<std::string> r) { state->set_value(std::move(r)); },
+         std::move(e));
+  });
+  absl::Status st;
+  if (fut.wait_for(absl::ToChronoNanoseconds(kTimeout)) != std::future_status::ready) {
+    st = absl::DeadlineExceededError("no answer to ShmAttach");
+  } else {
+    auto reply = fut.get();
+    st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
+  }
+  worker_->Run([&] {
+    if (st.ok() && !broken()) {
+      shm_ep_ = *ep;
+      on_shm_.store(true);
+    } else {
+      worker_->Close(*ep);
+    }
+  });
+  return st;
 }
 
 RpcClient::~RpcClient() {
@@ -38,6 +91,7 @@ RpcClient::~RpcClient() {
     *alive_ = false;
     FailAll(absl::CancelledError("client shut down"));
     on_broken_ = nullptr;
+    if (shm_ep_) worker_->Close(shm_ep_);
     if (ep_) {
       ep_->on_error = nullptr;
       worker_->Close(ep_);
@@ -81,23 +135,29 @@ void RpcClient::CallAsync(std::string frame, Done done) {
       d(absl::CancelledError("client shut down"));
       return;
     }
-    if (!ep_ || ep_->broken.load()) {
-      d(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
+    Send(id, std::move(f), std::move(d), shm_ep_);
+  });
+}
+
+void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> via) {
+  // The tcp endpoint tells whether the connection is up, whichever endpoint carries the frame.
+  if (!ep_ || ep_->broken.load()) {
+    done(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
+    return;
+  }
+  std::shared_ptr<Endpoint> out = via ? std::move(via) : ep_;
+  in_flight_.insert(id);
+  worker_->ExpectReply(id, [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
+    in_flight_.erase(id);
+    if (!r.ok()) {
+      d(r.status());
       return;
     }
-    in_flight_.insert(id);
-    worker_->ExpectReply(id, [this, id, d](absl::StatusOr<absl::string_view> r) {
-      in_flight_.erase(id);
-      if (!r.ok()) {
-        d(r.status());
-        return;
-      }
-      worker_->NoteTransport(ep_.get());
-      d(std::string(*r));
-    });
-    absl::Status st = worker_->SendFrame(ep_.get(), std::move(f), true);
-    if (!st.ok()) worker_->FailReply(id, st);
+    worker_->NoteTransport(out.get());
+    d(std::string(*r));
   });
+  absl::Status st = worker_->SendFrame(out.get(), std::move(frame), true);
+  if (!st.ok()) worker_->FailReply(id, st);
 }
 
 absl::StatusOr<std::string> RpcClient::Call(std::string frame, absl::Duration timeout) {

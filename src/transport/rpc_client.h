@@ -2,6 +2,7 @@
 
 #include "absl/strings/string_view.h"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,9 @@ namespace granary::transport {
 // One control connection to a server, with many requests in flight. Thread-safe. When the
 // connection fails every pending call completes with UNAVAILABLE and later calls fail at once;
 // the owner makes a new RpcClient to reconnect. Destroy before the Worker.
+// A server on the same host is asked, at Create, to move the connection onto shared memory
+// (see RpcServer); if it refuses or cannot, the connection stays on tcp. GRANARY_CONTROL_SHM=0
+// in the environment skips the attempt.
 class RpcClient {
  public:
   static absl::StatusOr<std::unique_ptr<RpcClient>> Create(Worker* worker,
@@ -54,6 +58,8 @@ class RpcClient {
   // The local IP address this connection uses (what the server can reach us at), or "".
   std::string LocalHost();
   bool broken() const { return ep_ == nullptr || ep_->broken.load(); }
+  // Whether requests go over shared memory (Create attached the connection there).
+  bool on_shm() const { return on_shm_.load(); }
   const std::string& address() const { return address_; }
   // Called once, on the progress thread, when the connection fails.
   void SetOnBroken(std::function<void(absl::Status)> cb);
@@ -61,10 +67,16 @@ class RpcClient {
  private:
   RpcClient(Worker* w, std::string address) : worker_(w), address_(std::move(address)) {}
   void FailAll(const absl::Status& st);
+  // Sends on `via` (null: the connection's endpoint); progress-thread only.
+  void Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> via);
+  // The kShmOffer / kShmAttach handshake; on success requests use shm_ep_ from then on.
+  absl::Status AttachShm();
 
   Worker* worker_;
   std::string address_;
-  std::shared_ptr<Endpoint> ep_;
+  std::shared_ptr<Endpoint> ep_;      // tcp: the connection, and what reports its loss
+  std::shared_ptr<Endpoint> shm_ep_;  // progress-thread state; requests go here when set
+  std::atomic<bool> on_shm_{false};
   // Progress-thread state.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   absl::flat_hash_set<uint64_t> in_flight_;

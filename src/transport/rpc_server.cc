@@ -1,14 +1,39 @@
 #include "transport/rpc_server.h"
 
 #include <netinet/in.h>
+#include <sys/random.h>
 
+#include <cstdlib>
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "proto/messages.h"
 
 namespace granary::transport {
+namespace {
+
+// GRANARY_CONTROL_SHM=0 keeps control connections on tcp (on either side).
+bool ControlShmEnabled() {
+  const char* v = std::getenv("GRANARY_CONTROL_SHM");
+  return v == nullptr || std::string(v) != "0";
+}
+
+// A nonce another local process cannot guess: it stands for the connection until attached.
+uint64_t NewNonce() {
+  uint64_t n = 0;
+  while (n == 0) {
+    if (getrandom(&n, sizeof(n), 0) != static_cast<ssize_t>(sizeof(n))) n = 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+RpcServer::RpcServer(Worker* w, Callbacks cb)
+    : worker_(w), callbacks_(std::move(cb)), shm_enabled_(ControlShmEnabled()) {}
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Create(Worker* worker, uint16_t port,
                                                              Callbacks callbacks) {
@@ -50,7 +75,10 @@ RpcServer::~RpcServer() {
       ep->on_error = nullptr;
       worker_->Close(ep);
     }
+    for (auto& [id, ep] : shm_eps_) worker_->Close(ep);
     conns_.clear();
+    shm_eps_.clear();
+    offers_.clear();
     by_ep_.clear();
   });
 }
@@ -82,6 +110,13 @@ void RpcServer::DropConn(ConnId id) {
   conns_.erase(it);
   by_ep_.erase(ep->ep);
   worker_->Close(ep);
+  // The shared-memory endpoint goes with the connection: it cannot report the peer's loss.
+  if (auto s = shm_eps_.find(id); s != shm_eps_.end()) {
+    by_ep_.erase(s->second->ep);
+    worker_->Close(s->second);
+    shm_eps_.erase(s);
+  }
+  absl::erase_if(offers_, [id](const auto& kv) { return kv.second == id; });
   if (callbacks_.on_disconnect) callbacks_.on_disconnect(id);
 }
 
@@ -90,14 +125,89 @@ std::string RpcServer::PeerOf(ConnId conn) const {
   return it == conns_.end() ? "unknown" : it->second->peer;
 }
 
+Endpoint* RpcServer::ReplyEndpoint(ConnId conn) {
+  if (auto s = shm_eps_.find(conn); s != shm_eps_.end()) return s->second.get();
+  auto it = conns_.find(conn);
+  return it == conns_.end() ? nullptr : it->second.get();
+}
+
+bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, const proto::FrameView& f) {
+  const uint16_t type = f.header.type;
+  const uint16_t reply_type = static_cast<uint16_t>(type | proto::kReplyBit);
+  if (type == static_cast<uint16_t>(proto::MsgType::kShmOffer)) {
+    proto::ShmOfferReply rep;
+    if (!shm_enabled_) {
+      rep.status = proto::WireStatus::From(absl::FailedPreconditionError(
+          "this server keeps control connections on tcp (GRANARY_CONTROL_SHM=0)"));
+    } else if (shm_eps_.contains(conn)) {
+      rep.status = proto::WireStatus::From(
+          absl::FailedPreconditionError("this connection already uses shared memory"));
+    } else {
+      auto addr = worker_->Address();
+      if (!addr.ok()) {
+        rep.status = proto::WireStatus::From(addr.status());
+      } else {
+        rep.nonce = NewNonce();
+        offers_[rep.nonce] = conn;
+        rep.host_id = HostId();
+        rep.worker_address = std::move(*addr);
+      }
+    }
+    // The offer's answer goes back on the tcp endpoint it came on.
+    absl::Status st = worker_->SendFrame(conns_[conn].get(),
+                                         proto::EncodeFrame(reply_type, f.header.request_id, rep),
+                                         false);
+    if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
+    return true;
+  }
+  if (type != static_cast<uint16_t>(proto::MsgType::kShmAttach)) return false;
+  proto::StatusReply rep;
+  auto req = proto::DecodeBody<proto::ShmAttachRequest>(f.body);
+  ConnId joined = 0;
+  if (!req.ok()) {
+    rep.status = proto::WireStatus::From(req.status());
+  } else if (conn != 0 || reply_ep == nullptr) {
+    rep.status = proto::WireStatus::From(absl::FailedPreconditionError(
+        "ShmAttach must come on a new worker-address endpoint, with a reply endpoint"));
+  } else if (auto o = offers_.find(req->nonce); o == offers_.end()) {
+    rep.status = proto::WireStatus::From(absl::PermissionDeniedError(
+        absl::StrCat("ShmAttach: nonce ", req->nonce, " was not offered, or was used")));
+  } else {
+    joined = o->second;
+    offers_.erase(o);
+    auto e = std::make_shared<Endpoint>();
+    e->ep = reply_ep;
+    e->peer = absl::StrCat(conns_[joined]->peer, " (shm)");
+    shm_eps_[joined] = e;
+    by_ep_[reply_ep] = joined;
+    LOG_DEBUG << "connection " << joined << " from " << conns_[joined]->peer
+              << " moved to shared memory";
+  }
+  std::string frame = proto::EncodeFrame(reply_type, f.header.request_id, rep);
+  absl::Status st;
+  if (joined != 0) {
+    st = worker_->SendFrame(shm_eps_[joined].get(), std::move(frame), false);
+  } else if (reply_ep != nullptr) {
+    Endpoint refused;  // not kept: UCX owns the endpoint it made for the unknown peer
+    refused.ep = reply_ep;
+    refused.peer = "an unattached endpoint";
+    st = worker_->SendFrame(&refused, std::move(frame), false);
+  }
+  if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
+  return true;
+}
+
 void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
   auto it = by_ep_.find(reply_ep);
   if (it == by_ep_.end()) {
+    // Only a kShmAttach may come on an endpoint not known yet.
+    auto frame = proto::DecodeFrame(data);
+    if (frame.ok() && OnShmFrame(reply_ep, 0, *frame)) return;
     LOG_WARN << "request frame from an unknown endpoint dropped";
     return;
   }
   ConnId id = it->second;
-  Endpoint* ep = conns_[id].get();
+  Endpoint* ep = ReplyEndpoint(id);
   worker_->NoteTransport(ep);
   auto frame = proto::DecodeFrame(data);
   std::optional<std::string> reply;
@@ -112,6 +222,8 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
     LOG_WARN << "malformed frame from " << ep->peer << ": " << frame.status();
     proto::StatusReply r{proto::WireStatus::From(frame.status())};
     reply = proto::EncodeFrame(static_cast<uint16_t>(type | proto::kReplyBit), request_id, r);
+  } else if (OnShmFrame(reply_ep, id, *frame)) {
+    return;
   } else {
     reply = callbacks_.on_request(id, *frame);
   }
@@ -124,9 +236,9 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
 void RpcServer::Reply(ConnId conn, std::string frame) {
   worker_->Post([this, conn, f = std::move(frame), alive = alive_]() mutable {
     if (!*alive) return;
-    auto it = conns_.find(conn);
-    if (it == conns_.end()) return;
-    absl::Status st = worker_->SendFrame(it->second.get(), std::move(f), false);
+    Endpoint* ep = ReplyEndpoint(conn);
+    if (ep == nullptr) return;
+    absl::Status st = worker_->SendFrame(ep, std::move(f), false);
     if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
   });
 }

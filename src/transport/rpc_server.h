@@ -20,6 +20,15 @@ namespace granary::transport {
 // A UCX listener that accepts control connections and dispatches request frames.
 // Connection ids are never reused. All callbacks run on the worker's progress thread; Reply and
 // Disconnect may be called from any thread. Destroy before the Worker.
+//
+// Shared memory. UCX 1.13 connects listener endpoints over tcp only, so on one host every
+// request would cross the kernel's tcp stack twice. A client on the same host therefore asks
+// (kShmOffer, on the tcp endpoint) for this worker's address and a one-time nonce, connects a
+// second endpoint to the worker address (UCX picks shared memory there), and sends kShmAttach
+// with the nonce on it. From then on the connection's requests and replies use that endpoint.
+// The tcp endpoint stays open: it is what reports the peer's failure (UCX's shared-memory
+// transports cannot), and its loss drops the whole connection, shared-memory endpoint included.
+// GRANARY_CONTROL_SHM=0 in the server's environment refuses offers.
 class RpcServer {
  public:
   using ConnId = uint64_t;
@@ -41,10 +50,14 @@ class RpcServer {
   std::string PeerOf(ConnId conn) const;
 
  private:
-  RpcServer(Worker* w, Callbacks cb) : worker_(w), callbacks_(std::move(cb)) {}
+  RpcServer(Worker* w, Callbacks cb);
   static void OnConnRequest(ucp_conn_request_h req, void* arg);
   void OnFrame(ucp_ep_h reply_ep, absl::string_view frame);
+  // kShmOffer and kShmAttach; true when the frame was one of them.
+  bool OnShmFrame(ucp_ep_h reply_ep, ConnId conn, const proto::FrameView& f);
   void DropConn(ConnId id);
+  // The endpoint replies to conn go out on: its shared-memory one once attached.
+  Endpoint* ReplyEndpoint(ConnId conn);
 
   Worker* worker_;
   Callbacks callbacks_;
@@ -54,7 +67,12 @@ class RpcServer {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   ConnId next_id_ = 1;
   absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> conns_;
+  // Every endpoint a connection's requests arrive on: its tcp one and, once attached, its
+  // shared-memory one (the reply endpoint UCX made for the client's worker-address endpoint).
   absl::flat_hash_map<ucp_ep_h, ConnId> by_ep_;
+  absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> shm_eps_;
+  absl::flat_hash_map<uint64_t, ConnId> offers_;  // nonce -> connection, until attached
+  const bool shm_enabled_;
 };
 
 }  // namespace granary::transport

@@ -65,6 +65,8 @@ GRANARY_FIELDS_EQ(MountSegmentRequest, x.name, x.node_id, x.node_address, x.base
 GRANARY_FIELDS_EQ(MountSegmentReply, x.status, x.segment_id)
 GRANARY_FIELDS_EQ(UnmountSegmentRequest, x.segment_id)
 GRANARY_FIELDS_EQ(StatusReply, x.status)
+GRANARY_FIELDS_EQ(ShmOfferReply, x.status, x.host_id, x.worker_address, x.nonce)
+GRANARY_FIELDS_EQ(ShmAttachRequest, x.nonce)
 GRANARY_FIELDS_EQ(PutStartEntry, x.key, x.size)
 GRANARY_FIELDS_EQ(PutStartRequest, x.entries, x.replica_num, x.flags)
 GRANARY_FIELDS_EQ(PutStartResult, x.status, x.generation, x.replicas)
@@ -153,6 +155,15 @@ SegmentsReply SampleSegmentsReply() {
   return m;
 }
 
+ShmOfferReply SampleShmOffer() {
+  ShmOfferReply m;
+  m.status = {0, ""};
+  m.host_id = "0c9e-boot-id";
+  m.worker_address = std::string("\x00\x01ucx\xff worker", 13);
+  m.nonce = 0xfedcba9876543210ull;
+  return m;
+}
+
 // Decodes a body as T. On success also checks that the decoded message re-encodes to exactly
 // the same bytes (the encoding is canonical), so the mutation loop catches silent misparses.
 template <typename T>
@@ -193,7 +204,11 @@ std::vector<Case> AllCases() {
           MakeCase("ListRequest", Type(MsgType::kList), SampleList()),
           MakeCase("ListReply", Type(MsgType::kList, true), SampleListReply()),
           MakeCase("SegmentsRequest", Type(MsgType::kSegments), SegmentsRequest{}),
-          MakeCase("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply())};
+          MakeCase("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply()),
+          MakeCase("ShmOfferRequest", Type(MsgType::kShmOffer), ShmOfferRequest{}),
+          MakeCase("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer()),
+          MakeCase("ShmAttachRequest", Type(MsgType::kShmAttach),
+                   ShmAttachRequest{0x0123456789abcdefull})};
 }
 
 // An exact-size heap copy, so that AddressSanitizer reports any read past the end.
@@ -265,13 +280,17 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
   ExpectRoundTrip("ListReply", Type(MsgType::kList, true), SampleListReply());
   RoundTrip(Type(MsgType::kSegments), SegmentsRequest{});
   ExpectRoundTrip("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply());
+  RoundTrip(Type(MsgType::kShmOffer), ShmOfferRequest{});
+  ExpectRoundTrip("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer());
+  ExpectRoundTrip("ShmAttachRequest", Type(MsgType::kShmAttach),
+                  ShmAttachRequest{0x0123456789abcdefull});
 }
 
 TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x01\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x02\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }

@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
@@ -293,6 +296,102 @@ TEST_F(TransportTest, ConcurrentRmaBatchesOnUcxAllocatedMemory) {
   ASSERT_TRUE(region.ok()) << region.status();
   std::memset((*region)->addr(), 0, (*region)->length());
   RmaRoundTrips(region->get());
+}
+
+// On one host a control connection moves onto shared memory at Create: requests then travel on
+// the worker-address endpoint, and the tcp one only watches the peer.
+TEST_F(TransportTest, ControlConnectionMovesToSharedMemory) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_TRUE(client->on_shm());
+  auto rep = client->Call(Frame(kEcho, 0, "over shm"), absl::Seconds(10));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(BodyOf(*rep), "echo:over shm");
+  // Asking again on an attached connection is refused, and the connection keeps working.
+  auto again = client->Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(
+      proto::MsgType::kShmOffer, {}, absl::Seconds(10));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
+  EXPECT_TRUE(client->Call(Frame(kEcho, 0, "still"), absl::Seconds(10)).ok());
+}
+
+// GRANARY_CONTROL_SHM=0 keeps a connection on tcp: on the client, it never asks; on the server,
+// it refuses the offer. Calls work either way.
+TEST_F(TransportTest, ControlShmOffKeepsTcp) {
+  setenv("GRANARY_CONTROL_SHM", "0", 1);
+  auto tcp_client = Connect();
+  auto other_worker = Worker::Create(ctx_.get(), "tcp-only-server");
+  ASSERT_TRUE(other_worker.ok()) << other_worker.status();
+  RpcServer::Callbacks cb;
+  cb.on_request = [](RpcServer::ConnId, const proto::FrameView& f) -> std::optional<std::string> {
+    return Frame(f.header.type | proto::kReplyBit, f.header.request_id, "tcp-only");
+  };
+  auto tcp_server = RpcServer::Create(other_worker->get(), 0, std::move(cb));
+  unsetenv("GRANARY_CONTROL_SHM");
+  ASSERT_TRUE(tcp_server.ok()) << tcp_server.status();
+  ASSERT_NE(tcp_client, nullptr);
+  EXPECT_FALSE(tcp_client->on_shm());
+  auto rep = tcp_client->Call(Frame(kEcho, 0, "x"), absl::Seconds(10));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(BodyOf(*rep), "echo:x");
+
+  auto refused = RpcClient::Create(client_worker_.get(),
+                                   absl::StrCat("127.0.0.1:", (*tcp_server)->port()));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_FALSE((*refused)->on_shm());
+  rep = (*refused)->Call(Frame(kEcho, 0, "y"), absl::Seconds(10));
+  ASSERT_TRUE(rep.ok()) << rep.status();
+  EXPECT_EQ(BodyOf(*rep), "tcp-only");
+  refused->reset();
+  tcp_server->reset();
+}
+
+// kShmAttach joins a connection only with the nonce its offer gave, once.
+TEST_F(TransportTest, ShmAttachNeedsTheOfferedNonceOnce) {
+  setenv("GRANARY_CONTROL_SHM", "0", 1);  // this client stays on tcp and asks by hand
+  auto client = Connect();
+  unsetenv("GRANARY_CONTROL_SHM");
+  ASSERT_NE(client, nullptr);
+  auto offer = client->Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(
+      proto::MsgType::kShmOffer, {}, absl::Seconds(10));
+  ASSERT_TRUE(offer.ok()) << offer.status();
+  EXPECT_NE(offer->nonce, 0u);
+  EXPECT_FALSE(offer->worker_address.empty());
+
+  // Attaches on a fresh worker-address endpoint and returns the server's answer.
+  auto attach = [&](uint64_t nonce) -> absl::Status {
+    auto ep = client_worker_->Run([&] {
+      return client_worker_->ConnectWorker(offer->worker_address, "raw attach", false);
+    });
+    if (!ep.ok()) return ep.status();
+    auto done = std::make_shared<std::promise<absl::Status>>();
+    auto fut = done->get_future();
+    const uint64_t id = Worker::NextRequestId();
+    client_worker_->Run([&] {
+      client_worker_->ExpectReply(id, [done](absl::StatusOr<absl::string_view> r) {
+        done->set_value(r.ok() ? RpcClient::ParseReply<proto::StatusReply>(*r).status()
+                               : r.status());
+      });
+      absl::Status st = client_worker_->SendFrame(
+          ep->get(),
+          proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), id,
+                             proto::ShmAttachRequest{nonce}),
+          true);
+      if (!st.ok()) client_worker_->FailReply(id, st);
+    });
+    absl::Status st = fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready
+                          ? fut.get()
+                          : absl::DeadlineExceededError("no answer");
+    client_worker_->Run([&] { client_worker_->Close(*ep); });
+    return st;
+  };
+  absl::Status wrong = attach(offer->nonce ^ 1);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied) << wrong;
+  EXPECT_TRUE(absl::StrContains(wrong.message(), absl::StrCat(offer->nonce ^ 1))) << wrong;
+  EXPECT_TRUE(attach(offer->nonce).ok());
+  absl::Status reused = attach(offer->nonce);
+  EXPECT_EQ(reused.code(), absl::StatusCode::kPermissionDenied) << reused;
+  // A request on the tcp endpoint still gets its answer.
+  EXPECT_TRUE(client->Call(Frame(kEcho, 0, "tcp"), absl::Seconds(10)).ok());
 }
 
 // Post wakes the progress thread only when it sleeps. Posts from several threads, each after a
