@@ -100,20 +100,29 @@ granary_bench() {  # transport
 }
 
 # --- memcpy: the one-thread copy ceiling at granary's shapes (values from a 256 MB working set
-# into a batch-sized buffer and back), measured here beside everything else.
+# into a batch-sized buffer and back), measured here beside everything else; and the same copy
+# of one cache-resident block again and again (tool memcpy-hot), which is what ucx_perftest does.
+memcpy_records() {  # file tool
+  $PY - "$1" "$2" >>"$RAW" <<'PYEOF'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print(json.dumps({"tool": sys.argv[2], "mode": r["mode"].replace("memcpy-", ""),
+                      "transport": "default", "block_size": r["block_size"], "gbps": r["gbps"],
+                      "keys_per_s": r["keys_per_s"]}))
+PYEOF
+}
 memcpy_ref() {
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   for r in $(seq "$RUNS"); do
     "$BIN/granary_bench" memcpy --block_size="$sizes_csv" --batch="$BATCH" \
       --duration="$DURATION" --working_set=256MB --out="$OUT/mc.json" >/dev/null
-    $PY - "$OUT/mc.json" >>"$RAW" <<'PYEOF'
-import json, sys
-for r in json.load(open(sys.argv[1])):
-    print(json.dumps({"tool": "memcpy", "mode": r["mode"].replace("memcpy-", ""),
-                      "transport": "default", "block_size": r["block_size"], "gbps": r["gbps"],
-                      "keys_per_s": r["keys_per_s"]}))
-PYEOF
+    memcpy_records "$OUT/mc.json" memcpy
+    for s in $SIZES; do
+      "$BIN/granary_bench" memcpy --block_size="$s" --batch=1 --duration="$DURATION" \
+        --working_set="$s" --out="$OUT/mc.json" >/dev/null
+      memcpy_records "$OUT/mc.json" memcpy-hot
+    done
   done
 }
 

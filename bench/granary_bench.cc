@@ -402,7 +402,8 @@ std::vector<Record> RunMeta(uint64_t block) {
 // The copy ceiling that get and put run into on one host: one thread memcpy'ing the same shapes
 // with no store at all. get copies `block`-byte values from a --working_set-sized source (the
 // node's segment) into a batch * block buffer (the client's registered buffer); put copies the
-// other way. Timed per batch, like the store modes.
+// other way. With --working_set equal to the block size it copies one cache-resident block
+// again and again, as ucx_perftest does.
 std::vector<Record> RunMemcpy(uint64_t block) {
   const int batch = FLAGS_batch;
   const uint64_t ws_bytes = *granary::ParseSize(FLAGS_working_set);
@@ -420,23 +421,30 @@ std::vector<Record> RunMemcpy(uint64_t block) {
     const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
     size_t cursor = 0;
     int64_t done_keys = 0;
+    // A timed sample is at least 4 MiB of copies: a cache-resident 64 KiB copy takes about a
+    // microsecond, the clock's resolution.
+    const uint64_t reps =
+        std::max<uint64_t>(1, (uint64_t{4} << 20) / (static_cast<uint64_t>(batch) * block));
     while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::MonotonicUs() < end_us) {
       const int64_t t0 = granary::MonotonicUs();
-      for (int j = 0; j < batch; ++j) {
-        char* s = store.data() + ((cursor + j) % ws_blocks) * block;
-        char* b = buffer.data() + static_cast<size_t>(j) * block;
-        if (get) {
-          std::memcpy(b, s, block);
-        } else {
-          std::memcpy(s, b, block);
+      for (uint64_t rep = 0; rep < reps; ++rep) {
+        for (int j = 0; j < batch; ++j) {
+          char* s = store.data() + ((cursor + j) % ws_blocks) * block;
+          char* b = buffer.data() + static_cast<size_t>(j) * block;
+          if (get) {
+            std::memcpy(b, s, block);
+          } else {
+            std::memcpy(s, b, block);
+          }
         }
+        cursor = (cursor + batch) % ws_blocks;
       }
-      cursor = (cursor + batch) % ws_blocks;
+      const uint64_t copies = static_cast<uint64_t>(batch) * reps;
       tr.batch_us.push_back(static_cast<double>(granary::MonotonicUs() - t0));
-      tr.keys += batch;
-      tr.bytes += static_cast<uint64_t>(batch) * block;
-      g_progress.Add(batch, static_cast<uint64_t>(batch) * block, 0);
-      done_keys += batch;
+      tr.keys += copies;
+      tr.bytes += copies * block;
+      g_progress.Add(copies, copies * block, 0);
+      done_keys += static_cast<int64_t>(copies);
     }
     Record r = Summarize(mode, block, results);
     r.threads = 1;

@@ -63,9 +63,23 @@ for (tool, mode, tls, size), m in sorted(med.items()):
                             "granary": m["keys_per_s"], "target": t["keys_per_s"],
                             "ratio": t["keys_per_s"] / m["keys_per_s"], "runs": m["runs"]})
 
+# The copy ceilings on one host, side by side: ucx_perftest (one cache-resident buffer), the
+# same copy by memcpy (memcpy-hot), and memcpy at granary's shapes from a 256 MB working set.
+ceilings = []
+for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][3], kv[0][1])):
+    if tool != "memcpy-hot" or size <= 4096:
+        continue
+    p = med.get(("ucx_perftest", mode, "default", size))
+    d = med.get(("memcpy", mode, "default", size))
+    g = med.get(("granary", mode, "default", size))
+    ceilings.append({"mode": mode, "block_size": size, "memcpy_hot": m["gbps"],
+                     "ucx_perftest": p["gbps"] if p else None,
+                     "memcpy_dram": d["gbps"] if d else None, "granary": g["gbps"] if g else None})
+
 with open(f"{out}/compare.json", "w") as f:
     json.dump({"medians": [dict(zip(("tool", "mode", "transport", "block_size"), k), **v)
-                           for k, v in med.items()], "ratios": rows, "targets": targets},
+                           for k, v in med.items()], "ratios": rows, "targets": targets,
+               "ceilings": ceilings},
               f, indent=2)
 lines = ["| mode | transport | block | unit | granary | reference | ref value | ratio |",
          "|---|---|---|---|---|---|---|---|"]
@@ -78,6 +92,14 @@ if targets:
     lines += ["", "| target | granary | target | ratio |", "|---|---|---|---|"]
     for t in targets:
         lines.append(f"| {t['what']} | {t['granary']:,.0f} | {t['target']:,.0f} | {t['ratio']:.2f}x |")
+if ceilings:
+    def gb(v):
+        return "-" if v is None else f"{v:.2f}"
+    lines += ["", "| same host | block | ucx_perftest | memcpy, one cache-resident block | "
+              "memcpy, 256 MB working set | granary |", "|---|---|---|---|---|---|"]
+    for c in ceilings:
+        lines.append(f"| {c['mode']} | {size_name(c['block_size'])} | {gb(c['ucx_perftest'])} | "
+                     f"{gb(c['memcpy_hot'])} | {gb(c['memcpy_dram'])} | {gb(c['granary'])} |")
 table = "\n".join(lines)
 open(f"{out}/compare.md", "w").write(table + "\n")
 print(table)
