@@ -80,15 +80,15 @@ PYEOF
 }
 
 # --- granary: a master and a node on loopback with the given transport.
-granary_bench() {  # transport
-  local tls="$1"
+granary_bench() {  # transport [runs]
+  local tls="$1" runs="${2:-$RUNS}"
   RUN_ENV=()
   [[ "$tls" == tcp ]] && RUN_ENV=(UCX_TLS=tcp)
   start_cluster "granary_$tls" -- --host_segment_size=2GB
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   for mode in get put; do
-    for r in $(seq "$RUNS"); do
+    for r in $(seq "$runs"); do
       env "${RUN_ENV[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$RPC" \
         --block_size="$sizes_csv" --batch="$BATCH" --duration="$DURATION" \
         --working_set=256MB --out="$OUT/g.json" >/dev/null
@@ -111,10 +111,10 @@ for r in json.load(open(sys.argv[1])):
                       "keys_per_s": r["keys_per_s"]}))
 PYEOF
 }
-memcpy_ref() {
-  local sizes_csv
+memcpy_ref() {  # [runs]
+  local sizes_csv runs="${1:-$RUNS}"
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
-  for r in $(seq "$RUNS"); do
+  for r in $(seq "$runs"); do
     "$BIN/granary_bench" memcpy --block_size="$sizes_csv" --batch="$BATCH" \
       --duration="$DURATION" --working_set=256MB --out="$OUT/mc.json" >/dev/null
     memcpy_records "$OUT/mc.json" memcpy
@@ -144,19 +144,21 @@ granary_meta() {
   record target meta-get default 4096 0 1000000
 }
 
-echo "== ucx_perftest"
-for tls in default tcp; do
-  for s in $SIZES; do
-    for r in $(seq "$RUNS"); do perftest "$tls" ucp_get "$s"; perftest "$tls" ucp_put_bw "$s"; done
+# Rounds: each round measures every tool once, back to back, so that a slow spell of this
+# shared machine hits granary and its references alike; the medians are over the rounds.
+for r in $(seq "$RUNS"); do
+  echo "== round $r of $RUNS: ucx_perftest"
+  for tls in default tcp; do
+    for s in $SIZES; do perftest "$tls" ucp_get "$s"; perftest "$tls" ucp_put_bw "$s"; done
   done
+  echo "== round $r of $RUNS: redis"
+  for s in $SIZES; do redis_bench "$s"; done
+  echo "== round $r of $RUNS: granary"
+  granary_bench default 1
+  granary_bench tcp 1
+  echo "== round $r of $RUNS: memcpy ceiling"
+  memcpy_ref 1
 done
-echo "== redis"
-for s in $SIZES; do for r in $(seq "$RUNS"); do redis_bench "$s"; done; done
-echo "== granary"
-granary_bench default
-granary_bench tcp
-echo "== memcpy ceiling"
-memcpy_ref
 echo "== granary meta"
 granary_meta
 echo "== master memory per object"
