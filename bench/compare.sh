@@ -81,7 +81,7 @@ PYEOF
 
 # --- granary: a master and a node on loopback with the given transport.
 granary_bench() {  # transport [runs]
-  local tls="$1" runs="${2:-$RUNS}"
+  local tls="$1" runs="${2:-$RUNS}" r
   RUN_ENV=()
   [[ "$tls" == tcp ]] && RUN_ENV=(UCX_TLS=tcp)
   start_cluster "granary_$tls" -- --host_segment_size=2GB
@@ -112,7 +112,7 @@ for r in json.load(open(sys.argv[1])):
 PYEOF
 }
 memcpy_ref() {  # [runs]
-  local sizes_csv runs="${1:-$RUNS}"
+  local sizes_csv runs="${1:-$RUNS}" r
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   for r in $(seq "$runs"); do
     "$BIN/granary_bench" memcpy --block_size="$sizes_csv" --batch="$BATCH" \
@@ -131,6 +131,7 @@ memcpy_ref() {  # [runs]
 # are the performance issue's targets.
 META_LANES="${META_LANES:-8}"
 granary_meta() {
+  local lanes r
   start_cluster meta -- --host_segment_size=1TB --virtual_segments
   for lanes in 1 $META_LANES; do
     for r in $(seq "$RUNS"); do

@@ -28,17 +28,34 @@ absl::Status UcsError(ucs_status_t st, absl::string_view what) {
 
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(
     const std::string& name, const std::vector<std::pair<std::string, std::string>>& overrides) {
-  // A restarted daemon must be able to listen on its port again while old connections sit in
-  // TIME_WAIT. The environment still wins if it says otherwise.
-  setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
-  // UCX 1.13 moves tcp traffic (RMA included, emulated with active messages) in 8 KiB segments.
-  // 64 KiB segments triple the bandwidth of 64 KiB-1 MiB transfers over tcp (measured with
-  // granary_bench, UCX_TLS=tcp: 1 MiB get 1.1 -> 3.1 GB/s, put 0.9 -> 3.0 GB/s on loopback).
-  setenv("UCX_TCP_TX_SEG_SIZE", "64k", /*overwrite=*/0);
-  setenv("UCX_TCP_RX_SEG_SIZE", "64k", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcsError(st, "reading UCX configuration");
+  // Defaults of ours for transport settings, unless the environment sets them. They go into
+  // this context's configuration (UCX applies a transport-level name, given without its
+  // transport prefix, to the transports that have it), never into the process environment:
+  // setenv would race with getenv in other threads (it crashed a client creating contexts on
+  // two threads), and an engine embedding the client keeps its environment as it was.
+  //  - CM_REUSEADDR: a restarted daemon must be able to listen on its port again while old
+  //    connections sit in TIME_WAIT.
+  //  - TX/RX_SEG_SIZE: UCX 1.13 moves tcp traffic (RMA included, emulated with active messages)
+  //    in 8 KiB segments; 64 KiB segments triple the bandwidth of 64 KiB-1 MiB transfers over
+  //    tcp (granary_bench, UCX_TLS=tcp: 1 MiB get 1.1 -> 3.1 GB/s, put 0.9 -> 3.0 GB/s).
+  static constexpr struct {
+    const char* env;
+    const char* name;
+    const char* value;
+  } kDefaults[] = {{"UCX_TCP_CM_REUSEADDR", "CM_REUSEADDR", "y"},
+                   {"UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "64k"},
+                   {"UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "64k"}};
+  for (const auto& d : kDefaults) {
+    if (std::getenv(d.env) != nullptr) continue;
+    st = ucp_config_modify(config, d.name, d.value);
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return UcsError(st, absl::StrCat("setting UCX ", d.name, "=", d.value));
+    }
+  }
   for (const auto& [k, v] : overrides) {
     st = ucp_config_modify(config, k.c_str(), v.c_str());
     if (st != UCS_OK) {
