@@ -36,3 +36,6 @@ for mode in ("meta-put", "meta-get"):
     on = statistics.median(r["keys_per_s"] for r in rows if r["mode"] == mode and r["quota"] == "on")
     print(f"{mode}: quota off {off:,.0f} keys/s, on (64 tenants) {on:,.0f} keys/s, ratio {on/off:.3f}")
 PYEOF
+# The raw records README points at.
+mkdir -p docs/bench
+cp "$OUT/quota_overhead.jsonl" docs/bench/
