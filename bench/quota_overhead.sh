@@ -4,7 +4,7 @@
 # Prints the medians and the ratio on/off (target >= 0.95). Env: RUNS, DURATION, BUILD_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS="${RUNS:-3}"
+RUNS="${RUNS:-5}"
 DURATION="${DURATION:-3}"
 TENANTS="${TENANTS:-64}"
 source bench/common.sh
