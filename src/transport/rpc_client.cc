@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <future>
 
@@ -36,8 +35,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
     return absl::OkStatus();
   });
   if (!st.ok()) return st;
-  const char* shm = std::getenv("GRANARY_CONTROL_SHM");
-  if (shm == nullptr || std::string(shm) != "0") {
+  if (ControlShmEnabled()) {
     absl::Status attached = c->AttachShm();
     if (!attached.ok()) LOG_DEBUG << "control connection to " << address << " stays on tcp: " << attached;
   }
@@ -58,23 +56,10 @@ absl::Status RpcClient::AttachShm() {
                                   /*peer_failure_handling=*/false);
   });
   if (!ep.ok()) return ep.status();
-  auto state = std::make_shared<std::promise<absl::StatusOr<std::string>>>();
-  auto fut = state->get_future();
-  const uint64_t id = Worker::NextRequestId();
-  std::string frame = proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), id,
-                                         proto::ShmAttachRequest{offer->nonce});
-  worker_->Post([this, id, f = std::move(frame), e = *ep, state, alive = alive_]() mutable {
-    if (!*alive) return;
-    Send(id, std::move(f), [state](absl::StatusOr<std::string> r) { state->set_value(std::move(r)); },
-         std::move(e));
-  });
-  absl::Status st;
-  if (fut.wait_for(absl::ToChronoNanoseconds(kTimeout)) != std::future_status::ready) {
-    st = absl::DeadlineExceededError("no answer to ShmAttach");
-  } else {
-    auto reply = fut.get();
-    st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
-  }
+  auto reply = CallOn(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), 0,
+                                         proto::ShmAttachRequest{offer->nonce}),
+                      kTimeout, *ep);
+  absl::Status st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
   worker_->Run([&] {
     if (st.ok() && !broken()) {
       shm_ep_ = *ep;
@@ -128,24 +113,28 @@ void RpcClient::FailAll(const absl::Status& st) {
 }
 
 void RpcClient::CallAsync(std::string frame, Done done) {
+  CallAsyncOn(std::move(frame), std::move(done), nullptr);
+}
+
+void RpcClient::CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via) {
   uint64_t id = Worker::NextRequestId();
   if (frame.size() >= proto::kFrameHeaderSize) std::memcpy(frame.data() + 12, &id, 8);
-  worker_->Post([this, id, f = std::move(frame), d = std::move(done), alive = alive_]() mutable {
+  worker_->Post([this, id, f = std::move(frame), d = std::move(done), via = std::move(via),
+                 alive = alive_]() mutable {
     if (!*alive) {
       d(absl::CancelledError("client shut down"));
       return;
     }
-    Send(id, std::move(f), std::move(d), shm_ep_);
+    // The tcp endpoint tells whether the connection is up, whichever endpoint carries the frame.
+    if (!ep_ || ep_->broken.load()) {
+      d(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
+      return;
+    }
+    Send(id, std::move(f), std::move(d), via ? std::move(via) : shm_ep_ ? shm_ep_ : ep_);
   });
 }
 
-void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> via) {
-  // The tcp endpoint tells whether the connection is up, whichever endpoint carries the frame.
-  if (!ep_ || ep_->broken.load()) {
-    done(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
-    return;
-  }
-  std::shared_ptr<Endpoint> out = via ? std::move(via) : ep_;
+void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out) {
   in_flight_.insert(id);
   worker_->ExpectReply(id, [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
     in_flight_.erase(id);
@@ -161,15 +150,20 @@ void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<
 }
 
 absl::StatusOr<std::string> RpcClient::Call(std::string frame, absl::Duration timeout) {
+  return CallOn(std::move(frame), timeout, nullptr);
+}
+
+absl::StatusOr<std::string> RpcClient::CallOn(std::string frame, absl::Duration timeout,
+                                              std::shared_ptr<Endpoint> via) {
   struct State {
     std::promise<absl::StatusOr<std::string>> p;
     std::atomic<bool> done{false};
   };
   auto state = std::make_shared<State>();
   auto fut = state->p.get_future();
-  CallAsync(std::move(frame), [state](absl::StatusOr<std::string> r) {
+  CallAsyncOn(std::move(frame), [state](absl::StatusOr<std::string> r) {
     if (!state->done.exchange(true)) state->p.set_value(std::move(r));
-  });
+  }, std::move(via));
   if (fut.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
     if (!state->done.exchange(true)) {
       return absl::DeadlineExceededError(absl::StrCat("no reply from ", address_, " within ",

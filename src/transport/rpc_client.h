@@ -67,8 +67,12 @@ class RpcClient {
  private:
   RpcClient(Worker* w, std::string address) : worker_(w), address_(std::move(address)) {}
   void FailAll(const absl::Status& st);
-  // Sends on `via` (null: the connection's endpoint); progress-thread only.
-  void Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> via);
+  // CallAsync and Call on `via` (null: the connection's endpoint, shared memory once attached).
+  void CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via);
+  absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
+                                     std::shared_ptr<Endpoint> via);
+  // Sends request `id` on `out` and routes its reply to done; progress-thread only.
+  void Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out);
   // The kShmOffer / kShmAttach handshake; on success requests use shm_ep_ from then on.
   absl::Status AttachShm();
 

@@ -3,10 +3,8 @@
 #include <netinet/in.h>
 #include <sys/random.h>
 
-#include <cstdlib>
 #include <cstring>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -14,12 +12,6 @@
 
 namespace granary::transport {
 namespace {
-
-// GRANARY_CONTROL_SHM=0 keeps control connections on tcp (on either side).
-bool ControlShmEnabled() {
-  const char* v = std::getenv("GRANARY_CONTROL_SHM");
-  return v == nullptr || std::string(v) != "0";
-}
 
 // A nonce another local process cannot guess: it stands for the connection until attached.
 uint64_t NewNonce() {
@@ -99,7 +91,7 @@ void RpcServer::OnConnRequest(ucp_conn_request_h req, void* arg) {
     });
   };
   self->conns_[id] = *ep;
-  self->by_ep_[(*ep)->ep] = id;
+  self->by_ep_[(*ep)->ep] = Route{id, ep->get()};
   LOG_DEBUG << "accepted connection " << id << " from " << (*ep)->peer;
 }
 
@@ -131,10 +123,13 @@ Endpoint* RpcServer::ReplyEndpoint(ConnId conn) {
   return it == conns_.end() ? nullptr : it->second.get();
 }
 
-bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, const proto::FrameView& f) {
+bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from,
+                           const proto::FrameView& f) {
   const uint16_t type = f.header.type;
   const uint16_t reply_type = static_cast<uint16_t>(type | proto::kReplyBit);
   if (type == static_cast<uint16_t>(proto::MsgType::kShmOffer)) {
+    // Offered on a connection's own endpoint only: on an unknown one it is dropped.
+    if (from == nullptr) return false;
     proto::ShmOfferReply rep;
     if (!shm_enabled_) {
       rep.status = proto::WireStatus::From(absl::FailedPreconditionError(
@@ -153,10 +148,8 @@ bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, const proto::FrameVie
         rep.worker_address = std::move(*addr);
       }
     }
-    // The offer's answer goes back on the tcp endpoint it came on.
-    absl::Status st = worker_->SendFrame(conns_[conn].get(),
-                                         proto::EncodeFrame(reply_type, f.header.request_id, rep),
-                                         false);
+    absl::Status st = worker_->SendFrame(
+        from, proto::EncodeFrame(reply_type, f.header.request_id, rep), false);
     if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
     return true;
   }
@@ -179,20 +172,17 @@ bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, const proto::FrameVie
     e->ep = reply_ep;
     e->peer = absl::StrCat(conns_[joined]->peer, " (shm)");
     shm_eps_[joined] = e;
-    by_ep_[reply_ep] = joined;
+    by_ep_[reply_ep] = Route{joined, e.get()};
     LOG_DEBUG << "connection " << joined << " from " << conns_[joined]->peer
               << " moved to shared memory";
   }
   std::string frame = proto::EncodeFrame(reply_type, f.header.request_id, rep);
+  Endpoint refused;  // not kept: UCX owns the endpoint it made for the unknown peer
+  refused.ep = reply_ep;
+  refused.peer = "an unattached endpoint";
+  Endpoint* out = joined != 0 ? shm_eps_[joined].get() : from != nullptr ? from : &refused;
   absl::Status st;
-  if (joined != 0) {
-    st = worker_->SendFrame(shm_eps_[joined].get(), std::move(frame), false);
-  } else if (reply_ep != nullptr) {
-    Endpoint refused;  // not kept: UCX owns the endpoint it made for the unknown peer
-    refused.ep = reply_ep;
-    refused.peer = "an unattached endpoint";
-    st = worker_->SendFrame(&refused, std::move(frame), false);
-  }
+  if (out->ep != nullptr) st = worker_->SendFrame(out, std::move(frame), false);
   if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
   return true;
 }
@@ -202,12 +192,12 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
   if (it == by_ep_.end()) {
     // Only a kShmAttach may come on an endpoint not known yet.
     auto frame = proto::DecodeFrame(data);
-    if (frame.ok() && OnShmFrame(reply_ep, 0, *frame)) return;
+    if (frame.ok() && OnShmFrame(reply_ep, 0, nullptr, *frame)) return;
     LOG_WARN << "request frame from an unknown endpoint dropped";
     return;
   }
-  ConnId id = it->second;
-  Endpoint* ep = ReplyEndpoint(id);
+  const ConnId id = it->second.conn;
+  Endpoint* ep = it->second.ep;
   worker_->NoteTransport(ep);
   auto frame = proto::DecodeFrame(data);
   std::optional<std::string> reply;
@@ -222,7 +212,7 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
     LOG_WARN << "malformed frame from " << ep->peer << ": " << frame.status();
     proto::StatusReply r{proto::WireStatus::From(frame.status())};
     reply = proto::EncodeFrame(static_cast<uint16_t>(type | proto::kReplyBit), request_id, r);
-  } else if (OnShmFrame(reply_ep, id, *frame)) {
+  } else if (OnShmFrame(reply_ep, id, ep, *frame)) {
     return;
   } else {
     reply = callbacks_.on_request(id, *frame);

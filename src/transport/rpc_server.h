@@ -53,8 +53,9 @@ class RpcServer {
   RpcServer(Worker* w, Callbacks cb);
   static void OnConnRequest(ucp_conn_request_h req, void* arg);
   void OnFrame(ucp_ep_h reply_ep, absl::string_view frame);
-  // kShmOffer and kShmAttach; true when the frame was one of them.
-  bool OnShmFrame(ucp_ep_h reply_ep, ConnId conn, const proto::FrameView& f);
+  // kShmOffer and kShmAttach; true when the frame was one of them. `from` is the endpoint the
+  // frame came on, null for one not known yet.
+  bool OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from, const proto::FrameView& f);
   void DropConn(ConnId id);
   // The endpoint replies to conn go out on: its shared-memory one once attached.
   Endpoint* ReplyEndpoint(ConnId conn);
@@ -69,7 +70,12 @@ class RpcServer {
   absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> conns_;
   // Every endpoint a connection's requests arrive on: its tcp one and, once attached, its
   // shared-memory one (the reply endpoint UCX made for the client's worker-address endpoint).
-  absl::flat_hash_map<ucp_ep_h, ConnId> by_ep_;
+  // A request is answered on the endpoint it came on.
+  struct Route {
+    ConnId conn = 0;
+    Endpoint* ep = nullptr;  // owned by conns_ or shm_eps_
+  };
+  absl::flat_hash_map<ucp_ep_h, Route> by_ep_;
   absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> shm_eps_;
   absl::flat_hash_map<uint64_t, ConnId> offers_;  // nonce -> connection, until attached
   const bool shm_enabled_;

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,11 @@ absl::StatusOr<sockaddr_storage> Resolve(const HostPort& hp, socklen_t* len) {
   return ss;
 }
 }  // namespace
+
+bool ControlShmEnabled() {
+  const char* v = std::getenv("GRANARY_CONTROL_SHM");
+  return v == nullptr || std::string(v) != "0";
+}
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string name,
                                                        MetricsRegistry* metrics) {

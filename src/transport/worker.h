@@ -25,6 +25,10 @@ namespace granary::transport {
 // The active-message id that carries control-plane frames in both directions.
 inline constexpr uint16_t kRpcAmId = 17;
 
+// Whether control connections may move onto shared memory (RpcServer, RpcClient):
+// GRANARY_CONTROL_SHM=0 in the environment says no.
+bool ControlShmEnabled();
+
 class Worker;
 
 // An endpoint to a peer plus its error state. Created and used on its worker's progress thread

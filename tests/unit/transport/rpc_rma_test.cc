@@ -357,8 +357,8 @@ TEST_F(TransportTest, ShmAttachNeedsTheOfferedNonceOnce) {
   EXPECT_NE(offer->nonce, 0u);
   EXPECT_FALSE(offer->worker_address.empty());
 
-  // Attaches on a fresh worker-address endpoint and returns the server's answer.
-  auto attach = [&](uint64_t nonce) -> absl::Status {
+  // Sends a frame of `type` on a fresh worker-address endpoint and returns the server's answer.
+  auto raw_call = [&](proto::MsgType type, uint64_t nonce, absl::Duration wait) -> absl::Status {
     auto ep = client_worker_->Run([&] {
       return client_worker_->ConnectWorker(offer->worker_address, "raw attach", false);
     });
@@ -373,16 +373,21 @@ TEST_F(TransportTest, ShmAttachNeedsTheOfferedNonceOnce) {
       });
       absl::Status st = client_worker_->SendFrame(
           ep->get(),
-          proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), id,
-                             proto::ShmAttachRequest{nonce}),
+          proto::EncodeFrame(static_cast<uint16_t>(type), id, proto::ShmAttachRequest{nonce}),
           true);
       if (!st.ok()) client_worker_->FailReply(id, st);
     });
-    absl::Status st = fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready
+    absl::Status st = fut.wait_for(absl::ToChronoNanoseconds(wait)) == std::future_status::ready
                           ? fut.get()
                           : absl::DeadlineExceededError("no answer");
-    client_worker_->Run([&] { client_worker_->Close(*ep); });
+    client_worker_->Run([&] {
+      client_worker_->FailReply(id, st);  // a late answer finds nobody waiting
+      client_worker_->Close(*ep);
+    });
     return st;
+  };
+  auto attach = [&](uint64_t nonce) {
+    return raw_call(proto::MsgType::kShmAttach, nonce, absl::Seconds(10));
   };
   absl::Status wrong = attach(offer->nonce ^ 1);
   EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied) << wrong;
@@ -390,6 +395,13 @@ TEST_F(TransportTest, ShmAttachNeedsTheOfferedNonceOnce) {
   EXPECT_TRUE(attach(offer->nonce).ok());
   absl::Status reused = attach(offer->nonce);
   EXPECT_EQ(reused.code(), absl::StatusCode::kPermissionDenied) << reused;
+  // ShmAttach on the connection's own (tcp) endpoint is refused.
+  auto on_tcp = client->Invoke<proto::ShmAttachRequest, proto::StatusReply>(
+      proto::MsgType::kShmAttach, proto::ShmAttachRequest{offer->nonce}, absl::Seconds(10));
+  EXPECT_EQ(on_tcp.status().code(), absl::StatusCode::kFailedPrecondition) << on_tcp.status();
+  // ShmOffer on an endpoint that belongs to no connection is dropped, not answered.
+  absl::Status stray = raw_call(proto::MsgType::kShmOffer, 0, absl::Milliseconds(500));
+  EXPECT_EQ(stray.code(), absl::StatusCode::kDeadlineExceeded) << stray;
   // A request on the tcp endpoint still gets its answer.
   EXPECT_TRUE(client->Call(Frame(kEcho, 0, "tcp"), absl::Seconds(10)).ok());
 }
