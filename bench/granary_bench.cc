@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -238,6 +239,25 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   }
 }
 
+// Waits for every answer of one phase of a meta wave. nullopt (after saying so) when one has
+// not come within `timeout`.
+template <typename Rep>
+std::optional<std::vector<absl::StatusOr<Rep>>> WaitAll(
+    std::vector<std::future<absl::StatusOr<Rep>>>& futures, const char* what,
+    std::chrono::seconds timeout) {
+  std::vector<absl::StatusOr<Rep>> out;
+  out.reserve(futures.size());
+  for (auto& f : futures) {
+    if (f.wait_for(timeout) != std::future_status::ready) {
+      fprintf(stderr, "granary_bench: %s had no answer in %lld s\n", what,
+              static_cast<long long>(timeout.count()));
+      return std::nullopt;
+    }
+    out.push_back(f.get());
+  }
+  return out;
+}
+
 // Metadata only: PutStart + PutEnd, then Get (+ GetEnd, sent without waiting, as the client
 // does), on batches of fresh keys, no bytes moved. Run it against a node started with --virtual_segments. Each thread cycles through its
 // share of the tenants, one client session per tenant.
@@ -285,14 +305,14 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
       starts.push_back(c.CallAsync<proto::PutStartRequest, proto::PutStartReply>(
           proto::MsgType::kPutStart, req));
     }
+    auto start_replies = WaitAll(starts, "PutStart", timeout);
+    if (!start_replies) {
+      failed->store(true);
+      return;
+    }
     std::vector<proto::KeyGenRequest> commits(lanes);
     for (int l = 0; l < lanes; ++l) {
-      if (starts[l].wait_for(timeout) != std::future_status::ready) {
-        fprintf(stderr, "granary_bench: PutStart had no answer in 30 s\n");
-        failed->store(true);
-        return;
-      }
-      auto started = starts[l].get();
+      const auto& started = (*start_replies)[l];
       if (!started.ok()) {
         if (put->errors == 0) fprintf(stderr, "granary_bench: PutStart: %s\n", started.status().ToString().c_str());
         continue;
@@ -312,14 +332,13 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
       ends.push_back(c.CallAsync<proto::KeyGenRequest, proto::BatchStatusReply>(
           proto::MsgType::kPutEnd, commits[l]));
     }
+    auto end_replies = WaitAll(ends, "PutEnd", timeout);
+    if (!end_replies) {
+      failed->store(true);
+      return;
+    }
     uint64_t ok = 0;
-    for (auto& f : ends) {
-      if (f.wait_for(timeout) != std::future_status::ready) {
-        fprintf(stderr, "granary_bench: PutEnd had no answer in 30 s\n");
-        failed->store(true);
-        return;
-      }
-      auto ended = f.get();
+    for (const auto& ended : *end_replies) {
       if (ended.ok()) {
         for (const auto& r : ended->results) ok += r.code == 0;
       }
@@ -334,14 +353,13 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
       gets.push_back(c.CallAsync<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
                                                                       proto::KeysRequest{keys[l]}));
     }
+    auto get_replies = WaitAll(gets, "Get", timeout);
+    if (!get_replies) {
+      failed->store(true);
+      return;
+    }
     uint64_t found = 0;
-    for (auto& f : gets) {
-      if (f.wait_for(timeout) != std::future_status::ready) {
-        fprintf(stderr, "granary_bench: Get had no answer in 30 s\n");
-        failed->store(true);
-        return;
-      }
-      auto got = f.get();
+    for (const auto& got : *get_replies) {
       if (got.ok()) {
         for (const auto& r : got->results) found += r.status.code == 0;
       }

@@ -15,19 +15,30 @@ namespace granary::master::test_calls {
 
 inline absl::StatusCode Code(const proto::WireStatus& s) { return s.ToStatus().code(); }
 
+// The one result of a one-key reply, or the reply's own error as that result.
+inline proto::WireStatus& StatusOf(proto::WireStatus& s) { return s; }
+template <typename Result>
+proto::WireStatus& StatusOf(Result& r) {
+  return r.status;
+}
+template <typename Reply>
+auto OnlyResult(const Reply& rep) {
+  using Result = typename decltype(rep.results)::value_type;
+  if (Code(rep.status) != absl::StatusCode::kOk) {
+    Result res;
+    StatusOf(res) = rep.status;
+    return res;
+  }
+  EXPECT_EQ(rep.results.size(), 1u);
+  return rep.results.at(0);
+}
+
 inline proto::PutStartResult PutStart(MasterService& svc, SessionId sid, const std::string& key,
                                       uint64_t size, int replicas = 1) {
   proto::PutStartRequest r;
   r.entries.push_back({key, size});
   r.replica_num = static_cast<uint8_t>(replicas);
-  auto rep = svc.PutStart(sid, r);
-  if (Code(rep.status) != absl::StatusCode::kOk) {
-    proto::PutStartResult res;
-    res.status = rep.status;
-    return res;
-  }
-  EXPECT_EQ(rep.results.size(), 1u);
-  return rep.results.at(0);
+  return OnlyResult(svc.PutStart(sid, r));
 }
 
 // PutEnd, PutRevoke, GetEnd.
@@ -37,10 +48,7 @@ inline proto::WireStatus KeyGenOp(
     SessionId sid, const std::string& key, uint64_t gen) {
   proto::KeyGenRequest r;
   r.entries.push_back({key, gen});
-  auto rep = (svc.*op)(sid, r);
-  if (Code(rep.status) != absl::StatusCode::kOk) return rep.status;
-  EXPECT_EQ(rep.results.size(), 1u);
-  return rep.results.at(0);
+  return OnlyResult((svc.*op)(sid, r));
 }
 
 // Exist, Remove.
@@ -48,25 +56,11 @@ inline proto::WireStatus KeysOp(
     MasterService& svc,
     proto::BatchStatusReply (MasterService::*op)(SessionId, const proto::KeysRequest&),
     SessionId sid, const std::string& key) {
-  proto::KeysRequest r;
-  r.keys.push_back(key);
-  auto rep = (svc.*op)(sid, r);
-  if (Code(rep.status) != absl::StatusCode::kOk) return rep.status;
-  EXPECT_EQ(rep.results.size(), 1u);
-  return rep.results.at(0);
+  return OnlyResult((svc.*op)(sid, proto::KeysRequest{{key}}));
 }
 
 inline proto::GetResult Get(MasterService& svc, SessionId sid, const std::string& key) {
-  proto::KeysRequest r;
-  r.keys.push_back(key);
-  auto rep = svc.Get(sid, r);
-  if (Code(rep.status) != absl::StatusCode::kOk) {
-    proto::GetResult res;
-    res.status = rep.status;
-    return res;
-  }
-  EXPECT_EQ(rep.results.size(), 1u);
-  return rep.results.at(0);
+  return OnlyResult(svc.Get(sid, proto::KeysRequest{{key}}));
 }
 
 }  // namespace granary::master::test_calls
