@@ -139,6 +139,8 @@ absl::Status ClientImpl::RefreshSegments() {
     r->node_address = s.node_address;
     r->rkey = std::move(s.rkey);
     r->worker_address = std::move(s.worker_address);
+    r->base = s.base;
+    r->size = s.size;
     transport::SetHostInfo(r.get(), s.host_id);
     segments_[s.segment_id] = std::move(r);
   }
@@ -170,6 +172,7 @@ ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
 }
 
 absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
+  rma_->CopyMapped(&ops);  // same-host shared memory: plain copies, here
   if (ops.empty()) return absl::OkStatus();
   std::vector<std::string> nodes;
   for (const auto& op : ops) nodes.push_back(op.segment->node_address);

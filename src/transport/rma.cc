@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <future>
 
 #include "absl/strings/numbers.h"
@@ -38,6 +40,9 @@ void OnOpDone(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
   static_cast<Batch*>(user_data)->Complete(status, "one-sided transfer");
 }
+
+// Whether a same-host node process still exists (signal 0 checks without sending).
+bool ProcessAlive(int pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
 // Handles the immediate result of an nbx call.
 void Track(Batch* b, ucs_status_ptr_t req, const char* what) {
@@ -106,12 +111,24 @@ absl::StatusOr<ucp_rkey_h> RmaEngine::GetRkey(Peer* peer, const RemoteSegment& s
                                      " on ", seg.node_address));
   }
   peer->rkeys[seg.segment_id] = rkey;
+  void* local = nullptr;
+  if (seg.same_host && seg.size > 0 && ucp_rkey_ptr(rkey, seg.base, &local) == UCS_OK) {
+    granary::MutexLock lock(&map_mu_);
+    mapped_[seg.segment_id] = Mapped{seg.node_address, rkey, seg.base, seg.size};
+  }
   return rkey;
 }
 
 void RmaEngine::DropPeer(const std::string& address) {
   auto it = peers_.find(address);
   if (it == peers_.end()) return;
+  {
+    granary::MutexLock lock(&map_mu_);
+    for (auto& [id, rkey] : it->second->rkeys) {
+      auto m = mapped_.find(id);
+      if (m != mapped_.end() && m->second.rkey == rkey) mapped_.erase(m);
+    }
+  }
   for (auto& [id, rkey] : it->second->rkeys) ucp_rkey_destroy(rkey);
   it->second->ep->on_error = nullptr;
   worker_->Close(it->second->ep);
@@ -135,7 +152,7 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
       if (op.segment->pid > 0) {
         auto it = alive.find(op.segment->pid);
         if (it == alive.end()) {
-          bool up = kill(op.segment->pid, 0) == 0 || errno != ESRCH;
+          bool up = ProcessAlive(op.segment->pid);
           it = alive.emplace(op.segment->pid, up).first;
           if (!up) DropPeer(op.segment->node_address);
         }
@@ -186,6 +203,50 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
     }
     b->Complete(UCS_OK, "");
   });
+}
+
+size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
+  granary::ReaderMutexLock lock(&map_mu_);
+  if (mapped_.empty()) return 0;
+  size_t kept = 0, copied = 0;
+  const RemoteSegment* last_seg = nullptr;
+  const Mapped* last = nullptr;
+  absl::flat_hash_map<int, bool> alive;  // node processes checked in this call
+  for (size_t i = 0; i < ops->size(); ++i) {
+    RmaOp& op = (*ops)[i];
+    if (op.segment.get() != last_seg) {
+      last_seg = op.segment.get();
+      auto it = mapped_.find(last_seg->segment_id);
+      last = it != mapped_.end() && it->second.node_address == last_seg->node_address
+                 ? &it->second
+                 : nullptr;
+      if (last != nullptr && last_seg->pid > 0) {
+        auto a = alive.find(last_seg->pid);
+        if (a == alive.end()) {
+          a = alive.emplace(last_seg->pid, ProcessAlive(last_seg->pid)).first;
+        }
+        if (!a->second) last = nullptr;  // Execute reports it and drops the endpoint
+      }
+    }
+    void* remote = nullptr;
+    if (last != nullptr && op.length > 0 && op.remote_addr >= last->base &&
+        op.length <= last->size && op.remote_addr - last->base <= last->size - op.length &&
+        ucp_rkey_ptr(last->rkey, op.remote_addr, &remote) == UCS_OK) {
+      if (op.is_put) {
+        std::memcpy(remote, op.local, op.length);
+      } else {
+        std::memcpy(op.local, remote, op.length);
+      }
+      ++copied;
+      continue;
+    }
+    if (kept != i) (*ops)[kept] = std::move(op);
+    ++kept;
+  }
+  ops->resize(kept);
+  // The node's other readers learn of a put from the master, after this returns.
+  if (copied > 0) std::atomic_thread_fence(std::memory_order_release);
+  return copied;
 }
 
 absl::Status RmaEngine::ExecuteSync(std::vector<RmaOp> ops) {
