@@ -2,7 +2,8 @@
 # Measures granary side by side with its reference tools, in one run, on loopback:
 #   - ucx_perftest ucp_get / ucp_put_bw at the same block sizes and UCX transports,
 #   - redis-server + redis-benchmark GET/SET with -d equal to the block size,
-#   - granary_bench get / put against a master and node started here,
+#   - granary_bench get / put against a master and node started here, with one client thread
+#     and with two (redis-benchmark runs -c 2),
 #   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling).
 # Each figure is the median of RUNS runs. Prints a table with ratios, writes
 # bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
@@ -87,12 +88,16 @@ granary_bench() {  # transport [runs]
   start_cluster "granary_$tls" -- --host_segment_size=2GB
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
+  # One client thread (the shape of ucx_perftest and of the memcpy ceiling), and two (the
+  # concurrency of redis-benchmark -c 2: two connections at once), recorded as mode/threads=2.
   for mode in get put; do
-    for r in $(seq "$runs"); do
-      env "${RUN_ENV[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$RPC" \
-        --block_size="$sizes_csv" --batch="$BATCH" --duration="$DURATION" \
-        --working_set=256MB --out="$OUT/g.json" >/dev/null
-      granary_records "$OUT/g.json" "$tls" ""
+    for th in 1 2; do
+      for r in $(seq "$runs"); do
+        env "${RUN_ENV[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$RPC" \
+          --threads="$th" --block_size="$sizes_csv" --batch="$BATCH" --duration="$DURATION" \
+          --working_set=256MB --out="$OUT/g.json" >/dev/null
+        granary_records "$OUT/g.json" "$tls" "$([[ $th == 1 ]] || echo "/threads=$th")"
+      done
     done
   done
   stop_cluster

@@ -25,7 +25,11 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], 
         continue
     if mode.startswith("meta-") or mode == "master-bytes-per-object":
         continue  # the targets table below
+    # "get/threads=2": two client threads, compared with redis-benchmark's two connections only.
+    base, _, threads = mode.partition("/")
     for ref in ("ucx_perftest", "memcpy", "redis"):
+        if threads and ref != "redis":
+            continue
         # ucx_perftest moves bytes with no metadata at all: compare bandwidth only (>= 64 KiB).
         if ref == "ucx_perftest" and size <= 4096:
             continue
@@ -33,7 +37,7 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], 
         if ref == "memcpy" and (size <= 4096 or tls != "default"):
             continue
         rtls = tls if ref == "ucx_perftest" else "default"  # memcpy and redis: one figure
-        r = med.get((ref, mode, rtls, size))
+        r = med.get((ref, base, rtls, size))
         if r is None:
             continue
         use_keys = size <= 4096
