@@ -213,7 +213,13 @@ ucs_status_t Worker::OnAm(void* arg, const void* header, size_t header_length, v
 }
 
 void Worker::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
-  auto* e = static_cast<Endpoint*>(arg);
+  // The endpoint by its handle, not by a pointer given to UCX: UCX 1.13 may report an error on
+  // an endpoint after ucp_ep_close_nbx completed (seen with ThreadSanitizer on a node whose
+  // client left), when the Endpoint may be gone. Progress thread (UCX calls this from progress).
+  auto* self = static_cast<Worker*>(arg);
+  auto it = self->eps_.find(ep);
+  if (it == self->eps_.end()) return;  // closed: nobody is waiting on it
+  Endpoint* e = it->second.get();
   if (e->broken.exchange(true)) return;
   e->error = status;
   LOG_DEBUG << "endpoint to " << e->peer << " failed: " << ucs_status_string(status);
@@ -227,7 +233,7 @@ absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params,
   params->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params->err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params->err_handler.cb = &Worker::OnEpError;
-  params->err_handler.arg = e.get();
+  params->err_handler.arg = this;
   ucs_status_t st = ucp_ep_create(worker_, params, &e->ep);
   if (st != UCS_OK) return UcsError(st, absl::StrCat("connecting to ", e->peer));
   eps_[e->ep] = e;
@@ -351,7 +357,8 @@ void Worker::NoteTransport(Endpoint* e, bool data_path) {
   LOG_INFO << name_ << ": endpoint to " << e->peer << " uses rma=" << t.rma << " am=" << t.am;
   if (data_path && t.IsSlowFallback()) {
     LOG_WARN << name_ << ": endpoint to " << e->peer << " moves data over " << t.rma
-             << " only; expect about 0.5 GB/s. Check UCX_TLS and the NICs if this is unexpected.";
+             << " only (no RDMA or shared memory: the kernel copies every byte on both sides)."
+                " Check UCX_TLS and the NICs if this is unexpected.";
   }
   if (metrics_ != nullptr) {
     metrics_
