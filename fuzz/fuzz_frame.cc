@@ -64,6 +64,8 @@ void TryAll(absl::string_view body) {
   Try<CopyStartReply>(body);
   Try<CopyEndRequest>(body);
   Try<FetchRequest>(body);
+  Try<PushRequest>(body);
+  Try<PushReply>(body);
   Try<LookupPrefixRequest>(body);
   Try<LookupPrefixReply>(body);
 }
@@ -123,6 +125,9 @@ void Dispatch(uint16_t type, absl::string_view body) {
       break;
     case MsgType::kLookupPrefix:
       reply ? Try<LookupPrefixReply>(body) : Try<LookupPrefixRequest>(body);
+      break;
+    case MsgType::kPush:
+      reply ? Try<PushReply>(body) : Try<PushRequest>(body);
       break;
     default:  // kStat has no message of its own; unknown types are answered with StatusReply
       break;

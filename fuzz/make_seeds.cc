@@ -147,6 +147,15 @@ int main(int argc, char** argv) {
   fetch.length = 4160;
   Emit("fetch_req", MsgType::kFetch, false, fetch);
 
+  PushRequest push;
+  push.dest = si;
+  push.entries = {{0x1040, 0x7000, 4096}, {0x3040, 0x8000, 4096}};
+  push.headers = {0x1000, 0x3000};
+  Emit("push_req", MsgType::kPush, false, push);
+  PushReply push_rep;
+  push_rep.headers = std::string(128, '\x01');
+  Emit("push_rep", MsgType::kPush, true, push_rep);
+
   LookupPrefixRequest lp;
   lp.keys = {"kv1/3:abc/6:sha256/-/1:a", "kv1/3:abc/6:sha256/-/1:b"};
   lp.lease = true;

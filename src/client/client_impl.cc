@@ -41,6 +41,13 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   if (!worker.ok()) return worker.status();
   c->worker_ = std::move(*worker);
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
+  auto waddr = c->worker_->Address();
+  if (!waddr.ok()) return waddr.status();
+  c->worker_address_ = std::move(*waddr);
+  c->push_name_ = absl::StrCat("client/", RandomId());
+  c->pushed_reads_ = c->metrics_.Counter(
+      "granary_client_pushed_reads_total",
+      "Values a node wrote into a registered buffer for a read over tcp (Push)");
   // Connect now so that a wrong address or tenant fails here, not at the first Put.
   auto m = c->Master();
   if (!m.ok()) return m.status();
@@ -168,7 +175,25 @@ ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
   auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
   if (it == registered_.begin()) return nullptr;
   --it;
-  return it->second->Contains(p, n) ? it->second->memh() : nullptr;
+  return it->second.region->Contains(p, n) ? it->second.region->memh() : nullptr;
+}
+
+std::optional<proto::SegmentInfo> ClientImpl::PushTargetFor(const void* p, size_t n) {
+  granary::MutexLock lock(&reg_mu_);
+  auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
+  if (it == registered_.begin()) return std::nullopt;
+  --it;
+  const Registration& r = it->second;
+  if (!r.region->Contains(p, n)) return std::nullopt;
+  proto::SegmentInfo dest;
+  dest.segment_id = r.id;
+  dest.node_address = push_name_;
+  dest.base = reinterpret_cast<uint64_t>(r.region->addr());
+  dest.size = r.region->length();
+  dest.rkey = r.rkey;
+  dest.worker_address = worker_address_;
+  dest.host_id = transport::LocalHostId();
+  return dest;
 }
 
 absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
@@ -390,6 +415,14 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     std::vector<size_t> fetched;
     proto::KeyGenRequest release;
     std::vector<uint64_t> gens(n, 0), lens(n, 0);
+    // Reads from nodes reached over tcp alone, into registered buffers: pushed by the node, one
+    // Push per (node, buffer).
+    struct PushGroup {
+      std::string node;
+      proto::PushRequest req;
+      std::vector<size_t> keys;
+    };
+    std::vector<PushGroup> pushes;
     for (size_t j = 0; j < pending.size(); ++j) {
       size_t i = pending[j];
       auto& res = rep->results[j];
@@ -416,6 +449,23 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
       }
       gens[i] = res.generation;
       lens[i] = res.size;
+      fetched.push_back(i);
+      if (rma_->TcpOnly((*seg)->node_address)) {
+        if (auto target = PushTargetFor(*where, res.size)) {
+          auto g = std::find_if(pushes.begin(), pushes.end(), [&](const PushGroup& p) {
+            return p.node == (*seg)->node_address && p.req.dest.segment_id == target->segment_id;
+          });
+          if (g == pushes.end()) {
+            g = pushes.insert(pushes.end(), PushGroup{(*seg)->node_address, {}, {}});
+            g->req.dest = std::move(*target);
+          }
+          g->req.entries.push_back({r.address + kAllocHeaderSize,
+                                    reinterpret_cast<uint64_t>(*where), res.size});
+          g->req.headers.push_back(r.address);
+          g->keys.push_back(i);
+          continue;
+        }
+      }
       transport::RmaOp hdr;
       hdr.local = &headers[i];
       hdr.length = kAllocHeaderSize;
@@ -428,15 +478,27 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
       value.memh = MemhFor(*where, res.size);
       value.remote_addr = r.address + kAllocHeaderSize;
       ops.push_back(value);
-      fetched.push_back(i);
+    }
+    // Each key's transfer status: its Push's, or the one-sided transfer's.
+    std::vector<absl::Status> failed(n);
+    std::vector<bool> pushed(n, false);
+    for (PushGroup& g : pushes) {
+      absl::Status pst = Push(g.node, g.req, g.keys, &headers);
+      for (size_t i : g.keys) {
+        failed[i] = pst;
+        pushed[i] = true;
+      }
     }
     absl::Status st = Transfer(std::move(ops));
+    for (size_t i : fetched) {
+      if (!pushed[i]) failed[i] = st;
+    }
     ReleaseLeasesAsync(release);
     pending.clear();
     for (size_t i : fetched) {
-      if (!st.ok()) {
+      if (!failed[i].ok()) {
         out[i] = absl::UnavailableError(
-            absl::StrCat("reading key '", keys[i], "' failed: ", st.message()));
+            absl::StrCat("reading key '", keys[i], "' failed: ", failed[i].message()));
         pending.push_back(i);
         continue;
       }
@@ -450,6 +512,28 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     }
   }
   return out;
+}
+
+absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,
+                              const std::vector<size_t>& keys, std::vector<AllocHeader>* headers) {
+  auto rpc = NodeClient(node);
+  if (!rpc.ok()) return rpc.status();
+  auto rep = (*rpc)->Invoke<proto::PushRequest, proto::PushReply>(
+      proto::MsgType::kPush, req, absl::Milliseconds(options_.transfer_timeout_ms));
+  if (!rep.ok()) {
+    return absl::Status(rep.status().code(),
+                        absl::StrCat("node ", node, " push: ", rep.status().message()));
+  }
+  if (rep->headers.size() != keys.size() * kAllocHeaderSize) {
+    return absl::InternalError(absl::StrCat("node ", node, " returned ", rep->headers.size(),
+                                            " header bytes for ", keys.size(), " values"));
+  }
+  for (size_t j = 0; j < keys.size(); ++j) {
+    std::memcpy(&(*headers)[keys[j]], rep->headers.data() + j * kAllocHeaderSize,
+                kAllocHeaderSize);
+  }
+  pushed_reads_->Inc(keys.size());
+  return absl::OkStatus();
 }
 
 void ClientImpl::ReleaseLeasesAsync(const proto::KeyGenRequest& leases) {
@@ -633,7 +717,9 @@ absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
     return absl::AlreadyExistsError(absl::StrCat("buffer at 0x", absl::Hex(key),
                                                  " is already registered"));
   }
-  registered_[key] = std::move(*r);
+  auto rkey = (*r)->PackRkey();
+  if (!rkey.ok()) return rkey.status();
+  registered_[key] = Registration{std::move(*r), next_registration_++, std::move(*rkey)};
   return absl::OkStatus();
 }
 

@@ -97,7 +97,14 @@ class ClientImpl : public Client {
   absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(uint64_t id);
   absl::Status RefreshSegments();
   ucp_mem_h MemhFor(const void* p, size_t n);
+  // The registered buffer holding [p, p + n) as a node sees it for a Push (its id, rkey and
+  // range, this client's worker), or nullopt when it is not inside one.
+  std::optional<proto::SegmentInfo> PushTargetFor(const void* p, size_t n);
   absl::Status Transfer(std::vector<transport::RmaOp> ops);
+  // Has `node` write the values of req into this client's registered buffer (reads over tcp;
+  // proto::PushRequest) and copies the headers it returns into (*headers)[keys[j]].
+  absl::Status Push(const std::string& node, const proto::PushRequest& req,
+                    const std::vector<size_t>& keys, std::vector<proto::AllocHeader>* headers);
   std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
                                     const std::vector<const void*>& data,
                                     const std::vector<size_t>& sizes, uint32_t flags = 0);
@@ -129,8 +136,17 @@ class ClientImpl : public Client {
       ABSL_GUARDED_BY(nodes_mu_);
 
   granary::Mutex reg_mu_;
-  std::map<uintptr_t, std::unique_ptr<transport::MemoryRegion>> registered_
-      ABSL_GUARDED_BY(reg_mu_);
+  struct Registration {
+    std::unique_ptr<transport::MemoryRegion> region;
+    uint64_t id = 0;   // never reused in this client
+    std::string rkey;  // packed, for nodes that push into it
+  };
+  std::map<uintptr_t, Registration> registered_ ABSL_GUARDED_BY(reg_mu_);
+  uint64_t next_registration_ ABSL_GUARDED_BY(reg_mu_) = 1;
+  // This client as a node's RmaEngine names it when pushing, and its worker's address.
+  std::string push_name_;
+  std::string worker_address_;
+  MetricCounter* pushed_reads_ = nullptr;
 
   granary::Mutex hb_mu_;
   bool stopping_ ABSL_GUARDED_BY(hb_mu_) = false;

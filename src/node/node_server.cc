@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "common/util.h"
+#include "proto/alloc_header.h"
 #include "proto/messages.h"
 
 namespace granary::node {
@@ -92,6 +93,13 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   cb.on_request = [self](transport::RpcServer::ConnId c, const proto::FrameView& f) {
     return self->HandleRequest(c, f);
   };
+  // A client that pushed to this node is gone: drop the endpoint and rkeys made for it.
+  cb.on_disconnect = [self](transport::RpcServer::ConnId c) {
+    auto it = self->push_clients_.find(c);
+    if (it == self->push_clients_.end()) return;
+    for (const auto& client : it->second) self->rma_->ForgetNode(client);
+    self->push_clients_.erase(it);
+  };
   auto listener = transport::RpcServer::Create(n->worker_.get(), options.rpc_port, std::move(cb));
   if (!listener.ok()) return listener.status();
   n->listener_ = std::move(*listener);
@@ -141,23 +149,16 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   auto answer = [&](const absl::Status& st) {
     return proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)});
   };
+  if (f.header.type == static_cast<uint16_t>(proto::MsgType::kPush)) return HandlePush(conn, f);
   if (f.header.type != static_cast<uint16_t>(proto::MsgType::kFetch)) {
-    return answer(absl::InvalidArgumentError(absl::StrCat(
-        "a node answers only Fetch; ", proto::MsgTypeName(f.header.type), " goes to the master")));
+    return answer(absl::InvalidArgumentError(absl::StrCat("a node answers only Fetch and Push; ",
+                                                          proto::MsgTypeName(f.header.type),
+                                                          " goes to the master")));
   }
   auto req = proto::DecodeBody<proto::FetchRequest>(f.body);
   if (!req.ok()) return answer(req.status());
   // The destination must lie inside one of this node's segments.
-  bool inside = false;
-  for (const auto& s : segments_) {
-    auto base = reinterpret_cast<uint64_t>(s.region->addr());
-    if (req->length > 0 && req->dest_address >= base &&
-        req->dest_address - base <= s.region->length() &&
-        req->length <= s.region->length() - (req->dest_address - base)) {
-      inside = true;
-    }
-  }
-  if (!inside) {
+  if (SegmentHolding(req->dest_address, req->length) == nullptr) {
     return answer(absl::InvalidArgumentError(absl::StrCat(
         "fetch of ", req->length, " bytes to address ", req->dest_address,
         " is outside this node's segments")));
@@ -180,6 +181,92 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   rma_->Execute({op}, [this, conn, reply_type, id](absl::Status st) {
     listener_->Reply(conn, proto::EncodeFrame(reply_type, id,
                                               proto::StatusReply{proto::WireStatus::From(st)}));
+  });
+  return std::nullopt;
+}
+
+const NodeServer::Segment* NodeServer::SegmentHolding(uint64_t address, uint64_t length) const {
+  for (const auto& s : segments_) {
+    auto base = reinterpret_cast<uint64_t>(s.region->addr());
+    if (length > 0 && address >= base && address - base <= s.region->length() &&
+        length <= s.region->length() - (address - base)) {
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId conn,
+                                                  const proto::FrameView& f) {
+  const uint16_t reply_type = f.header.type | proto::kReplyBit;
+  const uint64_t id = f.header.request_id;
+  auto answer = [&](const absl::Status& st) {
+    proto::PushReply rep;
+    rep.status = proto::WireStatus::From(st);
+    return proto::EncodeFrame(reply_type, id, rep);
+  };
+  auto req = proto::DecodeBody<proto::PushRequest>(f.body);
+  if (!req.ok()) return answer(req.status());
+  const proto::SegmentInfo& dest = req->dest;
+  if (dest.worker_address.empty() || dest.rkey.empty() || dest.node_address.empty()) {
+    return answer(absl::InvalidArgumentError(
+        "push without the client's worker address, rkey and id"));
+  }
+  std::vector<transport::RmaOp> ops;
+  ops.reserve(req->entries.size());
+  auto seg = std::make_shared<transport::RemoteSegment>();
+  seg->segment_id = dest.segment_id;
+  seg->node_address = dest.node_address;
+  seg->rkey = dest.rkey;
+  seg->worker_address = dest.worker_address;
+  transport::SetHostInfo(seg.get(), dest.host_id);
+  seg->pid = 0;  // the client's own liveness is its connection's; never mapped
+  for (const auto& e : req->entries) {
+    const Segment* src = SegmentHolding(e.source_address, e.length);
+    if (src == nullptr) {
+      return answer(absl::InvalidArgumentError(absl::StrCat(
+          "push of ", e.length, " bytes from address ", e.source_address,
+          " is outside this node's segments")));
+    }
+    if (e.dest_address < dest.base || e.length > dest.size ||
+        e.dest_address - dest.base > dest.size - e.length) {
+      return answer(absl::InvalidArgumentError(absl::StrCat(
+          "push of ", e.length, " bytes to address ", e.dest_address,
+          " is outside the client's buffer at ", dest.base, " of ", dest.size, " bytes")));
+    }
+    transport::RmaOp op;
+    op.is_put = true;
+    op.local = reinterpret_cast<void*>(e.source_address);
+    op.length = e.length;
+    op.memh = src->region->memh();
+    op.remote_addr = e.dest_address;
+    op.segment = seg;
+    ops.push_back(std::move(op));
+  }
+  for (uint64_t h : req->headers) {
+    if (SegmentHolding(h, proto::kAllocHeaderSize) == nullptr) {
+      return answer(absl::InvalidArgumentError(
+          absl::StrCat("header at address ", h, " is outside this node's segments")));
+    }
+  }
+  auto& clients = push_clients_[conn];
+  if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
+    clients.push_back(dest.node_address);
+  }
+  // The headers are read once the values have been written (and flushed): a header that still
+  // matches then vouches for the bytes sent before it.
+  rma_->Execute(std::move(ops), [this, conn, reply_type, id,
+                                 headers = std::move(req->headers)](absl::Status st) {
+    proto::PushReply rep;
+    rep.status = proto::WireStatus::From(st);
+    if (st.ok()) {
+      rep.headers.resize(headers.size() * proto::kAllocHeaderSize);
+      for (size_t i = 0; i < headers.size(); ++i) {
+        std::memcpy(rep.headers.data() + i * proto::kAllocHeaderSize,
+                    reinterpret_cast<const void*>(headers[i]), proto::kAllocHeaderSize);
+      }
+    }
+    listener_->Reply(conn, proto::EncodeFrame(reply_type, id, rep));
   });
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "common/http_server.h"
@@ -48,6 +49,11 @@ class NodeServer {
   // Fetch: reads a replica one-sided from another node into this node's segment (Copy/Move).
   std::optional<std::string> HandleRequest(transport::RpcServer::ConnId conn,
                                            const proto::FrameView& frame);
+  // Push: writes values into a client's registered buffer and answers with their headers.
+  std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
+                                        const proto::FrameView& frame);
+  // The segment that holds [address, address + length), or null.
+  const Segment* SegmentHolding(uint64_t address, uint64_t length) const;
   void UnmountAll();
   void SleepFor(int64_t ms);
 
@@ -59,6 +65,8 @@ class NodeServer {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> listener_;
   std::unique_ptr<transport::RmaEngine> rma_;
+  // Progress-thread state: the clients (RmaEngine peer names) each connection pushed to.
+  absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
   std::vector<Segment> segments_;
   std::unique_ptr<transport::RpcClient> master_;
   uint32_t heartbeat_ms_ = 1000;

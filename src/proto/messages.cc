@@ -1,5 +1,7 @@
 #include "proto/messages.h"
 
+#include "proto/alloc_header.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace granary::proto {
@@ -28,6 +30,7 @@ const char* MsgTypeName(uint16_t type) {
     case MsgType::kMoveRevoke: return "MoveRevoke";
     case MsgType::kFetch: return "Fetch";
     case MsgType::kLookupPrefix: return "LookupPrefix";
+    case MsgType::kPush: return "Push";
     case MsgType::kShmOffer: return "ShmOffer";
     case MsgType::kShmAttach: return "ShmAttach";
   }
@@ -449,6 +452,41 @@ absl::Status Decode(Reader& r, FetchRequest* m) {
   m->source_address = r.U64("source_address");
   m->dest_address = r.U64("dest_address");
   m->length = r.U64("length");
+  return r.status();
+}
+
+void Encode(const PushRequest& m, Writer& w) {
+  PutSegment(m.dest, w);
+  w.U32(static_cast<uint32_t>(m.entries.size()));
+  for (const auto& e : m.entries) {
+    w.U64(e.source_address);
+    w.U64(e.dest_address);
+    w.U64(e.length);
+  }
+  w.U32(static_cast<uint32_t>(m.headers.size()));
+  for (uint64_t h : m.headers) w.U64(h);
+}
+absl::Status Decode(Reader& r, PushRequest* m) {
+  GetSegment(r, &m->dest);
+  uint32_t n = r.Count("entries", kMaxBatch, 24);
+  m->entries.resize(n);
+  for (auto& e : m->entries) {
+    e.source_address = r.U64("source_address");
+    e.dest_address = r.U64("dest_address");
+    e.length = r.U64("length");
+  }
+  n = r.Count("headers", kMaxBatch, 8);
+  m->headers.resize(n);
+  for (auto& h : m->headers) h = r.U64("header");
+  return r.status();
+}
+void Encode(const PushReply& m, Writer& w) {
+  Put(m.status, w);
+  w.Str(m.headers);
+}
+absl::Status Decode(Reader& r, PushReply* m) {
+  Get(r, &m->status);
+  m->headers = r.Str("headers", static_cast<size_t>(kMaxBatch) * kAllocHeaderSize);
   return r.status();
 }
 

@@ -49,6 +49,7 @@ enum class MsgType : uint16_t {
   kMoveRevoke = 20,
   kFetch = 21,  // client -> destination node: read a replica from the source node
   kLookupPrefix = 22,
+  kPush = 23,  // client -> node: write values into the client's registered buffer (tcp reads)
   // Transport-level, answered by the RPC server itself: a control connection moving onto
   // shared memory (see transport/rpc_server.h).
   kShmOffer = 0x7E01,
@@ -261,6 +262,27 @@ struct FetchRequest {
   uint64_t length = 0;
 };
 
+// Push: a read turned around for peers reached over tcp alone. UCX 1.13 emulates a get over
+// tcp with bounce-buffered active messages (four copies per byte); a put is zero-copy on the
+// sending side and lands straight in place on the receiving one (two). So the node writes each
+// value into the client's registered buffer `dest` (segment_id: the registration's id;
+// node_address: the client's id; base and size: the buffer), flushes, and answers with the
+// 64-byte allocation headers at `headers`, read after the values were written.
+struct PushEntry {
+  uint64_t source_address = 0;  // in the node's segment
+  uint64_t dest_address = 0;    // in dest
+  uint64_t length = 0;
+};
+struct PushRequest {
+  SegmentInfo dest;
+  std::vector<PushEntry> entries;
+  std::vector<uint64_t> headers;
+};
+struct PushReply {
+  WireStatus status;
+  std::string headers;  // kAllocHeaderSize bytes per requested header, in order
+};
+
 // LookupPrefix: how many leading keys (encoded KvKeys of one prefix chain) are present and
 // complete, with a location hint per present block; optionally leases them so that the
 // following Get cannot miss.
@@ -309,6 +331,8 @@ GRANARY_DECLARE_CODEC(CopyStartRequest)
 GRANARY_DECLARE_CODEC(CopyStartReply)
 GRANARY_DECLARE_CODEC(CopyEndRequest)
 GRANARY_DECLARE_CODEC(FetchRequest)
+GRANARY_DECLARE_CODEC(PushRequest)
+GRANARY_DECLARE_CODEC(PushReply)
 GRANARY_DECLARE_CODEC(LookupPrefixRequest)
 GRANARY_DECLARE_CODEC(LookupPrefixReply)
 #undef GRANARY_DECLARE_CODEC

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/util.h"
 #include "common/log.h"
+#include "transport/ep_info.h"
 
 namespace granary::transport {
 
@@ -94,6 +95,11 @@ absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
       if (it != peers_.end() && it->second->ep->broken.load()) DropPeer(address);
     });
   };
+  // A worker-address endpoint has its lanes once created.
+  if (QueryTransports((*ep)->ep).IsSlowFallback()) {
+    granary::MutexLock lock(&tcp_mu_);
+    tcp_only_.insert(address);
+  }
   auto peer = std::make_unique<Peer>();
   peer->ep = *ep;
   Peer* raw = peer.get();
@@ -130,6 +136,10 @@ void RmaEngine::DropPeer(const std::string& address) {
     }
   }
   for (auto& [id, rkey] : it->second->rkeys) ucp_rkey_destroy(rkey);
+  {
+    granary::MutexLock lock(&tcp_mu_);
+    tcp_only_.erase(address);
+  }
   it->second->ep->on_error = nullptr;
   worker_->Close(it->second->ep);
   peers_.erase(it);
@@ -247,6 +257,11 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
   // The node's other readers learn of a put from the master, after this returns.
   if (copied > 0) std::atomic_thread_fence(std::memory_order_release);
   return copied;
+}
+
+bool RmaEngine::TcpOnly(const std::string& node_address) {
+  granary::MutexLock lock(&tcp_mu_);
+  return tcp_only_.contains(node_address);
 }
 
 absl::Status RmaEngine::ExecuteSync(std::vector<RmaOp> ops) {

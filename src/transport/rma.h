@@ -9,6 +9,7 @@
 #include <ucp/api/ucp.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/mutex.h"
 #include "transport/worker.h"
@@ -67,6 +68,11 @@ class RmaEngine {
   // are done (puts visible to the node's other readers) when it returns. Host memory only on
   // this side. Thread-safe; returns how many ops it copied.
   size_t CopyMapped(std::vector<RmaOp>* ops);
+  // Whether this engine's endpoint to the node moves data over tcp alone (no RDMA, no shared
+  // memory), known once a transfer has connected to it; false before. A client then has the
+  // node push values into a registered buffer (proto::PushRequest) instead of reading them.
+  // Thread-safe.
+  bool TcpOnly(const std::string& node_address);
   // Drops the cached endpoint and rkeys of a node (after it failed or left).
   void ForgetNode(const std::string& node_address);
 
@@ -93,6 +99,8 @@ class RmaEngine {
   };
   granary::Mutex map_mu_;
   absl::flat_hash_map<uint64_t, Mapped> mapped_ ABSL_GUARDED_BY(map_mu_);
+  granary::Mutex tcp_mu_;
+  absl::flat_hash_set<std::string> tcp_only_ ABSL_GUARDED_BY(tcp_mu_);
 };
 
 }  // namespace granary::transport

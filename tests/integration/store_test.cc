@@ -11,6 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
+#include "common/util.h"
+#include "proto/alloc_header.h"
+#include "transport/context.h"
+#include "transport/memory.h"
+#include "transport/rpc_client.h"
+#include "transport/worker.h"
 #include "tests/integration/cluster.h"
 
 namespace granary::testing {
@@ -119,6 +125,12 @@ TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
   // The data endpoints' transport is counted: shared memory by default, tcp when forced.
   std::string metrics = c->MetricsText();
   EXPECT_NE(metrics.find(GetParam() == "tcp" ? "rma=\"tcp\"" : "rma=\"cma\""),
+            std::string::npos)
+      << metrics;
+  // Over tcp the three reads into registered buffers were pushed by the node (each after a put
+  // had connected the client to that node); never on shared memory.
+  EXPECT_NE(metrics.find(GetParam() == "tcp" ? "granary_client_pushed_reads_total 3"
+                                             : "granary_client_pushed_reads_total 0"),
             std::string::npos)
       << metrics;
   // A buffer too small is refused without writing.
@@ -253,6 +265,12 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         errors += kOps;
         return;
       }
+      // Odd clients read into a registered buffer (pushed by the node over tcp).
+      std::string reg(64 << 10, '\0');
+      if (t % 2 == 1 && !c->RegisterBuffer(reg.data(), reg.size()).ok()) {
+        errors += kOps;
+        return;
+      }
       std::mt19937 rng(1234 + t);
       std::vector<uint64_t> version(kKeys, 0);  // 0 = absent
       std::vector<size_t> sizes(kKeys, 0);
@@ -271,6 +289,16 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
           if (!st.ok()) fail(absl::StrCat("put ", key, ": ", st.ToString()));
           version[k] = ver;
           sizes[k] = size;
+        } else if (op == 0 && t % 2 == 1) {
+          auto n = c->GetInto(key, reg.data(), reg.size());
+          if (version[k] == 0) {
+            if (n.status().code() != absl::StatusCode::kNotFound) fail("get of absent key");
+          } else if (!n.ok()) {
+            fail(absl::StrCat("get into ", key, ": ", n.status().ToString()));
+          } else if (*n != sizes[k] ||
+                     reg.compare(0, *n, MakeValue(key, version[k], sizes[k])) != 0) {
+            fail(absl::StrCat("WRONG BYTES for ", key, " (registered buffer)"));
+          }
         } else if (op == 0 || op == 1) {
           auto v = c->Get(key);
           if (version[k] == 0) {
@@ -292,11 +320,91 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         }
         ++ops_done;
       }
+      if (t % 2 == 1) {
+        const bool none = c->MetricsText().find("granary_client_pushed_reads_total 0\n") !=
+                          std::string::npos;
+        if (none != (GetParam() == "default")) fail("pushed reads: tcp only, and there always");
+      }
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(ops_done.load(), kClients * kOps);
+}
+
+// A node pushes only from its own segments into the buffer the client named (proto::Push):
+// anything else is refused with the address in the message, and what is stored stays intact.
+TEST_P(StoreTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
+  StartCluster(Cluster::Options{});
+  auto created = client::ClientImpl::Create(cluster_->ClientOpts("default"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  client::ClientImpl& c = **created;
+  const std::string value = MakeValue("kept", 3, 4096);
+  ASSERT_TRUE(c.Put("kept", value).ok());
+  auto got = c.Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                         proto::KeysRequest{{"kept"}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->results.size(), 1u);
+  ASSERT_EQ(got->results[0].replicas.size(), 1u);
+  const uint64_t at = got->results[0].replicas[0].address;  // the header; the value follows
+  auto segs = c.Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments, {});
+  ASSERT_TRUE(segs.ok() && segs->segments.size() == 1) << segs.status();
+  const proto::SegmentInfo& seg = segs->segments[0];
+
+  // A client of its own: a worker, a registered buffer and a connection to the node.
+  auto ctx = transport::Context::Create("push_test");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto worker = transport::Worker::Create(ctx->get(), "push_test");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::string buf(8192, '\0');
+  auto region = transport::MemoryRegion::Create(ctx->get(), buf.data(), buf.size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  auto rkey = (*region)->PackRkey();
+  auto waddr = (*worker)->Address();
+  ASSERT_TRUE(rkey.ok() && waddr.ok());
+  auto rpc = transport::RpcClient::Create(worker->get(), seg.node_address);
+  ASSERT_TRUE(rpc.ok()) << rpc.status();
+  const uint64_t base = reinterpret_cast<uint64_t>(buf.data());
+  proto::PushRequest req;
+  req.dest.segment_id = 1;
+  req.dest.node_address = "client/push-test";
+  req.dest.base = base;
+  req.dest.size = buf.size();
+  req.dest.rkey = *rkey;
+  req.dest.worker_address = *waddr;
+  req.dest.host_id = transport::LocalHostId();
+  auto push = [&](uint64_t src, uint64_t dst, uint64_t len, std::vector<uint64_t> headers) {
+    req.entries = {{src, dst, len}};
+    req.headers = std::move(headers);
+    return (*rpc)->Invoke<proto::PushRequest, proto::PushReply>(proto::MsgType::kPush, req,
+                                                                absl::Seconds(10));
+  };
+  auto refused = [](const absl::StatusOr<proto::PushReply>& r, const std::string& what) {
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  };
+  const uint64_t seg_end = seg.base + seg.size;
+  refused(push(seg_end - 100, base, 4096, {}), absl::StrCat("from address ", seg_end - 100));
+  refused(push(at, base + buf.size() - 10, 4096, {}),
+          absl::StrCat("to address ", base + buf.size() - 10));
+  refused(push(at, base, 64, {seg_end}), absl::StrCat("header at address ", seg_end));
+  EXPECT_EQ(buf, std::string(8192, '\0'));  // nothing written by a refused push
+
+  // A good one writes the value in place and returns the header that vouches for it.
+  auto ok = push(at + proto::kAllocHeaderSize, base + 100, value.size(), {at});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(buf.substr(100, value.size()), value);
+  ASSERT_EQ(ok->headers.size(), proto::kAllocHeaderSize);
+  proto::AllocHeader h;
+  std::memcpy(&h, ok->headers.data(), sizeof(h));
+  EXPECT_TRUE(proto::CheckAllocHeader(h, got->results[0].generation, HashBytes("kept"),
+                                      value.size())
+                  .ok());
+  rpc->reset();
+  worker->reset();
+  auto again = c.Get("kept");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, value);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("default", "tcp"),

@@ -67,6 +67,9 @@ GRANARY_FIELDS_EQ(UnmountSegmentRequest, x.segment_id)
 GRANARY_FIELDS_EQ(StatusReply, x.status)
 GRANARY_FIELDS_EQ(ShmOfferReply, x.status, x.host_id, x.worker_address, x.nonce)
 GRANARY_FIELDS_EQ(ShmAttachRequest, x.nonce)
+GRANARY_FIELDS_EQ(PushEntry, x.source_address, x.dest_address, x.length)
+GRANARY_FIELDS_EQ(PushRequest, x.dest, x.entries, x.headers)
+GRANARY_FIELDS_EQ(PushReply, x.status, x.headers)
 GRANARY_FIELDS_EQ(PutStartEntry, x.key, x.size)
 GRANARY_FIELDS_EQ(PutStartRequest, x.entries, x.replica_num, x.flags)
 GRANARY_FIELDS_EQ(PutStartResult, x.status, x.generation, x.replicas)
@@ -155,6 +158,23 @@ SegmentsReply SampleSegmentsReply() {
   return m;
 }
 
+PushRequest SamplePush() {
+  PushRequest m;
+  m.dest = {7, "", "", "client/ab12", 0x7f0000000000ull, 32 << 20, 0, Tier::kHost, "",
+            kBinary, std::string("worker\0addr", 11), "boot/42"};
+  m.entries.push_back({0x10040, 0x7f0000000000ull, 4096});
+  m.entries.push_back({~0ull, ~0ull, ~0ull});
+  m.headers = {0x10000, ~0ull};
+  return m;
+}
+
+PushReply SamplePushReply() {
+  PushReply m;
+  m.status = {0, ""};
+  m.headers = std::string(128, '\xA5');
+  return m;
+}
+
 ShmOfferReply SampleShmOffer() {
   ShmOfferReply m;
   m.status = {0, ""};
@@ -208,7 +228,9 @@ std::vector<Case> AllCases() {
           MakeCase("ShmOfferRequest", Type(MsgType::kShmOffer), ShmOfferRequest{}),
           MakeCase("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer()),
           MakeCase("ShmAttachRequest", Type(MsgType::kShmAttach),
-                   ShmAttachRequest{0x0123456789abcdefull})};
+                   ShmAttachRequest{0x0123456789abcdefull}),
+          MakeCase("PushRequest", Type(MsgType::kPush), SamplePush()),
+          MakeCase("PushReply", Type(MsgType::kPush, true), SamplePushReply())};
 }
 
 // An exact-size heap copy, so that AddressSanitizer reports any read past the end.
@@ -284,6 +306,8 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
   ExpectRoundTrip("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer());
   ExpectRoundTrip("ShmAttachRequest", Type(MsgType::kShmAttach),
                   ShmAttachRequest{0x0123456789abcdefull});
+  ExpectRoundTrip("PushRequest", Type(MsgType::kPush), SamplePush());
+  ExpectRoundTrip("PushReply", Type(MsgType::kPush, true), SamplePushReply());
 }
 
 TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
