@@ -450,7 +450,8 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
       gens[i] = res.generation;
       lens[i] = res.size;
       fetched.push_back(i);
-      if (rma_->TcpOnly((*seg)->node_address)) {
+      // A retry reads one-sided: it works against any node, one that refused the Push too.
+      if (attempt == 0 && rma_->TcpOnly((*seg)->node_address)) {
         if (auto target = PushTargetFor(*where, res.size)) {
           auto g = std::find_if(pushes.begin(), pushes.end(), [&](const PushGroup& p) {
             return p.node == (*seg)->node_address && p.req.dest.segment_id == target->segment_id;
