@@ -170,27 +170,35 @@ absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> ClientImpl::Segm
   return absl::UnavailableError(absl::StrCat("segment ", id, " is no longer mounted"));
 }
 
-ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
-  granary::MutexLock lock(&reg_mu_);
+const ClientImpl::Registration* ClientImpl::RegistrationHolding(const void* p, size_t n) {
   auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
   if (it == registered_.begin()) return nullptr;
   --it;
-  return it->second.region->Contains(p, n) ? it->second.region->memh() : nullptr;
+  return it->second.region->Contains(p, n) ? &it->second : nullptr;
+}
+
+ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
+  granary::MutexLock lock(&reg_mu_);
+  const Registration* r = RegistrationHolding(p, n);
+  return r != nullptr ? r->region->memh() : nullptr;
+}
+
+uint64_t ClientImpl::RegistrationIdFor(const void* p, size_t n) {
+  granary::MutexLock lock(&reg_mu_);
+  const Registration* r = RegistrationHolding(p, n);
+  return r != nullptr ? r->id : 0;
 }
 
 std::optional<proto::SegmentInfo> ClientImpl::PushTargetFor(const void* p, size_t n) {
   granary::MutexLock lock(&reg_mu_);
-  auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
-  if (it == registered_.begin()) return std::nullopt;
-  --it;
-  const Registration& r = it->second;
-  if (!r.region->Contains(p, n)) return std::nullopt;
+  const Registration* r = RegistrationHolding(p, n);
+  if (r == nullptr) return std::nullopt;
   proto::SegmentInfo dest;
-  dest.segment_id = r.id;
+  dest.segment_id = r->id;
   dest.node_address = push_name_;
-  dest.base = reinterpret_cast<uint64_t>(r.region->addr());
-  dest.size = r.region->length();
-  dest.rkey = r.rkey;
+  dest.base = reinterpret_cast<uint64_t>(r->region->addr());
+  dest.size = r->region->length();
+  dest.rkey = r->rkey;
   dest.worker_address = worker_address_;
   dest.host_id = transport::LocalHostId();
   return dest;
@@ -451,15 +459,21 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
       lens[i] = res.size;
       fetched.push_back(i);
       // A retry reads one-sided: it works against any node, one that refused the Push too.
-      if (attempt == 0 && rma_->TcpOnly((*seg)->node_address)) {
-        if (auto target = PushTargetFor(*where, res.size)) {
-          auto g = std::find_if(pushes.begin(), pushes.end(), [&](const PushGroup& p) {
-            return p.node == (*seg)->node_address && p.req.dest.segment_id == target->segment_id;
-          });
-          if (g == pushes.end()) {
+      // The buffer's full description (rkey, worker address) is built once per group.
+      const uint64_t reg_id = attempt == 0 && rma_->TcpOnly((*seg)->node_address)
+                                  ? RegistrationIdFor(*where, res.size)
+                                  : 0;
+      if (reg_id != 0) {
+        auto g = std::find_if(pushes.begin(), pushes.end(), [&](const PushGroup& p) {
+          return p.node == (*seg)->node_address && p.req.dest.segment_id == reg_id;
+        });
+        if (g == pushes.end()) {
+          if (auto target = PushTargetFor(*where, res.size)) {  // nullopt if just unregistered
             g = pushes.insert(pushes.end(), PushGroup{(*seg)->node_address, {}, {}});
             g->req.dest = std::move(*target);
           }
+        }
+        if (g != pushes.end()) {
           g->req.entries.push_back({r.address + kAllocHeaderSize,
                                     reinterpret_cast<uint64_t>(*where), res.size});
           g->req.headers.push_back(r.address);

@@ -97,8 +97,10 @@ class ClientImpl : public Client {
   absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(uint64_t id);
   absl::Status RefreshSegments();
   ucp_mem_h MemhFor(const void* p, size_t n);
-  // The registered buffer holding [p, p + n) as a node sees it for a Push (its id, rkey and
-  // range, this client's worker), or nullopt when it is not inside one.
+  // The id of the registered buffer holding [p, p + n), or 0 when it is not inside one.
+  uint64_t RegistrationIdFor(const void* p, size_t n);
+  // That buffer as a node sees it for a Push (its id, rkey and range, this client's worker),
+  // or nullopt.
   std::optional<proto::SegmentInfo> PushTargetFor(const void* p, size_t n);
   absl::Status Transfer(std::vector<transport::RmaOp> ops);
   // Has `node` write the values of req into this client's registered buffer (reads over tcp;
@@ -142,6 +144,8 @@ class ClientImpl : public Client {
     std::string rkey;  // packed, for nodes that push into it
   };
   std::map<uintptr_t, Registration> registered_ ABSL_GUARDED_BY(reg_mu_);
+  const Registration* RegistrationHolding(const void* p, size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(reg_mu_);
   uint64_t next_registration_ ABSL_GUARDED_BY(reg_mu_) = 1;
   // This client as a node's RmaEngine names it when pushing, and its worker's address.
   std::string push_name_;

@@ -99,6 +99,7 @@ absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
   if (QueryTransports((*ep)->ep).IsSlowFallback()) {
     granary::MutexLock lock(&tcp_mu_);
     tcp_only_.insert(address);
+    tcp_only_count_.store(tcp_only_.size(), std::memory_order_relaxed);
   }
   auto peer = std::make_unique<Peer>();
   peer->ep = *ep;
@@ -139,6 +140,7 @@ void RmaEngine::DropPeer(const std::string& address) {
   {
     granary::MutexLock lock(&tcp_mu_);
     tcp_only_.erase(address);
+    tcp_only_count_.store(tcp_only_.size(), std::memory_order_relaxed);
   }
   it->second->ep->on_error = nullptr;
   worker_->Close(it->second->ep);
@@ -260,6 +262,7 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
 }
 
 bool RmaEngine::TcpOnly(const std::string& node_address) {
+  if (tcp_only_count_.load(std::memory_order_relaxed) == 0) return false;
   granary::MutexLock lock(&tcp_mu_);
   return tcp_only_.contains(node_address);
 }

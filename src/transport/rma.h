@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -101,6 +102,9 @@ class RmaEngine {
   absl::flat_hash_map<uint64_t, Mapped> mapped_ ABSL_GUARDED_BY(map_mu_);
   granary::Mutex tcp_mu_;
   absl::flat_hash_set<std::string> tcp_only_ ABSL_GUARDED_BY(tcp_mu_);
+  // tcp_only_.size(), read without the lock: on shared memory and RDMA (none tcp-only),
+  // TcpOnly is one atomic load per call.
+  std::atomic<size_t> tcp_only_count_{0};
 };
 
 }  // namespace granary::transport
