@@ -85,6 +85,7 @@ void ObjectTable::erase(iterator it) {
   // Object that try_emplace hands out when it reuses the slot.
   std::destroy_at(&s.obj);
   std::construct_at(&s.obj);
+  s.key_pos = kFreeSlot;
   s.key_len = 0;
   free_slots_.push_back(slot);
 }

@@ -38,9 +38,12 @@ class ObjectTable {
   static constexpr size_t kMaxKeyBytes = 16 * 1024;
 
  private:
+  // key_pos of a slot that holds no element (erased, on free_slots_). The arena stops short of
+  // it (StoreKey).
+  static constexpr uint32_t kFreeSlot = UINT32_MAX;
   struct Slot {
     Object obj;
-    uint32_t key_pos = 0;  // chunk * kKeyChunkBytes + offset in key_chunks_
+    uint32_t key_pos = kFreeSlot;  // chunk * kKeyChunkBytes + offset in key_chunks_
     uint32_t key_len = 0;
   };
   static constexpr uint32_t kSlotsPerChunk = 1024;
@@ -115,6 +118,23 @@ class ObjectTable {
   std::pair<iterator, bool> try_emplace(absl::string_view key);
   // Removes the element; other iterators stay valid.
   void erase(iterator it);
+
+  // Calls f(slot, key, object) for every element, in slot order: the Objects are read
+  // sequentially from their chunks, not in the index's random order, which is what a scan of
+  // the whole table (eviction) wants. f must not insert or erase.
+  template <typename F>
+  void ForEachSlot(F&& f) const {
+    for (uint32_t slot = 0; slot < slots_used_; ++slot) {
+      const Slot& s = SlotAt(slot);
+      if (s.key_pos != kFreeSlot) f(slot, KeyOf(slot), s.obj);
+    }
+  }
+  // The element ForEachSlot reported in `slot`, or end() when that slot is free now. The slot
+  // may hold another key since: the caller recognises its object (its access ordinal, say).
+  iterator FindSlot(uint32_t slot) {
+    if (slot >= slots_used_ || SlotAt(slot).key_pos == kFreeSlot) return end();
+    return iterator(this, index_.find(slot));
+  }
 
   // Bytes of key arena in use, live and dead (for tests and the memory figures).
   uint64_t key_arena_bytes() const { return uint64_t{key_chunks_.size()} * kKeyChunkBytes; }

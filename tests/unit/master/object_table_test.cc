@@ -157,5 +157,48 @@ TEST(ObjectTable, LongestKey) {
   }
 }
 
+TEST(ObjectTable, ForEachSlotVisitsEachElementOnceAndFindSlotSeesReuse) {
+  ObjectTable table;
+  Model model;
+  for (uint64_t i = 0; i < 3000; ++i) {
+    const std::string key = absl::StrCat("tenant", kNul, "key-", i);
+    table.try_emplace(key).first->second.generation = i + 1;
+    model[key] = {i + 1, 0};
+  }
+  for (uint64_t i = 0; i < 3000; i += 3) {
+    const std::string key = absl::StrCat("tenant", kNul, "key-", i);
+    table.erase(table.find(key));
+    model.erase(key);
+  }
+  std::map<std::string, uint32_t> slot_of;
+  bool first = true;
+  uint32_t previous = 0;
+  table.ForEachSlot([&](uint32_t slot, absl::string_view key, const Object& o) {
+    EXPECT_TRUE(first || slot > previous) << "slots out of order: " << previous << ", " << slot;
+    first = false;
+    previous = slot;
+    EXPECT_TRUE(slot_of.emplace(std::string(key), slot).second) << key << " visited twice";
+    ASSERT_TRUE(model.count(std::string(key))) << "erased key " << key << " visited";
+    EXPECT_EQ(o.generation, model.at(std::string(key)).first) << key;
+  });
+  EXPECT_EQ(slot_of.size(), model.size());
+  for (const auto& [key, slot] : slot_of) {
+    auto it = table.FindSlot(slot);
+    ASSERT_TRUE(it != table.end()) << key;
+    EXPECT_EQ(it->first, key);
+  }
+  // An erased slot is found empty; once reused it holds the newcomer, which the caller tells
+  // apart by its object.
+  const auto [victim, slot] = *slot_of.begin();
+  table.erase(table.find(victim));
+  EXPECT_TRUE(table.FindSlot(slot) == table.end());
+  table.try_emplace("newcomer").first->second.generation = 99999;
+  auto reused = table.FindSlot(slot);  // the last slot freed is the first reused
+  ASSERT_TRUE(reused != table.end());
+  EXPECT_EQ(reused->first, "newcomer");
+  EXPECT_EQ(reused->second.generation, 99999u);
+  EXPECT_TRUE(table.FindSlot(UINT32_MAX - 1) == table.end());  // never handed out
+}
+
 }  // namespace
 }  // namespace granary::master
