@@ -4,7 +4,8 @@
 #   - redis-server + redis-benchmark GET/SET with -d equal to the block size,
 #   - granary_bench get / put against a master and node started here, with one client thread
 #     and with two (redis-benchmark runs -c 2),
-#   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling).
+#   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling),
+#   - bench/full_store.sh: 4 KiB puts into a full store (each evicts) against Redis at maxmemory.
 # Each figure is the median of RUNS runs. Prints a table with ratios, writes
 # bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
 # Usage: bench/compare.sh [--quick]   (env: RUNS, SIZES, DURATION, BUILD_DIR)
@@ -85,7 +86,10 @@ granary_bench() {  # transport [runs]
   local tls="$1" runs="${2:-$RUNS}" r
   RUN_ENV=()
   [[ "$tls" == tcp ]] && RUN_ENV=(UCX_TLS=tcp)
-  start_cluster "granary_$tls" -- --host_segment_size=2GB
+  # Every get prefill and put of a round (4 runs x 3 sizes x 128 MB per thread, 2.3 GB) stays
+  # under the 90% eviction watermark of 3 GB: no put here waits for eviction (a full store is
+  # bench/full_store.sh's case).
+  start_cluster "granary_$tls" -- --host_segment_size=3GB
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   # One client thread (the shape of ucx_perftest and of the memcpy ceiling), and two (the
@@ -95,7 +99,7 @@ granary_bench() {  # transport [runs]
       for r in $(seq "$runs"); do
         env "${RUN_ENV[@]}" "$BIN/granary_bench" "$mode" --master="127.0.0.1:$RPC" \
           --threads="$th" --block_size="$sizes_csv" --batch="$BATCH" --duration="$DURATION" \
-          --working_set=256MB --out="$OUT/g.json" >/dev/null
+          --working_set=128MB --out="$OUT/g.json" >/dev/null
         granary_records "$OUT/g.json" "$tls" "$([[ $th == 1 ]] || echo "/threads=$th")"
       done
     done
@@ -104,7 +108,7 @@ granary_bench() {  # transport [runs]
   RUN_ENV=()
 }
 
-# --- memcpy: the one-thread copy ceiling at granary's shapes (values from a 256 MB working set
+# --- memcpy: the one-thread copy ceiling at granary's shapes (values from a 128 MB working set
 # into a batch-sized buffer and back), measured here beside everything else; and the same copy
 # of one cache-resident block again and again (tool memcpy-hot), which is what ucx_perftest does.
 memcpy_records() {  # file tool
@@ -121,7 +125,7 @@ memcpy_ref() {  # [runs]
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
   for r in $(seq "$runs"); do
     "$BIN/granary_bench" memcpy --block_size="$sizes_csv" --batch="$BATCH" \
-      --duration="$DURATION" --working_set=256MB --out="$OUT/mc.json" >/dev/null
+      --duration="$DURATION" --working_set=128MB --out="$OUT/mc.json" >/dev/null
     memcpy_records "$OUT/mc.json" memcpy
     for s in $SIZES; do
       "$BIN/granary_bench" memcpy --block_size="$s" --batch=1 --duration="$DURATION" \
@@ -167,6 +171,8 @@ for r in $(seq "$RUNS"); do
 done
 echo "== granary meta"
 granary_meta
+echo "== a full store: 4 KiB puts of fresh keys, each making room by eviction, and Redis at maxmemory"
+RAW="$RAW" RUNS="$RUNS" BUILD_DIR="$BUILD_DIR" bash bench/full_store.sh
 echo "== master memory per object"
 BUILD_DIR="$BUILD_DIR" bash bench/master_memory.sh | tail -1 >"$OUT/master_memory_last.json"
 $PY - "$OUT/master_memory_last.json" >>"$RAW" <<'PYEOF'

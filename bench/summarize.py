@@ -68,7 +68,7 @@ for (tool, mode, tls, size), m in sorted(med.items()):
                             "ratio": t["keys_per_s"] / m["keys_per_s"], "runs": m["runs"]})
 
 # The copy ceilings on one host, side by side: ucx_perftest (one cache-resident buffer), the
-# same copy by memcpy (memcpy-hot), and memcpy at granary's shapes from a 256 MB working set.
+# same copy by memcpy (memcpy-hot), and memcpy at granary's shapes from a 128 MB working set.
 ceilings = []
 for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][3], kv[0][1])):
     if tool != "memcpy-hot" or size <= 4096:
@@ -100,7 +100,7 @@ if ceilings:
     def gb(v):
         return "-" if v is None else f"{v:.2f}"
     lines += ["", "| same host | block | ucx_perftest | memcpy, one cache-resident block | "
-              "memcpy, 256 MB working set | granary |", "|---|---|---|---|---|---|"]
+              "memcpy, 128 MB working set | granary |", "|---|---|---|---|---|---|"]
     for c in ceilings:
         lines.append(f"| {c['mode']} | {size_name(c['block_size'])} | {gb(c['ucx_perftest'])} | "
                      f"{gb(c['memcpy_hot'])} | {gb(c['memcpy_dram'])} | {gb(c['granary'])} |")
