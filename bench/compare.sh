@@ -139,17 +139,19 @@ memcpy_ref() {  # [runs]
 # --virtual_segments node, with 1 and META_LANES batches in flight per thread. The references
 # are the performance issue's targets.
 META_LANES="${META_LANES:-8}"
+# Each setting starts from an empty master: every run adds about a million fresh keys, and the
+# rates fall as the table grows (README, "What the figures say").
 granary_meta() {
   local lanes r
-  start_cluster meta -- --host_segment_size=1TB --virtual_segments
   for lanes in 1 $META_LANES; do
+    start_cluster meta -- --host_segment_size=1TB --virtual_segments
     for r in $(seq "$RUNS"); do
       "$BIN/granary_bench" meta --master="127.0.0.1:$RPC" --threads=2 --batch="$BATCH" \
         --lanes="$lanes" --block_size=4KB --duration="$DURATION" --out="$OUT/m.json" >/dev/null
       granary_records "$OUT/m.json" default "/lanes=$lanes"
     done
+    stop_cluster
   done
-  stop_cluster
   record target meta-put default 4096 0 500000
   record target meta-get default 4096 0 1000000
 }
