@@ -43,6 +43,8 @@ absl::Status MasterService::ChargeWithTenantEviction(const std::string& tenant, 
     uint64_t over = snap->charged_bytes + bytes > snap->effective_quota_bytes
                         ? snap->charged_bytes + bytes - snap->effective_quota_bytes
                         : bytes;
+    // A round scans the whole table: free a round's worth (see TenantRound), not one put's.
+    over = std::max(over, TenantRound(snap->effective_quota_bytes));
     if (EvictObjects(over, "quota", &tenant) == 0) break;
     st = ledger_.Charge(tenant, bytes);
   }
@@ -92,11 +94,17 @@ uint64_t MasterService::Evict(uint64_t bytes, const char* reason) {
   return EvictObjects(bytes, reason, nullptr);
 }
 
+uint64_t MasterService::TenantRound(uint64_t cap) const {
+  return static_cast<uint64_t>(options_.eviction_ratio * static_cast<double>(cap));
+}
+
 void MasterService::EnforceMaxEntries(const std::string& tenant) {
   auto snap = ledger_.Snapshot(tenant);
   if (!snap.has_value() || !snap->max_entries.has_value()) return;
   if (snap->entries <= *snap->max_entries) return;
-  EvictObjects(UINT64_MAX, "max_entries", &tenant, snap->entries - *snap->max_entries);
+  const uint64_t excess = snap->entries - *snap->max_entries;
+  EvictObjects(UINT64_MAX, "max_entries", &tenant,
+               std::max(excess, TenantRound(*snap->max_entries)));
 }
 
 uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,

@@ -140,6 +140,12 @@ class MasterService {
   // Charges a tenant; over its quota, evicts the tenant's own oldest objects and retries, at
   // most twice.
   absl::Status ChargeWithTenantEviction(const std::string& tenant, uint64_t bytes);
+  // What one eviction round for a single tenant frees at least, of a cap (its byte quota or
+  // max_entries): eviction_ratio of it, rounded down. Such a round scans every shard, so a
+  // tenant at its cap pays the scan once per that many bytes or entries written, not on every
+  // put (a tenant at a 200k max_entries wrote 5.4k keys/s); a cap too small for a whole unit
+  // keeps exact eviction.
+  uint64_t TenantRound(uint64_t cap) const;
   // Evict, limited to one tenant's objects when only_tenant is set; stops after `bytes` or
   // `max_objects`, whichever comes first.
   uint64_t EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,

@@ -205,5 +205,43 @@ TEST_F(EvictionTest, GlobalLruAcrossTenantsTakesExactlyTheLeastRecentlyRead) {
   EXPECT_EQ(Evictions("a", "test") + Evictions("b", "test"), 37);
 }
 
+TEST_F(EvictionTest, AtItsCapsATenantEvictsARoundOfItsOldestNotOneEntryPerPut) {
+  // A round for one tenant scans the whole table, so it frees eviction_ratio (5%) of the cap,
+  // oldest first: a tenant at its cap pays the scan once per that many puts.
+  Start(/*quota=*/true, 1024 * 64 * 1024);
+  tenant::Policy p;
+  // The requested quotas sum to less than capacity, so none is scaled down.
+  p.tenants.push_back({"entries", 512 * 64 * 1024, 100});
+  p.tenants.push_back({"bytes", 100 * 64 * 1024, std::nullopt});
+  p.tenants.push_back({"other", 256 * 64 * 1024, std::nullopt});
+  svc_->ledger()->ApplyPolicy(p, svc_->capacity());
+  SessionId e = Client("entries"), b = Client("bytes"), o = Client("other");
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(Put(o, absl::StrCat("o-", i)).ok());
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(Put(e, absl::StrCat("e-", i)).ok()) << i;
+    ASSERT_TRUE(Put(b, absl::StrCat("b-", i)).ok()) << i;
+  }
+  EXPECT_EQ(Evictions("entries", "max_entries"), 0);
+  EXPECT_EQ(Evictions("bytes", "quota"), 0);
+  Touch(e, "e-0");  // read: no longer the oldest
+  // One entry past max_entries evicts 5: the five least recently used.
+  ASSERT_TRUE(Put(e, "e-100").ok());
+  EXPECT_EQ(Evictions("entries", "max_entries"), 5);
+  EXPECT_EQ(svc_->ledger()->Snapshot("entries")->entries, 96u);
+  EXPECT_TRUE(Exists(e, "e-0"));
+  for (int i = 1; i <= 5; ++i) EXPECT_FALSE(Exists(e, absl::StrCat("e-", i))) << i;
+  for (int i = 6; i <= 100; ++i) EXPECT_TRUE(Exists(e, absl::StrCat("e-", i))) << i;
+  // The next four puts fit under the cap again: no round.
+  for (int i = 101; i < 105; ++i) ASSERT_TRUE(Put(e, absl::StrCat("e-", i)).ok()) << i;
+  EXPECT_EQ(Evictions("entries", "max_entries"), 5);
+  // One object past the byte quota frees 5 objects' worth (5% of 100 objects), the oldest.
+  ASSERT_TRUE(Put(b, "b-100").ok());
+  EXPECT_EQ(Evictions("bytes", "quota"), 5);
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(Exists(b, absl::StrCat("b-", i))) << i;
+  for (int i = 5; i <= 100; ++i) EXPECT_TRUE(Exists(b, absl::StrCat("b-", i))) << i;
+  // Nobody else's objects were touched.
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(Exists(o, absl::StrCat("o-", i))) << i;
+}
+
 }  // namespace
 }  // namespace granary::master
