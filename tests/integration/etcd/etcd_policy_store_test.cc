@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +161,35 @@ TEST_F(EtcdPolicyStoreIntegrationTest, KilledEtcdIsUnavailableQuickly) {
   start = std::chrono::steady_clock::now();
   EXPECT_EQ(store->Save(Policy{}).code(), absl::StatusCode::kUnavailable);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// The test harness itself: a port taken between the pick and etcd's start (by a test running
+// beside this one) makes the first start pick new ports instead of failing, or of taking
+// another server's /health for etcd's.
+TEST(EtcdServerHarness, FirstStartPicksNewPortsWhenOneWasTaken) {
+  if (!EtcdServer::Available()) GTEST_SKIP() << EtcdServer::kBinary << " is not installed";
+  std::string tmpl = ::testing::TempDir() + "granary_etcd_taken_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  EtcdServer etcd(tmpl);
+  const int taken = etcd.client_port();
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(taken));
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
+  ASSERT_EQ(listen(fd, 4), 0);
+  absl::Status st = etcd.Start();
+  close(fd);
+  ASSERT_TRUE(st.ok()) << st << "\n" << etcd.Log();
+  EXPECT_NE(etcd.client_port(), taken);
+  EXPECT_NE(etcd.Log().find("address already in use"), std::string::npos);
+  ASSERT_TRUE(etcd.Put("k", "v").ok());
+  auto v = etcd.Get("k");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->value_or(""), "v");
+  etcd.Kill();
+  rmdir((tmpl + "/data").c_str());
 }
 
 }  // namespace

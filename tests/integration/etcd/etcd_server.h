@@ -28,7 +28,8 @@ class EtcdServer {
   EtcdServer& operator=(const EtcdServer&) = delete;
 
   // Starts etcd (again, after Kill: same ports, same data dir) and waits until its /health
-  // says true. The log goes to <dir>/etcd.log (appended on restarts).
+  // says true. The log goes to <dir>/etcd.log (appended on restarts). On the first start, a
+  // port taken meanwhile by another process makes it pick new ones and try again.
   absl::Status Start(int timeout_sec = 20);
   // SIGKILL and reap; no-op when not running.
   void Kill();
@@ -49,11 +50,13 @@ class EtcdServer {
 
  private:
   absl::StatusOr<std::string> Post(const std::string& path, const std::string& body) const;
+  absl::Status StartOnce(int timeout_sec);
 
   std::string dir_;
   int client_port_ = 0;
   int peer_port_ = 0;
   pid_t pid_ = -1;
+  bool started_once_ = false;
 };
 
 }  // namespace granary::testing
