@@ -86,9 +86,9 @@ granary_bench() {  # transport [runs]
   local tls="$1" runs="${2:-$RUNS}" r
   RUN_ENV=()
   [[ "$tls" == tcp ]] && RUN_ENV=(UCX_TLS=tcp)
-  # Every get prefill and put of a round (4 runs x 3 sizes x 128 MB per thread, 2.3 GB) stays
-  # under the 90% eviction watermark of 3 GB: no put here waits for eviction (a full store is
-  # bench/full_store.sh's case).
+  # Every get prefill and put of a round (get and put with one thread and with two: 6 thread
+  # runs x 3 sizes x 128 MB, 2.3 GB) stays under the 90% eviction watermark of 3 GB: no put
+  # here waits for eviction (a full store is bench/full_store.sh's case).
   start_cluster "granary_$tls" -- --host_segment_size=3GB
   local sizes_csv
   sizes_csv=$(tr ' ' ',' <<<"$SIZES")
