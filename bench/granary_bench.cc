@@ -1,10 +1,10 @@
 // granary_bench: bandwidth and key-rate benchmarks against a running cluster.
 //   granary_bench get --master=127.0.0.1:50051 --block_size=4KB,1MB --batch=32 --threads=2
 // Prints one line per block size and writes JSON records with --out.
+#include <gflags/gflags.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,22 +13,20 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gflags/gflags.h>
-
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/client_impl.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/size.h"
 #include "common/util.h"
-#include "client/client_impl.h"
 #include "granary/client.h"
 
 DEFINE_string(master, "127.0.0.1:50051", "Master host:port");
@@ -41,7 +39,8 @@ DEFINE_int32(tenants, 1, "Tenants the threads spread over (bench-0, bench-1, ...
 DEFINE_double(duration, 5, "Seconds per block size (ignored when --ops is set)");
 DEFINE_int64(ops, 0, "Keys per thread per block size instead of --duration");
 DEFINE_int32(replica_num, 1, "Replicas per put");
-DEFINE_string(working_set, "256MB", "Bytes of distinct keys per thread (get/mixed prefill; put recycles)");
+DEFINE_string(working_set, "256MB",
+              "Bytes of distinct keys per thread (get/mixed prefill; put recycles)");
 DEFINE_string(out, "", "Write JSON records here (CSV when the name ends in .csv)");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
 DEFINE_string(progress, "auto",
@@ -151,8 +150,8 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
                std::atomic<bool>* failed) {
   granary::ClientOptions o;
   o.master_server_address = FLAGS_master;
-  o.tenant_id = FLAGS_tenants > 1 ? absl::StrCat(FLAGS_tenant_id, "-", t % FLAGS_tenants)
-                                  : FLAGS_tenant_id;
+  o.tenant_id =
+      FLAGS_tenants > 1 ? absl::StrCat(FLAGS_tenant_id, "-", t % FLAGS_tenants) : FLAGS_tenant_id;
   o.replica_num = FLAGS_replica_num;
   auto c = granary::Client::Create(o);
   if (!c.ok()) {
@@ -216,7 +215,8 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
         present[(base + j) % ws_keys] = res[j].ok();
         ok += res[j].ok();
         if (!res[j].ok() && out->errors == 0) {
-          fprintf(stderr, "granary_bench: put %s: %s\n", keys[j].c_str(), res[j].ToString().c_str());
+          fprintf(stderr, "granary_bench: put %s: %s\n", keys[j].c_str(),
+                  res[j].ToString().c_str());
         }
       }
     } else {
@@ -259,8 +259,9 @@ std::optional<std::vector<absl::StatusOr<Rep>>> WaitAll(
 }
 
 // Metadata only: PutStart + PutEnd, then Get (+ GetEnd, sent without waiting, as the client
-// does), on batches of fresh keys, no bytes moved. Run it against a node started with --virtual_segments. Each thread cycles through its
-// share of the tenants, one client session per tenant.
+// does), on batches of fresh keys, no bytes moved. Run it against a node started with
+// --virtual_segments. Each thread cycles through its share of the tenants, one client session per
+// tenant.
 void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
                    std::atomic<bool>* failed) {
   const int sessions = std::max(1, FLAGS_tenants / FLAGS_threads);
@@ -314,7 +315,8 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
     for (int l = 0; l < lanes; ++l) {
       const auto& started = (*start_replies)[l];
       if (!started.ok()) {
-        if (put->errors == 0) fprintf(stderr, "granary_bench: PutStart: %s\n", started.status().ToString().c_str());
+        if (put->errors == 0)
+          fprintf(stderr, "granary_bench: PutStart: %s\n", started.status().ToString().c_str());
         continue;
       }
       for (size_t j = 0; j < started->results.size() && j < keys[l].size(); ++j) {
@@ -511,8 +513,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (FLAGS_batch < 1 || FLAGS_threads < 1 || FLAGS_tenants < 1 || FLAGS_lanes < 1) {
-    fprintf(stderr, "granary_bench: --batch %d, --threads %d, --tenants %d, --lanes %d: each must "
-            "be >= 1\n", FLAGS_batch, FLAGS_threads, FLAGS_tenants, FLAGS_lanes);
+    fprintf(stderr,
+            "granary_bench: --batch %d, --threads %d, --tenants %d, --lanes %d: each must "
+            "be >= 1\n",
+            FLAGS_batch, FLAGS_threads, FLAGS_tenants, FLAGS_lanes);
     return 2;
   }
   if (FLAGS_progress != "auto" && FLAGS_progress != "always" && FLAGS_progress != "never") {
@@ -521,8 +525,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (FLAGS_lanes > 1 && mode != "meta") {
-    fprintf(stderr, "granary_bench: --lanes %d: more than one lane is supported in meta mode "
-            "only (put, get and mixed run one batch at a time per thread)\n", FLAGS_lanes);
+    fprintf(stderr,
+            "granary_bench: --lanes %d: more than one lane is supported in meta mode "
+            "only (put, get and mixed run one batch at a time per thread)\n",
+            FLAGS_lanes);
     return 2;
   }
   if (!granary::ParseSize(FLAGS_working_set).ok()) {
@@ -534,7 +540,8 @@ int main(int argc, char** argv) {
   for (absl::string_view s : absl::StrSplit(FLAGS_block_size, ',')) {
     auto b = granary::ParsePositiveSize(s);
     if (!b.ok()) {
-      fprintf(stderr, "granary_bench: --block_size: %s\n", std::string(b.status().message()).c_str());
+      fprintf(stderr, "granary_bench: --block_size: %s\n",
+              std::string(b.status().message()).c_str());
       return 2;
     }
     blocks.push_back(*b);
@@ -548,12 +555,12 @@ int main(int argc, char** argv) {
                              : mode == "memcpy" ? RunMemcpy(b)
                                                 : std::vector<Record>{RunOne(mode, b)};
     for (const Record& r : rs) {
-    printf("%-6s %10s %6d %8d %-10s %10.3f %12.0f %10.1f %10.1f %7llu\n", r.mode.c_str(),
-           granary::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(), r.gbps,
-           r.keys_per_s, r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
-    fflush(stdout);
-    if (r.errors > 0) rc = 1;
-    records.push_back(r);
+      printf("%-6s %10s %6d %8d %-10s %10.3f %12.0f %10.1f %10.1f %7llu\n", r.mode.c_str(),
+             granary::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(), r.gbps,
+             r.keys_per_s, r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+      fflush(stdout);
+      if (r.errors > 0) rc = 1;
+      records.push_back(r);
     }
   }
   if (!FLAGS_out.empty()) {
@@ -562,17 +569,24 @@ int main(int argc, char** argv) {
     if (csv) {
       out << "mode,block_size,batch,threads,lanes,transport,gbps,keys_per_s,p50_us,p99_us,errors\n";
       for (const auto& r : records) {
-        out << r.mode << "," << r.block_size << "," << r.batch << "," << r.threads << ","
-            << r.lanes << "," << r.transport << "," << r.gbps << "," << r.keys_per_s << ","
-            << r.p50_us << "," << r.p99_us << "," << r.errors << "\n";
+        out << r.mode << "," << r.block_size << "," << r.batch << "," << r.threads << "," << r.lanes
+            << "," << r.transport << "," << r.gbps << "," << r.keys_per_s << "," << r.p50_us << ","
+            << r.p99_us << "," << r.errors << "\n";
       }
     } else {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& r : records) {
-        arr.push_back({{"mode", r.mode}, {"block_size", r.block_size}, {"batch", r.batch},
-                       {"threads", r.threads}, {"lanes", r.lanes}, {"transport", r.transport},
-                       {"gbps", r.gbps}, {"keys_per_s", r.keys_per_s}, {"p50_us", r.p50_us},
-                       {"p99_us", r.p99_us}, {"errors", r.errors}});
+        arr.push_back({{"mode", r.mode},
+                       {"block_size", r.block_size},
+                       {"batch", r.batch},
+                       {"threads", r.threads},
+                       {"lanes", r.lanes},
+                       {"transport", r.transport},
+                       {"gbps", r.gbps},
+                       {"keys_per_s", r.keys_per_s},
+                       {"p50_us", r.p50_us},
+                       {"p99_us", r.p99_us},
+                       {"errors", r.errors}});
       }
       out << arr.dump(2) << "\n";
     }

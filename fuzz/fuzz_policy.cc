@@ -35,8 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   if (!(*again == *p)) {
-    std::fprintf(stderr, "policy round trip changed the policy\n--- yaml ---\n%s\n",
-                 yaml.c_str());
+    std::fprintf(stderr, "policy round trip changed the policy\n--- yaml ---\n%s\n", yaml.c_str());
     std::abort();
   }
   return 0;

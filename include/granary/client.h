@@ -41,12 +41,12 @@ struct SegmentInfo {
 struct PrefixLookup {
   size_t present = 0;
   struct Block {
-    std::string key;           // the encoded KvKey (pass it to Get/GetInto)
+    std::string key;  // the encoded KvKey (pass it to Get/GetInto)
     uint64_t size = 0;
     std::string node_address;  // a location hint: the node of its first complete replica
   };
-  std::vector<Block> blocks;   // `present` entries
-  uint32_t lease_ms = 0;       // with lease: the blocks are leased this long
+  std::vector<Block> blocks;  // `present` entries
+  uint32_t lease_ms = 0;      // with lease: the blocks are leased this long
 };
 
 // Options of one put.
@@ -80,8 +80,7 @@ class Client {
   // registration cache). GetInto returns the value's size; FAILED_PRECONDITION if `capacity` is
   // smaller (nothing is written then).
   virtual absl::Status PutFrom(absl::string_view key, const void* data, size_t size) = 0;
-  virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
-                                         size_t capacity) = 0;
+  virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer, size_t capacity) = 0;
 
   // Batch forms: one control round trip per phase for the whole batch; one status per key.
   virtual std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
@@ -103,10 +102,11 @@ class Client {
   // "How much of this prefix do you hold for me?": one request for the whole chain of
   // (model, hash_scheme, adapter_id, prefix_hashes[i]) keys, tenant-scoped. With lease=true the
   // present blocks are leased, so a Get that follows within lease_ms cannot miss them.
-  virtual absl::StatusOr<PrefixLookup> LookupPrefix(
-      absl::string_view model, absl::string_view hash_scheme,
-      const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
-      bool lease = false) = 0;
+  virtual absl::StatusOr<PrefixLookup> LookupPrefix(absl::string_view model,
+                                                    absl::string_view hash_scheme,
+                                                    const std::optional<std::string>& adapter_id,
+                                                    const std::vector<std::string>& prefix_hashes,
+                                                    bool lease = false) = 0;
 
   virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
   virtual std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) = 0;

@@ -1,6 +1,7 @@
 // granary: command-line client. Exit status: 0 success, 1 not found or refused, 2 bad usage or
 // the master cannot be reached.
 #include <fcntl.h>
+#include <gflags/gflags.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <gflags/gflags.h>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,10 +23,12 @@
 #include "common/size.h"
 #include "granary/client.h"
 
-DEFINE_string(master, "", "Master address host:port (default: config file, GRANARY_MASTER, "
-                          "or 127.0.0.1:50051)");
-DEFINE_string(tenant_id, "", "Tenant to act as (default: config file, GRANARY_TENANT_ID, or "
-                             "'default')");
+DEFINE_string(master, "",
+              "Master address host:port (default: config file, GRANARY_MASTER, "
+              "or 127.0.0.1:50051)");
+DEFINE_string(tenant_id, "",
+              "Tenant to act as (default: config file, GRANARY_TENANT_ID, or "
+              "'default')");
 DEFINE_string(tenant_token_file, "",
               "File holding the tenant's client token (default: config file tenant_token, or "
               "GRANARY_TENANT_TOKEN). A file, not a flag value, so the token stays out of ps");
@@ -74,7 +75,8 @@ int Fail(const std::string& what, const absl::Status& st) {
 
 absl::StatusOr<std::string> ReadAll(const std::string& path) {
   int fd = path == "-" ? 0 : open(path.c_str(), O_RDONLY);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
+  if (fd < 0)
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
   std::string data;
   struct stat st;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(st.st_size);
@@ -95,7 +97,8 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
 
 absl::Status WriteAll(const std::string& path, const std::string& data) {
   int fd = path == "-" ? 1 : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create '", path, "': ", strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot create '", path, "': ", strerror(errno)));
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = write(fd, data.data() + off, data.size() - off);
@@ -112,7 +115,8 @@ absl::Status WriteAll(const std::string& path, const std::string& data) {
 
 std::string Rate(uint64_t bytes, int64_t us) {
   double gbps = us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0;
-  return absl::StrFormat("%s in %.3f ms (%.2f GB/s)", granary::FormatSize(bytes), us / 1000.0, gbps);
+  return absl::StrFormat("%s in %.3f ms (%.2f GB/s)", granary::FormatSize(bytes), us / 1000.0,
+                         gbps);
 }
 
 absl::StatusOr<granary::ClientOptions> LoadOptions() {
@@ -246,8 +250,8 @@ int main(int argc, char** argv) {
     auto r = c.List(args.empty() ? "" : args[0], FLAGS_limit);
     if (!r.ok()) return Fail("ls", r.status());
     for (const auto& o : r->objects) {
-      std::cout << absl::StrFormat("%12d  %s  %s\n", o.size, o.complete ? "complete  " : "processing",
-                                   o.key);
+      std::cout << absl::StrFormat("%12d  %s  %s\n", o.size,
+                                   o.complete ? "complete  " : "processing", o.key);
     }
     if (r->more) std::cerr << "(more keys: raise --limit or narrow the prefix)\n";
     return kOk;

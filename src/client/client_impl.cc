@@ -224,8 +224,8 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
       LOG_ERROR << "abandoning a transfer to " << nodes.front()
                 << " that UCX did not cancel (dead same-host peer)";
     }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "transfer did not finish within ", options_.transfer_timeout_ms, " ms"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("transfer did not finish within ", options_.transfer_timeout_ms, " ms"));
   }
   absl::Status st = f.get();
   if (!st.ok()) {
@@ -366,10 +366,11 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
   return PutImpl(keys, data, sizes, flags);
 }
 
-absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(
-    absl::string_view model, absl::string_view hash_scheme,
-    const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
-    bool lease) {
+absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(absl::string_view model,
+                                                      absl::string_view hash_scheme,
+                                                      const std::optional<std::string>& adapter_id,
+                                                      const std::vector<std::string>& prefix_hashes,
+                                                      bool lease) {
   proto::LookupPrefixRequest req;
   req.lease = lease;
   for (const auto& h : prefix_hashes) {
@@ -415,7 +416,8 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     for (size_t i : pending) req.keys.push_back(keys[i]);
     auto rep = Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet, req);
     if (!rep.ok() || rep->results.size() != pending.size()) {
-      absl::Status st = rep.ok() ? absl::InternalError("Get reply has the wrong size") : rep.status();
+      absl::Status st =
+          rep.ok() ? absl::InternalError("Get reply has the wrong size") : rep.status();
       for (size_t i : pending) out[i] = st;
       return out;
     }
@@ -474,8 +476,8 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
           }
         }
         if (g != pushes.end()) {
-          g->req.entries.push_back({r.address + kAllocHeaderSize,
-                                    reinterpret_cast<uint64_t>(*where), res.size});
+          g->req.entries.push_back(
+              {r.address + kAllocHeaderSize, reinterpret_cast<uint64_t>(*where), res.size});
           g->req.headers.push_back(r.address);
           g->keys.push_back(i);
           continue;
@@ -544,8 +546,7 @@ absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest&
                                             " header bytes for ", keys.size(), " values"));
   }
   for (size_t j = 0; j < keys.size(); ++j) {
-    std::memcpy(&(*headers)[keys[j]], rep->headers.data() + j * kAllocHeaderSize,
-                kAllocHeaderSize);
+    std::memcpy(&(*headers)[keys[j]], rep->headers.data() + j * kAllocHeaderSize, kAllocHeaderSize);
   }
   pushed_reads_->Inc(keys.size());
   return absl::OkStatus();
@@ -618,9 +619,8 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
   }
   return GetImpl(keys, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
     if (size > capacities[i]) {
-      return absl::FailedPreconditionError(absl::StrCat("key '", keys[i], "' holds ", size,
-                                                        " bytes but the buffer has ",
-                                                        capacities[i]));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "key '", keys[i], "' holds ", size, " bytes but the buffer has ", capacities[i]));
     }
     return buffers[i];
   });
@@ -640,9 +640,12 @@ std::vector<absl::StatusOr<bool>> ClientImpl::BatchExist(const std::vector<std::
     }
     absl::Status st = i < rep->results.size() ? rep->results[i].ToStatus()
                                               : absl::InternalError("short Exist reply");
-    if (st.ok()) out.emplace_back(true);
-    else if (absl::IsNotFound(st)) out.emplace_back(false);
-    else out.emplace_back(st);
+    if (st.ok())
+      out.emplace_back(true);
+    else if (absl::IsNotFound(st))
+      out.emplace_back(false);
+    else
+      out.emplace_back(st);
   }
   return out;
 }
@@ -656,9 +659,12 @@ std::vector<absl::Status> ClientImpl::BatchRemove(const std::vector<std::string>
                                                                proto::KeysRequest{keys});
   std::vector<absl::Status> out;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!rep.ok()) out.push_back(rep.status());
-    else if (i < rep->results.size()) out.push_back(rep->results[i].ToStatus());
-    else out.push_back(absl::InternalError("short Remove reply"));
+    if (!rep.ok())
+      out.push_back(rep.status());
+    else if (i < rep->results.size())
+      out.push_back(rep->results[i].ToStatus());
+    else
+      out.push_back(absl::InternalError("short Remove reply"));
   }
   return out;
 }
@@ -711,10 +717,10 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
   auto fetched = (*node_rpc)->Invoke<proto::FetchRequest, proto::StatusReply>(
       proto::MsgType::kFetch, fetch, absl::Milliseconds(options_.transfer_timeout_ms));
   if (!fetched.ok()) {
-    return revoke(absl::Status(fetched.status().code(),
-                               absl::StrCat("node ", res.dest_node_address,
-                                            " could not fetch the replica: ",
-                                            fetched.status().message())));
+    return revoke(
+        absl::Status(fetched.status().code(),
+                     absl::StrCat("node ", res.dest_node_address,
+                                  " could not fetch the replica: ", fetched.status().message())));
   }
   auto ended = Call<proto::CopyEndRequest, proto::BatchStatusReply>(
       move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end);
@@ -729,8 +735,8 @@ absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
   granary::MutexLock lock(&reg_mu_);
   auto key = reinterpret_cast<uintptr_t>(data);
   if (registered_.contains(key)) {
-    return absl::AlreadyExistsError(absl::StrCat("buffer at 0x", absl::Hex(key),
-                                                 " is already registered"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("buffer at 0x", absl::Hex(key), " is already registered"));
   }
   auto rkey = (*r)->PackRkey();
   if (!rkey.ok()) return rkey.status();
@@ -742,8 +748,7 @@ absl::Status ClientImpl::UnregisterBuffer(void* data) {
   granary::MutexLock lock(&reg_mu_);
   auto key = reinterpret_cast<uintptr_t>(data);
   if (registered_.erase(key) == 0) {
-    return absl::NotFoundError(absl::StrCat("buffer at 0x", absl::Hex(key),
-                                            " is not registered"));
+    return absl::NotFoundError(absl::StrCat("buffer at 0x", absl::Hex(key), " is not registered"));
   }
   return absl::OkStatus();
 }

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "granary/client.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
@@ -48,8 +48,7 @@ class ClientImpl : public Client {
   std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
                                          const std::vector<absl::string_view>& values,
                                          const PutOptions& options) override;
-  absl::StatusOr<PrefixLookup> LookupPrefix(absl::string_view model,
-                                            absl::string_view hash_scheme,
+  absl::StatusOr<PrefixLookup> LookupPrefix(absl::string_view model, absl::string_view hash_scheme,
                                             const std::optional<std::string>& adapter_id,
                                             const std::vector<std::string>& prefix_hashes,
                                             bool lease) override;
@@ -163,7 +162,8 @@ absl::StatusOr<Rep> ClientImpl::Call(proto::MsgType type, const Req& req) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto m = Master();
     if (!m.ok()) return m.status();
-    auto rep = (*m)->template Invoke<Req, Rep>(type, req, absl::Milliseconds(options_.rpc_timeout_ms));
+    auto rep =
+        (*m)->template Invoke<Req, Rep>(type, req, absl::Milliseconds(options_.rpc_timeout_ms));
     if (rep.ok() || !absl::IsUnavailable(rep.status()) || !(*m)->broken()) return rep;
     last = rep.status();  // the session broke: reconnect once
   }

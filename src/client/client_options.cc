@@ -1,8 +1,9 @@
+#include "granary/client_options.h"
+
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,6 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "common/util.h"
-#include "granary/client_options.h"
 #include "proto/messages.h"
 
 namespace granary {
@@ -24,9 +24,8 @@ absl::StatusOr<uint64_t> SizeField(const nlohmann::json& v, const char* name) {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.status().message()));
     return *s;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, " must be a size (a number of bytes or a string like \"64MB\"), got ",
-                   v.dump()));
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, " must be a size (a number of bytes or a string like \"64MB\"), got ", v.dump()));
 }
 
 absl::StatusOr<int64_t> IntField(const nlohmann::json& v, const char* name) {
@@ -70,10 +69,16 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
     absl::Status st;
     if (k == "master_server_address" || k == "master_server_addr") {
       auto s = StringField(v, k.c_str());
-      if (s.ok()) o.master_server_address = *s; else st = s.status();
+      if (s.ok())
+        o.master_server_address = *s;
+      else
+        st = s.status();
     } else if (k == "tenant_id") {
       auto s = StringField(v, "tenant_id");
-      if (s.ok()) o.tenant_id = *s; else st = s.status();
+      if (s.ok())
+        o.tenant_id = *s;
+      else
+        st = s.status();
     } else if (k == "tenant_token") {
       // A wrong type is named without its value: the value is a secret.
       if (v.is_string()) {
@@ -84,28 +89,52 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
       }
     } else if (k == "local_hostname") {
       auto s = StringField(v, "local_hostname");
-      if (s.ok()) o.local_hostname = *s; else st = s.status();
+      if (s.ok())
+        o.local_hostname = *s;
+      else
+        st = s.status();
     } else if (k == "protocol") {
       auto s = StringField(v, "protocol");
-      if (s.ok()) o.protocol = *s; else st = s.status();
+      if (s.ok())
+        o.protocol = *s;
+      else
+        st = s.status();
     } else if (k == "device_name" || k == "rdma_devices") {
       auto s = StringField(v, k.c_str());
-      if (s.ok()) o.device_name = *s; else st = s.status();
+      if (s.ok())
+        o.device_name = *s;
+      else
+        st = s.status();
     } else if (k == "local_buffer_size") {
       auto s = SizeField(v, "local_buffer_size");
-      if (s.ok()) o.local_buffer_size = *s; else st = s.status();
+      if (s.ok())
+        o.local_buffer_size = *s;
+      else
+        st = s.status();
     } else if (k == "replica_num") {
       auto s = IntField(v, "replica_num");
-      if (s.ok()) o.replica_num = static_cast<int>(*s); else st = s.status();
+      if (s.ok())
+        o.replica_num = static_cast<int>(*s);
+      else
+        st = s.status();
     } else if (k == "rpc_timeout_ms") {
       auto s = IntField(v, "rpc_timeout_ms");
-      if (s.ok()) o.rpc_timeout_ms = *s; else st = s.status();
+      if (s.ok())
+        o.rpc_timeout_ms = *s;
+      else
+        st = s.status();
     } else if (k == "transfer_timeout_ms") {
       auto s = IntField(v, "transfer_timeout_ms");
-      if (s.ok()) o.transfer_timeout_ms = *s; else st = s.status();
+      if (s.ok())
+        o.transfer_timeout_ms = *s;
+      else
+        st = s.status();
     } else if (k == "get_retries") {
       auto s = IntField(v, "get_retries");
-      if (s.ok()) o.get_retries = static_cast<int>(*s); else st = s.status();
+      if (s.ok())
+        o.get_retries = static_cast<int>(*s);
+      else
+        st = s.status();
     } else {
       o.unknown_keys.push_back(k);
     }
@@ -144,7 +173,8 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
     o.local_buffer_size = *s;
   }
   if (auto v = env("GRANARY_REPLICA_NUM")) {
-    if (!absl::SimpleAtoi(v, &o.replica_num)) return bad("GRANARY_REPLICA_NUM", v, "not an integer");
+    if (!absl::SimpleAtoi(v, &o.replica_num))
+      return bad("GRANARY_REPLICA_NUM", v, "not an integer");
   }
   if (auto v = env("GRANARY_RPC_TIMEOUT_MS")) {
     if (!absl::SimpleAtoi(v, &o.rpc_timeout_ms)) {
@@ -167,12 +197,12 @@ absl::Status ClientOptions::Validate() const {
         "protocol '", protocol, "' is not one of ucx, tcp, rdma (UCX picks the transport)"));
   }
   if (replica_num < 1 || replica_num > 8) {
-    return absl::InvalidArgumentError(absl::StrCat("replica_num ", replica_num,
-                                                   " is outside 1..8"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica_num ", replica_num, " is outside 1..8"));
   }
   if (rpc_timeout_ms <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rpc_timeout_ms ", rpc_timeout_ms,
-                                                   " must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rpc_timeout_ms ", rpc_timeout_ms, " must be positive"));
   }
   if (transfer_timeout_ms <= 0) {
     return absl::InvalidArgumentError(

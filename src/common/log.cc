@@ -30,11 +30,16 @@ void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(Level().load(std::memory_order_relaxed)); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* out) {
-  if (text == "debug") *out = LogLevel::kDebug;
-  else if (text == "info") *out = LogLevel::kInfo;
-  else if (text == "warning" || text == "warn") *out = LogLevel::kWarning;
-  else if (text == "error") *out = LogLevel::kError;
-  else return false;
+  if (text == "debug")
+    *out = LogLevel::kDebug;
+  else if (text == "info")
+    *out = LogLevel::kInfo;
+  else if (text == "warning" || text == "warn")
+    *out = LogLevel::kWarning;
+  else if (text == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
@@ -51,8 +56,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   const char* base = std::strrchr(file, '/');
   char prefix[96];
   snprintf(prefix, sizeof(prefix), "%c%s.%06ld %ld %s:%d] ", kLetters[static_cast<int>(level)],
-           when, ts.tv_nsec / 1000, static_cast<long>(syscall(SYS_gettid)),
-           base ? base + 1 : file, line);
+           when, ts.tv_nsec / 1000, static_cast<long>(syscall(SYS_gettid)), base ? base + 1 : file,
+           line);
   stream_ << prefix;
 }
 

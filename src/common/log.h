@@ -1,9 +1,8 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include <sstream>
 
+#include "absl/strings/string_view.h"
 
 namespace granary {
 
@@ -35,21 +34,21 @@ struct Voidify {
 }  // namespace granary
 
 #define GRANARY_LOG_ENABLED(level) (::granary::LogLevel::level >= ::granary::GetLogLevel())
-#define LOG_AT(level)                 \
-  !GRANARY_LOG_ENABLED(level) ? (void)0 \
-                              : ::granary::internal::Voidify() &   \
-                                    ::granary::internal::LogMessage(::granary::LogLevel::level, \
-                                                                    __FILE__, __LINE__)        \
-                                        .stream()
+#define LOG_AT(level)                                                                       \
+  !GRANARY_LOG_ENABLED(level)                                                               \
+      ? (void)0                                                                             \
+      : ::granary::internal::Voidify() &                                                    \
+            ::granary::internal::LogMessage(::granary::LogLevel::level, __FILE__, __LINE__) \
+                .stream()
 #define LOG_DEBUG LOG_AT(kDebug)
 #define LOG_INFO LOG_AT(kInfo)
 #define LOG_WARN LOG_AT(kWarning)
 #define LOG_ERROR LOG_AT(kError)
 
 // CHECK: a broken internal invariant crashes loudly. Never use it on user input.
-#define GRANARY_CHECK(cond)                                                                  \
-  (cond) ? (void)0                                                                           \
-         : ::granary::internal::Voidify() &                                                  \
+#define GRANARY_CHECK(cond)                                                                     \
+  (cond) ? (void)0                                                                              \
+         : ::granary::internal::Voidify() &                                                     \
                ::granary::internal::LogMessage(::granary::LogLevel::kFatal, __FILE__, __LINE__) \
-                       .stream()                                                             \
+                       .stream()                                                                \
                    << "CHECK failed: " #cond " "

@@ -1,17 +1,15 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/mutex.h"
 
 namespace granary {

@@ -7,14 +7,14 @@
 // TSan about each acquire and release (__tsan_mutex_*). In other builds the annotations compile
 // to nothing and each call is the plain absl one, inlined.
 
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/base/config.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-
-#include <cstdlib>
-#include <cstring>
 
 #ifdef ABSL_HAVE_THREAD_SANITIZER
 #include <sanitizer/tsan_interface.h>
@@ -100,9 +100,7 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 
 class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
  public:
-  explicit ReaderMutexLock(Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_->ReaderLock();
-  }
+  explicit ReaderMutexLock(Mutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) { mu_->ReaderLock(); }
   ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_->ReaderUnlock(); }
   ReaderMutexLock(const ReaderMutexLock&) = delete;
   ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;

@@ -30,12 +30,18 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   absl::string_view unit = absl::StripLeadingAsciiWhitespace(s.substr(i));
   std::string lower = absl::AsciiStrToLower(unit);
   int shift = 0;
-  if (lower.empty() || lower == "b") shift = 0;
-  else if (lower == "kb" || lower == "kib" || lower == "k") shift = 10;
-  else if (lower == "mb" || lower == "mib" || lower == "m") shift = 20;
-  else if (lower == "gb" || lower == "gib" || lower == "g") shift = 30;
-  else if (lower == "tb" || lower == "tib" || lower == "t") shift = 40;
-  else return bad(absl::StrCat("unknown unit '", unit, "'"));
+  if (lower.empty() || lower == "b")
+    shift = 0;
+  else if (lower == "kb" || lower == "kib" || lower == "k")
+    shift = 10;
+  else if (lower == "mb" || lower == "mib" || lower == "m")
+    shift = 20;
+  else if (lower == "gb" || lower == "gib" || lower == "g")
+    shift = 30;
+  else if (lower == "tb" || lower == "tib" || lower == "t")
+    shift = 40;
+  else
+    return bad(absl::StrCat("unknown unit '", unit, "'"));
   value <<= shift;
   if (value > std::numeric_limits<int64_t>::max()) return bad("larger than 2^63-1 bytes");
   return static_cast<uint64_t>(value);

@@ -5,10 +5,10 @@
 
 // RETURN_IF_ERROR(expr): returns the absl::Status of expr from the enclosing function when it
 // is not OK.
-#define GRANARY_RETURN_IF_ERROR(expr)           \
-  do {                                          \
-    ::absl::Status _granary_st = (expr);        \
-    if (!_granary_st.ok()) return _granary_st;  \
+#define GRANARY_RETURN_IF_ERROR(expr)          \
+  do {                                         \
+    ::absl::Status _granary_st = (expr);       \
+    if (!_granary_st.ok()) return _granary_st; \
   } while (0)
 
 #define GRANARY_CONCAT_INNER(a, b) a##b

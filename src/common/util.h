@@ -1,12 +1,10 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include <cstdint>
 #include <string>
 
-
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace granary {
 

@@ -1,7 +1,6 @@
 #include "master/admin_body.h"
 
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -29,8 +28,7 @@ absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
   }
   auto positive = [](const json& v, const char* name, uint64_t* out) -> absl::Status {
     if (!v.is_number_integer()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be an integer, got ", v.dump()));
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be an integer, got ", v.dump()));
     }
     if (v.is_number_unsigned()) {
       uint64_t u = v.get<uint64_t>();

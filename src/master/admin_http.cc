@@ -3,7 +3,6 @@
 #include <httplib.h>
 
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -27,8 +26,7 @@ void SendJson(httplib::Response& res, int status, const json& j) {
 
 void SendError(httplib::Response& res, int status, const std::string& code,
                const std::string& message) {
-  SendJson(res, status,
-           {{"success", false}, {"error", {{"code", code}, {"message", message}}}});
+  SendJson(res, status, {{"success", false}, {"error", {{"code", code}, {"message", message}}}});
 }
 
 // Maps a Status to the API's HTTP status and error code. A message that starts with an
@@ -44,12 +42,23 @@ void SendStatus(httplib::Response& res, const absl::Status& st) {
   }
   int http = 500;
   switch (st.code()) {
-    case absl::StatusCode::kInvalidArgument: http = 400; break;
-    case absl::StatusCode::kNotFound: http = 404; break;
-    case absl::StatusCode::kFailedPrecondition: http = 409; break;
-    case absl::StatusCode::kUnavailable: http = 503; break;
-    case absl::StatusCode::kUnauthenticated: http = 401; break;
-    default: break;
+    case absl::StatusCode::kInvalidArgument:
+      http = 400;
+      break;
+    case absl::StatusCode::kNotFound:
+      http = 404;
+      break;
+    case absl::StatusCode::kFailedPrecondition:
+      http = 409;
+      break;
+    case absl::StatusCode::kUnavailable:
+      http = 503;
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      http = 401;
+      break;
+    default:
+      break;
   }
   if (code.empty()) code = absl::StatusCodeToString(st.code());
   SendError(res, http, code, msg);
@@ -75,8 +84,8 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
-    const std::string& host, uint16_t port, MasterService* service,
-    tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
+    const std::string& host, uint16_t port, MasterService* service, tenant::TenantManager* tenants,
+    MetricsRegistry* metrics, std::function<bool()> is_active,
     std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth) {
   std::unique_ptr<AdminHttp> h(new AdminHttp());
   httplib::Server& s = h->http_.server();

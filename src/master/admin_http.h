@@ -25,8 +25,7 @@ class AdminHttp {
  public:
   static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
       const std::string& host, uint16_t port, MasterService* service,
-      tenant::TenantManager* tenants, MetricsRegistry* metrics,
-      std::function<bool()> is_active,
+      tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
       std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr,
       AdminAuth auth = AdminAuth::None());
   uint16_t port() const { return http_.port(); }

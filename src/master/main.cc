@@ -1,9 +1,8 @@
 // granary_master: metadata, placement and admin HTTP for a Granary cluster.
+#include <gflags/gflags.h>
 #include <signal.h>
 
 #include <thread>
-
-#include <gflags/gflags.h>
 
 #include "common/log.h"
 #include "common/mutex.h"

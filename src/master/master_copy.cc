@@ -146,9 +146,9 @@ proto::BatchStatusReply MasterService::CopyEnd(SessionId sid, const proto::CopyE
       auto it = copies_.find(tk);
       if (it == copies_.end() || it->second.generation != e.generation ||
           it->second.dest.segment_id != e.dest_segment_id || it->second.move != move) {
-        rep.results[i] = WireStatus::From(absl::NotFoundError(absl::StrCat(
-            "no ", move ? "move" : "copy", " of key '", e.key, "' generation ", e.generation,
-            " is in progress")));
+        rep.results[i] = WireStatus::From(
+            absl::NotFoundError(absl::StrCat("no ", move ? "move" : "copy", " of key '", e.key,
+                                             "' generation ", e.generation, " is in progress")));
         continue;
       }
       pc = it->second;
@@ -202,9 +202,8 @@ proto::BatchStatusReply MasterService::CopyRevoke(SessionId sid, const proto::Co
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     if (!AbortCopy(TableKey(*tenant_or, e.key), e.generation, "revoked")) {
-      rep.results[i] = WireStatus::From(absl::NotFoundError(
-          absl::StrCat("no copy of key '", e.key, "' generation ", e.generation,
-                       " is in progress")));
+      rep.results[i] = WireStatus::From(absl::NotFoundError(absl::StrCat(
+          "no copy of key '", e.key, "' generation ", e.generation, " is in progress")));
     }
   }
   return rep;

@@ -136,7 +136,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
   };
   struct TenantState {
     std::vector<Candidate> cands[2];  // [0] unpinned, [1] soft-pinned; heaps, oldest on top
-    uint64_t bytes = 0;  // everything the tenant holds (complete objects)
+    uint64_t bytes = 0;               // everything the tenant holds (complete objects)
     uint64_t evicted = 0;
     bool favoured = false;
   };
@@ -168,8 +168,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
     auto snap = ledger_.Snapshot(name);
     ts.favoured = snap.has_value() && (snap->over_quota || snap->admission_closed);
   }
-  const uint64_t fair_share =
-      tenants.empty() ? 0 : segments_.totals().capacity / tenants.size();
+  const uint64_t fair_share = tenants.empty() ? 0 : segments_.totals().capacity / tenants.size();
   // Picks the next victim's tenant for pass `p` (0 unpinned, 1 soft-pinned), or end().
   auto pick = [&](int p) {
     auto best = tenants.end();
@@ -244,9 +243,8 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
     c_.evicted->Inc(count);
     c_.evicted_bytes->Inc(freed);
     LOG_INFO << "evicted " << count << " object(s), " << FormatSize(freed) << " (" << reason
-             << (only_tenant != nullptr ? ", tenant " + *only_tenant : std::string())
-             << ") in " << (MonotonicUs() - started_us) / 1000.0 << " ms, " << scanned
-             << " object(s) scanned";
+             << (only_tenant != nullptr ? ", tenant " + *only_tenant : std::string()) << ") in "
+             << (MonotonicUs() - started_us) / 1000.0 << " ms, " << scanned << " object(s) scanned";
   }
   return freed;
 }

@@ -6,11 +6,13 @@ namespace granary::master {
 
 absl::Status MasterOptions::Validate() const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (client_ttl_ms < 100) return bad("--client_ttl must be at least 0.1 s, got ", client_ttl_ms, " ms");
+  if (client_ttl_ms < 100)
+    return bad("--client_ttl must be at least 0.1 s, got ", client_ttl_ms, " ms");
   if (put_start_timeout_ms < 100) {
     return bad("--put_start_timeout_sec must be positive, got ", put_start_timeout_ms, " ms");
   }
-  if (kv_lease_ttl_ms <= 0) return bad("--default_kv_lease_ttl must be positive, got ", kv_lease_ttl_ms);
+  if (kv_lease_ttl_ms <= 0)
+    return bad("--default_kv_lease_ttl must be positive, got ", kv_lease_ttl_ms);
   if (!(eviction_high_watermark_ratio > 0 && eviction_high_watermark_ratio <= 1)) {
     return bad("--eviction_high_watermark_ratio must be in (0, 1], got ",
                eviction_high_watermark_ratio);
@@ -24,8 +26,9 @@ absl::Status MasterOptions::Validate() const {
                "' is not one of file, etcd");
   }
   if (enable_multi_tenants && tenant_quota_connector_uri.empty()) {
-    return bad("--enable_multi_tenants needs --tenant_quota_connector_uri (a policy file path, or "
-               "etcd host:port)");
+    return bad(
+        "--enable_multi_tenants needs --tenant_quota_connector_uri (a policy file path, or "
+        "etcd host:port)");
   }
   if (require_tenant_tokens && tenant_tokens_file.empty() && !enable_multi_tenants) {
     return bad(

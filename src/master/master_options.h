@@ -10,8 +10,8 @@ namespace granary::master {
 // Everything granary_master can be told. Flags (main.cc) only fill this struct; Validate()
 // rejects a present-but-invalid value, naming it.
 struct MasterOptions {
-  uint16_t rpc_port = 50051;            // UCX listener for clients and nodes (0 = any free port)
-  uint16_t metrics_port = 9003;         // HTTP: /metrics, /health, /api/v1/... (0 = any)
+  uint16_t rpc_port = 50051;             // UCX listener for clients and nodes (0 = any free port)
+  uint16_t metrics_port = 9003;          // HTTP: /metrics, /health, /api/v1/... (0 = any)
   std::string metrics_host = "0.0.0.0";  // HTTP bind address
   std::string cluster_id = "granary_cluster";
   // Quota admission (strict mode): every write needs a tenant with a policy entry.
@@ -24,9 +24,9 @@ struct MasterOptions {
   std::string tenant_tokens_file;
   // When true, a client hello for a tenant with no expected token hash is refused.
   bool require_tenant_tokens = false;
-  int64_t client_ttl_ms = 10'000;        // a session silent this long is dead
-  int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
-  int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get
+  int64_t client_ttl_ms = 10'000;              // a session silent this long is dead
+  int64_t put_start_timeout_ms = 30'000;       // an allocation not committed by then is freed
+  int64_t kv_lease_ttl_ms = 5'000;             // read lease granted by Get
   double eviction_high_watermark_ratio = 0.9;  // evict when used/capacity exceeds this
   double eviction_ratio = 0.05;                // fraction of capacity one eviction round frees
   int64_t tick_ms = 50;                        // timer resolution (deadlines, heartbeats)

@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   s->options_ = options;
   s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
   MasterService* svc = s->service_.get();
-  auto tenants = tenant::TenantManager::Create(options, svc->ledger(),
-                                               [svc] { return svc->capacity(); });
+  auto tenants =
+      tenant::TenantManager::Create(options, svc->ledger(), [svc] { return svc->capacity(); });
   if (!tenants.ok()) return tenants.status();
   s->tenants_ = std::move(*tenants);
   // Client credentials: the tokens file's hashes over the live policy. Installed before the
@@ -61,15 +61,14 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   s->probe_session_ = s->service_->OpenInternalSession("_probe");
   auto auth = AdminAuth::FromFile(options.admin_token_file);
   if (!auth.ok()) return auth.status();
-  auto http = AdminHttp::Create(options.metrics_host, options.metrics_port, s->service_.get(),
-                                s->tenants_.get(), &s->metrics_,
-                                [raw] { return raw->active_.load(); },
-                                [raw] { return raw->Probe(); }, *auth);
+  auto http = AdminHttp::Create(
+      options.metrics_host, options.metrics_port, s->service_.get(), s->tenants_.get(),
+      &s->metrics_, [raw] { return raw->active_.load(); }, [raw] { return raw->Probe(); }, *auth);
   if (!http.ok()) return http.status();
   s->http_ = std::move(*http);
   s->ticker_ = std::thread([raw] { raw->TickLoop(); });
-  LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http "
-           << options.metrics_host << ":" << s->http_port();
+  LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http " << options.metrics_host
+           << ":" << s->http_port();
   return s;
 }
 
@@ -117,7 +116,8 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   h.key_hash = HashBytes(key);
   h.value_length = kSize;
   std::memcpy(out.data(), &h, sizeof(h));
-  for (uint64_t i = 0; i < kSize; ++i) out[proto::kAllocHeaderSize + i] = static_cast<char>(i * 7 + gen);
+  for (uint64_t i = 0; i < kSize; ++i)
+    out[proto::kAllocHeaderSize + i] = static_cast<char>(i * 7 + gen);
   auto transfer = [&](bool put) -> absl::Status {
     transport::RmaOp op;
     op.is_put = put;
@@ -139,8 +139,8 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   st = seg.has_value() ? transfer(true) : absl::UnavailableError("the probe's segment is gone");
   if (!st.ok()) {
     service_->PutRevoke(probe_session_, kg);
-    return absl::UnavailableError(absl::StrCat("probe write to ", remote->node_address,
-                                               " failed: ", st.message()));
+    return absl::UnavailableError(
+        absl::StrCat("probe write to ", remote->node_address, " failed: ", st.message()));
   }
   service_->PutEnd(probe_session_, kg);
   auto got = service_->Get(probe_session_, proto::KeysRequest{{key}});
@@ -149,12 +149,12 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   service_->GetEnd(probe_session_, kg);
   service_->Remove(probe_session_, proto::KeysRequest{{key}});
   if (!st.ok()) {
-    return absl::UnavailableError(absl::StrCat("probe read from ", remote->node_address,
-                                               " failed: ", st.message()));
+    return absl::UnavailableError(
+        absl::StrCat("probe read from ", remote->node_address, " failed: ", st.message()));
   }
   if (in != out) {
-    return absl::DataLossError(absl::StrCat("probe read from ", remote->node_address,
-                                            " returned different bytes"));
+    return absl::DataLossError(
+        absl::StrCat("probe read from ", remote->node_address, " returned different bytes"));
   }
   return std::make_pair(static_cast<double>(MonotonicUs() - t0), remote->node_address);
 }
@@ -176,11 +176,11 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
     LOG_DEBUG << "bad " << proto::MsgTypeName(f.header.type) << " request: " << st;
     return proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)});
   };
-#define GRANARY_HANDLE(REQ, CALL)                      \
-  {                                                    \
-    auto req = Body<REQ>(f);                           \
-    if (!req.ok()) return fail(req.status());          \
-    return proto::EncodeFrame(reply_type, id, CALL);   \
+#define GRANARY_HANDLE(REQ, CALL)                    \
+  {                                                  \
+    auto req = Body<REQ>(f);                         \
+    if (!req.ok()) return fail(req.status());        \
+    return proto::EncodeFrame(reply_type, id, CALL); \
   }
   switch (static_cast<MsgType>(f.header.type)) {
     case MsgType::kHello:

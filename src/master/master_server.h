@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "master/admin_http.h"
 #include "master/master_options.h"
 #include "master/master_service.h"
@@ -54,7 +54,7 @@ class MasterServer {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> rpc_;
   std::unique_ptr<transport::RmaEngine> rma_;  // for Probe
-  granary::Mutex probe_mu_;                       // one probe at a time
+  granary::Mutex probe_mu_;                    // one probe at a time
   SessionId probe_session_ = 0;
   uint64_t probe_seq_ ABSL_GUARDED_BY(probe_mu_) = 0;
   std::unique_ptr<AdminHttp> http_;

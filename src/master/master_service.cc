@@ -19,12 +19,12 @@ WireStatus Ok() { return WireStatus{}; }
 WireStatus Err(const absl::Status& s) { return WireStatus::From(s); }
 
 // Binds `tenant` to the session's tenant, or answers the request with the session error.
-#define GRANARY_REQUIRE_TENANT(rep, sid)           \
-  auto tenant_or = TenantOf(sid);                  \
-  if (!tenant_or.ok()) {                           \
-    (rep).status = Err(tenant_or.status());        \
-    return rep;                                    \
-  }                                                \
+#define GRANARY_REQUIRE_TENANT(rep, sid)    \
+  auto tenant_or = TenantOf(sid);           \
+  if (!tenant_or.ok()) {                    \
+    (rep).status = Err(tenant_or.status()); \
+    return rep;                             \
+  }                                         \
   const std::string& tenant = *tenant_or
 
 }  // namespace
@@ -51,7 +51,8 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
   c_.put_revoke = counter("granary_master_ops_total", ops, {{"op", "put_revoke"}});
   c_.get = counter("granary_master_ops_total", ops, {{"op", "get"}});
   c_.remove = counter("granary_master_ops_total", ops, {{"op", "remove"}});
-  c_.get_miss = counter("granary_master_get_misses_total", "Get of a key that has no complete replica");
+  c_.get_miss =
+      counter("granary_master_get_misses_total", "Get of a key that has no complete replica");
   c_.put_expired = counter("granary_master_put_expired_total",
                            "Allocations freed because their put deadline passed");
   c_.evicted = counter("granary_master_evicted_objects_total", "Objects evicted");
@@ -147,8 +148,8 @@ absl::StatusOr<std::string> MasterService::TenantOf(SessionId sid, bool touch) {
 absl::Status MasterService::CheckKey(const std::string& key) const {
   if (key.empty()) return absl::InvalidArgumentError("key must not be empty");
   if (key.size() > proto::kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("key is ", key.size(), " bytes; the limit is ",
-                                                   proto::kMaxKeyBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key is ", key.size(), " bytes; the limit is ", proto::kMaxKeyBytes));
   }
   return absl::OkStatus();
 }
@@ -188,7 +189,8 @@ proto::HelloReply MasterService::Hello(SessionId sid, const proto::HelloRequest&
   s.client_id = req.client_id;
   s.last_seen_ms = clock_->NowMs();
   rep.session_id = sid;
-  rep.heartbeat_interval_ms = static_cast<uint32_t>(std::max<int64_t>(options_.client_ttl_ms / 4, 50));
+  rep.heartbeat_interval_ms =
+      static_cast<uint32_t>(std::max<int64_t>(options_.client_ttl_ms / 4, 50));
   rep.master_id = master_id_;
   LOG_DEBUG << "session " << sid << " hello: role=" << static_cast<int>(req.role)
             << " tenant=" << req.tenant_id << " client=" << req.client_id;
@@ -256,8 +258,7 @@ void MasterService::SessionClosed(SessionId sid) {
   if (s.role == proto::Role::kNode) {
     std::vector<uint64_t> ids = segments_.SegmentsOf(sid);
     if (!ids.empty()) {
-      LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size()
-               << " segment(s)";
+      LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size() << " segment(s)";
       DropSegments(ids);
     }
   }
@@ -282,8 +283,8 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   }
   rep.segment_id = *id;
   ledger_.SetCapacity(segments_.totals().capacity);
-  LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id
-           << " at " << req.node_address << ": " << FormatSize(req.size);
+  LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id << " at "
+           << req.node_address << ": " << FormatSize(req.size);
   return rep;
 }
 
@@ -307,8 +308,8 @@ absl::StatusOr<Placements> MasterService::AllocateWithEviction(uint64_t bytes, i
     // Evict only if it could help: `replicas` distinct nodes must have a placeable segment at
     // least this large. Otherwise (too few nodes, a value larger than any segment) eviction
     // would destroy cached objects and the put would fail anyway.
-    const uint64_t need = (bytes + proto::kAllocAlignment - 1) / proto::kAllocAlignment *
-                          proto::kAllocAlignment;
+    const uint64_t need =
+        (bytes + proto::kAllocAlignment - 1) / proto::kAllocAlignment * proto::kAllocAlignment;
     absl::flat_hash_set<std::string> nodes;
     for (const proto::SegmentInfo& s : segments_.List()) {
       if (s.tier != proto::Tier::kHost || !s.pool.empty()) continue;
@@ -316,12 +317,13 @@ absl::StatusOr<Placements> MasterService::AllocateWithEviction(uint64_t bytes, i
       nodes.insert(s.node_id);
     }
     if (nodes.size() < static_cast<size_t>(replicas)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          p.status().message(), "; eviction cannot help: ", nodes.size(),
-          " node(s) have a segment that holds ", FormatSize(need)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(p.status().message(), "; eviction cannot help: ", nodes.size(),
+                       " node(s) have a segment that holds ", FormatSize(need)));
     }
   }
-  for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status()); ++attempt) {
+  for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status());
+       ++attempt) {
     auto totals = segments_.totals();
     if (totals.segments == 0) break;
     uint64_t target = std::max<uint64_t>(
@@ -336,8 +338,8 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
   proto::PutStartReply rep;
   GRANARY_REQUIRE_TENANT(rep, sid);
   if (req.replica_num < 1 || req.replica_num > proto::kMaxReplicaNum) {
-    rep.status = Err(absl::InvalidArgumentError(absl::StrCat(
-        "replica_num ", req.replica_num, " is outside 1..", proto::kMaxReplicaNum)));
+    rep.status = Err(absl::InvalidArgumentError(
+        absl::StrCat("replica_num ", req.replica_num, " is outside 1..", proto::kMaxReplicaNum)));
     return rep;
   }
   const int64_t now = clock_->NowMs();
@@ -398,7 +400,7 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
         o.created_ms = now;
         o.last_access = NextAccess();
         o.replicas = *placed;
-        o.pin = (req.flags & kPutFlagHardPin) ? kPinHard
+        o.pin = (req.flags & kPutFlagHardPin)   ? kPinHard
                 : (req.flags & kPutFlagSoftPin) ? kPinSoft
                                                 : kPinNone;
         inserted = true;
@@ -407,7 +409,8 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
     if (!inserted) {  // lost a race with another writer of the same key
       segments_.Free(*placed);
       ledger_.Refund(tenant, charge);
-      res.status = Err(absl::AlreadyExistsError(absl::StrCat("key '", e.key, "' has a put in progress")));
+      res.status =
+          Err(absl::AlreadyExistsError(absl::StrCat("key '", e.key, "' has a put in progress")));
       continue;
     }
     res.generation = gen;
@@ -579,8 +582,8 @@ proto::BatchStatusReply MasterService::GetEnd(SessionId sid, const proto::KeyGen
     granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != e.generation) {
-      rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", e.key, "' generation ",
-                                                            e.generation, " not found")));
+      rep.results[i] = Err(absl::NotFoundError(
+          absl::StrCat("key '", e.key, "' generation ", e.generation, " not found")));
       continue;
     }
     Object& o = it->second;
@@ -628,9 +631,9 @@ proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRe
         st = absl::FailedPreconditionError(
             absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
       } else if (it->second.lease_count > 0 && it->second.lease_until_ms > now) {
-        st = absl::FailedPreconditionError(absl::StrCat(
-            "key '", key, "' is being read (lease for ", it->second.lease_until_ms - now,
-            " ms more); retry later"));
+        st = absl::FailedPreconditionError(absl::StrCat("key '", key, "' is being read (lease for ",
+                                                        it->second.lease_until_ms - now,
+                                                        " ms more); retry later"));
       } else {
         freed = it->second.replicas;
         sh.objects.erase(it);

@@ -10,9 +10,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "master/master_options.h"
 #include "master/object.h"
 #include "master/object_table.h"
@@ -23,7 +23,6 @@
 #include "proto/messages.h"
 
 namespace granary::master {
-
 
 // The master's logic: sessions, segments, objects, leases, deadlines, eviction. No transport:
 // the RPC adapter feeds it decoded requests with the caller's session, so all of it is testable
@@ -113,7 +112,7 @@ class MasterService {
     std::string tenant;
     std::string client_id;
     int64_t last_seen_ms = 0;
-    bool internal = false;  // the master's own session: never expires
+    bool internal = false;                       // the master's own session: never expires
     absl::flat_hash_set<std::string> in_flight;  // table keys with a put in progress
   };
 

@@ -39,8 +39,7 @@ uint32_t ObjectTable::StoreKey(absl::string_view key) {
     key_chunks_.push_back(std::make_unique_for_overwrite<char[]>(kKeyChunkBytes));
     key_tail_ = 0;
   }
-  const uint32_t pos =
-      static_cast<uint32_t>((key_chunks_.size() - 1) * kKeyChunkBytes + key_tail_);
+  const uint32_t pos = static_cast<uint32_t>((key_chunks_.size() - 1) * kKeyChunkBytes + key_tail_);
   if (!key.empty()) std::memcpy(key_chunks_.back().get() + key_tail_, key.data(), key.size());
   key_tail_ += static_cast<uint32_t>(key.size());
   live_key_bytes_ += key.size();

@@ -147,9 +147,8 @@ class ObjectTable {
   }
   absl::string_view KeyOf(uint32_t slot) const {
     const Slot& s = SlotAt(slot);
-    return absl::string_view(key_chunks_[s.key_pos / kKeyChunkBytes].get() +
-                                 s.key_pos % kKeyChunkBytes,
-                             s.key_len);
+    return absl::string_view(
+        key_chunks_[s.key_pos / kKeyChunkBytes].get() + s.key_pos % kKeyChunkBytes, s.key_len);
   }
   uint32_t NewSlot();
   // Copies key into the arena; returns its position.

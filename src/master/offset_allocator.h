@@ -87,7 +87,7 @@ class OffsetAllocator {
   // 32 bytes: one per block, so one per stored replica in the master.
   struct Node {
     uint64_t offset : 63 = 0;
-    uint64_t is_free : 1 = 0;   // In a bin, or released to the node free list (then size 0).
+    uint64_t is_free : 1 = 0;  // In a bin, or released to the node free list (then size 0).
     uint64_t size = 0;
     uint32_t prev_phys = kNil;  // Address-order neighbours (free or allocated).
     uint32_t next_phys = kNil;

@@ -1,8 +1,7 @@
 #include "master/segment_registry.h"
 
-#include <cstdint>
-
 #include <chrono>
+#include <cstdint>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
@@ -29,9 +28,9 @@ SegmentRegistry::SegmentRegistry() {
 absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest& req,
                                                 uint64_t session) {
   if (req.size < proto::kAllocAlignment * 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("segment '", req.name, "' is ", req.size, " bytes; the minimum is ",
-                     proto::kAllocAlignment * 2));
+    return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' is ", req.size,
+                                                   " bytes; the minimum is ",
+                                                   proto::kAllocAlignment * 2));
   }
   if (req.node_id.empty()) {
     // Placement keeps replicas on distinct node ids; an anonymous segment would defeat that.
@@ -55,8 +54,8 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   granary::MutexLock lock(&mu_);
   for (const auto& [id, s] : segments_) {
     if (s.info.node_id == req.node_id && s.info.name == req.name) {
-      return absl::AlreadyExistsError(absl::StrCat("segment '", req.name, "' of node ",
-                                                   req.node_id, " is already mounted as ", id));
+      return absl::AlreadyExistsError(absl::StrCat("segment '", req.name, "' of node ", req.node_id,
+                                                   " is already mounted as ", id));
     }
   }
   uint64_t id = next_id_++;
@@ -136,13 +135,13 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
     absl::flat_hash_set<std::string> all_nodes;
     for (auto* s : order) all_nodes.insert(s->info.node_id);
     if (static_cast<int>(all_nodes.size()) < replicas) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "replica_num=", replicas, " needs that many nodes, but ", all_nodes.size(),
-          " node(s) have segments mounted"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("replica_num=", replicas, " needs that many nodes, but ", all_nodes.size(),
+                       " node(s) have segments mounted"));
     }
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no space for ", FormatSize(bytes), " on ", replicas,
-                     " distinct node(s); found ", out.size()));
+    return absl::ResourceExhaustedError(absl::StrCat("no space for ", FormatSize(bytes), " on ",
+                                                     replicas, " distinct node(s); found ",
+                                                     out.size()));
   }
   return out;
 }
@@ -151,7 +150,7 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
 #endif
 
 absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target, uint64_t bytes,
-                                                       const Placements& existing) {
+                                                      const Placements& existing) {
   granary::MutexLock lock(&mu_);
   std::string node_id;
   for (const auto& [id, s] : segments_) {

@@ -21,7 +21,7 @@ namespace granary::master {
 struct Placement {
   uint64_t segment_id = 0;
   uint64_t offset = 0;
-  uint64_t size = 0;  // bytes reserved (header + value, rounded to alignment)
+  uint64_t size = 0;          // bytes reserved (header + value, rounded to alignment)
   uint32_t alloc_handle = 0;  // the segment allocator's name for it (OffsetAllocator::Free)
 };
 // One placement inline (replica_num 1, the common case: 40 bytes in each Object); more go to

@@ -1,10 +1,9 @@
 // granary_node: contributes pinned host memory (and GPU memory) to a Granary cluster.
+#include <gflags/gflags.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <thread>
-
-#include <gflags/gflags.h>
 
 #include "common/log.h"
 #include "common/mutex.h"
@@ -12,12 +11,14 @@
 #include "node/node_server.h"
 
 DEFINE_string(master, "127.0.0.1:50051", "Master address host:port");
-DEFINE_string(host_segment_size, "1GB", "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
+DEFINE_string(host_segment_size, "1GB",
+              "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
 DEFINE_string(gpu_segment_size, "0", "GPU memory to contribute (needs CUDA)");
 DEFINE_int32(gpu_device, 0, "CUDA device for the GPU segment");
 DEFINE_uint32(rpc_port, 0, "UCX listener port clients connect to (0 = any free port)");
-DEFINE_string(local_hostname, "", "Address clients reach this node at (default: the local "
-                                  "address of the connection to the master)");
+DEFINE_string(local_hostname, "",
+              "Address clients reach this node at (default: the local "
+              "address of the connection to the master)");
 DEFINE_uint32(metrics_port, 9103, "HTTP port for /metrics and /health (0 = any)");
 DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
 DEFINE_string(pool, "", "Dedicate this node's segments to one tenant");

@@ -8,18 +8,19 @@ namespace granary::node {
 
 absl::Status NodeOptions::Validate() const {
   auto hp = ParseHostPort(master);
-  if (!hp.ok()) return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
+  if (!hp.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
   if (host_segment_size == 0 && gpu_segment_size == 0) {
     return absl::InvalidArgumentError(
         "nothing to contribute: --host_segment_size and --gpu_segment_size are both 0");
   }
   if (host_segment_size != 0 && host_segment_size < 1024 * 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("--host_segment_size ", host_segment_size,
-                                                   " is below the 1 MB minimum"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_segment_size ", host_segment_size, " is below the 1 MB minimum"));
   }
   if (segment_memory != "ucx" && segment_memory != "mmap") {
-    return absl::InvalidArgumentError(absl::StrCat("--segment_memory '", segment_memory,
-                                                   "' is not one of: ucx, mmap"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--segment_memory '", segment_memory, "' is not one of: ucx, mmap"));
   }
   if (gpu_device < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--gpu_device ", gpu_device, " is negative"));

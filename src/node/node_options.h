@@ -9,17 +9,17 @@ namespace granary::node {
 
 // Everything granary_node can be told; flags only fill it. Validate() names a bad value.
 struct NodeOptions {
-  std::string master = "127.0.0.1:50051";  // host:port of the master
+  std::string master = "127.0.0.1:50051";   // host:port of the master
   uint64_t host_segment_size = 1ull << 30;  // pinned host memory to contribute (bytes)
   uint64_t gpu_segment_size = 0;            // GPU memory to contribute (bytes; needs CUDA)
   int gpu_device = 0;
-  uint16_t rpc_port = 0;                    // UCX listener that clients read from (0 = any)
-  std::string local_hostname;               // address clients use to reach this node
-  uint16_t metrics_port = 9103;             // HTTP /metrics (0 = any)
+  uint16_t rpc_port = 0;         // UCX listener that clients read from (0 = any)
+  std::string local_hostname;    // address clients use to reach this node
+  uint16_t metrics_port = 9103;  // HTTP /metrics (0 = any)
   std::string metrics_host = "0.0.0.0";
-  std::string pool;                         // dedicated tenant pool; empty = shared
-  bool virtual_segments = false;            // address space only, for metadata benchmarks
-  bool use_huge_pages = true;               // try 2 MiB pages first (mmap segments)
+  std::string pool;               // dedicated tenant pool; empty = shared
+  bool virtual_segments = false;  // address space only, for metadata benchmarks
+  bool use_huge_pages = true;     // try 2 MiB pages first (mmap segments)
   // Who allocates host segments: "ucx" (UCP_MEM_MAP_ALLOCATE: shared memory that same-host
   // clients map and copy with plain loads and stores; falls back to mmap when UCX cannot) or
   // "mmap" (anonymous mmap, 2 MiB pages when available; same-host transfers go through cma,

@@ -113,7 +113,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
                                     "1 while the node has a live session with the master");
   uint64_t total = 0;
   for (const auto& s : n->segments_) total += s.region->length();
-  n->metrics_.Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
+  n->metrics_
+      .Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
       ->Set(static_cast<double>(total));
   NodeServer* raw = n.get();
   n->http_.server().Get("/metrics", [raw](const httplib::Request&, httplib::Response& res) {
@@ -159,9 +160,9 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   if (!req.ok()) return answer(req.status());
   // The destination must lie inside one of this node's segments.
   if (SegmentHolding(req->dest_address, req->length) == nullptr) {
-    return answer(absl::InvalidArgumentError(absl::StrCat(
-        "fetch of ", req->length, " bytes to address ", req->dest_address,
-        " is outside this node's segments")));
+    return answer(absl::InvalidArgumentError(absl::StrCat("fetch of ", req->length,
+                                                          " bytes to address ", req->dest_address,
+                                                          " is outside this node's segments")));
   }
   if (req->source.worker_address.empty() || req->source.rkey.empty()) {
     return answer(absl::InvalidArgumentError("fetch without a source worker address and rkey"));
@@ -179,8 +180,8 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   op.remote_addr = req->source_address;
   op.segment = src;
   rma_->Execute({op}, [this, conn, reply_type, id](absl::Status st) {
-    listener_->Reply(conn, proto::EncodeFrame(reply_type, id,
-                                              proto::StatusReply{proto::WireStatus::From(st)}));
+    listener_->Reply(
+        conn, proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)}));
   });
   return std::nullopt;
 }
@@ -209,8 +210,8 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   if (!req.ok()) return answer(req.status());
   const proto::SegmentInfo& dest = req->dest;
   if (dest.worker_address.empty() || dest.rkey.empty() || dest.node_address.empty()) {
-    return answer(absl::InvalidArgumentError(
-        "push without the client's worker address, rkey and id"));
+    return answer(
+        absl::InvalidArgumentError("push without the client's worker address, rkey and id"));
   }
   std::vector<transport::RmaOp> ops;
   ops.reserve(req->entries.size());
@@ -224,9 +225,9 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   for (const auto& e : req->entries) {
     const Segment* src = SegmentHolding(e.source_address, e.length);
     if (src == nullptr) {
-      return answer(absl::InvalidArgumentError(absl::StrCat(
-          "push of ", e.length, " bytes from address ", e.source_address,
-          " is outside this node's segments")));
+      return answer(absl::InvalidArgumentError(
+          absl::StrCat("push of ", e.length, " bytes from address ", e.source_address,
+                       " is outside this node's segments")));
     }
     if (e.dest_address < dest.base || e.length > dest.size ||
         e.dest_address - dest.base > dest.size - e.length) {
@@ -285,8 +286,8 @@ absl::Status NodeServer::ConnectAndMount() {
   proto::HelloRequest hello;
   hello.role = proto::Role::kNode;
   hello.client_id = node_id_;
-  auto rep = master_->Invoke<proto::HelloRequest, proto::HelloReply>(proto::MsgType::kHello,
-                                                                     hello, kRpcTimeout);
+  auto rep = master_->Invoke<proto::HelloRequest, proto::HelloReply>(proto::MsgType::kHello, hello,
+                                                                     kRpcTimeout);
   if (!rep.ok()) return rep.status();
   heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
   std::string host = options_.local_hostname;
@@ -328,8 +329,9 @@ void NodeServer::Run() {
       connected_->Set(0);
       absl::Status st = ConnectAndMount();
       if (!st.ok()) {
-        if (!warned) LOG_WARN << "cannot register with master " << options_.master << ": " << st
-                              << "; retrying";
+        if (!warned)
+          LOG_WARN << "cannot register with master " << options_.master << ": " << st
+                   << "; retrying";
         warned = true;
         master_.reset();
         SleepFor(backoff);

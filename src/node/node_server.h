@@ -7,15 +7,15 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "node/host_segment.h"
 #include "node/node_options.h"
 #include "transport/context.h"
 #include "transport/memory.h"
-#include "transport/rpc_client.h"
 #include "transport/rma.h"
+#include "transport/rpc_client.h"
 #include "transport/rpc_server.h"
 #include "transport/worker.h"
 

@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstring>
 
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -29,10 +28,10 @@ inline absl::Status CheckAllocHeader(const AllocHeader& h, uint64_t generation, 
                                      uint64_t value_length) {
   if (h.magic != AllocHeader::kMagic || h.generation != generation || h.key_hash != key_hash ||
       h.value_length != value_length) {
-    return absl::UnavailableError(absl::StrCat(
-        "replica header mismatch (expected generation ", generation, ", length ", value_length,
-        "; found generation ", h.generation, ", length ", h.value_length,
-        "): the object changed during the read; retry"));
+    return absl::UnavailableError(
+        absl::StrCat("replica header mismatch (expected generation ", generation, ", length ",
+                     value_length, "; found generation ", h.generation, ", length ", h.value_length,
+                     "): the object changed during the read; retry"));
   }
   return absl::OkStatus();
 }

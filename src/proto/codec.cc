@@ -14,11 +14,11 @@ bool Reader::Need(size_t n, const char* field) {
   return true;
 }
 
-#define GRANARY_READ_FIXED(T, n)             \
-  if (!Need(n, field)) return 0;             \
-  T v;                                       \
-  std::memcpy(&v, in_.data() + pos_, n);     \
-  pos_ += n;                                 \
+#define GRANARY_READ_FIXED(T, n)         \
+  if (!Need(n, field)) return 0;         \
+  T v;                                   \
+  std::memcpy(&v, in_.data() + pos_, n); \
+  pos_ += n;                             \
   return v
 
 uint8_t Reader::U8(const char* field) { GRANARY_READ_FIXED(uint8_t, 1); }
@@ -59,8 +59,8 @@ uint32_t Reader::Count(const char* field, uint32_t max_count, size_t min_entry_b
     return 0;
   }
   if (min_entry_bytes > 0 && static_cast<uint64_t>(n) * min_entry_bytes > remaining()) {
-    Fail(absl::InvalidArgumentError(absl::StrCat("truncated frame: field '", field, "' claims ",
-                                                 n, " entries but only ", remaining(),
+    Fail(absl::InvalidArgumentError(absl::StrCat("truncated frame: field '", field, "' claims ", n,
+                                                 " entries but only ", remaining(),
                                                  " bytes remain")));
     return 0;
   }

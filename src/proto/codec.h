@@ -1,14 +1,12 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include <cstdint>
 #include <cstring>
 #include <string>
-
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace granary::proto {
 

@@ -1,38 +1,62 @@
 #include "proto/messages.h"
 
-#include "proto/alloc_header.h"
-
 #include "absl/strings/str_cat.h"
+#include "proto/alloc_header.h"
 
 namespace granary::proto {
 
 const char* MsgTypeName(uint16_t type) {
   switch (static_cast<MsgType>(type & ~kReplyBit)) {
-    case MsgType::kHello: return "Hello";
-    case MsgType::kHeartbeat: return "Heartbeat";
-    case MsgType::kMountSegment: return "MountSegment";
-    case MsgType::kUnmountSegment: return "UnmountSegment";
-    case MsgType::kPutStart: return "PutStart";
-    case MsgType::kPutEnd: return "PutEnd";
-    case MsgType::kPutRevoke: return "PutRevoke";
-    case MsgType::kGet: return "Get";
-    case MsgType::kGetEnd: return "GetEnd";
-    case MsgType::kExist: return "Exist";
-    case MsgType::kRemove: return "Remove";
-    case MsgType::kList: return "List";
-    case MsgType::kSegments: return "Segments";
-    case MsgType::kStat: return "Stat";
-    case MsgType::kCopyStart: return "CopyStart";
-    case MsgType::kCopyEnd: return "CopyEnd";
-    case MsgType::kCopyRevoke: return "CopyRevoke";
-    case MsgType::kMoveStart: return "MoveStart";
-    case MsgType::kMoveEnd: return "MoveEnd";
-    case MsgType::kMoveRevoke: return "MoveRevoke";
-    case MsgType::kFetch: return "Fetch";
-    case MsgType::kLookupPrefix: return "LookupPrefix";
-    case MsgType::kPush: return "Push";
-    case MsgType::kShmOffer: return "ShmOffer";
-    case MsgType::kShmAttach: return "ShmAttach";
+    case MsgType::kHello:
+      return "Hello";
+    case MsgType::kHeartbeat:
+      return "Heartbeat";
+    case MsgType::kMountSegment:
+      return "MountSegment";
+    case MsgType::kUnmountSegment:
+      return "UnmountSegment";
+    case MsgType::kPutStart:
+      return "PutStart";
+    case MsgType::kPutEnd:
+      return "PutEnd";
+    case MsgType::kPutRevoke:
+      return "PutRevoke";
+    case MsgType::kGet:
+      return "Get";
+    case MsgType::kGetEnd:
+      return "GetEnd";
+    case MsgType::kExist:
+      return "Exist";
+    case MsgType::kRemove:
+      return "Remove";
+    case MsgType::kList:
+      return "List";
+    case MsgType::kSegments:
+      return "Segments";
+    case MsgType::kStat:
+      return "Stat";
+    case MsgType::kCopyStart:
+      return "CopyStart";
+    case MsgType::kCopyEnd:
+      return "CopyEnd";
+    case MsgType::kCopyRevoke:
+      return "CopyRevoke";
+    case MsgType::kMoveStart:
+      return "MoveStart";
+    case MsgType::kMoveEnd:
+      return "MoveEnd";
+    case MsgType::kMoveRevoke:
+      return "MoveRevoke";
+    case MsgType::kFetch:
+      return "Fetch";
+    case MsgType::kLookupPrefix:
+      return "LookupPrefix";
+    case MsgType::kPush:
+      return "Push";
+    case MsgType::kShmOffer:
+      return "ShmOffer";
+    case MsgType::kShmAttach:
+      return "ShmAttach";
   }
   return "Unknown";
 }
@@ -47,7 +71,8 @@ WireStatus WireStatus::From(const absl::Status& s) {
 absl::Status WireStatus::ToStatus() const {
   if (code == 0) return absl::OkStatus();
   auto c = static_cast<absl::StatusCode>(code);
-  if (code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated)) c = absl::StatusCode::kUnknown;
+  if (code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated))
+    c = absl::StatusCode::kUnknown;
   return absl::Status(c, message);
 }
 

@@ -1,13 +1,12 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/codec.h"
 #include "proto/frame.h"
 
@@ -98,8 +97,8 @@ struct MountSegmentRequest {
   uint64_t base = 0;         // remote virtual address of byte 0
   uint64_t size = 0;
   Tier tier = Tier::kHost;
-  std::string rkey;          // packed UCX remote key
-  std::string pool;          // tenant of a dedicated pool; empty = shared
+  std::string rkey;            // packed UCX remote key
+  std::string pool;            // tenant of a dedicated pool; empty = shared
   std::string worker_address;  // the node's UCX worker address (data endpoints connect to it)
   std::string host_id;         // identifies the machine (boot id): same-host peers use shm
 };
@@ -297,13 +296,13 @@ struct BlockHint {
 };
 struct LookupPrefixReply {
   WireStatus status;
-  uint32_t present = 0;           // leading blocks present and complete
-  std::vector<BlockHint> hints;   // one per present block
-  uint32_t lease_ms = 0;          // when leased
+  uint32_t present = 0;          // leading blocks present and complete
+  std::vector<BlockHint> hints;  // one per present block
+  uint32_t lease_ms = 0;         // when leased
 };
 
 // Encode/Decode for every message. Decode reads the whole body or fails naming the field.
-#define GRANARY_DECLARE_CODEC(T) \
+#define GRANARY_DECLARE_CODEC(T)      \
   void Encode(const T& m, Writer& w); \
   absl::Status Decode(Reader& r, T* m);
 GRANARY_DECLARE_CODEC(HelloRequest)

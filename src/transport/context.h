@@ -1,15 +1,14 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
+#include <ucp/api/ucp.h>
 
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <ucp/api/ucp.h>
-
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace granary::transport {
 
@@ -23,7 +22,8 @@ class Context {
   // overrides: UCX configuration keys without the UCX_ prefix ("TLS" -> "tcp"), applied on top of
   // the environment.
   static absl::StatusOr<std::unique_ptr<Context>> Create(
-      const std::string& name, const std::vector<std::pair<std::string, std::string>>& overrides = {});
+      const std::string& name,
+      const std::vector<std::pair<std::string, std::string>>& overrides = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

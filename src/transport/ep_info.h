@@ -1,8 +1,8 @@
 #pragma once
 
-#include <string>
-
 #include <ucp/api/ucp.h>
+
+#include <string>
 
 namespace granary::transport {
 

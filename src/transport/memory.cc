@@ -5,9 +5,10 @@
 namespace granary::transport {
 
 absl::StatusOr<std::unique_ptr<MemoryRegion>> MemoryRegion::Create(Context* ctx, void* addr,
-                                                                    size_t len, bool cuda) {
+                                                                   size_t len, bool cuda) {
   if (addr == nullptr || len == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot register ", len, " bytes at address ", reinterpret_cast<uintptr_t>(addr)));
+    return absl::InvalidArgumentError(absl::StrCat("cannot register ", len, " bytes at address ",
+                                                   reinterpret_cast<uintptr_t>(addr)));
   }
   if (cuda && !ctx->SupportsCudaMemory()) {
     return absl::FailedPreconditionError(

@@ -1,10 +1,10 @@
 #pragma once
 
+#include <ucp/api/ucp.h>
+
 #include <cstddef>
 #include <memory>
 #include <string>
-
-#include <ucp/api/ucp.h>
 
 #include "absl/status/statusor.h"
 #include "transport/context.h"

@@ -10,8 +10,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/util.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "transport/ep_info.h"
 
 namespace granary::transport {
@@ -29,7 +29,8 @@ struct Batch {
     if (st != UCS_OK && status.ok()) status = UcsError(st, what);
     if (--remaining == 0) {
       if (status.ok()) {
-        for (auto& ep : eps) worker->NoteTransport(ep.get(), /*data_path=*/true);  // once per endpoint
+        for (auto& ep : eps)
+          worker->NoteTransport(ep.get(), /*data_path=*/true);  // once per endpoint
       }
       done(status);
       delete this;
@@ -114,8 +115,8 @@ absl::StatusOr<ucp_rkey_h> RmaEngine::GetRkey(Peer* peer, const RemoteSegment& s
   ucp_rkey_h rkey = nullptr;
   ucs_status_t st = ucp_ep_rkey_unpack(peer->ep->ep, seg.rkey.data(), &rkey);
   if (st != UCS_OK) {
-    return UcsError(st, absl::StrCat("unpacking the remote key of segment ", seg.segment_id,
-                                     " on ", seg.node_address));
+    return UcsError(st, absl::StrCat("unpacking the remote key of segment ", seg.segment_id, " on ",
+                                     seg.node_address));
   }
   peer->rkeys[seg.segment_id] = rkey;
   void* local = nullptr;
@@ -229,9 +230,8 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
     if (op.segment.get() != last_seg) {
       last_seg = op.segment.get();
       auto it = mapped_.find(last_seg->segment_id);
-      last = it != mapped_.end() && it->second.node_address == last_seg->node_address
-                 ? &it->second
-                 : nullptr;
+      last = it != mapped_.end() && it->second.node_address == last_seg->node_address ? &it->second
+                                                                                      : nullptr;
       if (last != nullptr && last_seg->pid > 0) {
         auto a = alive.find(last_seg->pid);
         if (a == alive.end()) {

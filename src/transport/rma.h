@@ -1,13 +1,13 @@
 #pragma once
 
+#include <ucp/api/ucp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <ucp/api/ucp.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -20,8 +20,8 @@ namespace granary::transport {
 // What a client needs to reach one remote segment.
 struct RemoteSegment {
   uint64_t segment_id = 0;
-  std::string node_address;  // host:port of the node's listener
-  std::string rkey;          // packed remote key
+  std::string node_address;    // host:port of the node's listener
+  std::string rkey;            // packed remote key
   std::string worker_address;  // the node's UCX worker address
   bool same_host = false;      // connect without peer-failure handling so shm can be used
   std::string host_id;         // the node's host id, "<boot id>/<pid>" (forwarded in Fetch)

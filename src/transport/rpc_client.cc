@@ -37,15 +37,16 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
   if (!st.ok()) return st;
   if (ControlShmEnabled()) {
     absl::Status attached = c->AttachShm();
-    if (!attached.ok()) LOG_DEBUG << "control connection to " << address << " stays on tcp: " << attached;
+    if (!attached.ok())
+      LOG_DEBUG << "control connection to " << address << " stays on tcp: " << attached;
   }
   return c;
 }
 
 absl::Status RpcClient::AttachShm() {
   constexpr absl::Duration kTimeout = absl::Seconds(5);
-  auto offer = Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(proto::MsgType::kShmOffer,
-                                                                     {}, kTimeout);
+  auto offer =
+      Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(proto::MsgType::kShmOffer, {}, kTimeout);
   if (!offer.ok()) return offer.status();
   if (offer->host_id != HostId()) {
     return absl::FailedPreconditionError("the server is on another host");
@@ -136,15 +137,16 @@ void RpcClient::CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoi
 
 void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out) {
   in_flight_.insert(id);
-  worker_->ExpectReply(id, [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
-    in_flight_.erase(id);
-    if (!r.ok()) {
-      d(r.status());
-      return;
-    }
-    worker_->NoteTransport(out.get());
-    d(std::string(*r));
-  });
+  worker_->ExpectReply(id,
+                       [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
+                         in_flight_.erase(id);
+                         if (!r.ok()) {
+                           d(r.status());
+                           return;
+                         }
+                         worker_->NoteTransport(out.get());
+                         d(std::string(*r));
+                       });
   absl::Status st = worker_->SendFrame(out.get(), std::move(frame), true);
   if (!st.ok()) worker_->FailReply(id, st);
 }
@@ -161,13 +163,16 @@ absl::StatusOr<std::string> RpcClient::CallOn(std::string frame, absl::Duration 
   };
   auto state = std::make_shared<State>();
   auto fut = state->p.get_future();
-  CallAsyncOn(std::move(frame), [state](absl::StatusOr<std::string> r) {
-    if (!state->done.exchange(true)) state->p.set_value(std::move(r));
-  }, std::move(via));
+  CallAsyncOn(
+      std::move(frame),
+      [state](absl::StatusOr<std::string> r) {
+        if (!state->done.exchange(true)) state->p.set_value(std::move(r));
+      },
+      std::move(via));
   if (fut.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
     if (!state->done.exchange(true)) {
-      return absl::DeadlineExceededError(absl::StrCat("no reply from ", address_, " within ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("no reply from ", address_, " within ", absl::FormatDuration(timeout)));
     }
   }
   return fut.get();

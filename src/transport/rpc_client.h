@@ -1,7 +1,5 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -9,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "proto/messages.h"
 #include "transport/worker.h"

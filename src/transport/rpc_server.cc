@@ -148,8 +148,8 @@ bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from,
         rep.worker_address = std::move(*addr);
       }
     }
-    absl::Status st = worker_->SendFrame(
-        from, proto::EncodeFrame(reply_type, f.header.request_id, rep), false);
+    absl::Status st =
+        worker_->SendFrame(from, proto::EncodeFrame(reply_type, f.header.request_id, rep), false);
     if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
     return true;
   }

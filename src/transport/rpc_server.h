@@ -1,6 +1,6 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
+#include <ucp/api/ucp.h>
 
 #include <cstdint>
 #include <functional>
@@ -8,10 +8,9 @@
 #include <optional>
 #include <string>
 
-#include <ucp/api/ucp.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/frame.h"
 #include "transport/worker.h"
 

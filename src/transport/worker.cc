@@ -60,8 +60,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string
   std::unique_ptr<Worker> worker(new Worker(ctx, w, std::move(name), metrics));
 
   ucp_am_handler_param_t hp = {};
-  hp.field_mask =
-      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
   hp.id = kRpcAmId;
   hp.cb = &Worker::OnAm;
   hp.arg = worker.get();
@@ -226,8 +226,8 @@ void Worker::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   if (e->on_error) e->on_error(status);
 }
 
-absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params,
-                                                        std::string peer, bool peer_mode) {
+absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params, std::string peer,
+                                                        bool peer_mode) {
   auto e = std::make_shared<Endpoint>();
   e->peer = std::move(peer);
   params->field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;

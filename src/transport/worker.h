@@ -1,23 +1,21 @@
 #pragma once
 
-#include "absl/strings/string_view.h"
+#include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <functional>
 #include <future>
 #include <memory>
 #include <string>
-
 #include <thread>
 #include <type_traits>
 #include <vector>
 
-#include <ucp/api/ucp.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
+#include "absl/strings/string_view.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "transport/context.h"
 
 namespace granary::transport {

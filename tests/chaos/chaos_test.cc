@@ -7,6 +7,7 @@
 //   - after everything is removed, all segment space is free.
 // GRANARY_CHAOS_SECONDS sets the length of the random run (default 150: about 3 minutes with
 // start-up and the checks at the end).
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
@@ -15,13 +16,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
-
-#include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"

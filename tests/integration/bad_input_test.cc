@@ -1,9 +1,9 @@
 // Bad input over RPC and HTTP against a real master (docs/bad_input.md lists each case and its
 // answer): every case gets a clear error, the server stays up, and nothing stored changes.
-#include <cstring>
-
 #include <gtest/gtest.h>
 #include <httplib.h>
+
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "proto/messages.h"
@@ -77,7 +77,8 @@ class BadInputTest : public ::testing::Test {
   std::string Frame(MsgType type, const T& m) {
     return proto::EncodeFrame(static_cast<uint16_t>(type), 0, m);
   }
-  static void ExpectError(const absl::Status& st, absl::StatusCode code, const std::string& needle) {
+  static void ExpectError(const absl::Status& st, absl::StatusCode code,
+                          const std::string& needle) {
     EXPECT_EQ(st.code(), code) << st;
     EXPECT_NE(st.message().find(needle), absl::string_view::npos) << st;
   }
@@ -124,8 +125,8 @@ TEST_F(BadInputTest, OversizedKeysBatchesAndValuesAreRefusedWithTheLimit) {
               "limit 16384");
   // Per-key errors come back in the per-key results.
   proto::PutStartRequest sizes{{{"zero", 0}, {"huge", 1ull << 62}}, 1, 0};
-  auto rep = raw_->Invoke<proto::PutStartRequest, proto::PutStartReply>(
-      MsgType::kPutStart, sizes, absl::Seconds(5));
+  auto rep = raw_->Invoke<proto::PutStartRequest, proto::PutStartReply>(MsgType::kPutStart, sizes,
+                                                                        absl::Seconds(5));
   ASSERT_TRUE(rep.ok()) << rep.status();
   ExpectError(rep->results[0].status.ToStatus(), absl::StatusCode::kInvalidArgument, "size 0");
   ExpectError(rep->results[1].status.ToStatus(), absl::StatusCode::kInvalidArgument,

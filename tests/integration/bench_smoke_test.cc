@@ -1,11 +1,10 @@
 // Smoke run of every granary_bench mode with a tiny duration: the benchmark runs, moves data,
 // reports no errors, and writes its JSON records. (Speed is measured in bench/, never here.)
-#include <fstream>
-#include <sstream>
-
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/integration/cluster.h"
 
@@ -19,9 +18,9 @@ TEST(BenchSmokeTest, EveryModeRunsAndWritesRecords) {
   ASSERT_TRUE(c.ok()) << c.status();
   for (const char* mode : {"put", "get", "mixed", "meta", "memcpy"}) {
     std::string out = (*c)->dir() + "/" + mode + ".json";
-    auto p = Process::Start({BinDir() + "/granary_bench", mode, "--master=" + (*c)->master_address(),
-                             "--block_size=4KB,64KB", "--batch=4", "--duration=0.3",
-                             "--working_set=4MB", "--out=" + out},
+    auto p = Process::Start({BinDir() + "/granary_bench", mode,
+                             "--master=" + (*c)->master_address(), "--block_size=4KB,64KB",
+                             "--batch=4", "--duration=0.3", "--working_set=4MB", "--out=" + out},
                             {}, (*c)->dir() + "/bench_" + mode + ".log");
     ASSERT_TRUE(p.ok());
     ASSERT_EQ((*p)->Wait(), 0) << mode << ":\n" << (*p)->Log();
@@ -42,10 +41,10 @@ TEST(BenchSmokeTest, EveryModeRunsAndWritesRecords) {
   // meta with several batches in flight per thread, on two threads.
   {
     std::string out = (*c)->dir() + "/meta_lanes.json";
-    auto p = Process::Start({BinDir() + "/granary_bench", "meta",
-                             "--master=" + (*c)->master_address(), "--block_size=4KB",
-                             "--batch=8", "--threads=2", "--lanes=4", "--ops=256", "--out=" + out},
-                            {}, (*c)->dir() + "/bench_meta_lanes.log");
+    auto p = Process::Start(
+        {BinDir() + "/granary_bench", "meta", "--master=" + (*c)->master_address(),
+         "--block_size=4KB", "--batch=8", "--threads=2", "--lanes=4", "--ops=256", "--out=" + out},
+        {}, (*c)->dir() + "/bench_meta_lanes.log");
     ASSERT_TRUE(p.ok());
     ASSERT_EQ((*p)->Wait(), 0) << (*p)->Log();
     std::ifstream in(out);
@@ -60,9 +59,8 @@ TEST(BenchSmokeTest, EveryModeRunsAndWritesRecords) {
   // A run longer than a second prints a progress line each second.
   {
     auto p = Process::Start({BinDir() + "/granary_bench", "get",
-                             "--master=" + (*c)->master_address(), "--block_size=4KB",
-                             "--batch=4", "--duration=2.2", "--working_set=4MB",
-                             "--progress=always"},
+                             "--master=" + (*c)->master_address(), "--block_size=4KB", "--batch=4",
+                             "--duration=2.2", "--working_set=4MB", "--progress=always"},
                             {}, (*c)->dir() + "/bench_progress.log");
     ASSERT_TRUE(p.ok());
     ASSERT_EQ((*p)->Wait(), 0) << (*p)->Log();

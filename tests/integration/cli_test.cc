@@ -1,9 +1,9 @@
 // The granary CLI against a real master and node: 64 MiB round trip between separate processes,
 // exit statuses (0 ok, 1 not found/refused, 2 usage/unreachable) and messages.
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/integration/cluster.h"

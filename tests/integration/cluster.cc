@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -19,9 +21,6 @@
 #include <sstream>
 #include <thread>
 
-#include <gtest/gtest.h>
-#include <httplib.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -31,8 +30,8 @@ extern char** environ;
 namespace granary::testing {
 
 absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::vector<std::string>& argv,
-                                                         const std::vector<std::string>& env,
-                                                         const std::string& log_path) {
+                                                        const std::vector<std::string>& env,
+                                                        const std::string& log_path) {
   std::vector<std::string> envs;
   for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
   for (const auto& e : env) envs.push_back(e);
@@ -121,7 +120,8 @@ absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
   auto res = c.Get(path.c_str());
   if (!res) return absl::UnavailableError(absl::StrCat("GET ", path, " on port ", port, " failed"));
   if (res->status != 200) {
-    return absl::UnavailableError(absl::StrCat("GET ", path, ": HTTP ", res->status, " ", res->body));
+    return absl::UnavailableError(
+        absl::StrCat("GET ", path, ": HTTP ", res->status, " ", res->body));
   }
   return res->body;
 }
@@ -172,13 +172,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
 
 absl::Status Cluster::StartMaster() {
   const Options& o = options_;
-  std::vector<std::string> argv = {BinDir() + "/granary_master",
-                                   absl::StrCat("--rpc_port=", rpc_port_),
-                                   absl::StrCat("--metrics_port=", http_port_),
-                                   "--metrics_host=127.0.0.1",
-                                   absl::StrCat("--client_ttl=", o.client_ttl_sec),
-                                   absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
-                                   absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
+  std::vector<std::string> argv = {
+      BinDir() + "/granary_master",
+      absl::StrCat("--rpc_port=", rpc_port_),
+      absl::StrCat("--metrics_port=", http_port_),
+      "--metrics_host=127.0.0.1",
+      absl::StrCat("--client_ttl=", o.client_ttl_sec),
+      absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
+      absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
   for (const auto& f : o.master_flags) argv.push_back(f);
   auto m = Process::Start(argv, o.env, absl::StrCat(dir_, "/master", master_seq_++, ".log"));
   if (!m.ok()) return m.status();
@@ -222,9 +223,11 @@ Cluster::~Cluster() {
 
 absl::Status Cluster::StartNode(int replace_index) {
   int seq = node_seq_++;
-  std::vector<std::string> argv = {BinDir() + "/granary_node", "--master=" + master_address(),
+  std::vector<std::string> argv = {BinDir() + "/granary_node",
+                                   "--master=" + master_address(),
                                    "--host_segment_size=" + options_.node_segment_size,
-                                   "--metrics_port=0", "--metrics_host=127.0.0.1",
+                                   "--metrics_port=0",
+                                   "--metrics_host=127.0.0.1",
                                    "--local_hostname=127.0.0.1"};
   auto p = Process::Start(argv, options_.env, absl::StrCat(dir_, "/node", seq, ".log"));
   if (!p.ok()) return p.status();

@@ -1,12 +1,10 @@
 // Copy and Move on real processes: the destination node reads the replica one-sided from the
 // source node; the tenant is charged for the new replica at start and the accounting is exact
 // after end, revoke and failure.
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <fstream>
-
-#include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -135,8 +133,7 @@ TEST_P(CopyTest, FailedCopiesRefundAndNameTheProblem) {
   absl::Status st = client_->Copy("f", "no-such-node:1");
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
   EXPECT_NE(st.message().find("no-such-node:1"), absl::string_view::npos);
-  EXPECT_EQ(client_->Copy("missing", OtherNode(HolderOf("f"))).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->Copy("missing", OtherNode(HolderOf("f"))).code(), absl::StatusCode::kNotFound);
   json t = Tenant();
   EXPECT_EQ(t["charged_bytes"].get<uint64_t>(), kCharge);
   EXPECT_EQ(t["inflight_bytes"].get<uint64_t>(), 0u);

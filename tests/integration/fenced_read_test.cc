@@ -1,11 +1,10 @@
 // Fenced reads and node loss on real processes.
+#include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"

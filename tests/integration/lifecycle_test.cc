@@ -1,11 +1,10 @@
 // Node and master lifecycle on real processes: graceful unmount on SIGTERM, re-mount and client
 // reconnection after a master restart (no HA: the restarted master starts empty).
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "tests/integration/cluster.h"
 

@@ -1,15 +1,13 @@
 // Multi-tenant quota end to end: a real master with a policy file, a real node, clients of two
 // tenants, writers killed mid-put, SIGHUP reloads and the admin API over HTTP.
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <chrono>
 #include <fstream>
-#include <thread>
-
-#include <gtest/gtest.h>
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
@@ -29,8 +27,9 @@ class QuotaTest : public ::testing::Test {
     char tmpl[] = "/tmp/granary_quota_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     policy_path_ = std::string(tmpl) + "/tenant_quotas.yaml";
-    WritePolicy("version: 1\ntenants:\n  - name: tenant-a\n    quota: 4MB\n"
-                "  - name: tenant-b\n    quota: 4MB\n");
+    WritePolicy(
+        "version: 1\ntenants:\n  - name: tenant-a\n    quota: 4MB\n"
+        "  - name: tenant-b\n    quota: 4MB\n");
     Cluster::Options o;
     o.node_segment_size = "64MB";
     o.client_ttl_sec = 2;
@@ -91,8 +90,8 @@ TEST_F(QuotaTest, FullTenantEvictsItsOwnOldestAndLeavesTheOtherTenantAlone) {
     EXPECT_TRUE(*v == MakeValue(k, 1, kMiB));
   }
   EXPECT_EQ(Tenant("tenant-b")["charged_bytes"].get<uint64_t>(), 3 * kCharge);
-  auto evicted = cluster_->Metric(
-      "granary_tenant_evictions_total{tenant_id=\"tenant-a\",reason=\"quota\"}");
+  auto evicted =
+      cluster_->Metric("granary_tenant_evictions_total{tenant_id=\"tenant-a\",reason=\"quota\"}");
   ASSERT_TRUE(evicted.ok()) << evicted.status();
   EXPECT_EQ(*evicted, 7);
 
@@ -145,8 +144,8 @@ TEST_F(QuotaTest, KilledWriterChargeReturnsToCommittedWithinTwoClientTtl) {
   int64_t ms = -1;
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
     if (Tenant("tenant-a")["charged_bytes"].get<uint64_t>() == kCharge) {
-      ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now() - t0)
+      ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 t0)
                .count();
       break;
     }
@@ -159,8 +158,9 @@ TEST_F(QuotaTest, KilledWriterChargeReturnsToCommittedWithinTwoClientTtl) {
 
 TEST_F(QuotaTest, SighupReloadsThePolicyAndKeepsItWhenTheNewFileIsInvalid) {
   EXPECT_EQ(Tenant("tenant-b")["requested_quota_bytes"].get<uint64_t>(), 4 * kMiB);
-  WritePolicy("version: 1\ntenants:\n  - name: tenant-a\n    quota: 4MB\n"
-              "  - name: tenant-b\n    quota: 8MB\n");
+  WritePolicy(
+      "version: 1\ntenants:\n  - name: tenant-a\n    quota: 4MB\n"
+      "  - name: tenant-b\n    quota: 8MB\n");
   cluster_->master()->Kill(SIGHUP);
   bool seen = false;
   for (int i = 0; i < 100 && !seen; ++i) {
@@ -178,9 +178,9 @@ TEST_F(QuotaTest, SighupReloadsThePolicyAndKeepsItWhenTheNewFileIsInvalid) {
 
 TEST_F(QuotaTest, MaxEntriesEvictsTheOldestEntriesAndNeverRejects) {
   httplib::Client http("127.0.0.1", cluster_->master_http_port());
-  auto res = http.Put("/api/v1/tenant_quotas?tenant_id=tenant-e",
-                      R"({"requested_quota_bytes": 8388608, "max_entries": 4})",
-                      "application/json");
+  auto res =
+      http.Put("/api/v1/tenant_quotas?tenant_id=tenant-e",
+               R"({"requested_quota_bytes": 8388608, "max_entries": 4})", "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(json::parse(res->body)["data"]["max_entries"].get<uint64_t>(), 4u);

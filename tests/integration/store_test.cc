@@ -1,5 +1,6 @@
 // End-to-end tests on a real master and real nodes (separate processes) on loopback, over UCX's
 // default transports (shared memory) and over UCX_TLS=tcp.
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <atomic>
@@ -7,17 +8,15 @@
 #include <random>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "common/util.h"
 #include "proto/alloc_header.h"
+#include "tests/integration/cluster.h"
 #include "transport/context.h"
 #include "transport/memory.h"
 #include "transport/rpc_client.h"
 #include "transport/worker.h"
-#include "tests/integration/cluster.h"
 
 namespace granary::testing {
 namespace {
@@ -82,8 +81,8 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     int64_t ms = -1;
     while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4)) {
       if (Metric(used) == 0) {
-        ms = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0)
-                 .count();
+        ms =
+            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
         break;
       }
       std::this_thread::sleep_for(milliseconds(20));
@@ -124,8 +123,7 @@ TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
   }
   // The data endpoints' transport is counted: shared memory by default, tcp when forced.
   std::string metrics = c->MetricsText();
-  EXPECT_NE(metrics.find(GetParam() == "tcp" ? "rma=\"tcp\"" : "rma=\"cma\""),
-            std::string::npos)
+  EXPECT_NE(metrics.find(GetParam() == "tcp" ? "rma=\"tcp\"" : "rma=\"cma\""), std::string::npos)
       << metrics;
   // Over tcp the three reads into registered buffers were pushed by the node (each after a put
   // had connected the client to that node); never on shared memory.
@@ -321,8 +319,8 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         ++ops_done;
       }
       if (t % 2 == 1) {
-        const bool none = c->MetricsText().find("granary_client_pushed_reads_total 0\n") !=
-                          std::string::npos;
+        const bool none =
+            c->MetricsText().find("granary_client_pushed_reads_total 0\n") != std::string::npos;
         if (none != (GetParam() == "default")) fail("pushed reads: tcp only, and there always");
       }
     });
@@ -397,9 +395,8 @@ TEST_P(StoreTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
   ASSERT_EQ(ok->headers.size(), proto::kAllocHeaderSize);
   proto::AllocHeader h;
   std::memcpy(&h, ok->headers.data(), sizeof(h));
-  EXPECT_TRUE(proto::CheckAllocHeader(h, got->results[0].generation, HashBytes("kept"),
-                                      value.size())
-                  .ok());
+  EXPECT_TRUE(
+      proto::CheckAllocHeader(h, got->results[0].generation, HashBytes("kept"), value.size()).ok());
   rpc->reset();
   worker->reset();
   auto again = c.Get("kept");

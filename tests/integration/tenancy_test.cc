@@ -1,15 +1,13 @@
 // Tenant isolation, structured KV keys with prefix lookup, the _probe deep health check, and
 // fair eviction under skewed load, on a real master and node.
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <httplib.h>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "granary/kv_key.h"
@@ -75,8 +73,7 @@ TEST_F(TenancyTest, TenantIdRulesAreCheckedAtHelloNamingTheRule) {
     auto client = cluster_->NewClient(c.id);
     ASSERT_FALSE(client.ok()) << c.id;
     EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(client.status().message().find(c.rule), absl::string_view::npos)
-        << client.status();
+    EXPECT_NE(client.status().message().find(c.rule), absl::string_view::npos) << client.status();
   }
   EXPECT_TRUE(cluster_->NewClient(std::string(128, 't')).ok());
 }
@@ -133,8 +130,7 @@ TEST_F(TenancyTest, DeepHealthProbesThroughANodeAndFailsClearlyWithout) {
   EXPECT_EQ(res->status, 503) << res->body;
   j = json::parse(res->body);
   EXPECT_FALSE(j["deep"]["ok"].get<bool>());
-  EXPECT_NE(j["deep"]["error"].get<std::string>().find("no segment is mounted"),
-            std::string::npos);
+  EXPECT_NE(j["deep"]["error"].get<std::string>().find("no segment is mounted"), std::string::npos);
 }
 
 TEST_F(TenancyTest, SkewedWritersEvictionsFallOnTheHeavyTenant) {
@@ -168,8 +164,8 @@ TEST_F(TenancyTest, SkewedWritersEvictionsFallOnTheHeavyTenant) {
       EXPECT_TRUE(*c->Exist(absl::StrCat("w-", i))) << i;
     }
   }
-  auto heavy_ev = cluster_->Metric(
-      "granary_tenant_evictions_total{tenant_id=\"heavy\",reason=\"space\"}");
+  auto heavy_ev =
+      cluster_->Metric("granary_tenant_evictions_total{tenant_id=\"heavy\",reason=\"space\"}");
   ASSERT_TRUE(heavy_ev.ok()) << heavy_ev.status();
   EXPECT_GT(*heavy_ev, 200);
   for (const char* t : {"light-1", "light-2"}) {

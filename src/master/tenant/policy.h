@@ -14,8 +14,8 @@ namespace granary::master::tenant {
 // One tenant's entry in the quota policy.
 struct TenantPolicy {
   std::string name;
-  uint64_t quota_bytes = 0;                // requested byte quota (> 0)
-  std::optional<uint64_t> max_entries;     // optional entry-count quota (> 0)
+  uint64_t quota_bytes = 0;             // requested byte quota (> 0)
+  std::optional<uint64_t> max_entries;  // optional entry-count quota (> 0)
   // Optional client credential: SHA-256 of the tenant's token as 64 lowercase hex characters
   // (the master never stores tokens). When set, a client hello for this tenant must carry a
   // token that hashes to it. Empty: no token is expected (unless --require_tenant_tokens).

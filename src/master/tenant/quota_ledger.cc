@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
-
 namespace granary::master::tenant {
 namespace {
 

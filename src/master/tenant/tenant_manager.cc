@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::Create(
       store = NewFilePolicyStore(options.tenant_quota_connector_uri);
     }
   }
-  auto m = CreateWithStore(options.enable_multi_tenants, std::move(store), ledger,
-                           std::move(capacity));
+  auto m =
+      CreateWithStore(options.enable_multi_tenants, std::move(store), ledger, std::move(capacity));
   if (m.ok() && options.enable_multi_tenants && options.tenant_quota_connector_type == "etcd") {
     (*m)->refresh_before_write_ = true;
     (*m)->StartPolling(1000);
@@ -113,15 +113,14 @@ absl::Status TenantManager::RefreshBeforeWrite() {
     // the running policy and replaces it.
     if (p.status().code() != absl::StatusCode::kUnavailable) return absl::OkStatus();
     return absl::UnavailableError(absl::StrCat("reading the policy from ", store_->Describe(),
-                                               " failed, nothing changed: ",
-                                               p.status().message()));
+                                               " failed, nothing changed: ", p.status().message()));
   }
   if (*p == policy_) return absl::OkStatus();
   ++writes_;
   policy_ = *p;
   ledger_->ApplyPolicy(*p, capacity_());
-  LOG_INFO << "tenant quota policy changed in " << store_->Describe() << ": "
-           << p->tenants.size() << " tenant(s)";
+  LOG_INFO << "tenant quota policy changed in " << store_->Describe() << ": " << p->tenants.size()
+           << " tenant(s)";
   return absl::OkStatus();
 }
 
@@ -170,9 +169,9 @@ absl::Status TenantManager::Delete(const std::string& tenant) {
   }
   auto snap = ledger_->Snapshot(tenant);
   if (snap.has_value() && (snap->charged_bytes > 0 || snap->entries > 0)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "TENANT_NOT_EMPTY: tenant '", tenant, "' still owns ", snap->entries, " object(s) and ",
-        snap->charged_bytes, " charged bytes; remove them first"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("TENANT_NOT_EMPTY: tenant '", tenant, "' still owns ", snap->entries,
+                     " object(s) and ", snap->charged_bytes, " charged bytes; remove them first"));
   }
   Policy next = policy_;
   next.tenants.erase(std::remove_if(next.tenants.begin(), next.tenants.end(),

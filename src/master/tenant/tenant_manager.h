@@ -30,8 +30,9 @@ namespace granary::master::tenant {
 class TenantManager {
  public:
   // capacity() gives the allocatable bytes quotas are scaled against.
-  static absl::StatusOr<std::unique_ptr<TenantManager>> Create(
-      const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity);
+  static absl::StatusOr<std::unique_ptr<TenantManager>> Create(const MasterOptions& options,
+                                                               QuotaLedger* ledger,
+                                                               std::function<uint64_t()> capacity);
   // For tests: an explicit store (null with multi-tenant mode off).
   static absl::StatusOr<std::unique_ptr<TenantManager>> CreateWithStore(
       bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
@@ -62,7 +63,9 @@ class TenantManager {
  private:
   TenantManager(bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
                 std::function<uint64_t()> capacity)
-      : enabled_(enabled), store_(std::move(store)), ledger_(ledger),
+      : enabled_(enabled),
+        store_(std::move(store)),
+        ledger_(ledger),
         capacity_(std::move(capacity)) {}
   absl::Status CheckEnabled() const;
   absl::Status SaveAndApply(const Policy& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,10 +1,10 @@
-#include <cstdlib>
-#include <fstream>
-#include <string>
+#include "granary/client_options.h"
 
 #include <gtest/gtest.h>
 
-#include "granary/client_options.h"
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 namespace granary {
 namespace {
@@ -20,10 +20,10 @@ class ClientOptionsTest : public ::testing::Test {
     std::remove(path_.c_str());
   }
   void Write(const std::string& text) { std::ofstream(path_) << text; }
-  static constexpr const char* kVars[] = {
-      "GRANARY_CONFIG_PATH", "GRANARY_MASTER", "GRANARY_TENANT_ID", "GRANARY_LOCAL_BUFFER_SIZE",
-      "GRANARY_REPLICA_NUM", "GRANARY_PROTOCOL", "GRANARY_RPC_TIMEOUT_MS",
-      "GRANARY_TENANT_TOKEN"};
+  static constexpr const char* kVars[] = {"GRANARY_CONFIG_PATH",    "GRANARY_MASTER",
+                                          "GRANARY_TENANT_ID",      "GRANARY_LOCAL_BUFFER_SIZE",
+                                          "GRANARY_REPLICA_NUM",    "GRANARY_PROTOCOL",
+                                          "GRANARY_RPC_TIMEOUT_MS", "GRANARY_TENANT_TOKEN"};
   std::string path_;
 };
 

@@ -23,8 +23,9 @@ TEST(AdminAuth, OnlyTheExactBearerTokenIsAllowed) {
   auto a = AdminAuth::FromFile(WriteFile("tok", "  s3cret-token\n"));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE(a->Allows("Bearer s3cret-token"));
-  for (const char* bad : {"", "s3cret-token", "Bearer ", "Bearer s3cret-toke", "Bearer s3cret-tokenX",
-                          "Bearer S3cret-token", "bearer s3cret-token", "Basic s3cret-token"}) {
+  for (const char* bad :
+       {"", "s3cret-token", "Bearer ", "Bearer s3cret-toke", "Bearer s3cret-tokenX",
+        "Bearer S3cret-token", "bearer s3cret-token", "Basic s3cret-token"}) {
     EXPECT_FALSE(a->Allows(bad)) << bad;
   }
 }

@@ -69,10 +69,10 @@ class EvictionTest : public ::testing::Test {
     svc_->GetEnd(s, proto::KeyGenRequest{{{key, g.results[0].generation}}});
   }
   double Evictions(const std::string& tenant, const std::string& reason) {
-    return static_cast<double>(
-        metrics_.Counter("granary_tenant_evictions_total", "", {{"tenant_id", tenant},
-                                                                {"reason", reason}})
-            ->value());
+    return static_cast<double>(metrics_
+                                   .Counter("granary_tenant_evictions_total", "",
+                                            {{"tenant_id", tenant}, {"reason", reason}})
+                                   ->value());
   }
 
   MasterOptions opts_;

@@ -75,8 +75,8 @@ class MasterServiceTest : public ::testing::Test {
     return sid;
   }
 
-  uint64_t Mount(SessionId node, const std::string& node_id, const std::string& name,
-                 uint64_t base, uint64_t size) {
+  uint64_t Mount(SessionId node, const std::string& node_id, const std::string& name, uint64_t base,
+                 uint64_t size) {
     proto::MountSegmentRequest m;
     m.name = name;
     m.node_id = node_id;
@@ -213,9 +213,8 @@ TEST_F(MasterServiceTest, HelloRejectsTenantStartingWithUnderscore) {
 
 TEST_F(MasterServiceTest, HelloRejectsTenantWithControlCharacter) {
   SessionId sid = 1;
-  for (const std::string& t :
-       {std::string("a\tb"), std::string("a\nb"), std::string("ab\x7f"), std::string("a\0b", 3),
-        std::string("\x01x")}) {
+  for (const std::string& t : {std::string("a\tb"), std::string("a\nb"), std::string("ab\x7f"),
+                               std::string("a\0b", 3), std::string("\x01x")}) {
     auto rep = Hello(sid, proto::Role::kClient, t);
     EXPECT_EQ(Code(rep.status), absl::StatusCode::kInvalidArgument) << "tenant of " << t.size();
     EXPECT_EQ(Code(Get(sid, "k").status), absl::StatusCode::kFailedPrecondition);
@@ -530,7 +529,8 @@ TEST_F(MasterServiceTest, ImpossibleReplicaCountDoesNotEvict) {
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(svc().GetStats().objects, before.objects);
   EXPECT_EQ(svc().GetStats().used, before.used);
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(Code(Exist(c, absl::StrCat("k", i))), absl::StatusCode::kOk);
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(Code(Exist(c, absl::StrCat("k", i))), absl::StatusCode::kOk);
 }
 
 TEST_F(MasterServiceTest, ValueLargerThanEverySegmentDoesNotEvict) {
@@ -1087,8 +1087,7 @@ TEST_F(MasterServiceTest, ListIsTenantScopedSortedPrefixedAndPaged) {
   EXPECT_EQ(ListKeys(a, "p/", "p/2", 2, &more), (std::vector<std::string>{"p/3", "p/4"}));
   EXPECT_FALSE(more);
   // start_after need not be an existing key.
-  EXPECT_EQ(ListKeys(a, "", "p/25", 10, &more),
-            (std::vector<std::string>{"p/3", "p/4", "q/1"}));
+  EXPECT_EQ(ListKeys(a, "", "p/25", 10, &more), (std::vector<std::string>{"p/3", "p/4", "q/1"}));
 
   // Object details: state and replica count.
   proto::ListRequest r;
@@ -1124,7 +1123,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
   std::thread ticker([&] {
     while (!done.load()) {
       clock_.AdvanceMs(40);  // deadlines (2 s) and leases (1 s) run out mid-run
-      s.Heartbeat(1);  // the two nodes
+      s.Heartbeat(1);        // the two nodes
       s.Heartbeat(2);
       if (!s.Tick().empty()) ++failures;
       std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -330,9 +330,9 @@ INSTANTIATE_TEST_SUITE_P(Seeds, OffsetAllocatorRandomTest,
 TEST(OffsetAllocatorDeathTest, FreeOfUnknownAllocationCrashes) {
   OffsetAllocator alloc(1 * kMiB);
   const auto a = alloc.Allocate(128).value();
-  EXPECT_DEATH(alloc.Free({12345, 128, a.handle}), "offset 12345");  // Wrong offset.
+  EXPECT_DEATH(alloc.Free({12345, 128, a.handle}), "offset 12345");     // Wrong offset.
   EXPECT_DEATH(alloc.Free({a.offset + 64, 64, a.handle}), "not live");  // Inside a live one.
-  EXPECT_DEATH(alloc.Free({a.offset, 128, 999}), "handle 999");  // Handle out of range.
+  EXPECT_DEATH(alloc.Free({a.offset, 128, 999}), "handle 999");         // Handle out of range.
   // The free block's node: it is free, so not live.
   const auto b = alloc.Allocate(64).value();
   alloc.Free(b);

@@ -160,8 +160,18 @@ SegmentsReply SampleSegmentsReply() {
 
 PushRequest SamplePush() {
   PushRequest m;
-  m.dest = {7, "", "", "client/ab12", 0x7f0000000000ull, 32 << 20, 0, Tier::kHost, "",
-            kBinary, std::string("worker\0addr", 11), "boot/42"};
+  m.dest = {7,
+            "",
+            "",
+            "client/ab12",
+            0x7f0000000000ull,
+            32 << 20,
+            0,
+            Tier::kHost,
+            "",
+            kBinary,
+            std::string("worker\0addr", 11),
+            "boot/42"};
   m.entries.push_back({0x10040, 0x7f0000000000ull, 4096});
   m.entries.push_back({~0ull, ~0ull, ~0ull});
   m.headers = {0x10000, ~0ull};

@@ -4,7 +4,6 @@
 // between callers and the progress threads.
 
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,14 +154,13 @@ TEST_F(TransportTest, ConcurrentCallsGetTheirOwnReplies) {
   std::vector<std::string> async_replies;
   std::atomic<int> async_done{0};
   for (int i = 0; i < kCalls; ++i) {
-    client->CallAsync(Frame(kEcho, 0, absl::StrCat("a", i)),
-                      [&](absl::StatusOr<std::string> rep) {
-                        {
-                          granary::MutexLock lock(&mu);
-                          async_replies.push_back(rep.ok() ? BodyOf(*rep) : "error");
-                        }
-                        async_done.fetch_add(1);
-                      });
+    client->CallAsync(Frame(kEcho, 0, absl::StrCat("a", i)), [&](absl::StatusOr<std::string> rep) {
+      {
+        granary::MutexLock lock(&mu);
+        async_replies.push_back(rep.ok() ? BodyOf(*rep) : "error");
+      }
+      async_done.fetch_add(1);
+    });
   }
   for (auto& th : threads) th.join();
   for (int i = 0; i < 1000 && async_done.load() < kCalls; ++i) {
@@ -337,8 +335,8 @@ TEST_F(TransportTest, ControlShmOffKeepsTcp) {
   ASSERT_TRUE(rep.ok()) << rep.status();
   EXPECT_EQ(BodyOf(*rep), "echo:x");
 
-  auto refused = RpcClient::Create(client_worker_.get(),
-                                   absl::StrCat("127.0.0.1:", (*tcp_server)->port()));
+  auto refused =
+      RpcClient::Create(client_worker_.get(), absl::StrCat("127.0.0.1:", (*tcp_server)->port()));
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_FALSE((*refused)->on_shm());
   rep = (*refused)->Call(Frame(kEcho, 0, "y"), absl::Seconds(10));
@@ -362,9 +360,8 @@ TEST_F(TransportTest, ShmAttachNeedsTheOfferedNonceOnce) {
 
   // Sends a frame of `type` on a fresh worker-address endpoint and returns the server's answer.
   auto raw_call = [&](proto::MsgType type, uint64_t nonce, absl::Duration wait) -> absl::Status {
-    auto ep = client_worker_->Run([&] {
-      return client_worker_->ConnectWorker(offer->worker_address, "raw attach", false);
-    });
+    auto ep = client_worker_->Run(
+        [&] { return client_worker_->ConnectWorker(offer->worker_address, "raw attach", false); });
     if (!ep.ok()) return ep.status();
     auto done = std::make_shared<std::promise<absl::Status>>();
     auto fut = done->get_future();
@@ -461,8 +458,8 @@ TEST_F(TransportTest, MappedSegmentIsCopiedOnTheCallingThread) {
   ASSERT_TRUE(region.ok()) << region.status();
   auto* mem = static_cast<uint8_t*>((*region)->addr());
   std::memset(mem, 0, (*region)->length());
-  std::shared_ptr<const RemoteSegment> seg = SegmentOf(region->get(), server_worker_.get(),
-                                                       server_->port());
+  std::shared_ptr<const RemoteSegment> seg =
+      SegmentOf(region->get(), server_worker_.get(), server_->port());
   const uint64_t base = seg->base;
   RmaEngine engine(client_worker_.get());
   std::vector<uint8_t> out(kSlot, 0xA5), in(kSlot, 0);
@@ -530,8 +527,8 @@ TEST_F(TransportTest, RegisteredHeapSegmentIsNotMapped) {
   std::vector<uint8_t>& segment = *heap;
   auto region = MemoryRegion::Create(ctx_.get(), segment.data(), segment.size());
   ASSERT_TRUE(region.ok()) << region.status();
-  std::shared_ptr<const RemoteSegment> seg = SegmentOf(region->get(), server_worker_.get(),
-                                                       server_->port());
+  std::shared_ptr<const RemoteSegment> seg =
+      SegmentOf(region->get(), server_worker_.get(), server_->port());
   std::vector<uint8_t> in(kSlot, 0);
   RmaEngine engine(client_worker_.get());
   ASSERT_TRUE(engine.ExecuteSync({{false, in.data(), kSlot, nullptr, seg->base, seg}}).ok());
@@ -548,8 +545,8 @@ TEST_F(TransportTest, UnmappingWaitsForCopiesInFlight) {
   auto region = MemoryRegion::Allocate(ctx_.get(), kSlot * 4);
   ASSERT_TRUE(region.ok()) << region.status();
   std::memset((*region)->addr(), 0x5A, (*region)->length());
-  std::shared_ptr<const RemoteSegment> seg = SegmentOf(region->get(), server_worker_.get(),
-                                                       server_->port());
+  std::shared_ptr<const RemoteSegment> seg =
+      SegmentOf(region->get(), server_worker_.get(), server_->port());
   RmaEngine engine(client_worker_.get());
   std::atomic<bool> stop{false};
   std::atomic<int> copied{0}, bad{0};

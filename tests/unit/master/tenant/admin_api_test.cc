@@ -11,12 +11,11 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -272,10 +271,17 @@ class AdminApiTest : public ::testing::Test {
   SessionId next_sid_ = 1;
 };
 
-const char* const kSnapshotFields[] = {
-    "tenant_id",        "requested_quota_bytes", "effective_quota_bytes", "charged_bytes",
-    "admission_closed", "over_quota",            "has_explicit_policy",   "inflight_bytes",
-    "entries",          "max_entries",           "has_token"};
+const char* const kSnapshotFields[] = {"tenant_id",
+                                       "requested_quota_bytes",
+                                       "effective_quota_bytes",
+                                       "charged_bytes",
+                                       "admission_closed",
+                                       "over_quota",
+                                       "has_explicit_policy",
+                                       "inflight_bytes",
+                                       "entries",
+                                       "max_entries",
+                                       "has_token"};
 
 // ---------------------------------------------------------------------------------------------
 // GET
@@ -309,7 +315,7 @@ TEST_F(AdminApiTest, GetOneReturnsEverySnapshotField) {
   Start();
   Upsert("tenant-a", R"({"requested_quota_bytes": 524288, "max_entries": 100})");
   SessionId c = Client("tenant-a");
-  Put(c, "done", 1000);                       // 1088 bytes allocated, committed
+  Put(c, "done", 1000);                      // 1088 bytes allocated, committed
   uint64_t gen = PutStart(c, "open", 2000);  // 2112 bytes, in flight
   ASSERT_NE(gen, 0u);
   json d = GetOne("tenant-a");
@@ -487,12 +493,12 @@ TEST_F(AdminApiTest, PutAndDeleteWithoutTenantIdAre400) {
 TEST_F(AdminApiTest, InvalidTenantIdsAre400InvalidTenantId) {
   Start();
   const std::vector<std::pair<std::string, std::string>> ids = {
-      {"_probe", "_probe"},                  // reserved for the master
-      {std::string(129, 'a'), "129"},        // too long
-      {"a%01b", "control"},                  // control character (URL-encoded)
-      {"a%00b", "NUL"},                      // NUL
-      {"a%0Ab", "control"},                  // newline
-      {"", "empty"},                         // ?tenant_id=
+      {"_probe", "_probe"},            // reserved for the master
+      {std::string(129, 'a'), "129"},  // too long
+      {"a%01b", "control"},            // control character (URL-encoded)
+      {"a%00b", "NUL"},                // NUL
+      {"a%0Ab", "control"},            // newline
+      {"", "empty"},                   // ?tenant_id=
   };
   for (const auto& [id, mentions] : ids) {
     SCOPED_TRACE("tenant_id=" + id);

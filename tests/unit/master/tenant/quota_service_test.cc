@@ -150,8 +150,7 @@ class QuotaServiceTest : public ::testing::Test {
   }
 
   // PutStart + PutEnd; returns the generation.
-  uint64_t Put(SessionId sid, const std::string& key, uint64_t size = kObjValue,
-               int replicas = 1) {
+  uint64_t Put(SessionId sid, const std::string& key, uint64_t size = kObjValue, int replicas = 1) {
     auto ps = PutStart(sid, key, size, replicas);
     EXPECT_EQ(Code(ps.status), absl::StatusCode::kOk) << key << ": " << ps.status.message;
     auto pe = PutEnd(sid, key, ps.generation);
@@ -470,8 +469,8 @@ TEST_F(QuotaServiceTest, QuotaExceededEvictsTheTenantsOwnOldestUnleasedObject) {
   EXPECT_EQ(Snap("B").entries, 3u);
   EXPECT_EQ(Evictions("A", "quota"), 1u);
   EXPECT_EQ(Evictions("B", "quota"), 0u);
-  EXPECT_TRUE(Has(metrics_.Render(),
-                  "granary_tenant_evictions_total{tenant_id=\"A\",reason=\"quota\"} 1"));
+  EXPECT_TRUE(
+      Has(metrics_.Render(), "granary_tenant_evictions_total{tenant_id=\"A\",reason=\"quota\"} 1"));
 }
 
 TEST_F(QuotaServiceTest, QuotaExceededWithEveryObjectLeasedIsRejected) {
@@ -938,8 +937,7 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
   EXPECT_GT(quota_evictions, 0u);
   EXPECT_GT(quota_rejects, 0u);
   EXPECT_GT(metrics_.Counter("granary_master_put_expired_total", "")->value(), 0u);
-  EXPECT_GT(metrics_.Counter("granary_master_ops_total", "", {{"op", "put_end"}})->value(),
-            1000u);
+  EXPECT_GT(metrics_.Counter("granary_master_ops_total", "", {{"op", "put_end"}})->value(), 1000u);
 }
 
 }  // namespace

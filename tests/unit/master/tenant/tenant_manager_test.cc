@@ -150,8 +150,8 @@ TEST_F(TenantManagerTest, DisabledManagerNeedsNoStoreAndRefusesChanges) {
   EXPECT_FALSE((*m)->enabled());
   EXPECT_EQ((*m)->store_description(), "none");
   EXPECT_TRUE((*m)->store_status().ok());
-  for (absl::Status st : {(*m)->Upsert("tenant-a", 100, std::nullopt), (*m)->Delete("tenant-a"),
-                          (*m)->Reload()}) {
+  for (absl::Status st :
+       {(*m)->Upsert("tenant-a", 100, std::nullopt), (*m)->Delete("tenant-a"), (*m)->Reload()}) {
     EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
     EXPECT_TRUE(absl::StartsWith(st.message(), "UNAVAILABLE_IN_CURRENT_MODE: ")) << st;
   }
@@ -322,17 +322,18 @@ TEST_F(TenantManagerTest, UpsertRejectsBadInputAndLeavesTheFileAlone) {
     std::optional<uint64_t> max_entries;
     std::string mentions;
   };
-  for (const Case& c : {Case{"_probe", 1, std::nullopt, "_probe"},
-                        Case{"", 1, std::nullopt, "empty"},
-                        Case{std::string(129, 'x'), 1, std::nullopt, "129"},
-                        Case{"a\x01" "b", 1, std::nullopt, "control"},
-                        Case{"tenant-a", 0, std::nullopt, "requested_quota_bytes"},
-                        Case{"tenant-a", (1ull << 63), std::nullopt, "requested_quota_bytes"},
-                        Case{"tenant-a", 10, 0, "max_entries"}}) {
+  for (const Case& c :
+       {Case{"_probe", 1, std::nullopt, "_probe"}, Case{"", 1, std::nullopt, "empty"},
+        Case{std::string(129, 'x'), 1, std::nullopt, "129"},
+        Case{"a\x01"
+             "b",
+             1, std::nullopt, "control"},
+        Case{"tenant-a", 0, std::nullopt, "requested_quota_bytes"},
+        Case{"tenant-a", (1ull << 63), std::nullopt, "requested_quota_bytes"},
+        Case{"tenant-a", 10, 0, "max_entries"}}) {
     absl::Status st = m.Upsert(c.tenant, c.quota, c.max_entries);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.mentions << ": " << st;
-    EXPECT_TRUE(Has(absl::AsciiStrToLower(st.message()), absl::AsciiStrToLower(c.mentions)))
-        << st;
+    EXPECT_TRUE(Has(absl::AsciiStrToLower(st.message()), absl::AsciiStrToLower(c.mentions))) << st;
   }
   EXPECT_EQ(ReadFile(path_), before);
   EXPECT_EQ(Requested("tenant-a"), 2048u);
