@@ -5,7 +5,7 @@ target_link_libraries(granary_test_cluster PUBLIC granary::client granary::http 
 add_executable(put_start_hang ${PROJECT_SOURCE_DIR}/tests/tools/put_start_hang.cc)
 target_link_libraries(put_start_hang PRIVATE granary::client)
 
-granary_test(NAME integration_store_test LABELS integration TIMEOUT 600
+granary_test(NAME integration_store_test LABELS integration tsan TIMEOUT 600
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_store_test granary_master granary_node put_start_hang)
 granary_test(NAME integration_cli_test LABELS integration TIMEOUT 300
@@ -29,9 +29,12 @@ add_dependencies(integration_bad_input_test granary_master granary_node)
 granary_test(NAME integration_fenced_read_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/fenced_read_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_fenced_read_test granary_master granary_node)
-granary_test(NAME integration_bench_smoke_test LABELS integration TIMEOUT 300
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_smoke_test.cc LIBS granary_test_cluster)
-add_dependencies(integration_bench_smoke_test granary_master granary_node granary_bench)
+# granary_bench exists only with GRANARY_BUILD_BENCH=ON.
+if(TARGET granary_bench)
+  granary_test(NAME integration_bench_smoke_test LABELS integration TIMEOUT 300
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/bench_smoke_test.cc LIBS granary_test_cluster)
+  add_dependencies(integration_bench_smoke_test granary_master granary_node granary_bench)
+endif()
 granary_test(NAME integration_tenant_token_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/tenant_token_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_tenant_token_test granary_master granary_node granary)
