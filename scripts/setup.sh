@@ -9,7 +9,7 @@ PACKAGES=(
   libucx-dev ucx-utils libibverbs-dev rdma-core
   libabsl-dev libgflags-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libssl-dev
   libgtest-dev libgmock-dev
-  clang libclang-rt-14-dev
+  clang clang-format libclang-rt-14-dev ccache
   etcd-server etcd-client
 )
 # Extra packages for bench/compare.sh (reference tools and the plot).

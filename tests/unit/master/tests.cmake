@@ -1,9 +1,9 @@
-granary_test(NAME master_offset_allocator_test LABELS unit
+granary_test(NAME master_offset_allocator_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/offset_allocator_test.cc LIBS granary::master_alloc)
-granary_test(NAME master_service_test LABELS unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_service_test.cc LIBS granary::master)
-granary_test(NAME master_timer_wheel_test LABELS unit
+granary_test(NAME master_service_test LABELS unit tsan SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_service_test.cc LIBS granary::master)
+granary_test(NAME master_timer_wheel_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/timer_wheel_test.cc LIBS granary::master)
-granary_test(NAME master_eviction_test LABELS unit
+granary_test(NAME master_eviction_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/eviction_test.cc LIBS granary::master)
 granary_test(NAME master_admin_auth_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/admin_auth_test.cc LIBS granary::master_server)
