@@ -13,11 +13,11 @@ namespace granary::cuda::internal {
 // OK for cudaSuccess; otherwise a Status whose message is "<what>: <cudaErrorName>: <text>",
 // with the code chosen as device.h documents. Also clears CUDA's last-error slot for a
 // non-sticky error so that a later call does not report it again.
-absl::Status CudaStatus(cudaError_t err, absl::string_view what);
+[[nodiscard]] absl::Status CudaStatus(cudaError_t err, absl::string_view what);
 
 // Checks that `device` is a usable device index: FAILED_PRECONDITION (with the reason CUDA gave)
 // when there is none at all, INVALID_ARGUMENT naming the index when it is out of range.
-absl::Status CheckDevice(int device);
+[[nodiscard]] absl::Status CheckDevice(int device);
 
 // Makes a device current for the calling thread until destruction, then restores the device
 // that was current before (only if it changed). One scope per call; not movable; not shared
@@ -30,7 +30,7 @@ class ScopedDevice {
   ~ScopedDevice();
 
   // CheckDevice(device), then cudaSetDevice(device). Call at most once.
-  absl::Status Enter(int device);
+  [[nodiscard]] absl::Status Enter(int device);
 
  private:
   int previous_ = -1;  // device to restore; -1 when nothing was changed

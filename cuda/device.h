@@ -33,7 +33,7 @@ bool Available();
 
 // cudaMalloc of `bytes` (> 0) on `device`. The caller owns the result and frees it with
 // DeviceFree(device, p); prefer DeviceBuffer.
-absl::StatusOr<void*> DeviceAlloc(int device, size_t bytes);
+[[nodiscard]] absl::StatusOr<void*> DeviceAlloc(int device, size_t bytes);
 
 // cudaFree. A null `p` is a no-op. Never fails visibly: a failure here means the CUDA context is
 // already broken, and the next fallible call reports that.
@@ -42,11 +42,11 @@ void DeviceFree(int device, void* p);
 // Synchronous copies of `n` bytes (cudaMemcpy, then a wait on the device's legacy default
 // stream): on return the bytes are at `dst`, visible to work on any stream. Host memory may be
 // pageable. n == 0 is a no-op. For setup and tests; the data path uses streams and kernels.
-absl::Status CopyHostToDevice(int device, void* dst, const void* src, size_t n);
-absl::Status CopyDeviceToHost(int device, void* dst, const void* src, size_t n);
+[[nodiscard]] absl::Status CopyHostToDevice(int device, void* dst, const void* src, size_t n);
+[[nodiscard]] absl::Status CopyDeviceToHost(int device, void* dst, const void* src, size_t n);
 
 // Sets `n` bytes at device pointer `p` to (unsigned char)value; synchronous like the copies.
-absl::Status Memset(int device, void* p, int value, size_t n);
+[[nodiscard]] absl::Status Memset(int device, void* p, int value, size_t n);
 
 // True when `p` points into device memory (cudaMemoryTypeDevice or managed memory). False for
 // host memory, null, and always in the stub or without a driver.
@@ -57,7 +57,7 @@ bool IsDevicePointer(const void* p);
 // the memory itself may be used by any thread and stream.
 class DeviceBuffer {
  public:
-  static absl::StatusOr<DeviceBuffer> Create(int device, size_t bytes);
+  [[nodiscard]] static absl::StatusOr<DeviceBuffer> Create(int device, size_t bytes);
 
   DeviceBuffer() = default;
   DeviceBuffer(DeviceBuffer&& other) noexcept;
@@ -85,7 +85,7 @@ class DeviceBuffer {
 // be used from any thread.
 class Stream {
  public:
-  static absl::StatusOr<Stream> Create(int device);
+  [[nodiscard]] static absl::StatusOr<Stream> Create(int device);
 
   Stream() = default;
   Stream(Stream&& other) noexcept;
@@ -99,7 +99,7 @@ class Stream {
   int device() const { return device_; }
 
   // Waits until everything enqueued so far has completed; reports the first asynchronous error.
-  absl::Status Synchronize() const;
+  [[nodiscard]] absl::Status Synchronize() const;
 
  private:
   Stream(int device, void* handle) : device_(device), handle_(handle) {}

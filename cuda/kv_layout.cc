@@ -14,8 +14,6 @@
 namespace granary::cuda {
 namespace {
 
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-
 // a * b, or -1 when it overflows int64 (both are positive).
 int64_t CheckedMul(int64_t a, int64_t b) {
   int64_t r;

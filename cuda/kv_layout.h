@@ -42,7 +42,7 @@ struct PagedKvLayout {
 
   // OK when every dimension is positive, the stride is 0 or at least BlockBytes(), and
   // num_blocks * BlockStride() fits in int64. Otherwise INVALID_ARGUMENT naming the field.
-  absl::Status Validate() const;
+  [[nodiscard]] absl::Status Validate() const;
 
   // The following assume Validate().ok().
   size_t BlockBytes() const;
@@ -55,20 +55,22 @@ struct PagedKvLayout {
 // pointers when n > 0, and every block id in [0, num_blocks). Scatter also rejects a block id
 // listed twice (its result would depend on write order). INVALID_ARGUMENT names the bad value
 // and its position.
-absl::Status ValidateBlockIds(const PagedKvLayout& layout, const int32_t* block_ids, int n,
-                              bool reject_duplicates);
+[[nodiscard]] absl::Status ValidateBlockIds(const PagedKvLayout& layout, const int32_t* block_ids,
+                                            int n, bool reject_duplicates);
 
 // Copies blocks block_ids[0..n) of k_cache and v_cache into `out` (GatheredBytes(n) bytes), in
 // the order described above.
-absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache, const void* v_cache,
-                             const int32_t* block_ids, int n, void* out);
+[[nodiscard]] absl::Status GatherBlocksCpu(const PagedKvLayout& layout, const void* k_cache,
+                                           const void* v_cache, const int32_t* block_ids, int n,
+                                           void* out);
 
 // The inverse of GatherBlocksCpu: writes `in` (GatheredBytes(n) bytes) into the listed blocks.
-absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in, const int32_t* block_ids,
-                              int n, void* k_cache, void* v_cache);
+[[nodiscard]] absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in,
+                                            const int32_t* block_ids, int n, void* k_cache,
+                                            void* v_cache);
 
 // memcpy of each of regions[0..n). A region with bytes > 0 needs non-null src and dst.
-absl::Status BatchCopyCpu(const CopyRegion* regions, int n);
+[[nodiscard]] absl::Status BatchCopyCpu(const CopyRegion* regions, int n);
 
 // GPU versions. Cache, buffer and region pointers are device pointers on `device` (or memory
 // the device can address); `block_ids` and `regions` themselves are host arrays, validated on
@@ -80,12 +82,14 @@ absl::Status BatchCopyCpu(const CopyRegion* regions, int n);
 // Otherwise the work is enqueued on `stream` and the call returns at once; only launch errors are
 // reported, and the caller synchronizes the stream before using the result. The host arrays may be
 // released as soon as the call returns either way.
-absl::Status GatherBlocksGpu(int device, const PagedKvLayout& layout, const void* k_cache,
-                             const void* v_cache, const int32_t* block_ids, int n, void* out,
-                             void* stream = nullptr);
-absl::Status ScatterBlocksGpu(int device, const PagedKvLayout& layout, const void* in,
-                              const int32_t* block_ids, int n, void* k_cache, void* v_cache,
-                              void* stream = nullptr);
-absl::Status BatchCopyGpu(int device, const CopyRegion* regions, int n, void* stream = nullptr);
+[[nodiscard]] absl::Status GatherBlocksGpu(int device, const PagedKvLayout& layout,
+                                           const void* k_cache, const void* v_cache,
+                                           const int32_t* block_ids, int n, void* out,
+                                           void* stream = nullptr);
+[[nodiscard]] absl::Status ScatterBlocksGpu(int device, const PagedKvLayout& layout, const void* in,
+                                            const int32_t* block_ids, int n, void* k_cache,
+                                            void* v_cache, void* stream = nullptr);
+[[nodiscard]] absl::Status BatchCopyGpu(int device, const CopyRegion* regions, int n,
+                                        void* stream = nullptr);
 
 }  // namespace granary::cuda

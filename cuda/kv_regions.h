@@ -13,19 +13,23 @@ namespace granary::cuda::internal {
 
 // The 2 * n regions GatherBlocksCpu copies, in buffer order: K(block_ids[i]) then
 // V(block_ids[i]) into consecutive BlockBytes() slices of `out`. Validates like the CPU call.
-absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layout,
-                                                      const void* k_cache, const void* v_cache,
-                                                      const int32_t* block_ids, int n, void* out);
+[[nodiscard]] absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layout,
+                                                                    const void* k_cache,
+                                                                    const void* v_cache,
+                                                                    const int32_t* block_ids, int n,
+                                                                    void* out);
 
 // The same regions with source and destination swapped (ScatterBlocksCpu); duplicate block ids
 // are rejected.
-absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout, const void* in,
-                                                       const int32_t* block_ids, int n,
-                                                       void* k_cache, void* v_cache);
+[[nodiscard]] absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout,
+                                                                     const void* in,
+                                                                     const int32_t* block_ids,
+                                                                     int n, void* k_cache,
+                                                                     void* v_cache);
 
 // Checks one batched-copy region list: n >= 0, regions non-null when n > 0, and non-null src
 // and dst in every region with bytes > 0 (the message names the region index).
-absl::Status ValidateRegions(const CopyRegion* regions, int n);
+[[nodiscard]] absl::Status ValidateRegions(const CopyRegion* regions, int n);
 
 // The largest piece one GPU thread block copies; bigger regions are split so that one large
 // region spreads over many SMs instead of serializing on one.

@@ -22,7 +22,7 @@ class HttpServer {
   HttpServer();
   ~HttpServer();
   httplib::Server& server() { return *server_; }
-  absl::Status Start(const std::string& host, uint16_t port);
+  [[nodiscard]] absl::Status Start(const std::string& host, uint16_t port);
   uint16_t port() const { return port_; }
 
  private:

@@ -15,10 +15,10 @@ namespace granary {
 inline constexpr absl::string_view kSizeUnitsHelp =
     "a whole number of bytes with an optional unit B, KB, MB, GB or TB (binary: 1 KB = 1024 B)";
 
-absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
+[[nodiscard]] absl::StatusOr<uint64_t> ParseSize(absl::string_view text);
 
 // ParseSize, and also rejects 0.
-absl::StatusOr<uint64_t> ParsePositiveSize(absl::string_view text);
+[[nodiscard]] absl::StatusOr<uint64_t> ParsePositiveSize(absl::string_view text);
 
 // 1536 -> "1.5 KB", 1048576 -> "1 MB" (binary units, as ParseSize reads them).
 std::string FormatSize(uint64_t bytes);

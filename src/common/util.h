@@ -18,7 +18,7 @@ struct HostPort {
 };
 
 // "host:port" or "[v6]:port". Names the bad value in the error.
-absl::StatusOr<HostPort> ParseHostPort(absl::string_view text);
+[[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(absl::string_view text);
 
 // This machine's identity for "same host" decisions: the kernel boot id (shared by every
 // process and container on one host), or the hostname if that is unreadable.

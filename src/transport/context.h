@@ -13,7 +13,7 @@
 namespace granary::transport {
 
 // Maps a UCX status to an absl::Status with `what` in front of UCX's own words.
-absl::Status UcsError(ucs_status_t st, absl::string_view what);
+[[nodiscard]] absl::Status UcsError(ucs_status_t st, absl::string_view what);
 
 // Owns one ucp_context (features: RMA, active messages, wakeup). Thread-safe: its workers may
 // live on different threads. Outlives every Worker and MemoryRegion made from it.
@@ -21,7 +21,7 @@ class Context {
  public:
   // overrides: UCX configuration keys without the UCX_ prefix ("TLS" -> "tcp"), applied on top of
   // the environment.
-  static absl::StatusOr<std::unique_ptr<Context>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Context>> Create(
       const std::string& name,
       const std::vector<std::pair<std::string, std::string>>& overrides = {});
   ~Context();

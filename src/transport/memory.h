@@ -15,13 +15,15 @@ namespace granary::transport {
 // Immutable after Create; safe to share across threads. Destroy before the Context.
 class MemoryRegion {
  public:
-  static absl::StatusOr<std::unique_ptr<MemoryRegion>> Create(Context* ctx, void* addr, size_t len,
-                                                              bool cuda = false);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MemoryRegion>> Create(Context* ctx,
+                                                                            void* addr, size_t len,
+                                                                            bool cuda = false);
   // Host memory that UCX allocates itself (UCP_MEM_MAP_ALLOCATE), and owns: unmapping frees it.
   // UCX places it in shared memory (sysv or posix) when it can, so a peer on the same host
   // maps it and reads or writes it with plain loads and stores instead of a system call per
   // transfer (cma).
-  static absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(Context* ctx, size_t len);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MemoryRegion>> Allocate(Context* ctx,
+                                                                              size_t len);
   ~MemoryRegion();
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;
@@ -34,7 +36,7 @@ class MemoryRegion {
     return b >= a && b + n <= a + length_;
   }
   // The packed remote key a peer needs to read or write this range.
-  absl::StatusOr<std::string> PackRkey() const;
+  [[nodiscard]] absl::StatusOr<std::string> PackRkey() const;
 
  private:
   MemoryRegion(Context* ctx, ucp_mem_h memh, void* addr, size_t len)

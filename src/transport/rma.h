@@ -59,7 +59,7 @@ class RmaEngine {
 
   // Calls done(status) on the progress thread when every op finished (puts remotely visible).
   void Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)> done);
-  absl::Status ExecuteSync(std::vector<RmaOp> ops);
+  [[nodiscard]] absl::Status ExecuteSync(std::vector<RmaOp> ops);
   // Same host, shared memory. A node on this host allocates its segment in shared memory, and
   // once Execute has unpacked the segment's rkey, that memory is mapped into this process
   // (ucp_rkey_ptr): the op is then a memcpy. This copies, on the calling thread, every op of
@@ -82,8 +82,8 @@ class RmaEngine {
     std::shared_ptr<Endpoint> ep;
     absl::flat_hash_map<uint64_t, ucp_rkey_h> rkeys;
   };
-  absl::StatusOr<Peer*> GetPeer(const RemoteSegment& seg);
-  absl::StatusOr<ucp_rkey_h> GetRkey(Peer* peer, const RemoteSegment& seg);
+  [[nodiscard]] absl::StatusOr<Peer*> GetPeer(const RemoteSegment& seg);
+  [[nodiscard]] absl::StatusOr<ucp_rkey_h> GetRkey(Peer* peer, const RemoteSegment& seg);
   void DropPeer(const std::string& address);
 
   Worker* worker_;

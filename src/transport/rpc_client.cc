@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 
 namespace granary::transport {
@@ -16,9 +17,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
                                                              const std::string& address) {
   std::unique_ptr<RpcClient> c(new RpcClient(worker, address));
   absl::Status st = worker->Run([&]() -> absl::Status {
-    auto ep = worker->Connect(address);
-    if (!ep.ok()) return ep.status();
-    c->ep_ = *ep;
+    GRANARY_ASSIGN_OR_RETURN(c->ep_, worker->Connect(address));
     c->ep_->on_error = [raw = c.get(), alive = c->alive_](ucs_status_t us) {
       absl::Status err = absl::UnavailableError(
           absl::StrCat("connection to ", raw->address_, " lost: ", ucs_status_string(us)));
@@ -34,7 +33,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
     };
     return absl::OkStatus();
   });
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(st);
   if (ControlShmEnabled()) {
     absl::Status attached = c->AttachShm();
     if (!attached.ok())
@@ -45,20 +44,20 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
 
 absl::Status RpcClient::AttachShm() {
   constexpr absl::Duration kTimeout = absl::Seconds(5);
-  auto offer =
-      Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(proto::MsgType::kShmOffer, {}, kTimeout);
-  if (!offer.ok()) return offer.status();
-  if (offer->host_id != HostId()) {
+  GRANARY_ASSIGN_OR_RETURN(proto::ShmOfferReply offer,
+                           (Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(
+                               proto::MsgType::kShmOffer, {}, kTimeout)));
+  if (offer.host_id != HostId()) {
     return absl::FailedPreconditionError("the server is on another host");
   }
   auto ep = worker_->Run([&]() -> absl::StatusOr<std::shared_ptr<Endpoint>> {
     // No peer-failure handling (UCX's shared-memory transports have none): ep_ reports it.
-    return worker_->ConnectWorker(offer->worker_address, absl::StrCat(address_, " (shm)"),
+    return worker_->ConnectWorker(offer.worker_address, absl::StrCat(address_, " (shm)"),
                                   /*peer_failure_handling=*/false);
   });
   if (!ep.ok()) return ep.status();
   auto reply = CallOn(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), 0,
-                                         proto::ShmAttachRequest{offer->nonce}),
+                                         proto::ShmAttachRequest{offer.nonce}),
                       kTimeout, *ep);
   absl::Status st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
   worker_->Run([&] {

@@ -22,8 +22,8 @@ namespace granary::transport {
 // in the environment skips the attempt.
 class RpcClient {
  public:
-  static absl::StatusOr<std::unique_ptr<RpcClient>> Create(Worker* worker,
-                                                           const std::string& address);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcClient>> Create(
+      Worker* worker, const std::string& address);
   ~RpcClient();
 
   using Done = std::function<void(absl::StatusOr<std::string>)>;
@@ -31,18 +31,19 @@ class RpcClient {
   // progress thread.
   void CallAsync(std::string frame, Done done);
   // Blocking form. DEADLINE_EXCEEDED after timeout.
-  absl::StatusOr<std::string> Call(std::string frame, absl::Duration timeout);
+  [[nodiscard]] absl::StatusOr<std::string> Call(std::string frame, absl::Duration timeout);
 
   // Encodes req, calls, and decodes the reply as Rep. A reply whose leading status is an
   // error yields that error.
   template <typename Req, typename Rep>
-  absl::StatusOr<Rep> Invoke(proto::MsgType type, const Req& req, absl::Duration timeout) {
+  [[nodiscard]] absl::StatusOr<Rep> Invoke(proto::MsgType type, const Req& req,
+                                           absl::Duration timeout) {
     auto frame = Call(proto::EncodeFrame(static_cast<uint16_t>(type), 0, req), timeout);
     if (!frame.ok()) return frame.status();
     return ParseReply<Rep>(*frame);
   }
   template <typename Rep>
-  static absl::StatusOr<Rep> ParseReply(absl::string_view data) {
+  [[nodiscard]] static absl::StatusOr<Rep> ParseReply(absl::string_view data) {
     auto f = proto::DecodeFrame(data);
     if (!f.ok()) return f.status();
     proto::Reader r(f->body);
@@ -68,12 +69,12 @@ class RpcClient {
   void FailAll(const absl::Status& st);
   // CallAsync and Call on `via` (null: the connection's endpoint, shared memory once attached).
   void CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via);
-  absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
-                                     std::shared_ptr<Endpoint> via);
+  [[nodiscard]] absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
+                                                   std::shared_ptr<Endpoint> via);
   // Sends request `id` on `out` and routes its reply to done; progress-thread only.
   void Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out);
   // The kShmOffer / kShmAttach handshake; on success requests use shm_ep_ from then on.
-  absl::Status AttachShm();
+  [[nodiscard]] absl::Status AttachShm();
 
   Worker* worker_;
   std::string address_;

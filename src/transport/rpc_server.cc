@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/messages.h"
 
@@ -52,7 +53,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Create(Worker* worker, uin
         [raw = s.get()](ucp_ep_h ep, absl::string_view frame) { raw->OnFrame(ep, frame); });
     return absl::OkStatus();
   });
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(st);
   return s;
 }
 

@@ -38,8 +38,9 @@ class RpcServer {
     std::function<void(ConnId)> on_disconnect;
   };
   // port 0 picks a free port; port() tells which.
-  static absl::StatusOr<std::unique_ptr<RpcServer>> Create(Worker* worker, uint16_t port,
-                                                           Callbacks callbacks);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcServer>> Create(Worker* worker,
+                                                                         uint16_t port,
+                                                                         Callbacks callbacks);
   ~RpcServer();
 
   uint16_t port() const { return port_; }

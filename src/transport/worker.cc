@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
@@ -241,10 +242,9 @@ absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params,
 }
 
 absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Connect(const std::string& host_port) {
-  auto hp = ParseHostPort(host_port);
-  if (!hp.ok()) return hp.status();
+  GRANARY_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(host_port));
   socklen_t len = 0;
-  auto ss = Resolve(*hp, &len);
+  auto ss = Resolve(hp, &len);
   if (!ss.ok()) return ss.status();
   ucp_ep_params_t p = {};
   p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;

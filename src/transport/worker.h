@@ -47,8 +47,8 @@ struct Endpoint {
 // endpoint it still tracks.
 class Worker {
  public:
-  static absl::StatusOr<std::unique_ptr<Worker>> Create(Context* ctx, std::string name,
-                                                        MetricsRegistry* metrics = nullptr);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(
+      Context* ctx, std::string name, MetricsRegistry* metrics = nullptr);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -87,23 +87,22 @@ class Worker {
   static uint64_t NextRequestId();
 
   // Progress-thread only. Creates an endpoint to host:port (client side of a listener).
-  absl::StatusOr<std::shared_ptr<Endpoint>> Connect(const std::string& host_port);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Endpoint>> Connect(const std::string& host_port);
   // Progress-thread only. Creates an endpoint to a worker address (ucp_worker_query), which
   // lets UCX pick every transport the two sides share. UCX 1.13's shared-memory transports
   // cannot report peer failure, so with peer_failure_handling they are left out; a same-host
   // peer is connected without it (a dead peer then shows as failed transfers, which the
   // master's view of live nodes resolves).
-  absl::StatusOr<std::shared_ptr<Endpoint>> ConnectWorker(const std::string& worker_address,
-                                                          std::string peer,
-                                                          bool peer_failure_handling);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Endpoint>> ConnectWorker(
+      const std::string& worker_address, std::string peer, bool peer_failure_handling);
   // This worker's address, for peers to ConnectWorker to.
-  absl::StatusOr<std::string> Address();
+  [[nodiscard]] absl::StatusOr<std::string> Address();
   // Progress-thread only. Accepts a connection request from a listener.
-  absl::StatusOr<std::shared_ptr<Endpoint>> Accept(ucp_conn_request_h req);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Endpoint>> Accept(ucp_conn_request_h req);
   // Progress-thread only. Closes and forgets an endpoint.
   void Close(const std::shared_ptr<Endpoint>& ep);
   // Progress-thread only. Sends one frame; the bytes are owned until sent.
-  absl::Status SendFrame(Endpoint* ep, std::string frame, bool request_reply_ep);
+  [[nodiscard]] absl::Status SendFrame(Endpoint* ep, std::string frame, bool request_reply_ep);
   // Logs and counts the transports an endpoint uses, once, after it carried traffic.
   // data_path: warn when bulk data would move over tcp alone.
   void NoteTransport(Endpoint* ep, bool data_path = false);
@@ -120,8 +119,9 @@ class Worker {
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  absl::StatusOr<std::shared_ptr<Endpoint>> Track(ucp_ep_params_t* params, std::string peer,
-                                                  bool peer_mode = true);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Endpoint>> Track(ucp_ep_params_t* params,
+                                                                std::string peer,
+                                                                bool peer_mode = true);
 
   Context* ctx_;
   ucp_worker_h worker_;
