@@ -164,17 +164,31 @@ TEST_F(TenancyTest, SkewedWritersEvictionsFallOnTheHeavyTenant) {
       EXPECT_TRUE(*c->Exist(absl::StrCat("w-", i))) << i;
     }
   }
-  auto heavy_ev =
-      cluster_->Metric("granary_tenant_evictions_total{tenant_id=\"heavy\",reason=\"space\"}");
-  ASSERT_TRUE(heavy_ev.ok()) << heavy_ev.status();
-  EXPECT_GT(*heavy_ev, 200);
+  // Evictions of a tenant for either reason: a put that finds no space evicts ("space"), and so
+  // does the master's timer above the high watermark ("watermark"); which of the two gets there
+  // first depends on the machine's speed (a loaded machine left it all to the timer).
+  auto evictions = [&](const std::string& tenant) {
+    double total = 0;
+    bool seen = false;
+    for (const char* reason : {"space", "watermark"}) {
+      auto v = cluster_->Metric(absl::StrCat("granary_tenant_evictions_total{tenant_id=\"", tenant,
+                                             "\",reason=\"", reason, "\"}"));
+      if (v.ok()) {
+        total += *v;
+        seen = true;
+      }
+    }
+    return std::make_pair(seen, total);
+  };
+  auto [heavy_seen, heavy_ev] = evictions("heavy");
+  ASSERT_TRUE(heavy_seen) << "no eviction of the heavy tenant was counted";
+  EXPECT_GT(heavy_ev, 200);
   for (const char* t : {"light-1", "light-2"}) {
-    auto ev = cluster_->Metric(
-        absl::StrCat("granary_tenant_evictions_total{tenant_id=\"", t, "\",reason=\"space\"}"));
-    EXPECT_FALSE(ev.ok() && *ev > 0) << t << " lost " << *ev << " objects";
+    auto [seen, ev] = evictions(t);
+    EXPECT_FALSE(seen && ev > 0) << t << " lost " << ev << " objects";
   }
-  std::cerr << "[ measured ] heavy tenant evictions: " << *heavy_ev << ", light: 0 of "
-            << light_puts << " blocks\n";
+  std::cerr << "[ measured ] heavy tenant evictions: " << heavy_ev << ", light: 0 of " << light_puts
+            << " blocks\n";
 }
 
 }  // namespace
