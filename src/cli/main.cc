@@ -143,20 +143,8 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
   return o;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  gflags::SetUsageMessage(kUsageText);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  granary::ConfigureMutexDeadlockDetection();
-  granary::LogLevel level;
-  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
-    return Usage("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
-  }
-  granary::SetLogLevel(level);
-  if (argc < 2) return Usage("no command given");
-  std::string cmd = argv[1];
-  std::vector<std::string> args(argv + 2, argv + argc);
+// The argument counts each command takes; kOk when they fit, else the usage error's code.
+int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
   static const std::vector<std::string> kCommands = {
       "put", "get", "rm", "exists", "stat", "ls", "segments", "copy", "move", "kvkey", "lookup"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
@@ -171,119 +159,164 @@ int main(int argc, char** argv) {
   if ((cmd == "copy" || cmd == "move") && (!need(1, 1) || FLAGS_to.empty())) {
     return Usage(cmd + " takes one KEY and --to=NODE");
   }
-
-  std::optional<std::string> adapter;
-  if (!FLAGS_adapter_id.empty()) adapter = FLAGS_adapter_id;
-  if (cmd == "kvkey") {  // pure: needs no master
-    if (args.size() != 2 || (args[0] != "encode" && args[0] != "decode")) {
-      return Usage("kvkey takes 'encode HASH' or 'decode KEY'");
-    }
-    if (args[0] == "encode") {
-      granary::KvKey k{FLAGS_model, FLAGS_hash_scheme, adapter, args[1]};
-      if (absl::Status st = granary::ValidateKvKey(k); !st.ok()) {
-        return Usage(std::string(st.message()));
-      }
-      std::cout << granary::EncodeKvKey(k) << "\n";
-      return kOk;
-    }
-    auto k = granary::DecodeKvKey(args[1]);
-    if (!k.ok()) return Fail("kvkey decode", k.status());
-    std::cout << "model: " << k->model << "\nhash_scheme: " << k->hash_scheme
-              << "\nadapter_id: " << (k->adapter_id ? *k->adapter_id : "(none)")
-              << "\nprefix_hash: " << k->prefix_hash << "\n";
-    return kOk;
+  if (cmd == "kvkey" && (args.size() != 2 || (args[0] != "encode" && args[0] != "decode"))) {
+    return Usage("kvkey takes 'encode HASH' or 'decode KEY'");
   }
   if (cmd == "lookup" && (args.empty() || FLAGS_model.empty() || FLAGS_hash_scheme.empty())) {
     return Usage("lookup takes HASH... with --model and --hash_scheme");
   }
+  return kOk;
+}
+
+std::optional<std::string> AdapterFlag() {
+  if (FLAGS_adapter_id.empty()) return std::nullopt;
+  return FLAGS_adapter_id;
+}
+
+// kvkey encode HASH | decode KEY: pure, needs no master.
+int RunKvKey(const std::vector<std::string>& args) {
+  if (args[0] == "encode") {
+    granary::KvKey k{FLAGS_model, FLAGS_hash_scheme, AdapterFlag(), args[1]};
+    if (absl::Status st = granary::ValidateKvKey(k); !st.ok()) {
+      return Usage(std::string(st.message()));
+    }
+    std::cout << granary::EncodeKvKey(k) << "\n";
+    return kOk;
+  }
+  auto k = granary::DecodeKvKey(args[1]);
+  if (!k.ok()) return Fail("kvkey decode", k.status());
+  std::cout << "model: " << k->model << "\nhash_scheme: " << k->hash_scheme
+            << "\nadapter_id: " << (k->adapter_id ? *k->adapter_id : "(none)")
+            << "\nprefix_hash: " << k->prefix_hash << "\n";
+  return kOk;
+}
+
+int RunPut(granary::Client& c, const std::vector<std::string>& args) {
+  auto data = ReadAll(args.size() > 1 ? args[1] : "-");
+  if (!data.ok()) return Usage(std::string(data.status().message()));
+  int64_t t0 = granary::MonotonicUs();
+  absl::Status st = c.Put(args[0], *data);
+  int64_t us = granary::MonotonicUs() - t0;
+  if (!st.ok()) return Fail("put '" + args[0] + "'", st);
+  std::cerr << "put " << args[0] << ": " << Rate(data->size(), us) << "\n";
+  return kOk;
+}
+
+int RunGet(granary::Client& c, const std::vector<std::string>& args) {
+  int64_t t0 = granary::MonotonicUs();
+  auto v = c.Get(args[0]);
+  int64_t us = granary::MonotonicUs() - t0;
+  if (!v.ok()) return Fail("get '" + args[0] + "'", v.status());
+  absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v);
+  if (!st.ok()) return Fail("get '" + args[0] + "'", st);
+  std::cerr << "get " << args[0] << ": " << Rate(v->size(), us) << "\n";
+  return kOk;
+}
+
+int RunRemove(granary::Client& c, const std::vector<std::string>& args) {
+  auto results = c.BatchRemove(args);
+  int rc = kOk;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!results[i].ok()) rc = std::max(rc, Fail("rm '" + args[i] + "'", results[i]));
+  }
+  return rc;
+}
+
+int RunExists(granary::Client& c, const std::vector<std::string>& args) {
+  auto e = c.Exist(args[0]);
+  if (!e.ok()) return Fail("exists '" + args[0] + "'", e.status());
+  std::cout << args[0] << (*e ? " exists" : " does not exist") << "\n";
+  return *e ? kOk : kRefused;
+}
+
+int RunStat(granary::Client& c, const std::vector<std::string>& args) {
+  auto s = c.Stat(args[0]);
+  if (!s.ok()) return Fail("stat '" + args[0] + "'", s.status());
+  std::cout << "key: " << s->key << "\nsize: " << s->size << " (" << granary::FormatSize(s->size)
+            << ")\nstate: " << (s->complete ? "complete" : "processing")
+            << "\nreplicas: " << s->replicas << "\ngeneration: " << s->generation
+            << "\nage_ms: " << s->age_ms << "\n";
+  return kOk;
+}
+
+int RunList(granary::Client& c, const std::vector<std::string>& args) {
+  auto r = c.List(args.empty() ? "" : args[0], FLAGS_limit);
+  if (!r.ok()) return Fail("ls", r.status());
+  for (const auto& o : r->objects) {
+    std::cout << absl::StrFormat("%12d  %s  %s\n", o.size, o.complete ? "complete  " : "processing",
+                                 o.key);
+  }
+  if (r->more) std::cerr << "(more keys: raise --limit or narrow the prefix)\n";
+  return kOk;
+}
+
+int RunLookup(granary::Client& c, const std::vector<std::string>& args) {
+  auto r = c.LookupPrefix(FLAGS_model, FLAGS_hash_scheme, AdapterFlag(), args, FLAGS_lease);
+  if (!r.ok()) return Fail("lookup", r.status());
+  std::cout << "present: " << r->present << " of " << args.size() << "\n";
+  for (const auto& b : r->blocks) {
+    std::cout << absl::StrFormat("%12d  %-22s %s\n", b.size, b.node_address, b.key);
+  }
+  return kOk;
+}
+
+int RunCopyOrMove(granary::Client& c, const std::string& cmd,
+                  const std::vector<std::string>& args) {
+  int64_t t0 = granary::MonotonicUs();
+  absl::Status st = cmd == "copy" ? c.Copy(args[0], FLAGS_to) : c.Move(args[0], FLAGS_to);
+  if (!st.ok()) return Fail(cmd + " '" + args[0] + "' to " + FLAGS_to, st);
+  std::cerr << cmd << " " << args[0] << " to " << FLAGS_to << ": done in "
+            << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
+  return kOk;
+}
+
+int RunSegments(granary::Client& c) {
+  auto r = c.Segments();
+  if (!r.ok()) return Fail("segments", r.status());
+  std::cout << absl::StrFormat("%-18s %-6s %-10s %-24s %12s %12s %s\n", "ID", "TIER", "NAME",
+                               "NODE", "SIZE", "USED", "POOL");
+  for (const auto& s : *r) {
+    std::cout << absl::StrFormat("%-18d %-6s %-10s %-24s %12s %12s %s\n", s.segment_id, s.tier,
+                                 s.name, s.node_address, granary::FormatSize(s.size),
+                                 granary::FormatSize(s.used), s.pool.empty() ? "-" : s.pool);
+  }
+  return kOk;
+}
+
+// A command that talks to the master, its arguments already checked.
+int RunCommand(granary::Client& c, const std::string& cmd, const std::vector<std::string>& args) {
+  if (cmd == "put") return RunPut(c, args);
+  if (cmd == "get") return RunGet(c, args);
+  if (cmd == "rm") return RunRemove(c, args);
+  if (cmd == "exists") return RunExists(c, args);
+  if (cmd == "stat") return RunStat(c, args);
+  if (cmd == "ls") return RunList(c, args);
+  if (cmd == "lookup") return RunLookup(c, args);
+  if (cmd == "copy" || cmd == "move") return RunCopyOrMove(c, cmd, args);
+  if (cmd == "segments") return RunSegments(c);
+  return Usage("unknown command '" + cmd + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(kUsageText);
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::ConfigureMutexDeadlockDetection();
+  granary::LogLevel level;
+  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+    return Usage("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
+  }
+  granary::SetLogLevel(level);
+  if (argc < 2) return Usage("no command given");
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (int rc = CheckArgs(cmd, args); rc != kOk) return rc;
+  if (cmd == "kvkey") return RunKvKey(args);
 
   auto options = LoadOptions();
   if (!options.ok()) return Usage(std::string(options.status().message()));
   auto client = granary::Client::Create(*options);
   if (!client.ok()) return Fail("connecting to " + options->master_server_address, client.status());
-  granary::Client& c = **client;
-
-  if (cmd == "put") {
-    auto data = ReadAll(args.size() > 1 ? args[1] : "-");
-    if (!data.ok()) return Usage(std::string(data.status().message()));
-    int64_t t0 = granary::MonotonicUs();
-    absl::Status st = c.Put(args[0], *data);
-    int64_t us = granary::MonotonicUs() - t0;
-    if (!st.ok()) return Fail("put '" + args[0] + "'", st);
-    std::cerr << "put " << args[0] << ": " << Rate(data->size(), us) << "\n";
-    return kOk;
-  }
-  if (cmd == "get") {
-    int64_t t0 = granary::MonotonicUs();
-    auto v = c.Get(args[0]);
-    int64_t us = granary::MonotonicUs() - t0;
-    if (!v.ok()) return Fail("get '" + args[0] + "'", v.status());
-    absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v);
-    if (!st.ok()) return Fail("get '" + args[0] + "'", st);
-    std::cerr << "get " << args[0] << ": " << Rate(v->size(), us) << "\n";
-    return kOk;
-  }
-  if (cmd == "rm") {
-    auto results = c.BatchRemove(args);
-    int rc = kOk;
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (!results[i].ok()) rc = std::max(rc, Fail("rm '" + args[i] + "'", results[i]));
-    }
-    return rc;
-  }
-  if (cmd == "exists") {
-    auto e = c.Exist(args[0]);
-    if (!e.ok()) return Fail("exists '" + args[0] + "'", e.status());
-    std::cout << args[0] << (*e ? " exists" : " does not exist") << "\n";
-    return *e ? kOk : kRefused;
-  }
-  if (cmd == "stat") {
-    auto s = c.Stat(args[0]);
-    if (!s.ok()) return Fail("stat '" + args[0] + "'", s.status());
-    std::cout << "key: " << s->key << "\nsize: " << s->size << " (" << granary::FormatSize(s->size)
-              << ")\nstate: " << (s->complete ? "complete" : "processing")
-              << "\nreplicas: " << s->replicas << "\ngeneration: " << s->generation
-              << "\nage_ms: " << s->age_ms << "\n";
-    return kOk;
-  }
-  if (cmd == "ls") {
-    auto r = c.List(args.empty() ? "" : args[0], FLAGS_limit);
-    if (!r.ok()) return Fail("ls", r.status());
-    for (const auto& o : r->objects) {
-      std::cout << absl::StrFormat("%12d  %s  %s\n", o.size,
-                                   o.complete ? "complete  " : "processing", o.key);
-    }
-    if (r->more) std::cerr << "(more keys: raise --limit or narrow the prefix)\n";
-    return kOk;
-  }
-  if (cmd == "lookup") {
-    auto r = c.LookupPrefix(FLAGS_model, FLAGS_hash_scheme, adapter, args, FLAGS_lease);
-    if (!r.ok()) return Fail("lookup", r.status());
-    std::cout << "present: " << r->present << " of " << args.size() << "\n";
-    for (const auto& b : r->blocks) {
-      std::cout << absl::StrFormat("%12d  %-22s %s\n", b.size, b.node_address, b.key);
-    }
-    return kOk;
-  }
-  if (cmd == "copy" || cmd == "move") {
-    int64_t t0 = granary::MonotonicUs();
-    absl::Status st = cmd == "copy" ? c.Copy(args[0], FLAGS_to) : c.Move(args[0], FLAGS_to);
-    if (!st.ok()) return Fail(cmd + " '" + args[0] + "' to " + FLAGS_to, st);
-    std::cerr << cmd << " " << args[0] << " to " << FLAGS_to << ": done in "
-              << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
-    return kOk;
-  }
-  if (cmd == "segments") {
-    auto r = c.Segments();
-    if (!r.ok()) return Fail("segments", r.status());
-    std::cout << absl::StrFormat("%-18s %-6s %-10s %-24s %12s %12s %s\n", "ID", "TIER", "NAME",
-                                 "NODE", "SIZE", "USED", "POOL");
-    for (const auto& s : *r) {
-      std::cout << absl::StrFormat("%-18d %-6s %-10s %-24s %12s %12s %s\n", s.segment_id, s.tier,
-                                   s.name, s.node_address, granary::FormatSize(s.size),
-                                   granary::FormatSize(s.used), s.pool.empty() ? "-" : s.pool);
-    }
-    return kOk;
-  }
-  return Usage("unknown command '" + cmd + "'");
+  return RunCommand(**client, cmd, args);
 }
