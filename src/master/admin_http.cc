@@ -173,7 +173,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
       arr.push_back({{"key", o.key},
                      {"size", o.size},
                      {"generation", o.generation},
-                     {"complete", o.state == 1},
+                     {"complete", o.state == proto::ObjectState::kComplete},
                      {"replicas", o.replica_count},
                      {"age_ms", o.age_ms},
                      {"placements", [&] {

@@ -113,6 +113,13 @@ Tier GetTier(Reader& r) {
   if (r.ok() && t > 1) r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown tier ", t)));
   return static_cast<Tier>(t);
 }
+ObjectState GetObjectState(Reader& r) {
+  uint8_t s = r.U8("state");
+  if (r.ok() && s > 1) {
+    r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown object state ", s)));
+  }
+  return static_cast<ObjectState>(s);
+}
 
 }  // namespace
 
@@ -353,7 +360,7 @@ void Encode(const ListReply& m, Writer& w) {
     w.Str(o.key);
     w.U64(o.size);
     w.U64(o.generation);
-    w.U8(o.state);
+    w.U8(static_cast<uint8_t>(o.state));
     w.U32(o.replica_count);
     w.U64(o.age_ms);
     PutReplicas(o.replicas, w);
@@ -368,7 +375,7 @@ absl::Status Decode(Reader& r, ListReply* m) {
     o.key = r.Str("key", kMaxKeyBytes);
     o.size = r.U64("size");
     o.generation = r.U64("generation");
-    o.state = r.U8("state");
+    o.state = GetObjectState(r);
     o.replica_count = r.U32("replica_count");
     o.age_ms = r.U64("age_ms");
     GetReplicas(r, &o.replicas);

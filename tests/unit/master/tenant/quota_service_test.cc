@@ -914,9 +914,9 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
     ASSERT_FALSE(all.more);
     uint64_t bytes = 0, complete = 0;
     for (const auto& o : all.objects) {
-      EXPECT_EQ(o.state, static_cast<uint8_t>(ObjectState::kComplete))
+      EXPECT_EQ(o.state, ObjectState::kComplete)
           << tenant << " " << o.key << " still in progress after its writer left";
-      if (o.state != static_cast<uint8_t>(ObjectState::kComplete)) continue;
+      if (o.state != ObjectState::kComplete) continue;
       bytes += MasterService::AllocBytes(o.size) * o.replica_count;
       ++complete;
     }
