@@ -37,6 +37,6 @@ void FinishFrame(std::string* out);
 
 // Parses a whole frame. Truncated, oversized, wrong-magic or wrong-version input is an
 // INVALID_ARGUMENT (FAILED_PRECONDITION for a version mismatch) naming what was wrong.
-absl::StatusOr<FrameView> DecodeFrame(absl::string_view data);
+[[nodiscard]] absl::StatusOr<FrameView> DecodeFrame(absl::string_view data);
 
 }  // namespace granary::proto

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "proto/codec.h"
 #include "proto/frame.h"
 
@@ -62,7 +63,7 @@ struct WireStatus {
   uint8_t code = 0;
   std::string message;
   static WireStatus From(const absl::Status& s);
-  absl::Status ToStatus() const;
+  [[nodiscard]] absl::Status ToStatus() const;
   bool operator==(const WireStatus&) const = default;
 };
 
@@ -357,7 +358,7 @@ struct LookupPrefixReply {
 // Encode/Decode for every message. Decode reads the whole body or fails naming the field.
 #define GRANARY_DECLARE_CODEC(T)      \
   void Encode(const T& m, Writer& w); \
-  absl::Status Decode(Reader& r, T* m);
+  [[nodiscard]] absl::Status Decode(Reader& r, T* m);
 GRANARY_DECLARE_CODEC(HelloRequest)
 GRANARY_DECLARE_CODEC(HelloReply)
 GRANARY_DECLARE_CODEC(HeartbeatRequest)
@@ -406,13 +407,11 @@ std::string EncodeFrame(uint16_t type, uint64_t request_id, const T& m) {
 
 // Decodes a frame body into T, requiring that every byte is consumed.
 template <typename T>
-absl::StatusOr<T> DecodeBody(absl::string_view body) {
+[[nodiscard]] absl::StatusOr<T> DecodeBody(absl::string_view body) {
   Reader r(body);
   T m;
-  absl::Status st = Decode(r, &m);
-  if (!st.ok()) return st;
-  st = r.Finish();
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(Decode(r, &m));
+  GRANARY_RETURN_IF_ERROR(r.Finish());
   return m;
 }
 
