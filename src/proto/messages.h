@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "proto/codec.h"
 #include "proto/frame.h"
@@ -58,10 +59,12 @@ enum class MsgType : uint16_t {
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
 
-// A status as carried on the wire: absl code and message.
+// A status as carried on the wire: absl code, message and the typed reason (an ErrorReason
+// payload on the absl::Status; see common/error_reason.h).
 struct WireStatus {
   uint8_t code = 0;
   std::string message;
+  ErrorReason reason = ErrorReason::kNone;
   static WireStatus From(const absl::Status& s);
   [[nodiscard]] absl::Status ToStatus() const;
   bool operator==(const WireStatus&) const = default;

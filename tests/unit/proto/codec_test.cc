@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/error_reason.h"
 #include "proto/alloc_header.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
@@ -57,8 +58,8 @@ constexpr uint64_t kRequestId = 0xFEDCBA9876543210ull;
 uint16_t Type(MsgType t, bool reply = false) {
   return static_cast<uint16_t>(static_cast<uint16_t>(t) | (reply ? kReplyBit : 0));
 }
-WireStatus Ws(absl::StatusCode code, std::string msg) {
-  return WireStatus{static_cast<uint8_t>(code), std::move(msg)};
+WireStatus Ws(absl::StatusCode code, std::string msg, ErrorReason reason = ErrorReason::kNone) {
+  return WireStatus{static_cast<uint8_t>(code), std::move(msg), reason};
 }
 const std::string kBinary =
     "r\0k\xff\x01\x80"
@@ -85,7 +86,8 @@ PutStartRequest SamplePutStart() {
 PutStartReply SamplePutStartReply() {
   PutStartReply m{Ws(absl::StatusCode::kOk, ""), {}};
   m.results.push_back({Ws(absl::StatusCode::kOk, ""), 9, {{1, 0x1000, 4160}, {2, 0x2000, 4160}}});
-  m.results.push_back({Ws(absl::StatusCode::kResourceExhausted, "full"), 0, {}});
+  m.results.push_back(
+      {Ws(absl::StatusCode::kResourceExhausted, "full", ErrorReason::kQuotaExceeded), 0, {}});
   m.results.push_back({Ws(absl::StatusCode::kOk, ""), ~0ull, {}});
   for (uint32_t i = 0; i < kMaxReplicaNum; ++i) m.results[2].replicas.push_back({i, i * 64, 64});
   return m;
@@ -94,7 +96,8 @@ KeyGenRequest SampleKeyGen() { return {{{"a", 1}, {kBinary, ~0ull}}}; }
 BatchStatusReply SampleBatchStatus() {
   return {Ws(absl::StatusCode::kOk, ""),
           {Ws(absl::StatusCode::kOk, ""), Ws(absl::StatusCode::kNotFound, "gone"),
-           Ws(absl::StatusCode::kUnauthenticated, "who")}};
+           Ws(absl::StatusCode::kUnauthenticated, "who"),
+           Ws(absl::StatusCode::kFailedPrecondition, "not empty", kLastErrorReason)}};
 }
 KeysRequest SampleKeys() { return {{"x", "", kBinary}}; }
 GetReply SampleGetReply() {
@@ -189,14 +192,41 @@ absl::Status DecodeAs(absl::string_view body) {
   return absl::OkStatus();
 }
 
+template <typename T>
+T RoundTrip(uint16_t type, const T& m) {
+  std::string frame = EncodeFrame(type, kRequestId, m);
+  absl::StatusOr<FrameView> f = DecodeFrame(frame);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return T{};
+  EXPECT_EQ(f->header.version, kProtocolVersion);
+  EXPECT_EQ(f->header.type, type);
+  EXPECT_EQ(f->header.flags, 0u);
+  EXPECT_EQ(f->header.request_id, kRequestId);
+  EXPECT_EQ(f->body.data(), frame.data() + kFrameHeaderSize);
+  EXPECT_EQ(f->body.size(), frame.size() - kFrameHeaderSize);
+  absl::StatusOr<T> d = DecodeBody<T>(f->body);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? *d : T{};
+}
+
+template <typename T>
+void ExpectRoundTrip(const char* name, uint16_t type, const T& m) {
+  SCOPED_TRACE(name);
+  EXPECT_EQ(RoundTrip(type, m), m);
+}
+
+// One message type: its sample's frame, how to decode a body as that type, and a check that the
+// sample survives encode + decode with every field equal.
 struct Case {
   std::string name;
   std::string frame;
   absl::Status (*decode)(absl::string_view body);
+  std::function<void()> expect_round_trip;
 };
 template <typename T>
 Case MakeCase(const char* name, uint16_t type, const T& m) {
-  return Case{name, EncodeFrame(type, kRequestId, m), &DecodeAs<T>};
+  return Case{name, EncodeFrame(type, kRequestId, m), &DecodeAs<T>,
+              [name, type, m] { ExpectRoundTrip(name, type, m); }};
 }
 std::vector<Case> AllCases() {
   return {
@@ -259,61 +289,8 @@ void ExpectInvalid(const absl::Status& st, absl::string_view what) {
   EXPECT_TRUE(absl::StrContains(st.message(), what)) << "want '" << what << "' in: " << st;
 }
 
-template <typename T>
-T RoundTrip(uint16_t type, const T& m) {
-  std::string frame = EncodeFrame(type, kRequestId, m);
-  absl::StatusOr<FrameView> f = DecodeFrame(frame);
-  EXPECT_TRUE(f.ok()) << f.status();
-  if (!f.ok()) return T{};
-  EXPECT_EQ(f->header.version, kProtocolVersion);
-  EXPECT_EQ(f->header.type, type);
-  EXPECT_EQ(f->header.flags, 0u);
-  EXPECT_EQ(f->header.request_id, kRequestId);
-  EXPECT_EQ(f->body.data(), frame.data() + kFrameHeaderSize);
-  EXPECT_EQ(f->body.size(), frame.size() - kFrameHeaderSize);
-  absl::StatusOr<T> d = DecodeBody<T>(f->body);
-  EXPECT_TRUE(d.ok()) << d.status();
-  return d.ok() ? *d : T{};
-}
-
-template <typename T>
-void ExpectRoundTrip(const char* name, uint16_t type, const T& m) {
-  SCOPED_TRACE(name);
-  EXPECT_EQ(RoundTrip(type, m), m);
-}
-
 TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
-  ExpectRoundTrip("HelloRequest", Type(MsgType::kHello), SampleHelloRequest());
-  ExpectRoundTrip("HelloReply", Type(MsgType::kHello, true), SampleHelloReply());
-  ExpectRoundTrip("HeartbeatRequest", Type(MsgType::kHeartbeat), HeartbeatRequest{});
-  ExpectRoundTrip("HeartbeatReply", Type(MsgType::kHeartbeat, true), SampleHeartbeatReply());
-  ExpectRoundTrip("MountSegmentRequest", Type(MsgType::kMountSegment), SampleMount());
-  ExpectRoundTrip("MountSegmentReply", Type(MsgType::kMountSegment, true), SampleMountReply());
-  ExpectRoundTrip("UnmountSegmentRequest", Type(MsgType::kUnmountSegment), SampleUnmount());
-  ExpectRoundTrip("StatusReply", Type(MsgType::kRemove, true), SampleStatusReply());
-  ExpectRoundTrip("PutStartRequest", Type(MsgType::kPutStart), SamplePutStart());
-  ExpectRoundTrip("PutStartReply", Type(MsgType::kPutStart, true), SamplePutStartReply());
-  ExpectRoundTrip("KeyGenRequest", Type(MsgType::kGetEnd), SampleKeyGen());
-  ExpectRoundTrip("BatchStatusReply", Type(MsgType::kExist, true), SampleBatchStatus());
-  ExpectRoundTrip("KeysRequest", Type(MsgType::kExist), SampleKeys());
-  ExpectRoundTrip("GetReply", Type(MsgType::kGet, true), SampleGetReply());
-  ExpectRoundTrip("ListRequest", Type(MsgType::kList), SampleList());
-  ExpectRoundTrip("ListReply", Type(MsgType::kList, true), SampleListReply());
-  ExpectRoundTrip("SegmentsRequest", Type(MsgType::kSegments), SegmentsRequest{});
-  ExpectRoundTrip("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply());
-  ExpectRoundTrip("ShmOfferRequest", Type(MsgType::kShmOffer), ShmOfferRequest{});
-  ExpectRoundTrip("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer());
-  ExpectRoundTrip("ShmAttachRequest", Type(MsgType::kShmAttach),
-                  ShmAttachRequest{0x0123456789abcdefull});
-  ExpectRoundTrip("PushRequest", Type(MsgType::kPush), SamplePush());
-  ExpectRoundTrip("PushReply", Type(MsgType::kPush, true), SamplePushReply());
-  ExpectRoundTrip("CopyStartRequest", Type(MsgType::kCopyStart), SampleCopyStart());
-  ExpectRoundTrip("CopyStartReply", Type(MsgType::kCopyStart, true), SampleCopyStartReply());
-  ExpectRoundTrip("CopyEndRequest", Type(MsgType::kCopyEnd), SampleCopyEnd());
-  ExpectRoundTrip("FetchRequest", Type(MsgType::kFetch), SampleFetch());
-  ExpectRoundTrip("LookupPrefixRequest", Type(MsgType::kLookupPrefix), SampleLookupPrefix());
-  ExpectRoundTrip("LookupPrefixReply", Type(MsgType::kLookupPrefix, true),
-                  SampleLookupPrefixReply());
+  for (const Case& c : AllCases()) c.expect_round_trip();
 }
 
 // Every request and reply struct in messages.h, by the type a server decodes it as: the
@@ -360,7 +337,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x02\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x03\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }
@@ -430,6 +407,7 @@ TEST(MessageCodec, CountClaimingMoreEntriesThanBytesFailsWithoutSizingByIt) {
   const std::string ok_status = Bytes([](Writer& w) {
     w.U8(0);
     w.Str("");
+    w.U8(0);
   });
   auto count_then_4 = [](uint32_t n) {
     return Bytes([n](Writer& w) {
@@ -638,6 +616,37 @@ TEST(WireStatus, CodesAndMessagesRoundTrip) {
   }
   EXPECT_EQ(WireStatus::From(absl::OkStatus()).ToStatus(), absl::OkStatus());
   EXPECT_EQ((WireStatus{200, "odd"}).ToStatus().code(), absl::StatusCode::kUnknown);
+}
+
+TEST(WireStatus, ReasonTravelsFromStatusToWireAndBack) {
+  const absl::Status s = WithReason(absl::ResourceExhaustedError("QUOTA_EXCEEDED: tenant 'a'"),
+                                    ErrorReason::kQuotaExceeded);
+  WireStatus w = WireStatus::From(s);
+  EXPECT_EQ(w.reason, ErrorReason::kQuotaExceeded);
+  StatusReply decoded = RoundTrip(Type(MsgType::kPutStart, true), StatusReply{w});
+  EXPECT_EQ(decoded.status, w);
+  absl::Status back = decoded.status.ToStatus();
+  EXPECT_EQ(back, s);
+  EXPECT_EQ(ErrorReasonOf(back), ErrorReason::kQuotaExceeded);
+  EXPECT_EQ(back.message(), s.message());
+  // No reason is kNone on the wire and no payload after it.
+  WireStatus plain = WireStatus::From(absl::NotFoundError("gone"));
+  EXPECT_EQ(plain.reason, ErrorReason::kNone);
+  EXPECT_FALSE(plain.ToStatus().GetPayload(kErrorReasonUrl).has_value());
+  // An OK status never carries one.
+  EXPECT_EQ((WireStatus{0, "", ErrorReason::kQuotaExceeded}).ToStatus(), absl::OkStatus());
+}
+
+TEST(WireStatus, UnknownReasonIsRejected) {
+  HeartbeatReply top{WireStatus{8, "x", kLastErrorReason}};
+  EXPECT_TRUE(DecodeAs<HeartbeatReply>(Body(top)).ok());
+  const auto unknown = static_cast<ErrorReason>(static_cast<uint8_t>(kLastErrorReason) + 1);
+  top.status.reason = unknown;
+  ExpectInvalid(DecodeAs<HeartbeatReply>(Body(top)),
+                absl::StrCat("unknown error reason ", static_cast<int>(unknown)));
+  BatchStatusReply nested = SampleBatchStatus();
+  nested.results[1].reason = static_cast<ErrorReason>(255);
+  ExpectInvalid(DecodeAs<BatchStatusReply>(Body(nested)), "unknown error reason 255");
 }
 
 TEST(WireStatus, MessageOverTheLimitIsTruncatedAndStillDecodes) {
