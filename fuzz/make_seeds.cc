@@ -1,7 +1,8 @@
 // Writes the fuzz_frame seed corpus: real encoded frames of several request and reply types.
 // Build and run once (the output is committed under fuzz/corpus/frame):
 //   clang++ -std=c++20 -Isrc -Iinclude fuzz/make_seeds.cc src/proto/{codec,frame,messages}.cc \
-//     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format) \
+//     src/common/error_reason.cc \
+//     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_cord) \
 //     -o /tmp/make_seeds && /tmp/make_seeds fuzz/corpus/frame   (from the repository root)
 // run.sh does not need it; it is kept to regenerate the seeds when the wire format changes.
 
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/error_reason.h"
 #include "proto/messages.h"
 
 using namespace granary::proto;  // NOLINT
@@ -73,7 +75,8 @@ int main(int argc, char** argv) {
   r1.generation = 9;
   r1.replicas = {{3, 0x1000, 4160}, {4, 0x2000, 4160}};
   PutStartResult r2;
-  r2.status = WireStatus::From(absl::ResourceExhaustedError("quota"));
+  r2.status = WireStatus::From(granary::WithReason(
+      absl::ResourceExhaustedError("QUOTA_EXCEEDED: quota"), granary::ErrorReason::kQuotaExceeded));
   put_rep.results = {r1, r2};
   Emit("putstart_rep", MsgType::kPutStart, true, put_rep);
 
@@ -106,7 +109,7 @@ int main(int argc, char** argv) {
   oi.key = "k1";
   oi.size = 4096;
   oi.generation = 9;
-  oi.state = 1;
+  oi.state = ObjectState::kComplete;
   oi.replica_count = 1;
   oi.age_ms = 12;
   oi.replicas = {{3, 0x1000, 4160}};

@@ -66,7 +66,8 @@ struct ListResult {
 // Thread-safe: any number of threads may call any method at once. Errors are Status codes:
 // NOT_FOUND (no such key), ALREADY_EXISTS (Put of a key that exists), RESOURCE_EXHAUSTED (no
 // space or quota), UNAVAILABLE (master or node unreachable; retry), DEADLINE_EXCEEDED,
-// INVALID_ARGUMENT (bad key, size or buffer).
+// INVALID_ARGUMENT (bad key, size or buffer). Where the code alone does not say why (which
+// quota rule refused a put), granary::ErrorReasonOf(status) does (granary/error_reason.h).
 class Client {
  public:
   static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);

@@ -69,7 +69,8 @@ int Usage(const std::string& why) {
 
 // Exit status for a failed operation: unreachable master is 2, everything else 1.
 int Fail(const std::string& what, const absl::Status& st) {
-  std::cerr << "granary: " << what << ": " << st << "\n";
+  std::cerr << "granary: " << what << ": "
+            << st.ToString(absl::StatusToStringMode::kWithNoExtraData) << "\n";
   return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ? kUsage : kRefused;
 }
 

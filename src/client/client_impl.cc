@@ -361,8 +361,8 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
     data.push_back(v.data());
     sizes.push_back(v.size());
   }
-  // Flag bits of PutStartRequest (master_service.h): 1 soft pin, 2 hard pin.
-  uint32_t flags = (options.soft_pin ? 1u : 0u) | (options.hard_pin ? 2u : 0u);
+  uint32_t flags = (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
+                   (options.hard_pin ? proto::kPutFlagHardPin : 0u);
   return PutImpl(keys, data, sizes, flags);
 }
 
@@ -768,7 +768,7 @@ absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t lim
     info.key = std::move(o.key);
     info.size = o.size;
     info.generation = o.generation;
-    info.complete = o.state == 1;
+    info.complete = o.state == proto::ObjectState::kComplete;
     info.replicas = o.replica_count;
     info.age_ms = o.age_ms;
     out.objects.push_back(std::move(info));

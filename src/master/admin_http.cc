@@ -5,9 +5,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "master/admin_body.h"
 #include "master/master_service.h"
@@ -29,17 +29,12 @@ void SendError(httplib::Response& res, int status, const std::string& code,
   SendJson(res, status, {{"success", false}, {"error", {{"code", code}, {"message", message}}}});
 }
 
-// Maps a Status to the API's HTTP status and error code. A message that starts with an
-// upper-case error name ("TENANT_NOT_EMPTY: ...") gives the code.
+// Maps a Status to the API's HTTP status and error code: the name of its ErrorReason when it
+// has one ("TENANT_NOT_EMPTY"), else the name of its status code.
 void SendStatus(httplib::Response& res, const absl::Status& st) {
-  std::string msg(st.message());
-  std::string code;
-  size_t colon = msg.find(": ");
-  if (colon != std::string::npos && colon > 0) {
-    bool name = true;
-    for (char c : msg.substr(0, colon)) name &= absl::ascii_isupper(c) || c == '_';
-    if (name) code = msg.substr(0, colon);
-  }
+  const ErrorReason reason = ErrorReasonOf(st);
+  std::string code =
+      reason == ErrorReason::kNone ? absl::StatusCodeToString(st.code()) : ErrorReasonName(reason);
   int http = 500;
   switch (st.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -60,8 +55,7 @@ void SendStatus(httplib::Response& res, const absl::Status& st) {
     default:
       break;
   }
-  if (code.empty()) code = absl::StatusCodeToString(st.code());
-  SendError(res, http, code, msg);
+  SendError(res, http, code, std::string(st.message()));
 }
 
 // has_token: whether the tenant's clients must present a token. The hash itself is never
@@ -150,7 +144,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     }
     std::string id = req.get_param_value("tenant_id");
     if (absl::Status st = tenant::ValidateTenantId(id); !st.ok()) {
-      SendError(res, 400, "INVALID_TENANT_ID", std::string(st.message()));
+      SendStatus(res, WithReason(st, ErrorReason::kInvalidTenantId));
       return;
     }
     proto::ListRequest lr;
@@ -173,7 +167,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
       arr.push_back({{"key", o.key},
                      {"size", o.size},
                      {"generation", o.generation},
-                     {"complete", o.state == 1},
+                     {"complete", o.state == proto::ObjectState::kComplete},
                      {"replicas", o.replica_count},
                      {"age_ms", o.age_ms},
                      {"placements", [&] {
@@ -200,19 +194,23 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
       return false;
     }
     if (!is_active()) {
-      SendError(res, 503, "NOT_ACTIVE", "this master is a standby; ask the active master");
+      SendStatus(
+          res, WithReason(absl::UnavailableError("this master is a standby; ask the active master"),
+                          ErrorReason::kNotActive));
       return false;
     }
     if (!tenants->enabled()) {
-      SendError(res, 409, "UNAVAILABLE_IN_CURRENT_MODE",
-                "multi-tenant quota is off (start the master with --enable_multi_tenants)");
+      SendStatus(res, WithReason(absl::FailedPreconditionError(
+                                     "multi-tenant quota is off (start the master with "
+                                     "--enable_multi_tenants)"),
+                                 ErrorReason::kUnavailableInCurrentMode));
       return false;
     }
     if (req.has_param("tenant_id")) {
       *id = req.get_param_value("tenant_id");
       absl::Status st = tenant::ValidateTenantId(*id);
       if (!st.ok()) {
-        SendError(res, 400, "INVALID_TENANT_ID", std::string(st.message()));
+        SendStatus(res, WithReason(st, ErrorReason::kInvalidTenantId));
         return false;
       }
     } else if (needs_id) {
@@ -235,7 +233,9 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     }
     auto snap = ledger->Snapshot(id);
     if (!snap.has_value()) {
-      SendError(res, 404, "TENANT_NOT_FOUND", absl::StrCat("tenant '", id, "' is not known"));
+      SendStatus(res,
+                 WithReason(absl::NotFoundError(absl::StrCat("tenant '", id, "' is not known")),
+                            ErrorReason::kTenantNotFound));
       return;
     }
     SendJson(res, 200, {{"success", true}, {"data", Snapshot(*snap, service->TenantHasToken(id))}});

@@ -3,9 +3,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "common/size.h"
 #include "master/master_service.h"
@@ -33,7 +33,7 @@ absl::Status MasterService::ChargeWithTenantEviction(const std::string& tenant, 
   // Over its quota: make room among the tenant's own oldest objects, at most twice. Another
   // tenant's objects are never touched for it.
   for (int attempt = 0; attempt < 2 && !st.ok(); ++attempt) {
-    if (!absl::StartsWith(st.message(), "QUOTA_EXCEEDED")) break;
+    if (ErrorReasonOf(st) != ErrorReason::kQuotaExceeded) break;
     auto snap = ledger_.Snapshot(tenant);
     if (!snap.has_value()) break;
     // An over-quota tenant (its quota was lowered below what it holds) is refused until it is

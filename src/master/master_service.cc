@@ -670,7 +670,7 @@ proto::ListReply MasterService::ListObjects(const std::string& tenant,
       info.key = std::string(tk.substr(tenant.size() + 1));
       info.size = o.size;
       info.generation = o.generation;
-      info.state = static_cast<uint8_t>(o.state);
+      info.state = o.state;
       info.replica_count = static_cast<uint32_t>(o.replicas.size());
       info.age_ms = static_cast<uint64_t>(std::max<int64_t>(0, now - o.created_ms));
       for (const Placement& p : o.replicas) {

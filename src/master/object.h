@@ -3,16 +3,18 @@
 #include <cstdint>
 
 #include "master/segment_registry.h"
+#include "proto/messages.h"
 
 namespace granary::master {
 
 using SessionId = uint64_t;
 
-enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
+// The object state and the pin flags are the wire contract's (proto/messages.h); these
+// using-declarations add no names, they let the table code read them unqualified.
+using proto::kPutFlagHardPin;
+using proto::kPutFlagSoftPin;
+using proto::ObjectState;
 inline constexpr uint8_t kPinNone = 0, kPinSoft = 1, kPinHard = 2;
-// PutStartRequest.flags bits.
-inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;
-inline constexpr uint32_t kPutFlagHardPin = 1u << 1;
 
 // One object version in the table, one per stored key: 88 bytes with one replica (fields
 // ordered to leave no padding).

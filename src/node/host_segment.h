@@ -18,7 +18,7 @@ class HostSegment {
     bool lock = true;      // mlock; failure is reported, not fatal
     bool populate = true;  // false for virtual (metadata-only) segments
   };
-  static absl::StatusOr<std::unique_ptr<HostSegment>> Create(const Options& o);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HostSegment>> Create(const Options& o);
   ~HostSegment();
   HostSegment(const HostSegment&) = delete;
   HostSegment& operator=(const HostSegment&) = delete;

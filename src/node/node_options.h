@@ -27,7 +27,7 @@ struct NodeOptions {
   std::string segment_memory = "ucx";
   int64_t reconnect_backoff_max_ms = 2000;
 
-  absl::Status Validate() const;
+  [[nodiscard]] absl::Status Validate() const;
 };
 
 }  // namespace granary::node

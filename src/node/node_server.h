@@ -12,6 +12,7 @@
 #include "common/mutex.h"
 #include "node/host_segment.h"
 #include "node/node_options.h"
+#include "node/node_service.h"
 #include "transport/context.h"
 #include "transport/memory.h"
 #include "transport/rma.h"
@@ -25,9 +26,11 @@ namespace granary::node {
 // Create, before anything connects), a UCX listener that clients read and write through, and a
 // session with the master that it keeps alive: heartbeats, and reconnect + re-mount when the
 // master restarts. Run() blocks until Shutdown(), which unmounts gracefully. Thread-safe.
+// The UCX adapter of NodeService, which holds the mount state and the range checks.
 class NodeServer {
  public:
-  static absl::StatusOr<std::unique_ptr<NodeServer>> Create(const NodeOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<NodeServer>> Create(
+      const NodeOptions& options);
   ~NodeServer();
 
   void Run();
@@ -37,23 +40,22 @@ class NodeServer {
   const std::string& node_id() const { return node_id_; }
 
  private:
+  // The memory behind one of service_'s segments (same index).
   struct Segment {
-    std::string name;
     std::unique_ptr<HostSegment> memory;  // mmap segments only; null when UCX allocated it
     std::unique_ptr<transport::MemoryRegion> region;  // declared after memory: unmapped first
-    std::string rkey;
-    uint64_t master_id = 0;  // id the master gave it in the current session; 0 = not mounted
   };
   NodeServer() = default;
-  absl::Status ConnectAndMount();
+  // Allocates and registers the host segment `name` (UCX-allocated or mmap, as options say).
+  [[nodiscard]] absl::Status AddHostSegment(const std::string& name,
+                                            std::vector<SegmentSpan>* spans);
+  [[nodiscard]] absl::Status ConnectAndMount();
   // Fetch: reads a replica one-sided from another node into this node's segment (Copy/Move).
   std::optional<std::string> HandleRequest(transport::RpcServer::ConnId conn,
                                            const proto::FrameView& frame);
   // Push: writes values into a client's registered buffer and answers with their headers.
   std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
                                         const proto::FrameView& frame);
-  // The segment that holds [address, address + length), or null.
-  const Segment* SegmentHolding(uint64_t address, uint64_t length) const;
   void UnmountAll();
   void SleepFor(int64_t ms);
 
@@ -68,6 +70,7 @@ class NodeServer {
   // Progress-thread state: the clients (RmaEngine peer names) each connection pushed to.
   absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
   std::vector<Segment> segments_;
+  std::unique_ptr<NodeService> service_;  // set in Create, after the segments
   std::unique_ptr<transport::RpcClient> master_;
   uint32_t heartbeat_ms_ = 1000;
   HttpServer http_;

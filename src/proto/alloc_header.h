@@ -24,8 +24,8 @@ inline constexpr uint64_t kAllocHeaderSize = sizeof(AllocHeader);
 
 // Checks a header read from a replica. UNAVAILABLE (retryable) on any mismatch: the space was
 // freed and reused, or the writer has not finished.
-inline absl::Status CheckAllocHeader(const AllocHeader& h, uint64_t generation, uint64_t key_hash,
-                                     uint64_t value_length) {
+[[nodiscard]] inline absl::Status CheckAllocHeader(const AllocHeader& h, uint64_t generation,
+                                                   uint64_t key_hash, uint64_t value_length) {
   if (h.magic != AllocHeader::kMagic || h.generation != generation || h.key_hash != key_hash ||
       h.value_length != value_length) {
     return absl::UnavailableError(

@@ -50,8 +50,8 @@ class Reader {
     if (status_.ok()) status_ = std::move(st);
   }
   // Ok when every byte was consumed and no read failed.
-  absl::Status Finish();
-  const absl::Status& status() const { return status_; }
+  [[nodiscard]] absl::Status Finish();
+  [[nodiscard]] const absl::Status& status() const { return status_; }
   bool ok() const { return status_.ok(); }
   size_t remaining() const { return in_.size() - pos_; }
 

@@ -12,8 +12,8 @@ namespace granary::proto {
 //   u32 magic 'GRNY' | u16 version | u16 type | u32 flags | u64 request_id | u32 body_len
 // body_len must equal the bytes that follow and be at most kMaxFrameBody.
 inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
-// 2: HelloRequest.token; kShmOffer and kShmAttach.
-inline constexpr uint16_t kProtocolVersion = 2;
+// 2: HelloRequest.token; kShmOffer and kShmAttach. 3: WireStatus.reason (every reply).
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;
 
@@ -37,6 +37,6 @@ void FinishFrame(std::string* out);
 
 // Parses a whole frame. Truncated, oversized, wrong-magic or wrong-version input is an
 // INVALID_ARGUMENT (FAILED_PRECONDITION for a version mismatch) naming what was wrong.
-absl::StatusOr<FrameView> DecodeFrame(absl::string_view data);
+[[nodiscard]] absl::StatusOr<FrameView> DecodeFrame(absl::string_view data);
 
 }  // namespace granary::proto

@@ -1,6 +1,7 @@
 #include "proto/messages.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "proto/alloc_header.h"
 
 namespace granary::proto {
@@ -65,6 +66,7 @@ WireStatus WireStatus::From(const absl::Status& s) {
   WireStatus w;
   w.code = static_cast<uint8_t>(s.code());
   w.message = std::string(s.message().substr(0, kMaxMessageBytes));
+  w.reason = ErrorReasonOf(s);
   return w;
 }
 
@@ -73,7 +75,7 @@ absl::Status WireStatus::ToStatus() const {
   auto c = static_cast<absl::StatusCode>(code);
   if (code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated))
     c = absl::StatusCode::kUnknown;
-  return absl::Status(c, message);
+  return WithReason(absl::Status(c, message), reason);
 }
 
 namespace {
@@ -81,13 +83,19 @@ namespace {
 void Put(const WireStatus& s, Writer& w) {
   w.U8(s.code);
   w.Str(s.message);
+  w.U8(static_cast<uint8_t>(s.reason));
 }
 void Get(Reader& r, WireStatus* s) {
   s->code = r.U8("status.code");
   s->message = r.Str("status.message", kMaxMessageBytes);
+  uint8_t reason = r.U8("status.reason");
   if (r.ok() && s->code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated)) {
     r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown status code ", s->code)));
   }
+  if (r.ok() && reason > static_cast<uint8_t>(kLastErrorReason)) {
+    r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown error reason ", reason)));
+  }
+  s->reason = static_cast<ErrorReason>(reason);
 }
 void Put(const ReplicaDesc& d, Writer& w) {
   w.U64(d.segment_id);
@@ -112,6 +120,13 @@ Tier GetTier(Reader& r) {
   uint8_t t = r.U8("tier");
   if (r.ok() && t > 1) r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown tier ", t)));
   return static_cast<Tier>(t);
+}
+ObjectState GetObjectState(Reader& r) {
+  uint8_t s = r.U8("state");
+  if (r.ok() && s > 1) {
+    r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown object state ", s)));
+  }
+  return static_cast<ObjectState>(s);
 }
 
 }  // namespace
@@ -256,7 +271,7 @@ void Encode(const PutStartReply& m, Writer& w) {
 }
 absl::Status Decode(Reader& r, PutStartReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("results", kMaxBatch, 17);
+  uint32_t n = r.Count("results", kMaxBatch, 18);
   m->results.resize(n);
   for (auto& res : m->results) {
     Get(r, &res.status);
@@ -289,7 +304,7 @@ void Encode(const BatchStatusReply& m, Writer& w) {
 }
 absl::Status Decode(Reader& r, BatchStatusReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("results", kMaxBatch, 5);
+  uint32_t n = r.Count("results", kMaxBatch, 6);
   m->results.resize(n);
   for (auto& s : m->results) Get(r, &s);
   return r.status();
@@ -319,7 +334,7 @@ void Encode(const GetReply& m, Writer& w) {
 }
 absl::Status Decode(Reader& r, GetReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("results", kMaxBatch, 29);
+  uint32_t n = r.Count("results", kMaxBatch, 30);
   m->results.resize(n);
   for (auto& res : m->results) {
     Get(r, &res.status);
@@ -353,7 +368,7 @@ void Encode(const ListReply& m, Writer& w) {
     w.Str(o.key);
     w.U64(o.size);
     w.U64(o.generation);
-    w.U8(o.state);
+    w.U8(static_cast<uint8_t>(o.state));
     w.U32(o.replica_count);
     w.U64(o.age_ms);
     PutReplicas(o.replicas, w);
@@ -368,7 +383,7 @@ absl::Status Decode(Reader& r, ListReply* m) {
     o.key = r.Str("key", kMaxKeyBytes);
     o.size = r.U64("size");
     o.generation = r.U64("generation");
-    o.state = r.U8("state");
+    o.state = GetObjectState(r);
     o.replica_count = r.U32("replica_count");
     o.age_ms = r.U64("age_ms");
     GetReplicas(r, &o.replicas);
@@ -437,7 +452,7 @@ void Encode(const CopyStartReply& m, Writer& w) {
 }
 absl::Status Decode(Reader& r, CopyStartReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("results", kMaxBatch, 65);
+  uint32_t n = r.Count("results", kMaxBatch, 66);
   m->results.resize(n);
   for (auto& res : m->results) {
     Get(r, &res.status);

@@ -7,6 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/error_reason.h"
+#include "common/status_macros.h"
 #include "proto/codec.h"
 #include "proto/frame.h"
 
@@ -57,16 +59,27 @@ enum class MsgType : uint16_t {
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
 
-// A status as carried on the wire: absl code and message.
+// A status as carried on the wire: absl code, message and the typed reason (an ErrorReason
+// payload on the absl::Status; see common/error_reason.h).
 struct WireStatus {
   uint8_t code = 0;
   std::string message;
+  ErrorReason reason = ErrorReason::kNone;
   static WireStatus From(const absl::Status& s);
-  absl::Status ToStatus() const;
+  [[nodiscard]] absl::Status ToStatus() const;
+  bool operator==(const WireStatus&) const = default;
 };
 
 enum class Role : uint8_t { kClient = 1, kNode = 2 };
 enum class Tier : uint8_t { kHost = 0, kGpu = 1 };
+
+// An object version's state, in the master's table and in ObjectInfo. Only kComplete objects
+// are served; a kProcessing one is being written (between PutStart and PutEnd).
+enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
+
+// PutStartRequest.flags bits: how the object is pinned against eviction (granary::PutOptions).
+inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;  // evicted only when nothing else is left
+inline constexpr uint32_t kPutFlagHardPin = 1u << 1;  // never evicted (still removable)
 
 struct HelloRequest {
   Role role = Role::kClient;
@@ -77,17 +90,22 @@ struct HelloRequest {
   // when none is configured. The master compares its SHA-256 with the tenant's expected hash.
   // A secret: never log it.
   std::string token;
+  bool operator==(const HelloRequest&) const = default;
 };
 struct HelloReply {
   WireStatus status;
   uint64_t session_id = 0;
   uint32_t heartbeat_interval_ms = 0;
   std::string master_id;
+  bool operator==(const HelloReply&) const = default;
 };
 
-struct HeartbeatRequest {};
+struct HeartbeatRequest {
+  bool operator==(const HeartbeatRequest&) const = default;
+};
 struct HeartbeatReply {
   WireStatus status;
+  bool operator==(const HeartbeatReply&) const = default;
 };
 
 struct MountSegmentRequest {
@@ -101,30 +119,38 @@ struct MountSegmentRequest {
   std::string pool;            // tenant of a dedicated pool; empty = shared
   std::string worker_address;  // the node's UCX worker address (data endpoints connect to it)
   std::string host_id;         // identifies the machine (boot id): same-host peers use shm
+  bool operator==(const MountSegmentRequest&) const = default;
 };
 struct MountSegmentReply {
   WireStatus status;
   uint64_t segment_id = 0;
+  bool operator==(const MountSegmentReply&) const = default;
 };
 
 struct UnmountSegmentRequest {
   uint64_t segment_id = 0;
+  bool operator==(const UnmountSegmentRequest&) const = default;
 };
 struct StatusReply {
   WireStatus status;
+  bool operator==(const StatusReply&) const = default;
 };
 
 // kShmOffer (empty request): how to reach the server's worker over shared memory.
-struct ShmOfferRequest {};
+struct ShmOfferRequest {
+  bool operator==(const ShmOfferRequest&) const = default;
+};
 struct ShmOfferReply {
   WireStatus status;
   std::string host_id;         // the server's host (transport::LocalHostId); shm needs the same
   std::string worker_address;  // the server worker's UCX address (ucp_worker_query)
   uint64_t nonce = 0;          // proves, on the new endpoint, which connection it joins
+  bool operator==(const ShmOfferReply&) const = default;
 };
 // kShmAttach, sent on the new endpoint: joins the connection that was offered `nonce`.
 struct ShmAttachRequest {
   uint64_t nonce = 0;
+  bool operator==(const ShmAttachRequest&) const = default;
 };
 
 // Where one replica's bytes live. `address` is the remote address of the allocation header;
@@ -133,42 +159,51 @@ struct ReplicaDesc {
   uint64_t segment_id = 0;
   uint64_t address = 0;
   uint64_t length = 0;
+  bool operator==(const ReplicaDesc&) const = default;
 };
 
 struct PutStartEntry {
   std::string key;
   uint64_t size = 0;
+  bool operator==(const PutStartEntry&) const = default;
 };
 struct PutStartRequest {
   std::vector<PutStartEntry> entries;
   uint8_t replica_num = 1;
-  uint32_t flags = 0;
+  uint32_t flags = 0;  // kPutFlag* bits
+  bool operator==(const PutStartRequest&) const = default;
 };
 struct PutStartResult {
   WireStatus status;
   uint64_t generation = 0;
   std::vector<ReplicaDesc> replicas;
+  bool operator==(const PutStartResult&) const = default;
 };
 struct PutStartReply {
   WireStatus status;  // whole-request failure (bad session...); per-key results otherwise
   std::vector<PutStartResult> results;
+  bool operator==(const PutStartReply&) const = default;
 };
 
 // PutEnd, PutRevoke and GetEnd name an object version by key and generation.
 struct KeyGen {
   std::string key;
   uint64_t generation = 0;
+  bool operator==(const KeyGen&) const = default;
 };
 struct KeyGenRequest {
   std::vector<KeyGen> entries;
+  bool operator==(const KeyGenRequest&) const = default;
 };
 struct BatchStatusReply {
   WireStatus status;
   std::vector<WireStatus> results;
+  bool operator==(const BatchStatusReply&) const = default;
 };
 
 struct KeysRequest {
   std::vector<std::string> keys;
+  bool operator==(const KeysRequest&) const = default;
 };
 
 struct GetResult {
@@ -177,34 +212,41 @@ struct GetResult {
   uint64_t generation = 0;
   uint32_t lease_ms = 0;
   std::vector<ReplicaDesc> replicas;  // complete replicas only
+  bool operator==(const GetResult&) const = default;
 };
 struct GetReply {
   WireStatus status;
   std::vector<GetResult> results;
+  bool operator==(const GetReply&) const = default;
 };
 
 struct ListRequest {
   std::string prefix;
   std::string start_after;
   uint32_t limit = 1000;
+  bool operator==(const ListRequest&) const = default;
 };
 struct ObjectInfo {
   std::string key;
   uint64_t size = 0;
   uint64_t generation = 0;
-  uint8_t state = 0;  // 0 processing, 1 complete
+  ObjectState state = ObjectState::kProcessing;
   uint32_t replica_count = 0;
   uint64_t age_ms = 0;
   // Where each replica lives: segment id, offset inside the segment (not an address), bytes.
   std::vector<ReplicaDesc> replicas;
+  bool operator==(const ObjectInfo&) const = default;
 };
 struct ListReply {
   WireStatus status;
   std::vector<ObjectInfo> objects;
   bool more = false;
+  bool operator==(const ListReply&) const = default;
 };
 
-struct SegmentsRequest {};
+struct SegmentsRequest {
+  bool operator==(const SegmentsRequest&) const = default;
+};
 struct SegmentInfo {
   uint64_t segment_id = 0;
   std::string name;
@@ -218,10 +260,12 @@ struct SegmentInfo {
   std::string rkey;
   std::string worker_address;
   std::string host_id;
+  bool operator==(const SegmentInfo&) const = default;
 };
 struct SegmentsReply {
   WireStatus status;
   std::vector<SegmentInfo> segments;
+  bool operator==(const SegmentsReply&) const = default;
 };
 
 // CopyStart/MoveStart: add a replica of an object on `target` (a node id or its host:port);
@@ -229,9 +273,11 @@ struct SegmentsReply {
 struct CopyStartEntry {
   std::string key;
   std::string target;
+  bool operator==(const CopyStartEntry&) const = default;
 };
 struct CopyStartRequest {
   std::vector<CopyStartEntry> entries;
+  bool operator==(const CopyStartRequest&) const = default;
 };
 struct CopyStartResult {
   WireStatus status;
@@ -239,19 +285,23 @@ struct CopyStartResult {
   ReplicaDesc source;
   ReplicaDesc dest;
   std::string dest_node_address;  // where to send the Fetch
+  bool operator==(const CopyStartResult&) const = default;
 };
 struct CopyStartReply {
   WireStatus status;
   std::vector<CopyStartResult> results;
+  bool operator==(const CopyStartReply&) const = default;
 };
 // CopyEnd/CopyRevoke/MoveEnd/MoveRevoke name the copy by key, generation and destination.
 struct CopyEndEntry {
   std::string key;
   uint64_t generation = 0;
   uint64_t dest_segment_id = 0;
+  bool operator==(const CopyEndEntry&) const = default;
 };
 struct CopyEndRequest {
   std::vector<CopyEndEntry> entries;
+  bool operator==(const CopyEndRequest&) const = default;
 };
 // Asks a node to read `length` bytes one-sided from a source segment into its own memory.
 struct FetchRequest {
@@ -259,6 +309,7 @@ struct FetchRequest {
   uint64_t source_address = 0;
   uint64_t dest_address = 0;
   uint64_t length = 0;
+  bool operator==(const FetchRequest&) const = default;
 };
 
 // Push: a read turned around for peers reached over tcp alone. UCX 1.13 emulates a get over
@@ -271,15 +322,18 @@ struct PushEntry {
   uint64_t source_address = 0;  // in the node's segment
   uint64_t dest_address = 0;    // in dest
   uint64_t length = 0;
+  bool operator==(const PushEntry&) const = default;
 };
 struct PushRequest {
   SegmentInfo dest;
   std::vector<PushEntry> entries;
   std::vector<uint64_t> headers;
+  bool operator==(const PushRequest&) const = default;
 };
 struct PushReply {
   WireStatus status;
   std::string headers;  // kAllocHeaderSize bytes per requested header, in order
+  bool operator==(const PushReply&) const = default;
 };
 
 // LookupPrefix: how many leading keys (encoded KvKeys of one prefix chain) are present and
@@ -288,23 +342,26 @@ struct PushReply {
 struct LookupPrefixRequest {
   std::vector<std::string> keys;
   bool lease = false;
+  bool operator==(const LookupPrefixRequest&) const = default;
 };
 struct BlockHint {
   uint64_t size = 0;
   uint64_t generation = 0;
   std::string node_address;  // where the first complete replica lives
+  bool operator==(const BlockHint&) const = default;
 };
 struct LookupPrefixReply {
   WireStatus status;
   uint32_t present = 0;          // leading blocks present and complete
   std::vector<BlockHint> hints;  // one per present block
   uint32_t lease_ms = 0;         // when leased
+  bool operator==(const LookupPrefixReply&) const = default;
 };
 
 // Encode/Decode for every message. Decode reads the whole body or fails naming the field.
 #define GRANARY_DECLARE_CODEC(T)      \
   void Encode(const T& m, Writer& w); \
-  absl::Status Decode(Reader& r, T* m);
+  [[nodiscard]] absl::Status Decode(Reader& r, T* m);
 GRANARY_DECLARE_CODEC(HelloRequest)
 GRANARY_DECLARE_CODEC(HelloReply)
 GRANARY_DECLARE_CODEC(HeartbeatRequest)
@@ -353,13 +410,11 @@ std::string EncodeFrame(uint16_t type, uint64_t request_id, const T& m) {
 
 // Decodes a frame body into T, requiring that every byte is consumed.
 template <typename T>
-absl::StatusOr<T> DecodeBody(absl::string_view body) {
+[[nodiscard]] absl::StatusOr<T> DecodeBody(absl::string_view body) {
   Reader r(body);
   T m;
-  absl::Status st = Decode(r, &m);
-  if (!st.ok()) return st;
-  st = r.Finish();
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(Decode(r, &m));
+  GRANARY_RETURN_IF_ERROR(r.Finish());
   return m;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 
 namespace granary::master::tenant {
@@ -138,10 +139,11 @@ void QuotaLedger::SetCapacity(uint64_t capacity_bytes) {
 absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const {
   if (account.admission_closed) {
     account.rejects_closed.fetch_add(1, kRelaxed);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("ADMISSION_CLOSED: tenant ", Quoted(account.tenant_id),
-                     " was removed from the quota policy; its data can be read and removed, "
-                     "but no new writes are admitted"));
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                          "ADMISSION_CLOSED: tenant ", Quoted(account.tenant_id),
+                          " was removed from the quota policy; its data can be read and removed, "
+                          "but no new writes are admitted")),
+                      ErrorReason::kAdmissionClosed);
   }
   if (!enforce_) {
     account.charged.fetch_add(bytes, kRelaxed);
@@ -153,10 +155,12 @@ absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const 
     do {
       if (cur > effective || bytes > effective - cur) {
         account.rejects_quota.fetch_add(1, kRelaxed);
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "QUOTA_EXCEEDED: tenant ", Quoted(account.tenant_id), ": charged ", cur,
-            " bytes + requested ", bytes, " bytes > effective quota ", effective, " bytes",
-            cur > effective ? " (over quota: writes are refused until it is back under)" : ""));
+        return WithReason(
+            absl::ResourceExhaustedError(absl::StrCat(
+                "QUOTA_EXCEEDED: tenant ", Quoted(account.tenant_id), ": charged ", cur,
+                " bytes + requested ", bytes, " bytes > effective quota ", effective, " bytes",
+                cur > effective ? " (over quota: writes are refused until it is back under)" : "")),
+            ErrorReason::kQuotaExceeded);
       }
     } while (!account.charged.compare_exchange_weak(cur, cur + bytes, kRelaxed, kRelaxed));
   }
@@ -185,8 +189,10 @@ absl::Status QuotaLedger::Charge(absl::string_view tenant, uint64_t bytes) {
       // Recorded under the shared lock so that an ApplyPolicy registering the tenant cannot
       // slip in between and miss this reject when it takes the pending count over.
       RecordUnregistered(tenant);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("TENANT_NOT_REGISTERED: tenant ", Quoted(tenant), " has no quota policy"));
+      return WithReason(
+          absl::ResourceExhaustedError(absl::StrCat("TENANT_NOT_REGISTERED: tenant ",
+                                                    Quoted(tenant), " has no quota policy")),
+          ErrorReason::kTenantNotRegistered);
     }
   }
   // Without enforcement an unknown tenant gets an account (rare: once per tenant).

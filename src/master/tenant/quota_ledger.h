@@ -79,11 +79,11 @@ class QuotaLedger {
   // Recomputes effective quotas after segments were mounted or unmounted.
   void SetCapacity(uint64_t capacity_bytes);
 
-  // Admission: charges `bytes` as in flight. Errors (RESOURCE_EXHAUSTED with the error name at
-  // the start of the message): "TENANT_NOT_REGISTERED: ..." (strict mode, unknown tenant),
-  // "ADMISSION_CLOSED: ...", "QUOTA_EXCEEDED: ..." (would pass effective quota; the message
-  // gives charged, requested bytes and effective quota; an over-quota tenant is refused whatever
-  // the size). Counts rejects by reason; rejects of unknown tenants are kept aside (for at most
+  // Admission: charges `bytes` as in flight. Errors (RESOURCE_EXHAUSTED with an ErrorReason,
+  // whose name also starts the message, for people): kTenantNotRegistered (strict mode, unknown
+  // tenant), kAdmissionClosed, kQuotaExceeded (would pass effective quota; the message gives
+  // charged, requested bytes and effective quota; an over-quota tenant is refused whatever the
+  // size). Counts rejects by reason; rejects of unknown tenants are kept aside (for at most
   // kMaxTrackedUnregistered names) and show in the account once the tenant is registered.
   // enforce=false: never refuses; an unknown tenant gets an account.
   absl::Status Charge(absl::string_view tenant, uint64_t bytes);

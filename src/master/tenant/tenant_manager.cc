@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "common/size.h"
 
@@ -59,9 +60,10 @@ TenantManager::~TenantManager() {
 
 absl::Status TenantManager::CheckEnabled() const {
   if (enabled_) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      "UNAVAILABLE_IN_CURRENT_MODE: multi-tenant quota is off (start the master with "
-      "--enable_multi_tenants)");
+  return WithReason(absl::FailedPreconditionError(
+                        "UNAVAILABLE_IN_CURRENT_MODE: multi-tenant quota is off (start the master "
+                        "with --enable_multi_tenants)"),
+                    ErrorReason::kUnavailableInCurrentMode);
 }
 
 absl::Status TenantManager::Reload() {
@@ -164,14 +166,17 @@ absl::Status TenantManager::Delete(const std::string& tenant) {
   granary::MutexLock lock(&mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   if (policy_.Find(tenant) == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant, "' has no quota policy"));
+    return WithReason(absl::NotFoundError(absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant,
+                                                       "' has no quota policy")),
+                      ErrorReason::kTenantNotFound);
   }
   auto snap = ledger_->Snapshot(tenant);
   if (snap.has_value() && (snap->charged_bytes > 0 || snap->entries > 0)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("TENANT_NOT_EMPTY: tenant '", tenant, "' still owns ", snap->entries,
-                     " object(s) and ", snap->charged_bytes, " charged bytes; remove them first"));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "TENANT_NOT_EMPTY: tenant '", tenant, "' still owns ", snap->entries, " object(s) and ",
+            snap->charged_bytes, " charged bytes; remove them first")),
+        ErrorReason::kTenantNotEmpty);
   }
   Policy next = policy_;
   next.tenants.erase(std::remove_if(next.tenants.begin(), next.tenants.end(),

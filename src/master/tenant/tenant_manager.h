@@ -24,8 +24,8 @@ namespace granary::master::tenant {
 // another master. If the store becomes unreachable the last good policy stays in force and
 // store_status() says so.
 //
-// Errors carry an error name at the start of the message where the admin API needs one:
-// "UNAVAILABLE_IN_CURRENT_MODE: ", "TENANT_NOT_FOUND: ", "TENANT_NOT_EMPTY: ".
+// Errors carry an ErrorReason where the admin API needs one (its name also starts the message,
+// for people): kUnavailableInCurrentMode, kTenantNotFound, kTenantNotEmpty.
 // Thread-safe. Lives as long as the master; stops its poller when destroyed.
 class TenantManager {
  public:

@@ -1095,8 +1095,8 @@ TEST_F(MasterServiceTest, ListIsTenantScopedSortedPrefixedAndPaged) {
   auto rep = svc().List(a, r);
   ASSERT_EQ(rep.objects.size(), 5u);
   EXPECT_EQ(rep.objects[4].key, "p/4");
-  EXPECT_EQ(rep.objects[4].state, 0u);
-  EXPECT_EQ(rep.objects[0].state, 1u);
+  EXPECT_EQ(rep.objects[4].state, proto::ObjectState::kProcessing);
+  EXPECT_EQ(rep.objects[0].state, proto::ObjectState::kComplete);
   EXPECT_EQ(rep.objects[0].size, 10u);
   EXPECT_EQ(rep.objects[0].replica_count, 1u);
 }
@@ -1232,7 +1232,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
   ASSERT_EQ(all.status.code, 0);
   EXPECT_FALSE(all.more);
   for (const auto& o : all.objects) {
-    if (o.state == 0) {
+    if (o.state == proto::ObjectState::kProcessing) {
       EXPECT_EQ(Code(PutRevoke(admin, o.key, o.generation)), absl::StatusCode::kOk) << o.key;
     } else {
       EXPECT_EQ(Code(Remove(admin, o.key)), absl::StatusCode::kOk) << o.key;

@@ -548,7 +548,7 @@ TEST_F(AdminApiTest, DeleteOfATenantThatOwnsAnObjectIs409UntilItIsRemoved) {
   p.entries.push_back({"k2", 10});
   auto rep = svc_->PutStart(c, p);
   ASSERT_EQ(rep.results.size(), 1u);
-  EXPECT_TRUE(Has(rep.results[0].status.message, "TENANT_NOT_REGISTERED"))
+  EXPECT_EQ(rep.results[0].status.reason, ErrorReason::kTenantNotRegistered)
       << rep.results[0].status.message;
 }
 

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 
 namespace granary::master::tenant {
 namespace {
@@ -30,10 +31,6 @@ Policy MakePolicy(std::vector<std::pair<std::string, uint64_t>> quotas) {
   Policy p;
   for (auto& [name, bytes] : quotas) p.tenants.push_back(TenantPolicy{name, bytes, std::nullopt});
   return p;
-}
-
-bool StartsWith(const absl::Status& s, absl::string_view prefix) {
-  return absl::StartsWith(s.message(), prefix);
 }
 
 TenantSnapshot Snap(const QuotaLedger& ledger, absl::string_view tenant) {
@@ -68,7 +65,7 @@ TEST(QuotaLedger, ChargePastQuotaFailsWithQuotaExceeded) {
   ASSERT_TRUE(ledger.Charge("a", 60).ok());
   absl::Status st = ledger.Charge("a", 41);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(StartsWith(st, "QUOTA_EXCEEDED: ")) << st;
+  EXPECT_TRUE(ErrorReasonOf(st) == ErrorReason::kQuotaExceeded) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "'a'")) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "charged 60 bytes")) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "requested 41 bytes")) << st;
@@ -214,7 +211,7 @@ TEST(QuotaLedger, DroppedTenantWithDataIsAdmissionClosed) {
 
   absl::Status st = ledger.Charge("a", 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(StartsWith(st, "ADMISSION_CLOSED: ")) << st;
+  EXPECT_TRUE(ErrorReasonOf(st) == ErrorReason::kAdmissionClosed) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "'a'")) << st;
 
   // What was in flight may still commit; everything can be released.
@@ -282,7 +279,7 @@ TEST(QuotaLedger, LoweredQuotaMakesTenantOverQuotaAndRejects) {
   EXPECT_TRUE(ledger.IsOverQuota("a"));
 
   absl::Status st = ledger.Charge("a", 1);
-  EXPECT_TRUE(StartsWith(st, "QUOTA_EXCEEDED: ")) << st;
+  EXPECT_TRUE(ErrorReasonOf(st) == ErrorReason::kQuotaExceeded) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "over quota")) << st;
   EXPECT_FALSE(ledger.Charge("a", 0).ok());  // refused whatever the size while over
 
@@ -531,7 +528,7 @@ void Worker(QuotaLedger& ledger, uint64_t seed, Held& held, const std::atomic<bo
       absl::Status st = ledger.Charge(tenant, bytes);
       if (!st.ok()) {
         ASSERT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
-        if (StartsWith(st, "QUOTA_EXCEEDED: ")) ++held.quota_rejects;
+        if (ErrorReasonOf(st) == ErrorReason::kQuotaExceeded) ++held.quota_rejects;
         continue;
       }
       switch (rng() % 3) {

@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/error_reason.h"
 #include "common/metrics.h"
 #include "master/master_service.h"
 #include "master/tenant/policy.h"
@@ -185,7 +186,7 @@ TEST_F(QuotaServiceTest, UnregisteredTenantIsRefusedWithTenantNotRegistered) {
   SessionId ghost = Client("ghost-tenant");
   auto ps = PutStart(ghost, "k", 100);
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "TENANT_NOT_REGISTERED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kTenantNotRegistered) << ps.status.message;
   EXPECT_TRUE(Has(ps.status.message, "ghost-tenant")) << ps.status.message;
   EXPECT_EQ(svc().GetStats().used, 0u);
   EXPECT_EQ(svc().GetStats().objects, 0u);
@@ -201,7 +202,7 @@ TEST_F(QuotaServiceTest, DefaultTenantIsNotSpecialInStrictMode) {
   SessionId d = Client("default");
   auto ps = PutStart(d, "k", 100);
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "TENANT_NOT_REGISTERED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kTenantNotRegistered) << ps.status.message;
   EXPECT_TRUE(Has(ps.status.message, "default")) << ps.status.message;
   // Once the policy registers it, it is a tenant like any other.
   SetPolicy({{"tenant-a", kMiB}, {"default", kMiB}});
@@ -213,7 +214,7 @@ TEST_F(QuotaServiceTest, EmptyPolicyRefusesEveryWrite) {
   NodeWith("n1", 4 * kMiB);
   SessionId c = Client("tenant-a");
   auto ps = PutStart(c, "k", 100);
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "TENANT_NOT_REGISTERED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kTenantNotRegistered) << ps.status.message;
 }
 
 TEST_F(QuotaServiceTest, WithMultiTenantOffAnyTenantWritesAndIsStillCounted) {
@@ -351,7 +352,7 @@ TEST_F(QuotaServiceTest, FailedAllocationRefundsTheCharge) {
   SessionId c = Client("tenant-a");
   auto ps = PutStart(c, "k", 1000, 2);
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-  EXPECT_FALSE(absl::StartsWith(ps.status.message, "QUOTA_EXCEEDED")) << ps.status.message;
+  EXPECT_NE(ps.status.reason, ErrorReason::kQuotaExceeded) << ps.status.message;
   EXPECT_EQ(Snap("tenant-a").charged_bytes, 0u);
   EXPECT_EQ(Snap("tenant-a").inflight_bytes, 0u);
 }
@@ -484,7 +485,7 @@ TEST_F(QuotaServiceTest, QuotaExceededWithEveryObjectLeasedIsRejected) {
   }
   auto ps = PutStart(a, "a4", kObjValue);
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "QUOTA_EXCEEDED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kQuotaExceeded) << ps.status.message;
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(Exists(a, absl::StrCat("a", i))) << i;
   EXPECT_TRUE(Exists(b, "b0"));
   TenantSnapshot s = Snap("A");
@@ -510,7 +511,7 @@ TEST_F(QuotaServiceTest, InFlightPutsOfTheTenantAreNeverEvictedForItsQuota) {
     gens.push_back(ps.generation);
   }
   auto ps = PutStart(a, "a4", kObjValue);
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "QUOTA_EXCEEDED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kQuotaExceeded) << ps.status.message;
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(Code(PutEnd(a, absl::StrCat("a", i), gens[i])), absl::StatusCode::kOk) << i;
   }
@@ -526,7 +527,7 @@ TEST_F(QuotaServiceTest, PutLargerThanTheWholeQuotaIsRejectedWithoutEvicting) {
   for (int i = 0; i < 2; ++i) Put(a, absl::StrCat("a", i));
   auto ps = PutStart(a, "huge", ValueFor(5 * kObj));
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "QUOTA_EXCEEDED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kQuotaExceeded) << ps.status.message;
   EXPECT_TRUE(Exists(a, "a0"));
   EXPECT_TRUE(Exists(a, "a1"));
   EXPECT_EQ(Snap("A").entries, 2u);
@@ -552,7 +553,7 @@ TEST_F(QuotaServiceTest, LoweredQuotaMakesTenantOverQuotaAndRefusesItsWrites) {
   for (uint64_t size : {uint64_t{1}, kObjValue}) {
     auto ps = PutStart(a, "new", size);
     EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-    EXPECT_TRUE(absl::StartsWith(ps.status.message, "QUOTA_EXCEEDED")) << ps.status.message;
+    EXPECT_EQ(ps.status.reason, ErrorReason::kQuotaExceeded) << ps.status.message;
   }
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(Exists(a, absl::StrCat("a", i))) << i;
   EXPECT_EQ(Snap("A").charged_bytes, 4 * kObj);
@@ -622,7 +623,7 @@ TEST_F(QuotaServiceTest, DroppedTenantIsClosedButReadableAndRemovable) {
   // Writes are refused.
   auto ps = PutStart(a, "a2", 100);
   EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted) << ps.status.message;
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "ADMISSION_CLOSED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kAdmissionClosed) << ps.status.message;
   EXPECT_TRUE(Exists(a, "a0"));  // and refusing evicted nothing
   EXPECT_TRUE(Exists(a, "a1"));
   EXPECT_EQ(Snap("A").rejects_closed, 1u);
@@ -633,7 +634,7 @@ TEST_F(QuotaServiceTest, DroppedTenantIsClosedButReadableAndRemovable) {
   EXPECT_FALSE(svc().ledger()->Snapshot("A").has_value());
   // Without an account it is an unregistered tenant now.
   ps = PutStart(a, "a3", 100);
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "TENANT_NOT_REGISTERED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kTenantNotRegistered) << ps.status.message;
 }
 
 TEST_F(QuotaServiceTest, DroppedTenantCanStillCommitAPutItHadInFlight) {
@@ -724,7 +725,7 @@ TEST_F(QuotaServiceTest, NodeLossThatShrinksTheQuotaBelowTheChargeMakesTheTenant
   EXPECT_EQ(s.entries, 16u);
   EXPECT_TRUE(s.over_quota);
   auto ps = PutStart(a, "more", 1);
-  EXPECT_TRUE(absl::StartsWith(ps.status.message, "QUOTA_EXCEEDED")) << ps.status.message;
+  EXPECT_EQ(ps.status.reason, ErrorReason::kQuotaExceeded) << ps.status.message;
   EXPECT_EQ(Snap("A").entries, 16u);
 }
 
@@ -914,9 +915,9 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
     ASSERT_FALSE(all.more);
     uint64_t bytes = 0, complete = 0;
     for (const auto& o : all.objects) {
-      EXPECT_EQ(o.state, static_cast<uint8_t>(ObjectState::kComplete))
+      EXPECT_EQ(o.state, ObjectState::kComplete)
           << tenant << " " << o.key << " still in progress after its writer left";
-      if (o.state != static_cast<uint8_t>(ObjectState::kComplete)) continue;
+      if (o.state != ObjectState::kComplete) continue;
       bytes += MasterService::AllocBytes(o.size) * o.replica_count;
       ++complete;
     }

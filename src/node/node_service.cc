@@ -1,0 +1,123 @@
+#include "node/node_service.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "proto/alloc_header.h"
+
+namespace granary::node {
+
+NodeService::NodeService(std::vector<SegmentSpan> segments)
+    : segments_(std::move(segments)), master_ids_(segments_.size(), 0) {
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const SegmentSpan& s = segments_[i];
+    GRANARY_CHECK(s.size <= ~uint64_t{0} - s.base) << s.name << " wraps around";
+    for (size_t j = 0; j < i; ++j) {
+      const SegmentSpan& t = segments_[j];
+      GRANARY_CHECK(s.base >= t.base + t.size || t.base >= s.base + s.size)
+          << s.name << " overlaps " << t.name;
+    }
+  }
+}
+
+void NodeService::BeginSession() {
+  granary::MutexLock lock(&mu_);
+  for (uint64_t& id : master_ids_) id = 0;
+}
+
+proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountIdentity& who) const {
+  GRANARY_CHECK(index < segments_.size()) << index;
+  const SegmentSpan& s = segments_[index];
+  proto::MountSegmentRequest m;
+  m.name = s.name;
+  m.node_id = who.node_id;
+  m.node_address = who.node_address;
+  m.base = s.base;
+  m.size = s.size;
+  m.tier = s.tier;
+  m.rkey = s.rkey;
+  m.pool = who.pool;
+  m.worker_address = who.worker_address;
+  m.host_id = who.host_id;
+  return m;
+}
+
+void NodeService::SetMounted(size_t index, uint64_t segment_id) {
+  GRANARY_CHECK(index < segments_.size()) << index;
+  granary::MutexLock lock(&mu_);
+  master_ids_[index] = segment_id;
+}
+
+uint64_t NodeService::segment_id(size_t index) const {
+  GRANARY_CHECK(index < segments_.size()) << index;
+  granary::MutexLock lock(&mu_);
+  return master_ids_[index];
+}
+
+std::vector<uint64_t> NodeService::TakeMounted() {
+  std::vector<uint64_t> out;
+  granary::MutexLock lock(&mu_);
+  for (uint64_t& id : master_ids_) {
+    if (id != 0) out.push_back(id);
+    id = 0;
+  }
+  return out;
+}
+
+std::optional<size_t> NodeService::SegmentHolding(uint64_t address, uint64_t length) const {
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const SegmentSpan& s = segments_[i];
+    if (length > 0 && address >= s.base && address - s.base <= s.size &&
+        length <= s.size - (address - s.base)) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status NodeService::CheckFetch(const proto::FetchRequest& req) const {
+  if (!SegmentHolding(req.dest_address, req.length).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("fetch of ", req.length, " bytes to address ",
+                                                   req.dest_address,
+                                                   " is outside this node's segments"));
+  }
+  if (req.source.worker_address.empty() || req.source.rkey.empty()) {
+    return absl::InvalidArgumentError("fetch without a source worker address and rkey");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NodeService::CheckPush(const proto::PushRequest& req,
+                                    std::vector<size_t>* sources) const {
+  sources->clear();
+  const proto::SegmentInfo& dest = req.dest;
+  if (dest.worker_address.empty() || dest.rkey.empty() || dest.node_address.empty()) {
+    return absl::InvalidArgumentError("push without the client's worker address, rkey and id");
+  }
+  sources->reserve(req.entries.size());
+  for (const auto& e : req.entries) {
+    std::optional<size_t> src = SegmentHolding(e.source_address, e.length);
+    if (!src.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("push of ", e.length, " bytes from address ",
+                                                     e.source_address,
+                                                     " is outside this node's segments"));
+    }
+    if (e.dest_address < dest.base || e.length > dest.size ||
+        e.dest_address - dest.base > dest.size - e.length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push of ", e.length, " bytes to address ", e.dest_address,
+          " is outside the client's buffer at ", dest.base, " of ", dest.size, " bytes"));
+    }
+    sources->push_back(*src);
+  }
+  for (uint64_t h : req.headers) {
+    if (!SegmentHolding(h, proto::kAllocHeaderSize).has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("header at address ", h, " is outside this node's segments"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace granary::node

@@ -1,0 +1,275 @@
+#include "node/node_service.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+
+namespace granary::node {
+namespace {
+
+constexpr uint64_t kBaseA = 0x10000;
+constexpr uint64_t kSizeA = 0x1000;
+constexpr uint64_t kBaseB = 0x40000;
+constexpr uint64_t kSizeB = 0x2000;
+constexpr uint64_t kMax = ~uint64_t{0};
+
+// Two segments with a gap between them; no memory behind them (the service only does
+// arithmetic on the addresses).
+std::vector<SegmentSpan> TwoSegments() {
+  return {{"host0", kBaseA, kSizeA, proto::Tier::kHost, "rkey-a"},
+          {"host1", kBaseB, kSizeB, proto::Tier::kHost, "rkey-b"}};
+}
+
+void ExpectInvalid(const absl::Status& st, const std::string& what) {
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), what)) << "want '" << what << "' in: " << st;
+}
+
+TEST(NodeServiceSegmentHolding, RangesInsideASegmentAreFoundByIndex) {
+  NodeService s(TwoSegments());
+  EXPECT_EQ(s.SegmentHolding(kBaseA, 1), 0u);
+  EXPECT_EQ(s.SegmentHolding(kBaseA, kSizeA), 0u);  // the whole segment
+  EXPECT_EQ(s.SegmentHolding(kBaseA + kSizeA - 1, 1), 0u);
+  EXPECT_EQ(s.SegmentHolding(kBaseB + 0x100, 0x100), 1u);
+  EXPECT_EQ(s.SegmentHolding(kBaseB, kSizeB), 1u);
+}
+
+TEST(NodeServiceSegmentHolding, RangesStraddlingAnEdgeAreOutside) {
+  NodeService s(TwoSegments());
+  EXPECT_FALSE(s.SegmentHolding(kBaseA - 1, 2).has_value());           // before the start
+  EXPECT_FALSE(s.SegmentHolding(kBaseA + kSizeA - 1, 2).has_value());  // past the end
+  EXPECT_FALSE(s.SegmentHolding(kBaseA, kSizeA + 1).has_value());      // one byte too long
+  EXPECT_FALSE(s.SegmentHolding(kBaseA + kSizeA, 1).has_value());      // just after it
+  EXPECT_FALSE(s.SegmentHolding(kBaseA, kBaseB + kSizeB - kBaseA).has_value());  // both + gap
+  EXPECT_FALSE(s.SegmentHolding(kBaseA + kSizeA, 0x100).has_value());            // in the gap
+}
+
+TEST(NodeServiceSegmentHolding, ZeroLengthIsOutsideEvenAtAValidAddress) {
+  NodeService s(TwoSegments());
+  EXPECT_FALSE(s.SegmentHolding(kBaseA, 0).has_value());
+  EXPECT_FALSE(s.SegmentHolding(kBaseA + 0x10, 0).has_value());
+}
+
+TEST(NodeServiceSegmentHolding, AddressPlusLengthThatWrapsAroundIsOutside) {
+  NodeService s(TwoSegments());
+  // address + length wraps to a small value inside segment A: must not pass.
+  EXPECT_FALSE(s.SegmentHolding(kBaseA + 0x10, kMax).has_value());
+  EXPECT_FALSE(s.SegmentHolding(kBaseA + 0x10, kMax - 0x8).has_value());
+  EXPECT_FALSE(s.SegmentHolding(kMax, 2).has_value());
+  EXPECT_FALSE(s.SegmentHolding(kMax - 0x10, kBaseA + 0x20).has_value());
+}
+
+TEST(NodeServiceSegmentHolding, SegmentAtTheTopOfTheAddressSpace) {
+  // Its last byte is the highest address whose end (address + 1) still fits in 64 bits.
+  NodeService s({{"top", kMax - 0x1000, 0x1000, proto::Tier::kHost, "r"}});
+  EXPECT_EQ(s.SegmentHolding(kMax - 1, 1), 0u);
+  EXPECT_EQ(s.SegmentHolding(kMax - 0x1000, 0x1000), 0u);
+  EXPECT_FALSE(s.SegmentHolding(kMax - 1, 2).has_value());
+  EXPECT_FALSE(s.SegmentHolding(kMax, 1).has_value());
+  EXPECT_FALSE(s.SegmentHolding(kMax - 0x1000, kMax).has_value());
+}
+
+TEST(NodeServiceSegmentHolding, NoSegmentsHoldNothing) {
+  NodeService s({});
+  EXPECT_FALSE(s.SegmentHolding(kBaseA, 1).has_value());
+}
+
+proto::FetchRequest Fetch(uint64_t dest, uint64_t length) {
+  proto::FetchRequest f;
+  f.source.worker_address = "worker";
+  f.source.rkey = "rkey";
+  f.source_address = 0x999000;  // remote: the source node checks it with its rkey
+  f.dest_address = dest;
+  f.length = length;
+  return f;
+}
+
+TEST(NodeServiceFetch, DestinationInsideASegmentIsAccepted) {
+  NodeService s(TwoSegments());
+  EXPECT_TRUE(s.CheckFetch(Fetch(kBaseA, kSizeA)).ok());
+  EXPECT_TRUE(s.CheckFetch(Fetch(kBaseB + 0x40, 0x1000)).ok());
+}
+
+TEST(NodeServiceFetch, DestinationOutsideZeroLengthOrWrappingIsRejectedNamingTheRange) {
+  NodeService s(TwoSegments());
+  ExpectInvalid(s.CheckFetch(Fetch(kBaseA + kSizeA - 1, 2)),
+                "fetch of 2 bytes to address 69631 is outside this node's segments");
+  ExpectInvalid(s.CheckFetch(Fetch(kBaseA, 0)), "fetch of 0 bytes");
+  ExpectInvalid(s.CheckFetch(Fetch(kBaseA + 1, kMax)), "is outside this node's segments");
+  ExpectInvalid(s.CheckFetch(Fetch(0x5, 1)), "to address 5 is outside");  // unknown segment
+}
+
+TEST(NodeServiceFetch, SourceWithoutWorkerAddressOrRkeyIsRejected) {
+  NodeService s(TwoSegments());
+  proto::FetchRequest no_worker = Fetch(kBaseA, 64);
+  no_worker.source.worker_address.clear();
+  ExpectInvalid(s.CheckFetch(no_worker), "without a source worker address and rkey");
+  proto::FetchRequest no_rkey = Fetch(kBaseA, 64);
+  no_rkey.source.rkey.clear();
+  ExpectInvalid(s.CheckFetch(no_rkey), "without a source worker address and rkey");
+}
+
+// A client buffer at 0x7000'0000 of 1 MiB.
+constexpr uint64_t kBuf = 0x70000000;
+constexpr uint64_t kBufSize = 1 << 20;
+
+proto::PushRequest Push() {
+  proto::PushRequest p;
+  p.dest.segment_id = 7;
+  p.dest.node_address = "client/1";
+  p.dest.rkey = "client-rkey";
+  p.dest.worker_address = "client-worker";
+  p.dest.base = kBuf;
+  p.dest.size = kBufSize;
+  return p;
+}
+
+TEST(NodeServicePush, EntriesAndHeadersInsideAreAcceptedWithTheirSourceSegments) {
+  NodeService s(TwoSegments());
+  proto::PushRequest p = Push();
+  p.entries.push_back({kBaseB + 0x40, kBuf, 0x100});
+  p.entries.push_back({kBaseA + 0x40, kBuf + kBufSize - 0x200, 0x200});  // ends at the end
+  p.headers = {kBaseB, kBaseA + kSizeA - proto::kAllocHeaderSize};
+  std::vector<size_t> sources = {42};  // cleared first
+  ASSERT_TRUE(s.CheckPush(p, &sources).ok());
+  EXPECT_EQ(sources, (std::vector<size_t>{1, 0}));
+}
+
+TEST(NodeServicePush, EmptyPushIsAccepted) {
+  NodeService s(TwoSegments());
+  std::vector<size_t> sources;
+  EXPECT_TRUE(s.CheckPush(Push(), &sources).ok());
+  EXPECT_TRUE(sources.empty());
+}
+
+TEST(NodeServicePush, DestinationWithoutWorkerAddressRkeyOrClientIdIsRejected) {
+  NodeService s(TwoSegments());
+  std::vector<size_t> sources;
+  for (int field = 0; field < 3; ++field) {
+    proto::PushRequest p = Push();
+    (field == 0 ? p.dest.worker_address : field == 1 ? p.dest.rkey : p.dest.node_address).clear();
+    ExpectInvalid(s.CheckPush(p, &sources), "push without the client's worker address, rkey");
+  }
+}
+
+TEST(NodeServicePush, SourceOutsideStraddlingZeroLengthOrWrappingIsRejected) {
+  NodeService s(TwoSegments());
+  std::vector<size_t> sources;
+  const std::vector<proto::PushEntry> bad = {
+      {kBaseA + kSizeA - 8, kBuf, 16},  // straddles the end of segment A
+      {kBaseA, kBuf, 0},                // zero length
+      {kBaseA + 8, kBuf, kMax},         // wraps around
+      {0x5, kBuf, 1},                   // in no segment
+  };
+  for (const proto::PushEntry& e : bad) {
+    proto::PushRequest p = Push();
+    p.entries = {{kBaseA, kBuf, 8}, e};  // a good entry first: the whole push is refused
+    ExpectInvalid(s.CheckPush(p, &sources), "is outside this node's segments");
+  }
+  proto::PushRequest p = Push();
+  p.entries = {{kBaseA + kSizeA - 8, kBuf, 16}};
+  ExpectInvalid(s.CheckPush(p, &sources), "push of 16 bytes from address 69624 is outside");
+}
+
+TEST(NodeServicePush, DestinationOutsideTheClientsBufferIsRejectedNamingTheBuffer) {
+  NodeService s(TwoSegments());
+  std::vector<size_t> sources;
+  const std::vector<proto::PushEntry> bad = {
+      {kBaseA, kBuf - 1, 16},             // starts before the buffer
+      {kBaseA, kBuf + kBufSize - 8, 16},  // straddles its end
+      {kBaseA, kBuf + kBufSize, 1},       // just after it
+      {kBaseA, kMax - 4, 16},             // dest + length wraps around
+  };
+  for (const proto::PushEntry& e : bad) {
+    proto::PushRequest p = Push();
+    p.entries = {e};
+    ExpectInvalid(s.CheckPush(p, &sources),
+                  "is outside the client's buffer at 1879048192 of "
+                  "1048576 bytes");
+  }
+  proto::PushRequest wide = Push();  // longer than the whole buffer (source is big enough)
+  wide.dest.size = 8;
+  wide.entries = {{kBaseA, kBuf, 16}};
+  ExpectInvalid(s.CheckPush(wide, &sources), "outside the client's buffer");
+}
+
+TEST(NodeServicePush, HeaderOutsideOrStraddlingIsRejected) {
+  NodeService s(TwoSegments());
+  std::vector<size_t> sources;
+  for (uint64_t h : {kBaseA + kSizeA - proto::kAllocHeaderSize + 1, uint64_t{0x5}, kMax}) {
+    proto::PushRequest p = Push();
+    p.entries = {{kBaseA, kBuf, 8}};
+    p.headers = {kBaseA, h};
+    ExpectInvalid(s.CheckPush(p, &sources), "header at address");
+  }
+}
+
+MountIdentity Who() { return {"node-1", "10.0.0.1:4000", "pool-a", "worker-addr", "boot/7"}; }
+
+TEST(NodeServiceMount, MountRequestCarriesTheSegmentAndTheNode) {
+  NodeService s(TwoSegments());
+  proto::MountSegmentRequest m = s.MountRequest(1, Who());
+  proto::MountSegmentRequest want{
+      "host1",  "node-1", "10.0.0.1:4000", kBaseB,  kSizeB, proto::Tier::kHost,
+      "rkey-b", "pool-a", "worker-addr",   "boot/7"};
+  EXPECT_EQ(m, want);
+}
+
+TEST(NodeServiceMount, NothingIsMountedBeforeTheFirstSession) {
+  NodeService s(TwoSegments());
+  EXPECT_EQ(s.segment_id(0), 0u);
+  EXPECT_EQ(s.segment_id(1), 0u);
+  EXPECT_TRUE(s.TakeMounted().empty());
+}
+
+TEST(NodeServiceMount, AReconnectForgetsTheOldSessionsIds) {
+  NodeService s(TwoSegments());
+  s.BeginSession();
+  s.SetMounted(0, 100);
+  s.SetMounted(1, 101);
+  EXPECT_EQ(s.segment_id(0), 100u);
+  EXPECT_EQ(s.segment_id(1), 101u);
+  // The master went away: the next session starts with nothing mounted, and its ids replace
+  // the old ones (segment ids are never reused by a master).
+  s.BeginSession();
+  EXPECT_EQ(s.segment_id(0), 0u);
+  EXPECT_EQ(s.segment_id(1), 0u);
+  s.SetMounted(0, 200);
+  s.SetMounted(1, 201);
+  EXPECT_EQ(s.TakeMounted(), (std::vector<uint64_t>{200, 201}));
+}
+
+TEST(NodeServiceMount, APartlyMountedSessionUnmountsOnlyWhatWasMounted) {
+  NodeService s(TwoSegments());
+  s.BeginSession();
+  s.SetMounted(0, 300);  // the second mount failed
+  EXPECT_EQ(s.TakeMounted(), (std::vector<uint64_t>{300}));
+}
+
+TEST(NodeServiceMount, TakeMountedLeavesNothingMounted) {
+  NodeService s(TwoSegments());
+  s.BeginSession();
+  s.SetMounted(0, 400);
+  s.SetMounted(1, 401);
+  EXPECT_EQ(s.TakeMounted(), (std::vector<uint64_t>{400, 401}));
+  EXPECT_EQ(s.segment_id(0), 0u);
+  EXPECT_EQ(s.segment_id(1), 0u);
+  EXPECT_TRUE(s.TakeMounted().empty());  // a second unmount sends nothing
+}
+
+TEST(NodeServiceDeathTest, OverlappingOrWrappingSegmentsAreABrokenInvariant) {
+  EXPECT_DEATH(NodeService({{"a", kBaseA, kSizeA, proto::Tier::kHost, "r"},
+                            {"b", kBaseA + 1, kSizeA, proto::Tier::kHost, "r"}}),
+               "overlaps");
+  EXPECT_DEATH(NodeService({{"a", kMax, 2, proto::Tier::kHost, "r"}}), "wraps around");
+}
+
+}  // namespace
+}  // namespace granary::node

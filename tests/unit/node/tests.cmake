@@ -1,0 +1,2 @@
+granary_test(NAME node_service_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/node_service_test.cc LIBS granary::node_service)
