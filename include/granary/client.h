@@ -120,8 +120,14 @@ class Client {
   virtual absl::Status Move(absl::string_view key, absl::string_view node) = 0;
 
   // Registers memory with the transport once, so transfers into it need no per-call
-  // registration. Host memory now; GPU memory when UCX supports CUDA.
+  // registration. Host memory now; GPU memory when UCX supports CUDA. ALREADY_EXISTS when a
+  // buffer starting at `data` is registered.
   virtual absl::Status RegisterBuffer(void* data, size_t size) = 0;
+  // Deregisters the buffer that starts at `data`. Waits (does not refuse) while transfers that
+  // started before the call still use the buffer, so once it returns no transfer of this client
+  // touches the buffer through its registration and the memory may be freed. Calls that start
+  // while it waits treat the buffer as unregistered memory. NOT_FOUND when no buffer starting
+  // at `data` is registered.
   virtual absl::Status UnregisterBuffer(void* data) = 0;
 
   // Inspection (tenant-scoped).
