@@ -11,15 +11,13 @@
 namespace granary {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
-  auto c = client::ClientImpl::Create(options);
-  if (!c.ok()) return c.status();
-  return std::unique_ptr<Client>(std::move(*c));
+  GRANARY_ASSIGN_OR_RETURN(auto c, client::ClientImpl::Create(options));
+  return std::unique_ptr<Client>(std::move(c));
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::CreateFromEnvironment() {
-  auto o = ClientOptions::FromEnvironment();
-  if (!o.ok()) return o.status();
-  return Create(*o);
+  GRANARY_ASSIGN_OR_RETURN(ClientOptions o, ClientOptions::FromEnvironment());
+  return Create(o);
 }
 
 namespace client {
@@ -51,15 +49,19 @@ class ClientImpl::Inputs : public PlanInputs {
 };
 
 absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptions& options) {
-  granary::ConfigureMutexDeadlockDetection();
   GRANARY_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<ClientImpl> c(new ClientImpl(options));
+  ScopedLogRoute route(&c->log_route_);
+  LOG_DEBUG << "client of tenant '" << options.tenant_id << "': connecting to the master at "
+            << options.master_server_address;
   std::vector<std::pair<std::string, std::string>> ucx;
   if (options.protocol == "tcp") ucx.emplace_back("TLS", "tcp");
   if (!options.device_name.empty()) ucx.emplace_back("NET_DEVICES", options.device_name);
   GRANARY_ASSIGN_OR_RETURN(c->ctx_, transport::Context::Create("granary_client", ucx));
   GRANARY_ASSIGN_OR_RETURN(c->worker_,
                            transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_));
+  // The progress thread logs through this client's route for as long as it runs.
+  c->worker_->Post([route = &c->log_route_] { SetThreadLogRoute(route); });
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
@@ -67,7 +69,8 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   c->pushed_reads_ = c->metrics_.Counter(
       "granary_client_pushed_reads_total",
       "Values a node wrote into a registered buffer for a read over tcp (Push)");
-  GRANARY_ASSIGN_OR_RETURN(c->session_, MasterSession::Create(options, c->worker_.get()));
+  GRANARY_ASSIGN_OR_RETURN(c->session_,
+                           MasterSession::Create(options, c->worker_.get(), &c->log_route_));
   return c;
 }
 
@@ -134,6 +137,7 @@ absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std:
 std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                               const std::vector<const void*>& data,
                                               const std::vector<size_t>& sizes, uint32_t flags) {
+  ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (data.size() != n || sizes.size() != n) {
@@ -228,17 +232,16 @@ absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(absl::string_view model,
   req.lease = lease;
   for (const auto& h : prefix_hashes) {
     KvKey k{std::string(model), std::string(hash_scheme), adapter_id, h};
-    if (absl::Status st = ValidateKvKey(k); !st.ok()) return st;
+    GRANARY_RETURN_IF_ERROR(ValidateKvKey(k));
     req.keys.push_back(EncodeKvKey(k));
   }
-  auto rep = Call<proto::LookupPrefixRequest, proto::LookupPrefixReply>(
-      proto::MsgType::kLookupPrefix, req);
-  if (!rep.ok()) return rep.status();
+  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::LookupPrefixRequest, proto::LookupPrefixReply>(
+                                         proto::MsgType::kLookupPrefix, req)));
   PrefixLookup out;
-  out.present = rep->present;
-  out.lease_ms = rep->lease_ms;
-  for (size_t i = 0; i < rep->hints.size() && i < req.keys.size(); ++i) {
-    out.blocks.push_back({req.keys[i], rep->hints[i].size, rep->hints[i].node_address});
+  out.present = rep.present;
+  out.lease_ms = rep.lease_ms;
+  for (size_t i = 0; i < rep.hints.size() && i < req.keys.size(); ++i) {
+    out.blocks.push_back({req.keys[i], rep.hints[i].size, rep.hints[i].node_address});
   }
   return out;
 }
@@ -254,6 +257,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string
 
 std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::string>& keys,
                                                         const DestFn& dest) {
+  ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::StatusOr<size_t>> out(n, absl::UnknownError("not attempted"));
   if (n > proto::kMaxBatch) {
@@ -323,9 +327,8 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
 
 absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,
                               const std::vector<size_t>& keys, std::vector<AllocHeader>* headers) {
-  auto rpc = NodeClient(node);
-  if (!rpc.ok()) return rpc.status();
-  auto rep = (*rpc)->Invoke<proto::PushRequest, proto::PushReply>(
+  GRANARY_ASSIGN_OR_RETURN(auto rpc, NodeClient(node));
+  auto rep = rpc->Invoke<proto::PushRequest, proto::PushReply>(
       proto::MsgType::kPush, req, absl::Milliseconds(options_.transfer_timeout_ms));
   if (!rep.ok()) {
     return absl::Status(rep.status().code(),
@@ -350,23 +353,21 @@ void ClientImpl::ReleaseLeasesAsync(const proto::KeyGenRequest& leases) {
 absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint64_t generation,
                                                     uint64_t size,
                                                     const proto::ReplicaDesc& replica) {
-  auto seg = session_->SegmentFor(replica.segment_id);
-  if (!seg.ok()) return seg.status();
+  ScopedLogRoute route(&log_route_);
+  GRANARY_ASSIGN_OR_RETURN(auto seg, session_->SegmentFor(replica.segment_id));
   AllocHeader header;
   std::string value(size, '\0');
   transport::RmaOp hdr;
   hdr.local = &header;
   hdr.length = kAllocHeaderSize;
   hdr.remote_addr = replica.address;
-  hdr.segment = *seg;
+  hdr.segment = std::move(seg);
   transport::RmaOp body = hdr;
   body.local = value.data();
   body.length = size;
   body.remote_addr = replica.address + kAllocHeaderSize;
-  absl::Status st = Transfer({hdr, body});
-  if (!st.ok()) return st;
-  st = proto::CheckAllocHeader(header, generation, HashBytes(key), size);
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(Transfer({hdr, body}));
+  GRANARY_RETURN_IF_ERROR(proto::CheckAllocHeader(header, generation, HashBytes(key), size));
   return value;
 }
 
@@ -465,22 +466,22 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
   granary::MutexLock lock(&nodes_mu_);
   auto it = node_clients_.find(address);
   if (it != node_clients_.end() && !it->second->broken()) return it->second;
-  auto rc = transport::RpcClient::Create(worker_.get(), address);
-  if (!rc.ok()) return rc.status();
-  std::shared_ptr<transport::RpcClient> c = std::move(*rc);
+  GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> c,
+                           transport::RpcClient::Create(worker_.get(), address));
   node_clients_[address] = c;
   return c;
 }
 
 absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {
+  ScopedLogRoute route(&log_route_);
   proto::CopyStartRequest req;
   req.entries.push_back({std::string(key), std::string(node)});
-  auto rep = Call<proto::CopyStartRequest, proto::CopyStartReply>(
-      move ? proto::MsgType::kMoveStart : proto::MsgType::kCopyStart, req);
-  if (!rep.ok()) return rep.status();
-  if (rep->results.size() != 1) return absl::InternalError("CopyStart reply has the wrong size");
-  const proto::CopyStartResult& res = rep->results[0];
-  if (absl::Status st = res.status.ToStatus(); !st.ok()) return st;
+  GRANARY_ASSIGN_OR_RETURN(
+      auto rep, (Call<proto::CopyStartRequest, proto::CopyStartReply>(
+                    move ? proto::MsgType::kMoveStart : proto::MsgType::kCopyStart, req)));
+  if (rep.results.size() != 1) return absl::InternalError("CopyStart reply has the wrong size");
+  const proto::CopyStartResult& res = rep.results[0];
+  GRANARY_RETURN_IF_ERROR(res.status.ToStatus());
   proto::CopyEndRequest end;
   end.entries.push_back({std::string(key), res.generation, res.dest.segment_id});
   auto revoke = [&](const absl::Status& why) {
@@ -509,11 +510,11 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
                      absl::StrCat("node ", res.dest_node_address,
                                   " could not fetch the replica: ", fetched.status().message())));
   }
-  auto ended = Call<proto::CopyEndRequest, proto::BatchStatusReply>(
-      move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end);
-  if (!ended.ok()) return ended.status();
-  return ended->results.empty() ? absl::InternalError("empty CopyEnd reply")
-                                : ended->results[0].ToStatus();
+  GRANARY_ASSIGN_OR_RETURN(auto ended,
+                           (Call<proto::CopyEndRequest, proto::BatchStatusReply>(
+                               move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end)));
+  return ended.results.empty() ? absl::InternalError("empty CopyEnd reply")
+                               : ended.results[0].ToStatus();
 }
 
 absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
@@ -528,11 +529,11 @@ absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t lim
   req.prefix = std::string(prefix);
   req.start_after = std::string(start_after);
   req.limit = static_cast<uint32_t>(std::min<size_t>(limit, proto::kMaxListLimit));
-  auto rep = Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req);
-  if (!rep.ok()) return rep.status();
+  GRANARY_ASSIGN_OR_RETURN(
+      auto rep, (Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req)));
   ListResult out;
-  out.more = rep->more;
-  for (auto& o : rep->objects) {
+  out.more = rep.more;
+  for (auto& o : rep.objects) {
     ObjectInfo info;
     info.key = std::move(o.key);
     info.size = o.size;
@@ -547,20 +548,18 @@ absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t lim
 
 absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
   // The key itself sorts first among the keys it prefixes.
-  auto r = List(key, 1, "");
-  if (!r.ok()) return r.status();
-  if (r->objects.empty() || r->objects[0].key != key) {
+  GRANARY_ASSIGN_OR_RETURN(ListResult r, List(key, 1, ""));
+  if (r.objects.empty() || r.objects[0].key != key) {
     return absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
   }
-  return r->objects[0];
+  return std::move(r.objects[0]);
 }
 
 absl::StatusOr<std::vector<SegmentInfo>> ClientImpl::Segments() {
-  auto rep = Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments,
-                                                                proto::SegmentsRequest{});
-  if (!rep.ok()) return rep.status();
+  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::SegmentsRequest, proto::SegmentsReply>(
+                                         proto::MsgType::kSegments, proto::SegmentsRequest{})));
   std::vector<SegmentInfo> out;
-  for (const auto& s : rep->segments) {
+  for (const auto& s : rep.segments) {
     SegmentInfo i;
     i.segment_id = s.segment_id;
     i.name = s.name;

@@ -9,6 +9,7 @@
 #include "client/master_session.h"
 #include "client/planner.h"
 #include "client/registrations.h"
+#include "common/log.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "granary/client.h"
@@ -28,13 +29,15 @@ namespace granary::client {
 // are public for tools and tests that need to stop between the phases.
 class ClientImpl : public Client {
  public:
-  static absl::StatusOr<std::unique_ptr<ClientImpl>> Create(const ClientOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ClientImpl>> Create(
+      const ClientOptions& options);
   ~ClientImpl() override;
 
-  absl::Status Put(absl::string_view key, absl::string_view value) override;
-  absl::StatusOr<std::string> Get(absl::string_view key) override;
-  absl::Status PutFrom(absl::string_view key, const void* data, size_t size) override;
-  absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer, size_t capacity) override;
+  [[nodiscard]] absl::Status Put(absl::string_view key, absl::string_view value) override;
+  [[nodiscard]] absl::StatusOr<std::string> Get(absl::string_view key) override;
+  [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size) override;
+  [[nodiscard]] absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
+                                               size_t capacity) override;
   std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
                                      const std::vector<absl::string_view>& values) override;
   std::vector<absl::StatusOr<std::string>> BatchGet(const std::vector<std::string>& keys) override;
@@ -47,26 +50,26 @@ class ClientImpl : public Client {
   std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
                                          const std::vector<absl::string_view>& values,
                                          const PutOptions& options) override;
-  absl::StatusOr<PrefixLookup> LookupPrefix(absl::string_view model, absl::string_view hash_scheme,
-                                            const std::optional<std::string>& adapter_id,
-                                            const std::vector<std::string>& prefix_hashes,
-                                            bool lease) override;
-  absl::StatusOr<bool> Exist(absl::string_view key) override;
+  [[nodiscard]] absl::StatusOr<PrefixLookup> LookupPrefix(
+      absl::string_view model, absl::string_view hash_scheme,
+      const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
+      bool lease) override;
+  [[nodiscard]] absl::StatusOr<bool> Exist(absl::string_view key) override;
   std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) override;
-  absl::Status Remove(absl::string_view key) override;
+  [[nodiscard]] absl::Status Remove(absl::string_view key) override;
   std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) override;
-  absl::Status Copy(absl::string_view key, absl::string_view node) override {
+  [[nodiscard]] absl::Status Copy(absl::string_view key, absl::string_view node) override {
     return CopyOrMove(key, node, false);
   }
-  absl::Status Move(absl::string_view key, absl::string_view node) override {
+  [[nodiscard]] absl::Status Move(absl::string_view key, absl::string_view node) override {
     return CopyOrMove(key, node, true);
   }
-  absl::Status RegisterBuffer(void* data, size_t size) override;
-  absl::Status UnregisterBuffer(void* data) override;
-  absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
-                                  absl::string_view start_after) override;
-  absl::StatusOr<ObjectInfo> Stat(absl::string_view key) override;
-  absl::StatusOr<std::vector<SegmentInfo>> Segments() override;
+  [[nodiscard]] absl::Status RegisterBuffer(void* data, size_t size) override;
+  [[nodiscard]] absl::Status UnregisterBuffer(void* data) override;
+  [[nodiscard]] absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
+                                                absl::string_view start_after) override;
+  [[nodiscard]] absl::StatusOr<ObjectInfo> Stat(absl::string_view key) override;
+  [[nodiscard]] absl::StatusOr<std::vector<SegmentInfo>> Segments() override;
   const ClientOptions& options() const override { return options_; }
   std::string MetricsText() const override { return metrics_.Render(); }
 
@@ -94,7 +97,9 @@ class ClientImpl : public Client {
 
  private:
   class Inputs;
-  explicit ClientImpl(const ClientOptions& o) : options_(o) {}
+  explicit ClientImpl(const ClientOptions& o)
+      : options_(o),
+        log_route_{o.log_level ? static_cast<int>(*o.log_level) : -1, o.log_sink.get()} {}
   [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops);
   // Has `node` write the values of req into this client's registered buffer (reads over tcp;
   // proto::PushRequest) and copies the headers it returns into (*headers)[keys[j]].
@@ -114,7 +119,10 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeClient(
       const std::string& address);
 
-  const ClientOptions options_;
+  const ClientOptions options_;  // holds the log sink
+  // Where this client's lines go (options_.log_level and log_sink): set on its threads, and on
+  // a caller's thread while a call that may log runs (ScopedLogRoute, two thread-local stores).
+  const LogRoute log_route_;
   MetricsRegistry metrics_;
   // Destroyed in reverse order by ~ClientImpl: session, node connections, engine,
   // registrations, worker, context.

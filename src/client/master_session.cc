@@ -9,8 +9,9 @@
 namespace granary::client {
 
 absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const ClientOptions& options,
-                                                                     transport::Worker* worker) {
-  std::unique_ptr<MasterSession> s(new MasterSession(options, worker));
+                                                                     transport::Worker* worker,
+                                                                     const LogRoute* log_route) {
+  std::unique_ptr<MasterSession> s(new MasterSession(options, worker, log_route));
   GRANARY_RETURN_IF_ERROR(s->Connection().status());
   s->heartbeat_ = std::thread([raw = s.get()] { raw->HeartbeatLoop(); });
   return s;
@@ -29,6 +30,7 @@ MasterSession::~MasterSession() {
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Connection() {
   granary::MutexLock lock(&mu_);
   if (master_ && !master_->broken()) return master_;
+  ScopedLogRoute route(log_route_);  // reconnecting may log, on the caller's thread
   master_.reset();
   GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m,
                            transport::RpcClient::Create(worker_, options_.master_server_address));
@@ -59,6 +61,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Connection(
 }
 
 void MasterSession::HeartbeatLoop() {
+  SetThreadLogRoute(log_route_);
   while (true) {
     uint32_t interval;
     std::shared_ptr<transport::RpcClient> m;

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/log.h"
 #include "common/mutex.h"
 #include "granary/client_options.h"
 #include "proto/messages.h"
@@ -29,9 +30,9 @@ namespace granary::client {
 class MasterSession {
  public:
   // Connects now, so that a wrong address or tenant fails here and not at the first request,
-  // then starts the heartbeat thread.
+  // then starts the heartbeat thread. Lines it logs go by `log_route`, which must outlive it.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MasterSession>> Create(
-      const ClientOptions& options, transport::Worker* worker);
+      const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route);
   ~MasterSession();
   MasterSession(const MasterSession&) = delete;
   MasterSession& operator=(const MasterSession&) = delete;
@@ -55,13 +56,14 @@ class MasterSession {
       uint64_t id);
 
  private:
-  MasterSession(const ClientOptions& options, transport::Worker* worker)
-      : options_(options), worker_(worker) {}
+  MasterSession(const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route)
+      : options_(options), worker_(worker), log_route_(log_route) {}
   [[nodiscard]] absl::Status RefreshSegments();
   void HeartbeatLoop();
 
   const ClientOptions options_;
   transport::Worker* const worker_;
+  const LogRoute* const log_route_;
 
   granary::Mutex mu_;
   std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(mu_);
@@ -78,7 +80,7 @@ class MasterSession {
 };
 
 template <typename Req, typename Rep>
-absl::StatusOr<Rep> MasterSession::Call(proto::MsgType type, const Req& req) {
+[[nodiscard]] absl::StatusOr<Rep> MasterSession::Call(proto::MsgType type, const Req& req) {
   absl::Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto m = Connection();

@@ -22,7 +22,8 @@ class PlanInputs {
  public:
   virtual ~PlanInputs() = default;
   // The descriptor of a mounted segment, or why there is none.
-  virtual absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> Segment(uint64_t id) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> Segment(
+      uint64_t id) = 0;
   // Whether the transport's endpoint to this node moves data over tcp alone.
   virtual bool TcpOnly(const std::string& node_address) = 0;
   // The registered buffer holding [p, p + n), pinned for the batch; or an empty range.

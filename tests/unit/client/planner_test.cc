@@ -57,6 +57,13 @@ class FakeInputs : public PlanInputs {
 
 proto::ReplicaDesc Replica(uint64_t segment, uint64_t address) { return {segment, address, 0}; }
 
+proto::PutStartResult Placed(uint64_t generation, std::vector<proto::ReplicaDesc> replicas) {
+  proto::PutStartResult r;
+  r.generation = generation;
+  r.replicas = std::move(replicas);
+  return r;
+}
+
 // ----- Put -----
 
 class PlanPutTest : public ::testing::Test {
@@ -80,10 +87,7 @@ TEST_F(PlanPutTest, EveryReplicaGetsTheValueThenItsHeader) {
   inputs_.buffer_size = sizeof(value);
   inputs_.AddSegment(1, "n1:1");
   inputs_.AddSegment(2, "n2:1");
-  proto::PutStartResult r;
-  r.generation = 9;
-  r.replicas = {Replica(1, 1000), Replica(2, 2000)};
-  started_.results = {r};
+  started_.results = {Placed(9, {Replica(1, 1000), Replica(2, 2000)})};
   Plan({"k"}, {value}, {sizeof(value)});
   ASSERT_TRUE(out_[0].ok()) << out_[0];
   ASSERT_EQ(plan_.ops.size(), 4u);
@@ -117,10 +121,7 @@ TEST_F(PlanPutTest, RefusedKeysAreNeitherWrittenNorCommitted) {
   inputs_.AddSegment(1, "n1:1");
   proto::PutStartResult refused;
   refused.status = proto::WireStatus::From(absl::ResourceExhaustedError("quota"));
-  proto::PutStartResult ok;
-  ok.generation = 3;
-  ok.replicas = {Replica(1, 64)};
-  started_.results = {refused, ok};
+  started_.results = {refused, Placed(3, {Replica(1, 64)})};
   Plan({"a", "b"}, {value, value}, {8, 8});
   EXPECT_EQ(out_[0].code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(out_[1].ok());
@@ -136,13 +137,7 @@ TEST_F(PlanPutTest, RefusedKeysAreNeitherWrittenNorCommitted) {
 TEST_F(PlanPutTest, AKeyWithAnUnmountedReplicaIsRevokedNotCommitted) {
   char value[8] = {};
   inputs_.AddSegment(1, "n1:1");
-  proto::PutStartResult half;
-  half.generation = 4;
-  half.replicas = {Replica(1, 64), Replica(99, 64)};
-  proto::PutStartResult whole;
-  whole.generation = 5;
-  whole.replicas = {Replica(1, 512)};
-  started_.results = {half, whole};
+  started_.results = {Placed(4, {Replica(1, 64), Replica(99, 64)}), Placed(5, {Replica(1, 512)})};
   Plan({"half", "whole"}, {value, value}, {8, 8});
   EXPECT_EQ(out_[0].code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(out_[1].ok());

@@ -2,3 +2,5 @@ granary_test(NAME common_size_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/size_test.cc LIBS granary::common)
 granary_test(NAME common_sha256_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/sha256_test.cc LIBS granary::common)
+granary_test(NAME common_log_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/log_test.cc LIBS granary::common)
