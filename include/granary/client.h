@@ -67,6 +67,10 @@ struct ListResult {
 // NOT_FOUND (no such key), ALREADY_EXISTS (Put of a key that exists), RESOURCE_EXHAUSTED (no
 // space or quota), UNAVAILABLE (master or node unreachable; retry), DEADLINE_EXCEEDED,
 // INVALID_ARGUMENT (bad key, size or buffer).
+//
+// Creating a client changes no process-wide setting (not the environment, absl's mutex
+// options or the log threshold); its log lines go to ClientOptions::log_sink at
+// ClientOptions::log_level.
 class Client {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
