@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
 }
 
 ClientImpl::~ClientImpl() {
+  ScopedLogRoute route(&log_route_);  // closing connections may log
   session_.reset();
   {
     granary::MutexLock lock(&nodes_mu_);
