@@ -68,20 +68,26 @@ struct ListResult {
 // space or quota), UNAVAILABLE (master or node unreachable; retry), DEADLINE_EXCEEDED,
 // INVALID_ARGUMENT (bad key, size or buffer). Where the code alone does not say why (which
 // quota rule refused a put), granary::ErrorReasonOf(status) does (granary/error_reason.h).
+//
+// Creating a client changes no process-wide setting (not the environment, absl's mutex
+// options or the log threshold); its log lines go to ClientOptions::log_sink at
+// ClientOptions::log_level.
 class Client {
  public:
-  static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
   // ClientOptions::FromEnvironment(), then Create.
-  static absl::StatusOr<std::unique_ptr<Client>> CreateFromEnvironment();
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> CreateFromEnvironment();
   virtual ~Client() = default;
 
-  virtual absl::Status Put(absl::string_view key, absl::string_view value) = 0;
-  virtual absl::StatusOr<std::string> Get(absl::string_view key) = 0;
+  [[nodiscard]] virtual absl::Status Put(absl::string_view key, absl::string_view value) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::string> Get(absl::string_view key) = 0;
   // Zero-copy forms for registered buffers (unregistered memory works too, through UCX's own
   // registration cache). GetInto returns the value's size; FAILED_PRECONDITION if `capacity` is
   // smaller (nothing is written then).
-  virtual absl::Status PutFrom(absl::string_view key, const void* data, size_t size) = 0;
-  virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer, size_t capacity) = 0;
+  [[nodiscard]] virtual absl::Status PutFrom(absl::string_view key, const void* data,
+                                             size_t size) = 0;
+  [[nodiscard]] virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
+                                                       size_t capacity) = 0;
 
   // Batch forms: one control round trip per phase for the whole batch; one status per key.
   virtual std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
@@ -103,33 +109,38 @@ class Client {
   // "How much of this prefix do you hold for me?": one request for the whole chain of
   // (model, hash_scheme, adapter_id, prefix_hashes[i]) keys, tenant-scoped. With lease=true the
   // present blocks are leased, so a Get that follows within lease_ms cannot miss them.
-  virtual absl::StatusOr<PrefixLookup> LookupPrefix(absl::string_view model,
-                                                    absl::string_view hash_scheme,
-                                                    const std::optional<std::string>& adapter_id,
-                                                    const std::vector<std::string>& prefix_hashes,
-                                                    bool lease = false) = 0;
+  [[nodiscard]] virtual absl::StatusOr<PrefixLookup> LookupPrefix(
+      absl::string_view model, absl::string_view hash_scheme,
+      const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
+      bool lease = false) = 0;
 
-  virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
+  [[nodiscard]] virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
   virtual std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) = 0;
-  virtual absl::Status Remove(absl::string_view key) = 0;
+  [[nodiscard]] virtual absl::Status Remove(absl::string_view key) = 0;
   virtual std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) = 0;
 
   // Adds a replica of `key` on `node` (a node id, or the host:port `granary segments` shows).
   // The destination node reads the bytes one-sided from a current replica. The new replica is
   // charged to the tenant. Move does the same and then drops the source replica.
-  virtual absl::Status Copy(absl::string_view key, absl::string_view node) = 0;
-  virtual absl::Status Move(absl::string_view key, absl::string_view node) = 0;
+  [[nodiscard]] virtual absl::Status Copy(absl::string_view key, absl::string_view node) = 0;
+  [[nodiscard]] virtual absl::Status Move(absl::string_view key, absl::string_view node) = 0;
 
   // Registers memory with the transport once, so transfers into it need no per-call
-  // registration. Host memory now; GPU memory when UCX supports CUDA.
-  virtual absl::Status RegisterBuffer(void* data, size_t size) = 0;
-  virtual absl::Status UnregisterBuffer(void* data) = 0;
+  // registration. Host memory now; GPU memory when UCX supports CUDA. ALREADY_EXISTS when a
+  // buffer starting at `data` is registered.
+  [[nodiscard]] virtual absl::Status RegisterBuffer(void* data, size_t size) = 0;
+  // Deregisters the buffer that starts at `data`. Waits (does not refuse) while transfers that
+  // started before the call still use the buffer, so once it returns no transfer of this client
+  // touches the buffer through its registration and the memory may be freed. Calls that start
+  // while it waits treat the buffer as unregistered memory. NOT_FOUND when no buffer starting
+  // at `data` is registered.
+  [[nodiscard]] virtual absl::Status UnregisterBuffer(void* data) = 0;
 
   // Inspection (tenant-scoped).
-  virtual absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
-                                          absl::string_view start_after = "") = 0;
-  virtual absl::StatusOr<ObjectInfo> Stat(absl::string_view key) = 0;
-  virtual absl::StatusOr<std::vector<SegmentInfo>> Segments() = 0;
+  [[nodiscard]] virtual absl::StatusOr<ListResult> List(absl::string_view prefix, size_t limit,
+                                                        absl::string_view start_after = "") = 0;
+  [[nodiscard]] virtual absl::StatusOr<ObjectInfo> Stat(absl::string_view key) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<SegmentInfo>> Segments() = 0;
 
   virtual const ClientOptions& options() const = 0;
   // This client's metrics in Prometheus text format (transports its endpoints use, ...).

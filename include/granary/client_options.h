@@ -1,18 +1,24 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "granary/log_sink.h"
 
 namespace granary {
 
 // How a client reaches and uses a Granary cluster. Every field has a default; FromJsonFile and
-// FromEnvironment only fill it, and Validate() rejects a present-but-invalid value by name.
+// FromEnvironment only fill it (from one table of JSON keys and GRANARY_* variables), and
+// Validate() rejects a present-but-invalid value by name. Keys that older versions read and
+// this one does not (`local_buffer_size`, `local_hostname`) load with a warning naming them.
 struct ClientOptions {
-  // host:port of the master (`master_server_address` in the JSON file, GRANARY_MASTER).
+  // host:port of the master (`master_server_address` or `master_server_addr` in the JSON
+  // file, GRANARY_MASTER).
   std::string master_server_address = "127.0.0.1:50051";
   // The tenant every key of this client belongs to (`tenant_id`, GRANARY_TENANT_ID).
   std::string tenant_id = "default";
@@ -21,30 +27,38 @@ struct ClientOptions {
   // `token_sha256` or --tenant_tokens_file) refuses the session unless sha256(token) matches.
   // A secret: never logged. It crosses the control connection in clear (docs/security.md).
   std::string tenant_token;
-  // Reserved for multi-NIC placement: this host's name as nodes see it (`local_hostname`).
-  std::string local_hostname;
-  // "ucx" (the only data plane); UCX_TLS picks the transports (`protocol`).
+  // "ucx" (the only data plane); UCX_TLS picks the transports (`protocol`, GRANARY_PROTOCOL).
   std::string protocol = "ucx";
-  // RDMA device(s) to prefer, as UCX_NET_DEVICES would name them (`device_name`).
+  // RDMA device(s) to prefer, as UCX_NET_DEVICES would name them (`device_name` or
+  // `rdma_devices`, GRANARY_DEVICE_NAME).
   std::string device_name;
-  // Size of the registered staging buffer for unregistered user memory (`local_buffer_size`).
-  uint64_t local_buffer_size = 64ull << 20;
-  // Replicas per object written by Put (`replica_num`), on distinct nodes.
+  // Replicas per object written by Put (`replica_num`, GRANARY_REPLICA_NUM), on distinct
+  // nodes.
   int replica_num = 1;
-  // Control-plane timeout per request (`rpc_timeout_ms`).
+  // Control-plane timeout per request (`rpc_timeout_ms`, GRANARY_RPC_TIMEOUT_MS).
   int64_t rpc_timeout_ms = 10'000;
-  // Timeout of one batch of one-sided transfers (`transfer_timeout_ms`).
+  // Timeout of one batch of one-sided transfers (`transfer_timeout_ms`,
+  // GRANARY_TRANSFER_TIMEOUT_MS).
   int64_t transfer_timeout_ms = 30'000;
-  // Reads retried when a replica changed under them (`get_retries`).
+  // Reads retried when a replica changed under them (`get_retries`, GRANARY_GET_RETRIES).
   int get_retries = 3;
-  // Keys of the JSON file this version does not know; reported, never silently dropped.
+  // The lowest level of the lines this client logs (`log_level`, GRANARY_LOG_LEVEL: debug,
+  // info, warning, error); lines below it are not even formatted. Unset (the default): the
+  // process's threshold (GRANARY_LOG_LEVEL at first use, or what the program set). It applies
+  // to this client's lines only: creating a client changes no process-wide setting.
+  std::optional<LogLevel> log_level;
+  // Where this client's lines go: its own threads' and, during a call, the calling thread's
+  // lines from the library. Null (the default): stderr. Set in code only; see LogSink.
+  std::shared_ptr<LogSink> log_sink;
+  // Keys of the JSON file this version does not use (unknown or removed); reported in a
+  // warning, never silently dropped.
   std::vector<std::string> unknown_keys;
 
   // Reads a JSON file (Mooncake-style client files load unchanged). Sizes accept units ("4GB").
-  static absl::StatusOr<ClientOptions> FromJsonFile(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<ClientOptions> FromJsonFile(const std::string& path);
   // The file named by GRANARY_CONFIG_PATH if set, else GRANARY_* environment variables.
-  static absl::StatusOr<ClientOptions> FromEnvironment();
-  absl::Status Validate() const;
+  [[nodiscard]] static absl::StatusOr<ClientOptions> FromEnvironment();
+  [[nodiscard]] absl::Status Validate() const;
 };
 
 }  // namespace granary

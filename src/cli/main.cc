@@ -125,6 +125,7 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
       FLAGS_config.empty() ? granary::ClientOptions::FromEnvironment()
                            : granary::ClientOptions::FromJsonFile(FLAGS_config);
   if (!o.ok()) return o;
+  o->log_level = granary::GetLogLevel();  // --log_level, for the library's lines too
   if (!FLAGS_master.empty()) o->master_server_address = FLAGS_master;
   if (!FLAGS_tenant_id.empty()) o->tenant_id = FLAGS_tenant_id;
   if (!FLAGS_tenant_token_file.empty()) {

@@ -5,20 +5,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 
 namespace granary {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
-  auto c = client::ClientImpl::Create(options);
-  if (!c.ok()) return c.status();
-  return std::unique_ptr<Client>(std::move(*c));
+  GRANARY_ASSIGN_OR_RETURN(auto c, client::ClientImpl::Create(options));
+  return std::unique_ptr<Client>(std::move(c));
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::CreateFromEnvironment() {
-  auto o = ClientOptions::FromEnvironment();
-  if (!o.ok()) return o.status();
-  return Create(*o);
+  GRANARY_ASSIGN_OR_RETURN(ClientOptions o, ClientOptions::FromEnvironment());
+  return Create(o);
 }
 
 namespace client {
@@ -26,182 +25,66 @@ namespace client {
 using proto::AllocHeader;
 using proto::kAllocHeaderSize;
 
+// The planners' view of this client, for one batch: lookups pin registrations into pins_,
+// which the batch drops when it ends (after its transfers).
+class ClientImpl::Inputs : public PlanInputs {
+ public:
+  explicit Inputs(ClientImpl* c) : c_(c), pins_(c->registrations_.get()) {}
+  absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> Segment(uint64_t id) override {
+    return c_->session_->SegmentFor(id);
+  }
+  bool TcpOnly(const std::string& node_address) override { return c_->rma_->TcpOnly(node_address); }
+  RegisteredRange Registered(const void* p, size_t n) override {
+    return c_->registrations_->Lookup(p, n, &pins_);
+  }
+  proto::SegmentInfo PushTarget(const RegisteredRange& range) override {
+    return c_->registrations_->PushTarget(range);
+  }
+  // Once the batch's transfers are done (the destructor does it too).
+  void ReleasePins() { pins_.Release(); }
+
+ private:
+  ClientImpl* const c_;
+  Registrations::Pins pins_;
+};
+
 absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptions& options) {
-  granary::ConfigureMutexDeadlockDetection();
-  absl::Status st = options.Validate();
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<ClientImpl> c(new ClientImpl(options));
+  ScopedLogRoute route(&c->log_route_);
+  LOG_DEBUG << "client of tenant '" << options.tenant_id << "': connecting to the master at "
+            << options.master_server_address;
   std::vector<std::pair<std::string, std::string>> ucx;
   if (options.protocol == "tcp") ucx.emplace_back("TLS", "tcp");
   if (!options.device_name.empty()) ucx.emplace_back("NET_DEVICES", options.device_name);
-  auto ctx = transport::Context::Create("granary_client", ucx);
-  if (!ctx.ok()) return ctx.status();
-  c->ctx_ = std::move(*ctx);
-  auto worker = transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_);
-  if (!worker.ok()) return worker.status();
-  c->worker_ = std::move(*worker);
+  GRANARY_ASSIGN_OR_RETURN(c->ctx_, transport::Context::Create("granary_client", ucx));
+  GRANARY_ASSIGN_OR_RETURN(c->worker_,
+                           transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_));
+  // The progress thread logs through this client's route for as long as it runs.
+  c->worker_->Post([route = &c->log_route_] { SetThreadLogRoute(route); });
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
-  auto waddr = c->worker_->Address();
-  if (!waddr.ok()) return waddr.status();
-  c->worker_address_ = std::move(*waddr);
-  c->push_name_ = absl::StrCat("client/", RandomId());
+  GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
+  c->registrations_ = std::make_unique<Registrations>(
+      c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
   c->pushed_reads_ = c->metrics_.Counter(
       "granary_client_pushed_reads_total",
       "Values a node wrote into a registered buffer for a read over tcp (Push)");
-  // Connect now so that a wrong address or tenant fails here, not at the first Put.
-  auto m = c->Master();
-  if (!m.ok()) return m.status();
-  c->heartbeat_ = std::thread([raw = c.get()] { raw->HeartbeatLoop(); });
+  GRANARY_ASSIGN_OR_RETURN(c->session_,
+                           MasterSession::Create(options, c->worker_.get(), &c->log_route_));
   return c;
 }
 
 ClientImpl::~ClientImpl() {
-  {
-    granary::MutexLock lock(&hb_mu_);
-    stopping_ = true;
-  }
-  if (heartbeat_.joinable()) heartbeat_.join();
-  {
-    granary::MutexLock lock(&master_mu_);
-    master_.reset();
-  }
+  ScopedLogRoute route(&log_route_);  // closing connections may log
+  session_.reset();
   {
     granary::MutexLock lock(&nodes_mu_);
     node_clients_.clear();
   }
   rma_.reset();
-  {
-    granary::MutexLock lock(&reg_mu_);
-    registered_.clear();
-  }
+  registrations_.reset();
   worker_.reset();
   ctx_.reset();
-}
-
-absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::Master() {
-  granary::MutexLock lock(&master_mu_);
-  if (master_ && !master_->broken()) return master_;
-  master_.reset();
-  auto rc = transport::RpcClient::Create(worker_.get(), options_.master_server_address);
-  if (!rc.ok()) return rc.status();
-  std::shared_ptr<transport::RpcClient> m = std::move(*rc);
-  proto::HelloRequest hello;
-  hello.role = proto::Role::kClient;
-  hello.client_id = RandomId();
-  hello.tenant_id = options_.tenant_id;
-  hello.token = options_.tenant_token;
-  auto rep = m->Invoke<proto::HelloRequest, proto::HelloReply>(
-      proto::MsgType::kHello, hello, absl::Milliseconds(options_.rpc_timeout_ms));
-  if (!rep.ok()) {
-    if (absl::IsUnavailable(rep.status()) || absl::IsDeadlineExceeded(rep.status())) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the master at ",
-                                                 options_.master_server_address, ": ",
-                                                 rep.status().message()));
-    }
-    return rep.status();
-  }
-  heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
-  if (master_id_ != rep->master_id) {
-    // A different master (a restart or failover): segment descriptors may have changed.
-    master_id_ = rep->master_id;
-    granary::MutexLock seg_lock(&seg_mu_);
-    segments_.clear();
-  }
-  master_ = m;
-  return m;
-}
-
-void ClientImpl::HeartbeatLoop() {
-  while (true) {
-    uint32_t interval;
-    std::shared_ptr<transport::RpcClient> m;
-    {
-      granary::MutexLock lock(&master_mu_);
-      interval = heartbeat_ms_;
-      m = master_;
-    }
-    {
-      granary::MutexLock lock(&hb_mu_);
-      if (hb_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval))) {
-        return;
-      }
-    }
-    if (m && !m->broken()) {
-      m->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kHeartbeat), 0,
-                                      proto::HeartbeatRequest{}),
-                   [](absl::StatusOr<std::string>) {});
-    }
-  }
-}
-
-absl::Status ClientImpl::RefreshSegments() {
-  auto rep = Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments,
-                                                                proto::SegmentsRequest{});
-  if (!rep.ok()) return rep.status();
-  granary::MutexLock lock(&seg_mu_);
-  segments_.clear();
-  for (auto& s : rep->segments) {
-    auto r = std::make_shared<transport::RemoteSegment>();
-    r->segment_id = s.segment_id;
-    r->node_address = s.node_address;
-    r->rkey = std::move(s.rkey);
-    r->worker_address = std::move(s.worker_address);
-    r->base = s.base;
-    r->size = s.size;
-    transport::SetHostInfo(r.get(), s.host_id);
-    segments_[s.segment_id] = std::move(r);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> ClientImpl::SegmentFor(
-    uint64_t id) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    {
-      granary::MutexLock lock(&seg_mu_);
-      auto it = segments_.find(id);
-      if (it != segments_.end()) return it->second;
-    }
-    if (attempt == 0) {
-      absl::Status st = RefreshSegments();
-      if (!st.ok()) return st;
-    }
-  }
-  return absl::UnavailableError(absl::StrCat("segment ", id, " is no longer mounted"));
-}
-
-const ClientImpl::Registration* ClientImpl::RegistrationHolding(const void* p, size_t n) {
-  auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
-  if (it == registered_.begin()) return nullptr;
-  --it;
-  return it->second.region->Contains(p, n) ? &it->second : nullptr;
-}
-
-ucp_mem_h ClientImpl::MemhFor(const void* p, size_t n) {
-  granary::MutexLock lock(&reg_mu_);
-  const Registration* r = RegistrationHolding(p, n);
-  return r != nullptr ? r->region->memh() : nullptr;
-}
-
-uint64_t ClientImpl::RegistrationIdFor(const void* p, size_t n) {
-  granary::MutexLock lock(&reg_mu_);
-  const Registration* r = RegistrationHolding(p, n);
-  return r != nullptr ? r->id : 0;
-}
-
-std::optional<proto::SegmentInfo> ClientImpl::PushTargetFor(const void* p, size_t n) {
-  granary::MutexLock lock(&reg_mu_);
-  const Registration* r = RegistrationHolding(p, n);
-  if (r == nullptr) return std::nullopt;
-  proto::SegmentInfo dest;
-  dest.segment_id = r->id;
-  dest.node_address = push_name_;
-  dest.base = reinterpret_cast<uint64_t>(r->region->addr());
-  dest.size = r->region->length();
-  dest.rkey = r->rkey;
-  dest.worker_address = worker_address_;
-  dest.host_id = transport::LocalHostId();
-  return dest;
 }
 
 absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
@@ -255,6 +138,7 @@ absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std:
 std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                               const std::vector<const void*>& data,
                                               const std::vector<size_t>& sizes, uint32_t flags) {
+  ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (data.size() != n || sizes.size() != n) {
@@ -274,42 +158,16 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     return out;
   }
   std::vector<AllocHeader> headers(n);
-  std::vector<transport::RmaOp> ops;
-  ops.reserve(n * 2);
-  proto::KeyGenRequest commit;
-  for (size_t i = 0; i < n; ++i) {
-    const auto& res = started->results[i];
-    out[i] = res.status.ToStatus();
-    if (!out[i].ok()) continue;
-    AllocHeader& h = headers[i];
-    h.generation = res.generation;
-    h.key_hash = HashBytes(keys[i]);
-    h.value_length = sizes[i];
-    ucp_mem_h memh = MemhFor(data[i], sizes[i]);
-    for (const auto& r : res.replicas) {
-      auto seg = SegmentFor(r.segment_id);
-      if (!seg.ok()) {
-        out[i] = seg.status();
-        break;
-      }
-      transport::RmaOp value;
-      value.is_put = true;
-      value.local = const_cast<void*>(data[i]);
-      value.length = sizes[i];
-      value.memh = memh;
-      value.remote_addr = r.address + kAllocHeaderSize;
-      value.segment = *seg;
-      ops.push_back(value);
-      transport::RmaOp hdr = value;
-      hdr.local = &h;
-      hdr.length = kAllocHeaderSize;
-      hdr.memh = nullptr;
-      hdr.remote_addr = r.address;
-      ops.push_back(hdr);
-    }
-    commit.entries.push_back({keys[i], res.generation});
+  Inputs inputs(this);
+  PutPlan plan;
+  PlanPut(keys, data, sizes, *started, &inputs, &headers, &out, &plan);
+  if (!plan.revoke.entries.empty()) {
+    (void)Call<proto::KeyGenRequest, proto::BatchStatusReply>(proto::MsgType::kPutRevoke,
+                                                              plan.revoke);
   }
-  absl::Status st = Transfer(std::move(ops));
+  proto::KeyGenRequest& commit = plan.commit;
+  absl::Status st = Transfer(std::move(plan.ops));
+  inputs.ReleasePins();
   if (!st.ok()) {
     // Give the space back at once rather than waiting for the deadline.
     (void)Call<proto::KeyGenRequest, proto::BatchStatusReply>(proto::MsgType::kPutRevoke, commit);
@@ -375,17 +233,16 @@ absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(absl::string_view model,
   req.lease = lease;
   for (const auto& h : prefix_hashes) {
     KvKey k{std::string(model), std::string(hash_scheme), adapter_id, h};
-    if (absl::Status st = ValidateKvKey(k); !st.ok()) return st;
+    GRANARY_RETURN_IF_ERROR(ValidateKvKey(k));
     req.keys.push_back(EncodeKvKey(k));
   }
-  auto rep = Call<proto::LookupPrefixRequest, proto::LookupPrefixReply>(
-      proto::MsgType::kLookupPrefix, req);
-  if (!rep.ok()) return rep.status();
+  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::LookupPrefixRequest, proto::LookupPrefixReply>(
+                                         proto::MsgType::kLookupPrefix, req)));
   PrefixLookup out;
-  out.present = rep->present;
-  out.lease_ms = rep->lease_ms;
-  for (size_t i = 0; i < rep->hints.size() && i < req.keys.size(); ++i) {
-    out.blocks.push_back({req.keys[i], rep->hints[i].size, rep->hints[i].node_address});
+  out.present = rep.present;
+  out.lease_ms = rep.lease_ms;
+  for (size_t i = 0; i < rep.hints.size() && i < req.keys.size(); ++i) {
+    out.blocks.push_back({req.keys[i], rep.hints[i].size, rep.hints[i].node_address});
   }
   return out;
 }
@@ -401,6 +258,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string
 
 std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::string>& keys,
                                                         const DestFn& dest) {
+  ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::StatusOr<size_t>> out(n, absl::UnknownError("not attempted"));
   if (n > proto::kMaxBatch) {
@@ -421,121 +279,57 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
       for (size_t i : pending) out[i] = st;
       return out;
     }
-    std::vector<transport::RmaOp> ops;
-    std::vector<size_t> fetched;
-    proto::KeyGenRequest release;
-    std::vector<uint64_t> gens(n, 0), lens(n, 0);
-    // Reads from nodes reached over tcp alone, into registered buffers: pushed by the node, one
-    // Push per (node, buffer).
-    struct PushGroup {
-      std::string node;
-      proto::PushRequest req;
-      std::vector<size_t> keys;
-    };
-    std::vector<PushGroup> pushes;
-    for (size_t j = 0; j < pending.size(); ++j) {
-      size_t i = pending[j];
-      auto& res = rep->results[j];
-      absl::Status st = res.status.ToStatus();
-      if (st.ok() && res.replicas.empty()) {
-        st = absl::NotFoundError(absl::StrCat("key '", keys[i], "' has no live replica"));
-      }
-      if (!st.ok()) {
-        out[i] = st;
-        continue;
-      }
-      release.entries.push_back({keys[i], res.generation});
-      auto where = dest(i, res.size);
-      if (!where.ok()) {
-        out[i] = where.status();
-        continue;
-      }
-      // Rotate through the replicas on retries, so a dead node is skipped.
-      const auto& r = res.replicas[(attempt + i) % res.replicas.size()];
-      auto seg = SegmentFor(r.segment_id);
-      if (!seg.ok()) {
-        out[i] = seg.status();
-        continue;
-      }
-      gens[i] = res.generation;
-      lens[i] = res.size;
-      fetched.push_back(i);
-      // A retry reads one-sided: it works against any node, one that refused the Push too.
-      // The buffer's full description (rkey, worker address) is built once per group.
-      const uint64_t reg_id = attempt == 0 && rma_->TcpOnly((*seg)->node_address)
-                                  ? RegistrationIdFor(*where, res.size)
-                                  : 0;
-      if (reg_id != 0) {
-        auto g = std::find_if(pushes.begin(), pushes.end(), [&](const PushGroup& p) {
-          return p.node == (*seg)->node_address && p.req.dest.segment_id == reg_id;
-        });
-        if (g == pushes.end()) {
-          if (auto target = PushTargetFor(*where, res.size)) {  // nullopt if just unregistered
-            g = pushes.insert(pushes.end(), PushGroup{(*seg)->node_address, {}, {}});
-            g->req.dest = std::move(*target);
-          }
-        }
-        if (g != pushes.end()) {
-          g->req.entries.push_back(
-              {r.address + kAllocHeaderSize, reinterpret_cast<uint64_t>(*where), res.size});
-          g->req.headers.push_back(r.address);
-          g->keys.push_back(i);
-          continue;
-        }
-      }
-      transport::RmaOp hdr;
-      hdr.local = &headers[i];
-      hdr.length = kAllocHeaderSize;
-      hdr.remote_addr = r.address;
-      hdr.segment = *seg;
-      ops.push_back(hdr);
-      transport::RmaOp value = hdr;
-      value.local = *where;
-      value.length = res.size;
-      value.memh = MemhFor(*where, res.size);
-      value.remote_addr = r.address + kAllocHeaderSize;
-      ops.push_back(value);
-    }
-    // Each key's transfer status: its Push's, or the one-sided transfer's.
-    std::vector<absl::Status> failed(n);
-    std::vector<bool> pushed(n, false);
-    for (PushGroup& g : pushes) {
-      absl::Status pst = Push(g.node, g.req, g.keys, &headers);
-      for (size_t i : g.keys) {
-        failed[i] = pst;
-        pushed[i] = true;
-      }
-    }
-    absl::Status st = Transfer(std::move(ops));
-    for (size_t i : fetched) {
-      if (!pushed[i]) failed[i] = st;
-    }
-    ReleaseLeasesAsync(release);
-    pending.clear();
-    for (size_t i : fetched) {
-      if (!failed[i].ok()) {
-        out[i] = absl::UnavailableError(
-            absl::StrCat("reading key '", keys[i], "' failed: ", failed[i].message()));
-        pending.push_back(i);
-        continue;
-      }
-      absl::Status hs = proto::CheckAllocHeader(headers[i], gens[i], HashBytes(keys[i]), lens[i]);
-      if (!hs.ok()) {
-        out[i] = hs;
-        pending.push_back(i);
-        continue;
-      }
-      out[i] = lens[i];
-    }
+    Inputs inputs(this);  // its pins last until the round's transfers are done
+    GetPlan plan;
+    PlanGet(attempt, keys, pending, *rep, dest, &inputs, &headers, &out, &plan);
+    RunGetRound(keys, &plan, &headers, &out, &pending);
   }
   return out;
 }
 
+void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan,
+                             std::vector<AllocHeader>* headers,
+                             std::vector<absl::StatusOr<size_t>>* out,
+                             std::vector<size_t>* pending) {
+  // Each key's transfer status: its Push's, or the one-sided transfer's.
+  const size_t n = keys.size();
+  std::vector<absl::Status> failed(n);
+  std::vector<bool> pushed(n, false);
+  for (PushGroup& g : plan->pushes) {
+    absl::Status pst = Push(g.node, g.req, g.keys, headers);
+    for (size_t i : g.keys) {
+      failed[i] = pst;
+      pushed[i] = true;
+    }
+  }
+  absl::Status st = Transfer(std::move(plan->ops));
+  for (size_t i : plan->fetched) {
+    if (!pushed[i]) failed[i] = st;
+  }
+  ReleaseLeasesAsync(plan->release);
+  pending->clear();
+  for (size_t i : plan->fetched) {
+    if (!failed[i].ok()) {
+      (*out)[i] = absl::UnavailableError(
+          absl::StrCat("reading key '", keys[i], "' failed: ", failed[i].message()));
+      pending->push_back(i);
+      continue;
+    }
+    absl::Status hs =
+        proto::CheckAllocHeader((*headers)[i], plan->gens[i], HashBytes(keys[i]), plan->lens[i]);
+    if (!hs.ok()) {
+      (*out)[i] = hs;
+      pending->push_back(i);
+      continue;
+    }
+    (*out)[i] = plan->lens[i];
+  }
+}
+
 absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,
                               const std::vector<size_t>& keys, std::vector<AllocHeader>* headers) {
-  auto rpc = NodeClient(node);
-  if (!rpc.ok()) return rpc.status();
-  auto rep = (*rpc)->Invoke<proto::PushRequest, proto::PushReply>(
+  GRANARY_ASSIGN_OR_RETURN(auto rpc, NodeClient(node));
+  auto rep = rpc->Invoke<proto::PushRequest, proto::PushReply>(
       proto::MsgType::kPush, req, absl::Milliseconds(options_.transfer_timeout_ms));
   if (!rep.ok()) {
     return absl::Status(rep.status().code(),
@@ -554,32 +348,27 @@ absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest&
 
 void ClientImpl::ReleaseLeasesAsync(const proto::KeyGenRequest& leases) {
   if (leases.entries.empty()) return;
-  auto m = Master();
-  if (!m.ok()) return;  // the session is gone, and its leases with it
-  (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kGetEnd), 0, leases),
-                  [](absl::StatusOr<std::string>) {});
+  session_->Send(proto::MsgType::kGetEnd, leases);  // no session: its leases are gone with it
 }
 
 absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint64_t generation,
                                                     uint64_t size,
                                                     const proto::ReplicaDesc& replica) {
-  auto seg = SegmentFor(replica.segment_id);
-  if (!seg.ok()) return seg.status();
+  ScopedLogRoute route(&log_route_);
+  GRANARY_ASSIGN_OR_RETURN(auto seg, session_->SegmentFor(replica.segment_id));
   AllocHeader header;
   std::string value(size, '\0');
   transport::RmaOp hdr;
   hdr.local = &header;
   hdr.length = kAllocHeaderSize;
   hdr.remote_addr = replica.address;
-  hdr.segment = *seg;
+  hdr.segment = std::move(seg);
   transport::RmaOp body = hdr;
   body.local = value.data();
   body.length = size;
   body.remote_addr = replica.address + kAllocHeaderSize;
-  absl::Status st = Transfer({hdr, body});
-  if (!st.ok()) return st;
-  st = proto::CheckAllocHeader(header, generation, HashBytes(key), size);
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(Transfer({hdr, body}));
+  GRANARY_RETURN_IF_ERROR(proto::CheckAllocHeader(header, generation, HashBytes(key), size));
   return value;
 }
 
@@ -678,22 +467,22 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
   granary::MutexLock lock(&nodes_mu_);
   auto it = node_clients_.find(address);
   if (it != node_clients_.end() && !it->second->broken()) return it->second;
-  auto rc = transport::RpcClient::Create(worker_.get(), address);
-  if (!rc.ok()) return rc.status();
-  std::shared_ptr<transport::RpcClient> c = std::move(*rc);
+  GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> c,
+                           transport::RpcClient::Create(worker_.get(), address));
   node_clients_[address] = c;
   return c;
 }
 
 absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {
+  ScopedLogRoute route(&log_route_);
   proto::CopyStartRequest req;
   req.entries.push_back({std::string(key), std::string(node)});
-  auto rep = Call<proto::CopyStartRequest, proto::CopyStartReply>(
-      move ? proto::MsgType::kMoveStart : proto::MsgType::kCopyStart, req);
-  if (!rep.ok()) return rep.status();
-  if (rep->results.size() != 1) return absl::InternalError("CopyStart reply has the wrong size");
-  const proto::CopyStartResult& res = rep->results[0];
-  if (absl::Status st = res.status.ToStatus(); !st.ok()) return st;
+  GRANARY_ASSIGN_OR_RETURN(
+      auto rep, (Call<proto::CopyStartRequest, proto::CopyStartReply>(
+                    move ? proto::MsgType::kMoveStart : proto::MsgType::kCopyStart, req)));
+  if (rep.results.size() != 1) return absl::InternalError("CopyStart reply has the wrong size");
+  const proto::CopyStartResult& res = rep.results[0];
+  GRANARY_RETURN_IF_ERROR(res.status.ToStatus());
   proto::CopyEndRequest end;
   end.entries.push_back({std::string(key), res.generation, res.dest.segment_id});
   auto revoke = [&](const absl::Status& why) {
@@ -701,7 +490,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
         move ? proto::MsgType::kMoveRevoke : proto::MsgType::kCopyRevoke, end);
     return why;
   };
-  auto src = SegmentFor(res.source.segment_id);
+  auto src = session_->SegmentFor(res.source.segment_id);
   if (!src.ok()) return revoke(src.status());
   proto::FetchRequest fetch;
   fetch.source.segment_id = (*src)->segment_id;
@@ -722,36 +511,18 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
                      absl::StrCat("node ", res.dest_node_address,
                                   " could not fetch the replica: ", fetched.status().message())));
   }
-  auto ended = Call<proto::CopyEndRequest, proto::BatchStatusReply>(
-      move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end);
-  if (!ended.ok()) return ended.status();
-  return ended->results.empty() ? absl::InternalError("empty CopyEnd reply")
-                                : ended->results[0].ToStatus();
+  GRANARY_ASSIGN_OR_RETURN(auto ended,
+                           (Call<proto::CopyEndRequest, proto::BatchStatusReply>(
+                               move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end)));
+  return ended.results.empty() ? absl::InternalError("empty CopyEnd reply")
+                               : ended.results[0].ToStatus();
 }
 
 absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
-  auto r = transport::MemoryRegion::Create(ctx_.get(), data, size);
-  if (!r.ok()) return r.status();
-  granary::MutexLock lock(&reg_mu_);
-  auto key = reinterpret_cast<uintptr_t>(data);
-  if (registered_.contains(key)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("buffer at 0x", absl::Hex(key), " is already registered"));
-  }
-  auto rkey = (*r)->PackRkey();
-  if (!rkey.ok()) return rkey.status();
-  registered_[key] = Registration{std::move(*r), next_registration_++, std::move(*rkey)};
-  return absl::OkStatus();
+  return registrations_->Register(data, size);
 }
 
-absl::Status ClientImpl::UnregisterBuffer(void* data) {
-  granary::MutexLock lock(&reg_mu_);
-  auto key = reinterpret_cast<uintptr_t>(data);
-  if (registered_.erase(key) == 0) {
-    return absl::NotFoundError(absl::StrCat("buffer at 0x", absl::Hex(key), " is not registered"));
-  }
-  return absl::OkStatus();
-}
+absl::Status ClientImpl::UnregisterBuffer(void* data) { return registrations_->Unregister(data); }
 
 absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t limit,
                                             absl::string_view start_after) {
@@ -759,11 +530,11 @@ absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t lim
   req.prefix = std::string(prefix);
   req.start_after = std::string(start_after);
   req.limit = static_cast<uint32_t>(std::min<size_t>(limit, proto::kMaxListLimit));
-  auto rep = Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req);
-  if (!rep.ok()) return rep.status();
+  GRANARY_ASSIGN_OR_RETURN(
+      auto rep, (Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req)));
   ListResult out;
-  out.more = rep->more;
-  for (auto& o : rep->objects) {
+  out.more = rep.more;
+  for (auto& o : rep.objects) {
     ObjectInfo info;
     info.key = std::move(o.key);
     info.size = o.size;
@@ -778,20 +549,18 @@ absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t lim
 
 absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
   // The key itself sorts first among the keys it prefixes.
-  auto r = List(key, 1, "");
-  if (!r.ok()) return r.status();
-  if (r->objects.empty() || r->objects[0].key != key) {
+  GRANARY_ASSIGN_OR_RETURN(ListResult r, List(key, 1, ""));
+  if (r.objects.empty() || r.objects[0].key != key) {
     return absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
   }
-  return r->objects[0];
+  return std::move(r.objects[0]);
 }
 
 absl::StatusOr<std::vector<SegmentInfo>> ClientImpl::Segments() {
-  auto rep = Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments,
-                                                                proto::SegmentsRequest{});
-  if (!rep.ok()) return rep.status();
+  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::SegmentsRequest, proto::SegmentsReply>(
+                                         proto::MsgType::kSegments, proto::SegmentsRequest{})));
   std::vector<SegmentInfo> out;
-  for (const auto& s : rep->segments) {
+  for (const auto& s : rep.segments) {
     SegmentInfo i;
     i.segment_id = s.segment_id;
     i.name = s.name;

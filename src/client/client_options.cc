@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
-#include "common/size.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/messages.h"
 
@@ -17,29 +17,98 @@ namespace granary {
 
 namespace {
 
-absl::StatusOr<uint64_t> SizeField(const nlohmann::json& v, const char* name) {
-  if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_string()) {
-    auto s = ParseSize(v.get<std::string>());
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.status().message()));
-    return *s;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      name, " must be a size (a number of bytes or a string like \"64MB\"), got ", v.dump()));
+// How a field's value is written: in JSON, what it must be (a string may stand for a number);
+// in the environment, always text. kRemoved: a key an older version read, reported by name.
+enum class Kind { kString, kSecret, kInt, kLogLevel, kRemoved };
+
+// Sets one field from its text; the error says what the text should have been ("must be ...").
+using Setter = absl::Status (*)(ClientOptions* o, const std::string& text);
+
+struct Field {
+  const char* name;   // JSON key
+  const char* alias;  // another JSON key for it (Mooncake's name), or null
+  const char* env;    // environment variable, or null
+  Kind kind;
+  Setter set;
+  const char* doc;  // one line on it (ClientOptions has the full comment); removed: why
+};
+
+template <auto field>
+absl::Status SetString(ClientOptions* o, const std::string& text) {
+  o->*field = text;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> IntField(const nlohmann::json& v, const char* name) {
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_string()) {
-    int64_t out = 0;
-    if (absl::SimpleAtoi(v.get<std::string>(), &out)) return out;
+template <auto field>
+absl::Status SetInt(ClientOptions* o, const std::string& text) {
+  if (!absl::SimpleAtoi(text, &(o->*field))) {
+    return absl::InvalidArgumentError("must be an integer");
   }
-  return absl::InvalidArgumentError(absl::StrCat(name, " must be an integer, got ", v.dump()));
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> StringField(const nlohmann::json& v, const char* name) {
+// The one table: FromJsonFile and FromEnvironment both read it, so a field added here is
+// accepted by both.
+constexpr Field kFields[] = {
+    {"master_server_address", "master_server_addr", "GRANARY_MASTER", Kind::kString,
+     SetString<&ClientOptions::master_server_address>, "host:port of the master"},
+    {"tenant_id", nullptr, "GRANARY_TENANT_ID", Kind::kString, SetString<&ClientOptions::tenant_id>,
+     "the tenant of every key"},
+    {"tenant_token", nullptr, "GRANARY_TENANT_TOKEN", Kind::kSecret,
+     SetString<&ClientOptions::tenant_token>, "the tenant's client credential"},
+    {"protocol", nullptr, "GRANARY_PROTOCOL", Kind::kString, SetString<&ClientOptions::protocol>,
+     "ucx, tcp or rdma"},
+    {"device_name", "rdma_devices", "GRANARY_DEVICE_NAME", Kind::kString,
+     SetString<&ClientOptions::device_name>, "RDMA devices to prefer"},
+    {"replica_num", nullptr, "GRANARY_REPLICA_NUM", Kind::kInt, SetInt<&ClientOptions::replica_num>,
+     "replicas per object"},
+    {"rpc_timeout_ms", nullptr, "GRANARY_RPC_TIMEOUT_MS", Kind::kInt,
+     SetInt<&ClientOptions::rpc_timeout_ms>, "control-plane timeout per request"},
+    {"transfer_timeout_ms", nullptr, "GRANARY_TRANSFER_TIMEOUT_MS", Kind::kInt,
+     SetInt<&ClientOptions::transfer_timeout_ms>, "timeout of one batch of transfers"},
+    {"get_retries", nullptr, "GRANARY_GET_RETRIES", Kind::kInt, SetInt<&ClientOptions::get_retries>,
+     "reads retried when a replica changed"},
+    {"log_level", nullptr, "GRANARY_LOG_LEVEL", Kind::kLogLevel,
+     [](ClientOptions* o, const std::string& v) {
+       LogLevel level;
+       if (!ParseLogLevel(v, &level)) {
+         return absl::InvalidArgumentError("must be one of debug, info, warning, error");
+       }
+       o->log_level = level;
+       return absl::OkStatus();
+     },
+     "minimum level of the client's log lines"},
+    {"local_buffer_size", nullptr, "GRANARY_LOCAL_BUFFER_SIZE", Kind::kRemoved, nullptr,
+     "no staging buffer exists: unregistered memory is registered by UCX's own cache, and "
+     "RegisterBuffer registers a buffer once"},
+    {"local_hostname", nullptr, "GRANARY_LOCAL_HOSTNAME", Kind::kRemoved, nullptr,
+     "the client never used it (a node's --local_hostname names the node)"},
+};
+
+const Field* FieldNamed(const std::string& key) {
+  for (const Field& f : kFields) {
+    if (key == f.name || (f.alias != nullptr && key == f.alias)) return &f;
+  }
+  return nullptr;
+}
+
+// A JSON value as the text its field's setter reads, or why it has the wrong type.
+absl::StatusOr<std::string> JsonText(const Field& f, const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
-  return absl::InvalidArgumentError(absl::StrCat(name, " must be a string, got ", v.dump()));
+  switch (f.kind) {
+    case Kind::kInt:
+      if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+      return absl::InvalidArgumentError(absl::StrCat("must be an integer, got ", v.dump()));
+    case Kind::kSecret:  // a wrong type is named without its value: the value is a secret
+      return absl::InvalidArgumentError(
+          absl::StrCat("must be a string, got a JSON ", v.type_name()));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("must be a string, got ", v.dump()));
+  }
+}
+
+std::string RemovedWarning(absl::string_view where, const Field& f) {
+  return absl::StrCat(where, ": '", f.name, "' is no longer used and is ignored: ", f.doc);
 }
 
 }  // namespace
@@ -59,90 +128,28 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
   if (!j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat("client config '", path, "' is not an object"));
   }
-  ClientOptions o;
+  const std::string where = absl::StrCat("client config '", path, "'");
   auto wrap = [&](const absl::Status& st) {
-    return absl::InvalidArgumentError(absl::StrCat("client config '", path, "': ", st.message()));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", st.message()));
   };
+  ClientOptions o;
+  std::vector<std::string> unused;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    const auto& v = it.value();
-    absl::Status st;
-    if (k == "master_server_address" || k == "master_server_addr") {
-      auto s = StringField(v, k.c_str());
-      if (s.ok())
-        o.master_server_address = *s;
-      else
-        st = s.status();
-    } else if (k == "tenant_id") {
-      auto s = StringField(v, "tenant_id");
-      if (s.ok())
-        o.tenant_id = *s;
-      else
-        st = s.status();
-    } else if (k == "tenant_token") {
-      // A wrong type is named without its value: the value is a secret.
-      if (v.is_string()) {
-        o.tenant_token = v.get<std::string>();
-      } else {
-        st = absl::InvalidArgumentError(
-            absl::StrCat("tenant_token must be a string, got a JSON ", v.type_name()));
-      }
-    } else if (k == "local_hostname") {
-      auto s = StringField(v, "local_hostname");
-      if (s.ok())
-        o.local_hostname = *s;
-      else
-        st = s.status();
-    } else if (k == "protocol") {
-      auto s = StringField(v, "protocol");
-      if (s.ok())
-        o.protocol = *s;
-      else
-        st = s.status();
-    } else if (k == "device_name" || k == "rdma_devices") {
-      auto s = StringField(v, k.c_str());
-      if (s.ok())
-        o.device_name = *s;
-      else
-        st = s.status();
-    } else if (k == "local_buffer_size") {
-      auto s = SizeField(v, "local_buffer_size");
-      if (s.ok())
-        o.local_buffer_size = *s;
-      else
-        st = s.status();
-    } else if (k == "replica_num") {
-      auto s = IntField(v, "replica_num");
-      if (s.ok())
-        o.replica_num = static_cast<int>(*s);
-      else
-        st = s.status();
-    } else if (k == "rpc_timeout_ms") {
-      auto s = IntField(v, "rpc_timeout_ms");
-      if (s.ok())
-        o.rpc_timeout_ms = *s;
-      else
-        st = s.status();
-    } else if (k == "transfer_timeout_ms") {
-      auto s = IntField(v, "transfer_timeout_ms");
-      if (s.ok())
-        o.transfer_timeout_ms = *s;
-      else
-        st = s.status();
-    } else if (k == "get_retries") {
-      auto s = IntField(v, "get_retries");
-      if (s.ok())
-        o.get_retries = static_cast<int>(*s);
-      else
-        st = s.status();
-    } else {
+    const Field* f = FieldNamed(k);
+    if (f == nullptr || f->kind == Kind::kRemoved) {
+      if (f != nullptr) LOG_WARN << RemovedWarning(where, *f);
+      if (f == nullptr) unused.push_back(k);
       o.unknown_keys.push_back(k);
+      continue;
     }
-    if (!st.ok()) return wrap(st);
+    absl::StatusOr<std::string> text = JsonText(*f, it.value());
+    absl::Status st = text.ok() ? f->set(&o, *text) : text.status();
+    if (!st.ok()) return wrap(absl::Status(st.code(), absl::StrCat(k, " ", st.message())));
   }
-  if (!o.unknown_keys.empty()) {
-    LOG_WARN << "client config '" << path << "': ignoring keys this version does not use: "
-             << absl::StrJoin(o.unknown_keys, ", ");
+  if (!unused.empty()) {
+    LOG_WARN << where
+             << ": ignoring keys this version does not use: " << absl::StrJoin(unused, ", ");
   }
   absl::Status st = o.Validate();
   if (!st.ok()) return wrap(st);
@@ -154,38 +161,23 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
     return FromJsonFile(path);
   }
   ClientOptions o;
-  auto env = [](const char* name) -> const char* {
-    const char* v = std::getenv(name);
-    return (v != nullptr && *v != '\0') ? v : nullptr;
-  };
-  auto bad = [](const char* name, const char* v, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "='", v, "': ", why));
-  };
-  if (auto v = env("GRANARY_MASTER")) o.master_server_address = v;
-  if (auto v = env("GRANARY_TENANT_ID")) o.tenant_id = v;
-  if (auto v = env("GRANARY_TENANT_TOKEN")) o.tenant_token = v;
-  if (auto v = env("GRANARY_LOCAL_HOSTNAME")) o.local_hostname = v;
-  if (auto v = env("GRANARY_PROTOCOL")) o.protocol = v;
-  if (auto v = env("GRANARY_DEVICE_NAME")) o.device_name = v;
-  if (auto v = env("GRANARY_LOCAL_BUFFER_SIZE")) {
-    auto s = ParseSize(v);
-    if (!s.ok()) return bad("GRANARY_LOCAL_BUFFER_SIZE", v, s.status().message());
-    o.local_buffer_size = *s;
-  }
-  if (auto v = env("GRANARY_REPLICA_NUM")) {
-    if (!absl::SimpleAtoi(v, &o.replica_num))
-      return bad("GRANARY_REPLICA_NUM", v, "not an integer");
-  }
-  if (auto v = env("GRANARY_RPC_TIMEOUT_MS")) {
-    if (!absl::SimpleAtoi(v, &o.rpc_timeout_ms)) {
-      return bad("GRANARY_RPC_TIMEOUT_MS", v, "not an integer");
+  for (const Field& f : kFields) {
+    const char* v = std::getenv(f.env);
+    if (v == nullptr || *v == '\0') continue;
+    if (f.kind == Kind::kRemoved) {
+      LOG_WARN << RemovedWarning(absl::StrCat("environment variable ", f.env), f);
+      continue;
     }
+    absl::Status st = f.set(&o, v);
+    if (st.ok()) continue;
+    // The value of a secret is never shown.
+    return absl::InvalidArgumentError(f.kind == Kind::kSecret
+                                          ? absl::StrCat(f.env, ": ", st.message())
+                                          : absl::StrCat(f.env, "='", v, "': ", st.message()));
   }
-  absl::Status st = o.Validate();
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(o.Validate());
   return o;
 }
-
 absl::Status ClientOptions::Validate() const {
   auto hp = ParseHostPort(master_server_address);
   if (!hp.ok()) {

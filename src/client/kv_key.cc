@@ -2,6 +2,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "proto/messages.h"
 
 namespace granary {
@@ -175,25 +176,21 @@ absl::StatusOr<KvKey> DecodeKvKey(absl::string_view encoded) {
   if (!p.Consume(kVersion)) return p.Error("expected the version prefix \"kv1/\"");
 
   KvKey k;
-  auto model = p.Field("model");
-  if (!model.ok()) return model.status();
-  if (auto s = p.Expect(kSep, "model"); !s.ok()) return s;
-  auto scheme = p.Field("hash_scheme");
-  if (!scheme.ok()) return scheme.status();
-  if (auto s = p.Expect(kSep, "hash_scheme"); !s.ok()) return s;
+  GRANARY_ASSIGN_OR_RETURN(auto model, p.Field("model"));
+  GRANARY_RETURN_IF_ERROR(p.Expect(kSep, "model"));
+  GRANARY_ASSIGN_OR_RETURN(auto scheme, p.Field("hash_scheme"));
+  GRANARY_RETURN_IF_ERROR(p.Expect(kSep, "hash_scheme"));
   if (!p.Consume(kNoAdapter)) {
-    auto adapter = p.Field("adapter_id");
-    if (!adapter.ok()) return adapter.status();
-    k.adapter_id.emplace(*adapter);
+    GRANARY_ASSIGN_OR_RETURN(auto adapter, p.Field("adapter_id"));
+    k.adapter_id.emplace(adapter);
   }
-  if (auto s = p.Expect(kSep, "adapter_id"); !s.ok()) return s;
-  auto prefix_hash = p.Field("prefix_hash");
-  if (!prefix_hash.ok()) return prefix_hash.status();
+  GRANARY_RETURN_IF_ERROR(p.Expect(kSep, "adapter_id"));
+  GRANARY_ASSIGN_OR_RETURN(auto prefix_hash, p.Field("prefix_hash"));
   if (!p.AtEnd()) return p.Error("trailing bytes after prefix_hash");
 
-  k.model = std::string(*model);
-  k.hash_scheme = std::string(*scheme);
-  k.prefix_hash = std::string(*prefix_hash);
+  k.model = std::string(model);
+  k.hash_scheme = std::string(scheme);
+  k.prefix_hash = std::string(prefix_hash);
   if (auto s = ValidateKvKey(k); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "encoded kv key decodes to an invalid key: ", s.message(), "; input ", Excerpt(encoded)));

@@ -45,6 +45,8 @@ bool ParseLogLevel(absl::string_view text, LogLevel* out) {
 
 namespace internal {
 
+constinit thread_local const LogRoute* thread_log_route = nullptr;
+
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
   static constexpr char kLetters[] = "DIWEF";
   timespec ts;
@@ -64,8 +66,13 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
 LogMessage::~LogMessage() {
   stream_ << '\n';
   const std::string text = stream_.str();
-  ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
-  (void)ignored;
+  const LogRoute* route = thread_log_route;
+  if (route != nullptr && route->sink != nullptr) {
+    route->sink->Write(level_, text);
+  } else {
+    ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+    (void)ignored;
+  }
   if (level_ == LogLevel::kFatal) std::abort();
 }
 

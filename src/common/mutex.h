@@ -138,8 +138,9 @@ class Notification {
 // Debian's libabsl is built without NDEBUG, so absl::Mutex checks every acquisition against a
 // process-wide lock-order graph, under one global spin lock: measurable on the master's hot
 // path (perf: GraphCycles::GetId at 2-3% of the master's samples in `granary_bench meta`).
-// The daemons, the tools and the client library turn the check off at start;
-// GRANARY_MUTEX_DEADLOCK_DETECTION=1 keeps it on. Unit tests never call this, so they keep it.
+// The daemons, the CLI and the benchmark turn the check off at start (their main());
+// GRANARY_MUTEX_DEADLOCK_DETECTION=1 keeps it on. The client library never calls this: the
+// setting belongs to the program that embeds it. Unit tests never call it, so they keep it.
 inline void ConfigureMutexDeadlockDetection() {
   const char* keep = std::getenv("GRANARY_MUTEX_DEADLOCK_DETECTION");
   if (keep != nullptr && std::strcmp(keep, "1") == 0) return;

@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/mutex.h"
 
 extern char** environ;
 
@@ -140,6 +141,10 @@ absl::StatusOr<double> ScrapeMetric(uint16_t port, const std::string& sample) {
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
+  // The test program embeds the client, so it chooses absl's mutex settings, as the daemons and
+  // granary_bench do in main: deadlock detection off (Client::Create no longer does it), which
+  // keeps the clients' timing as it was.
+  ConfigureMutexDeadlockDetection();
   auto c = std::make_unique<Cluster>();
   c->options_ = o;
   char tmpl[] = "/tmp/granary_it_XXXXXX";

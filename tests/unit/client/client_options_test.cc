@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace granary {
 namespace {
@@ -20,10 +21,12 @@ class ClientOptionsTest : public ::testing::Test {
     std::remove(path_.c_str());
   }
   void Write(const std::string& text) { std::ofstream(path_) << text; }
-  static constexpr const char* kVars[] = {"GRANARY_CONFIG_PATH",    "GRANARY_MASTER",
-                                          "GRANARY_TENANT_ID",      "GRANARY_LOCAL_BUFFER_SIZE",
-                                          "GRANARY_REPLICA_NUM",    "GRANARY_PROTOCOL",
-                                          "GRANARY_RPC_TIMEOUT_MS", "GRANARY_TENANT_TOKEN"};
+  static constexpr const char* kVars[] = {
+      "GRANARY_CONFIG_PATH",       "GRANARY_MASTER",       "GRANARY_TENANT_ID",
+      "GRANARY_LOCAL_BUFFER_SIZE", "GRANARY_REPLICA_NUM",  "GRANARY_PROTOCOL",
+      "GRANARY_RPC_TIMEOUT_MS",    "GRANARY_TENANT_TOKEN", "GRANARY_TRANSFER_TIMEOUT_MS",
+      "GRANARY_GET_RETRIES",       "GRANARY_LOG_LEVEL",    "GRANARY_LOCAL_HOSTNAME",
+      "GRANARY_DEVICE_NAME"};
   std::string path_;
 };
 
@@ -37,14 +40,16 @@ TEST_F(ClientOptionsTest, DefaultsAreValid) {
 
 TEST_F(ClientOptionsTest, JsonFileWithUnitsLoads) {
   Write(R"({"master_server_address": "10.0.0.1:50051", "tenant_id": "tenant-a",
-            "local_buffer_size": "16MB", "replica_num": 2, "protocol": "tcp",
-            "rpc_timeout_ms": 2500})");
+            "replica_num": 2, "protocol": "tcp", "rpc_timeout_ms": 2500,
+            "transfer_timeout_ms": "4000", "get_retries": 5, "log_level": "warning"})");
   auto o = ClientOptions::FromJsonFile(path_);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->master_server_address, "10.0.0.1:50051");
   EXPECT_EQ(o->tenant_id, "tenant-a");
-  EXPECT_EQ(o->local_buffer_size, 16u << 20);
   EXPECT_EQ(o->replica_num, 2);
+  EXPECT_EQ(o->transfer_timeout_ms, 4000);
+  EXPECT_EQ(o->get_retries, 5);
+  EXPECT_EQ(o->log_level, LogLevel::kWarning);
   EXPECT_EQ(o->protocol, "tcp");
   EXPECT_EQ(o->rpc_timeout_ms, 2500);
   EXPECT_TRUE(o->unknown_keys.empty());
@@ -57,12 +62,64 @@ TEST_F(ClientOptionsTest, MooncakeStyleFileLoadsAndUnknownKeysAreReported) {
             "master_server_address": "127.0.0.1:50051"})");
   auto o = ClientOptions::FromJsonFile(path_);
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->local_hostname, "node1");
   EXPECT_EQ(o->device_name, "mlx5_0");
-  EXPECT_EQ(o->local_buffer_size, 1u << 30);
-  ASSERT_EQ(o->unknown_keys.size(), 2u);
-  EXPECT_EQ(o->unknown_keys[0], "global_segment_size");
-  EXPECT_EQ(o->unknown_keys[1], "metadata_server");
+  EXPECT_EQ(o->protocol, "rdma");
+  // Keys this version does not use, the two it no longer reads among them.
+  EXPECT_EQ(o->unknown_keys, (std::vector<std::string>{"global_segment_size", "local_buffer_size",
+                                                       "local_hostname", "metadata_server"}));
+}
+
+TEST_F(ClientOptionsTest, RemovedKeysAreReportedByName) {
+  // A removed key loads (an old file keeps working) with a warning that names it, whatever its
+  // value, from the file and from the environment.
+  Write(R"({"local_buffer_size": "12XB", "tenant_id": "t"})");
+  testing::internal::CaptureStderr();
+  auto o = ClientOptions::FromJsonFile(path_);
+  std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->unknown_keys, std::vector<std::string>{"local_buffer_size"});
+  EXPECT_NE(err.find("'local_buffer_size' is no longer used"), std::string::npos) << err;
+
+  setenv("GRANARY_LOCAL_HOSTNAME", "host1", 1);
+  testing::internal::CaptureStderr();
+  auto e = ClientOptions::FromEnvironment();
+  err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_NE(err.find("GRANARY_LOCAL_HOSTNAME"), std::string::npos) << err;
+  EXPECT_NE(err.find("'local_hostname' is no longer used"), std::string::npos) << err;
+}
+
+TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
+  setenv("GRANARY_TRANSFER_TIMEOUT_MS", "1234", 1);
+  setenv("GRANARY_GET_RETRIES", "0", 1);
+  setenv("GRANARY_LOG_LEVEL", "debug", 1);
+  setenv("GRANARY_DEVICE_NAME", "mlx5_1", 1);
+  setenv("GRANARY_PROTOCOL", "tcp", 1);
+  auto o = ClientOptions::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->transfer_timeout_ms, 1234);
+  EXPECT_EQ(o->get_retries, 0);
+  EXPECT_EQ(o->log_level, LogLevel::kDebug);
+  EXPECT_EQ(o->device_name, "mlx5_1");
+  EXPECT_EQ(o->protocol, "tcp");
+  setenv("GRANARY_LOG_LEVEL", "chatty", 1);
+  auto bad = ClientOptions::FromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("GRANARY_LOG_LEVEL='chatty'"), absl::string_view::npos)
+      << bad.status();
+  unsetenv("GRANARY_LOG_LEVEL");
+  setenv("GRANARY_TRANSFER_TIMEOUT_MS", "0", 1);
+  EXPECT_FALSE(ClientOptions::FromEnvironment().ok());
+}
+
+TEST_F(ClientOptionsTest, LogLevelIsUnsetByDefault) {
+  EXPECT_FALSE(ClientOptions().log_level.has_value());
+  EXPECT_EQ(ClientOptions().log_sink, nullptr);
+  Write(R"({"log_level": "loud"})");
+  auto o = ClientOptions::FromJsonFile(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("log_level must be one of"), absl::string_view::npos)
+      << o.status();
 }
 
 TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
@@ -70,7 +127,7 @@ TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
     const char* json;
     const char* needle;
   } cases[] = {
-      {R"({"local_buffer_size": "12XB"})", "12XB"},
+      {R"({"get_retries": 1.5})", "get_retries must be an integer, got 1.5"},
       {R"({"replica_num": 0})", "replica_num 0"},
       {R"({"replica_num": "two"})", "replica_num"},
       {R"({"master_server_address": "nohost"})", "'nohost'"},
@@ -94,13 +151,11 @@ TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
 TEST_F(ClientOptionsTest, EnvironmentFillsOptionsWhenNoFileIsNamed) {
   setenv("GRANARY_MASTER", "127.0.0.1:6000", 1);
   setenv("GRANARY_TENANT_ID", "tenant-b", 1);
-  setenv("GRANARY_LOCAL_BUFFER_SIZE", "2GB", 1);
   setenv("GRANARY_REPLICA_NUM", "3", 1);
   auto o = ClientOptions::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->master_server_address, "127.0.0.1:6000");
   EXPECT_EQ(o->tenant_id, "tenant-b");
-  EXPECT_EQ(o->local_buffer_size, 2ull << 30);
   EXPECT_EQ(o->replica_num, 3);
   setenv("GRANARY_REPLICA_NUM", "lots", 1);
   auto bad = ClientOptions::FromEnvironment();

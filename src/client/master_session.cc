@@ -1,0 +1,119 @@
+#include "client/master_session.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/util.h"
+
+namespace granary::client {
+
+absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const ClientOptions& options,
+                                                                     transport::Worker* worker,
+                                                                     const LogRoute* log_route) {
+  std::unique_ptr<MasterSession> s(new MasterSession(options, worker, log_route));
+  GRANARY_RETURN_IF_ERROR(s->Connection().status());
+  s->heartbeat_ = std::thread([raw = s.get()] { raw->HeartbeatLoop(); });
+  return s;
+}
+
+MasterSession::~MasterSession() {
+  {
+    granary::MutexLock lock(&hb_mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  granary::MutexLock lock(&mu_);
+  master_.reset();
+}
+
+absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Connection() {
+  granary::MutexLock lock(&mu_);
+  if (master_ && !master_->broken()) return master_;
+  ScopedLogRoute route(log_route_);  // reconnecting may log, on the caller's thread
+  master_.reset();
+  GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m,
+                           transport::RpcClient::Create(worker_, options_.master_server_address));
+  proto::HelloRequest hello;
+  hello.role = proto::Role::kClient;
+  hello.client_id = RandomId();
+  hello.tenant_id = options_.tenant_id;
+  hello.token = options_.tenant_token;
+  auto rep = m->Invoke<proto::HelloRequest, proto::HelloReply>(
+      proto::MsgType::kHello, hello, absl::Milliseconds(options_.rpc_timeout_ms));
+  if (!rep.ok()) {
+    if (absl::IsUnavailable(rep.status()) || absl::IsDeadlineExceeded(rep.status())) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the master at ",
+                                                 options_.master_server_address, ": ",
+                                                 rep.status().message()));
+    }
+    return rep.status();
+  }
+  heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
+  if (master_id_ != rep->master_id) {
+    // A different master (a restart or failover): segment descriptors may have changed.
+    master_id_ = rep->master_id;
+    granary::MutexLock seg_lock(&seg_mu_);
+    segments_.clear();
+  }
+  master_ = m;
+  return m;
+}
+
+void MasterSession::HeartbeatLoop() {
+  SetThreadLogRoute(log_route_);
+  while (true) {
+    uint32_t interval;
+    std::shared_ptr<transport::RpcClient> m;
+    {
+      granary::MutexLock lock(&mu_);
+      interval = heartbeat_ms_;
+      m = master_;
+    }
+    {
+      granary::MutexLock lock(&hb_mu_);
+      if (hb_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval))) {
+        return;
+      }
+    }
+    if (m && !m->broken()) {
+      m->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kHeartbeat), 0,
+                                      proto::HeartbeatRequest{}),
+                   [](absl::StatusOr<std::string>) {});
+    }
+  }
+}
+
+absl::Status MasterSession::RefreshSegments() {
+  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::SegmentsRequest, proto::SegmentsReply>(
+                                         proto::MsgType::kSegments, proto::SegmentsRequest{})));
+  granary::MutexLock lock(&seg_mu_);
+  segments_.clear();
+  for (auto& s : rep.segments) {
+    auto r = std::make_shared<transport::RemoteSegment>();
+    r->segment_id = s.segment_id;
+    r->node_address = s.node_address;
+    r->rkey = std::move(s.rkey);
+    r->worker_address = std::move(s.worker_address);
+    r->base = s.base;
+    r->size = s.size;
+    transport::SetHostInfo(r.get(), s.host_id);
+    segments_[s.segment_id] = std::move(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> MasterSession::SegmentFor(
+    uint64_t id) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    {
+      granary::MutexLock lock(&seg_mu_);
+      auto it = segments_.find(id);
+      if (it != segments_.end()) return it->second;
+    }
+    if (attempt == 0) GRANARY_RETURN_IF_ERROR(RefreshSegments());
+  }
+  return absl::UnavailableError(absl::StrCat("segment ", id, " is no longer mounted"));
+}
+
+}  // namespace granary::client

@@ -1,0 +1,124 @@
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/log.h"
+#include "common/mutex.h"
+#include "granary/client_options.h"
+#include "proto/messages.h"
+#include "transport/rma.h"
+#include "transport/rpc_client.h"
+#include "transport/worker.h"
+
+namespace granary::client {
+
+// A client's session with the master: the control connection (connected and greeted with a
+// hello, reconnected on demand after it broke), its heartbeats, and the segment descriptors
+// this master handed out (dropped when a different master answers a reconnect).
+//
+// Owned by the client; lives as long as it, and must be destroyed before its Worker (the
+// destructor stops the heartbeat thread and drops the connection). Thread-safe: any number of
+// threads may call at once. Call takes one lock to get the connection; SegmentFor one lock per
+// lookup.
+class MasterSession {
+ public:
+  // Connects now, so that a wrong address or tenant fails here and not at the first request,
+  // then starts the heartbeat thread. Lines it logs go by `log_route`, which must outlive it.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MasterSession>> Create(
+      const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route);
+  ~MasterSession();
+  MasterSession(const MasterSession&) = delete;
+  MasterSession& operator=(const MasterSession&) = delete;
+
+  // The live connection, reconnecting (and saying hello) when the last one broke.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> Connection();
+  // Any control request, with one reconnect on a broken session.
+  template <typename Req, typename Rep>
+  [[nodiscard]] absl::StatusOr<Rep> Call(proto::MsgType type, const Req& req);
+  // The same without waiting: many may be in flight on the one session. No reconnect (a broken
+  // session fails the future with UNAVAILABLE; the next Call reconnects) and no deadline: the
+  // caller bounds its wait (future::wait_for).
+  template <typename Req, typename Rep>
+  [[nodiscard]] std::future<absl::StatusOr<Rep>> CallAsync(proto::MsgType type, const Req& req);
+  // Sends a request and forgets it (no answer awaited); nothing when no session is up.
+  template <typename Req>
+  void Send(proto::MsgType type, const Req& req);
+
+  // The descriptor of a mounted segment, asking the master once when it is not cached.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(
+      uint64_t id);
+
+ private:
+  MasterSession(const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route)
+      : options_(options), worker_(worker), log_route_(log_route) {}
+  [[nodiscard]] absl::Status RefreshSegments();
+  void HeartbeatLoop();
+
+  const ClientOptions options_;
+  transport::Worker* const worker_;
+  const LogRoute* const log_route_;
+
+  granary::Mutex mu_;
+  std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(mu_);
+  uint32_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;
+  std::string master_id_ ABSL_GUARDED_BY(mu_);
+
+  granary::Mutex seg_mu_;  // after mu_ when both are held
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_
+      ABSL_GUARDED_BY(seg_mu_);
+
+  granary::Mutex hb_mu_;
+  bool stopping_ ABSL_GUARDED_BY(hb_mu_) = false;
+  std::thread heartbeat_;
+};
+
+template <typename Req, typename Rep>
+[[nodiscard]] absl::StatusOr<Rep> MasterSession::Call(proto::MsgType type, const Req& req) {
+  absl::Status last;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto m = Connection();
+    if (!m.ok()) return m.status();
+    auto rep =
+        (*m)->template Invoke<Req, Rep>(type, req, absl::Milliseconds(options_.rpc_timeout_ms));
+    if (rep.ok() || !absl::IsUnavailable(rep.status()) || !(*m)->broken()) return rep;
+    last = rep.status();  // the session broke: reconnect once
+  }
+  return last;
+}
+
+template <typename Req, typename Rep>
+std::future<absl::StatusOr<Rep>> MasterSession::CallAsync(proto::MsgType type, const Req& req) {
+  auto done = std::make_shared<std::promise<absl::StatusOr<Rep>>>();
+  auto result = done->get_future();
+  auto m = Connection();
+  if (!m.ok()) {
+    done->set_value(m.status());
+    return result;
+  }
+  (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(type), 0, req),
+                  [done](absl::StatusOr<std::string> frame) {
+                    if (!frame.ok()) {
+                      done->set_value(frame.status());
+                    } else {
+                      done->set_value(transport::RpcClient::ParseReply<Rep>(*frame));
+                    }
+                  });
+  return result;
+}
+
+template <typename Req>
+void MasterSession::Send(proto::MsgType type, const Req& req) {
+  auto m = Connection();
+  if (!m.ok()) return;  // the session is gone, and what it held with it
+  (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(type), 0, req),
+                  [](absl::StatusOr<std::string>) {});
+}
+
+}  // namespace granary::client

@@ -1,0 +1,136 @@
+#include "client/planner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/util.h"
+
+namespace granary::client {
+
+using proto::AllocHeader;
+using proto::kAllocHeaderSize;
+
+void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
+             const std::vector<size_t>& sizes, const proto::PutStartReply& started,
+             PlanInputs* inputs, std::vector<AllocHeader>* headers, std::vector<absl::Status>* out,
+             PutPlan* plan) {
+  const size_t n = keys.size();
+  plan->ops.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& res = started.results[i];
+    (*out)[i] = res.status.ToStatus();
+    if (!(*out)[i].ok()) continue;
+    AllocHeader& h = (*headers)[i];
+    h.generation = res.generation;
+    h.key_hash = HashBytes(keys[i]);
+    h.value_length = sizes[i];
+    const RegisteredRange reg = inputs->Registered(data[i], sizes[i]);
+    const size_t first_op = plan->ops.size();
+    for (const auto& r : res.replicas) {
+      auto seg = inputs->Segment(r.segment_id);
+      if (!seg.ok()) {
+        (*out)[i] = seg.status();
+        break;
+      }
+      transport::RmaOp value;
+      value.is_put = true;
+      value.local = const_cast<void*>(data[i]);
+      value.length = sizes[i];
+      value.memh = reg.memh;
+      value.remote_addr = r.address + kAllocHeaderSize;
+      value.segment = *std::move(seg);
+      plan->ops.push_back(value);
+      transport::RmaOp hdr = std::move(value);
+      hdr.local = &h;
+      hdr.length = kAllocHeaderSize;
+      hdr.memh = nullptr;
+      hdr.remote_addr = r.address;
+      plan->ops.push_back(std::move(hdr));
+    }
+    if (!(*out)[i].ok()) {
+      // Not every replica can be written: write none, and give the place back.
+      plan->ops.erase(plan->ops.begin() + first_op, plan->ops.end());
+      plan->revoke.entries.push_back({keys[i], res.generation});
+      continue;
+    }
+    plan->commit.entries.push_back({keys[i], res.generation});
+  }
+}
+
+namespace {
+
+// Adds key i to the push group of (node, registration), making the group if needed.
+void AddToPush(size_t i, const std::string& node, const proto::ReplicaDesc& r, void* where,
+               uint64_t size, const RegisteredRange& reg, PlanInputs* inputs, GetPlan* plan) {
+  auto g = std::find_if(plan->pushes.begin(), plan->pushes.end(), [&](const PushGroup& p) {
+    return p.node == node && p.req.dest.segment_id == reg.id;
+  });
+  if (g == plan->pushes.end()) {
+    // The buffer's full description (rkey, worker address) is built once per group.
+    g = plan->pushes.insert(plan->pushes.end(), PushGroup{node, {}, {}});
+    g->req.dest = inputs->PushTarget(reg);
+  }
+  g->req.entries.push_back({r.address + kAllocHeaderSize, reinterpret_cast<uint64_t>(where), size});
+  g->req.headers.push_back(r.address);
+  g->keys.push_back(i);
+}
+
+}  // namespace
+
+void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vector<size_t>& pending,
+             const proto::GetReply& reply, const DestFn& dest, PlanInputs* inputs,
+             std::vector<AllocHeader>* headers, std::vector<absl::StatusOr<size_t>>* out,
+             GetPlan* plan) {
+  const size_t n = keys.size();
+  plan->gens.assign(n, 0);
+  plan->lens.assign(n, 0);
+  for (size_t j = 0; j < pending.size(); ++j) {
+    const size_t i = pending[j];
+    const auto& res = reply.results[j];
+    absl::Status st = res.status.ToStatus();
+    if (st.ok() && res.replicas.empty()) {
+      st = absl::NotFoundError(absl::StrCat("key '", keys[i], "' has no live replica"));
+    }
+    if (!st.ok()) {
+      (*out)[i] = st;
+      continue;
+    }
+    plan->release.entries.push_back({keys[i], res.generation});
+    auto where = dest(i, res.size);
+    if (!where.ok()) {
+      (*out)[i] = where.status();
+      continue;
+    }
+    // Rotate through the replicas on retries, so a dead node is skipped.
+    const auto& r = res.replicas[(attempt + i) % res.replicas.size()];
+    auto seg = inputs->Segment(r.segment_id);
+    if (!seg.ok()) {
+      (*out)[i] = seg.status();
+      continue;
+    }
+    plan->gens[i] = res.generation;
+    plan->lens[i] = res.size;
+    plan->fetched.push_back(i);
+    const RegisteredRange reg = inputs->Registered(*where, res.size);
+    // A retry reads one-sided: it works against any node, one that refused the Push too.
+    const std::string& node = (*seg)->node_address;
+    if (attempt == 0 && reg.registered() && inputs->TcpOnly(node)) {
+      AddToPush(i, node, r, *where, res.size, reg, inputs, plan);
+      continue;
+    }
+    transport::RmaOp hdr;
+    hdr.local = &(*headers)[i];
+    hdr.length = kAllocHeaderSize;
+    hdr.remote_addr = r.address;
+    hdr.segment = *seg;
+    plan->ops.push_back(hdr);
+    transport::RmaOp value = std::move(hdr);
+    value.local = *where;
+    value.length = res.size;
+    value.memh = reg.memh;
+    value.remote_addr = r.address + kAllocHeaderSize;
+    plan->ops.push_back(std::move(value));
+  }
+}
+
+}  // namespace granary::client

@@ -1,0 +1,89 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/registrations.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+#include "transport/rma.h"
+
+namespace granary::client {
+
+// What the planners ask about the world. The client answers from its master session, its
+// transport and its registrations; tests answer with fakes. Called on the planning thread.
+class PlanInputs {
+ public:
+  virtual ~PlanInputs() = default;
+  // The descriptor of a mounted segment, or why there is none.
+  [[nodiscard]] virtual absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> Segment(
+      uint64_t id) = 0;
+  // Whether the transport's endpoint to this node moves data over tcp alone.
+  virtual bool TcpOnly(const std::string& node_address) = 0;
+  // The registered buffer holding [p, p + n), pinned for the batch; or an empty range.
+  virtual RegisteredRange Registered(const void* p, size_t n) = 0;
+  // A registered range as a node sees it for a Push (proto::PushRequest::dest).
+  virtual proto::SegmentInfo PushTarget(const RegisteredRange& range) = 0;
+};
+
+// ----- Put -----
+
+// One batch of writes: the one-sided transfers to run (value and header of every replica of
+// every key that got a place) and the keys to commit or give back afterwards. The transfers
+// run through RmaEngine::CopyMapped first, which copies the ops whose segment is mapped into
+// this process (same host) and leaves the rest to one-sided RMA: that choice depends on what
+// the engine has mapped when they run, so it is made there, not here.
+struct PutPlan {
+  std::vector<transport::RmaOp> ops;
+  proto::KeyGenRequest commit;  // PutEnd: the keys with every replica planned, in key order
+  proto::KeyGenRequest revoke;  // PutRevoke: keys allocated but not writable (a segment gone)
+};
+
+// Plans the writes of keys[i] (data[i], sizes[i]) into the places `started` gives them.
+// (*out)[i] gets each key's status so far; (*headers)[i] the header written before each value
+// (the ops point into it, so it must outlive them). Cost: two ops per replica, one
+// registration lookup and one segment lookup per replica per key.
+void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
+             const std::vector<size_t>& sizes, const proto::PutStartReply& started,
+             PlanInputs* inputs, std::vector<proto::AllocHeader>* headers,
+             std::vector<absl::Status>* out, PutPlan* plan);
+
+// ----- Get -----
+
+// dest(i, size) returns where key i's value goes, or an error for that key.
+using DestFn = std::function<absl::StatusOr<void*>(size_t i, uint64_t size)>;
+
+// Reads that one node does over tcp alone, into one registered buffer: the node pushes the
+// values (proto::PushRequest). keys: the batch indices, in the order of req.entries.
+struct PushGroup {
+  std::string node;
+  proto::PushRequest req;
+  std::vector<size_t> keys;
+};
+
+// One round of reads: for each key, which replica, and which path.
+struct GetPlan {
+  std::vector<transport::RmaOp> ops;  // one-sided (or mapped same-host copies, see PutPlan)
+  std::vector<PushGroup> pushes;      // node pushes over tcp, one per (node, buffer)
+  std::vector<size_t> fetched;        // keys read by ops or pushes, in order
+  proto::KeyGenRequest release;       // GetEnd: the leases this round took
+  std::vector<uint64_t> gens, lens;   // per batch index: what the header must say
+};
+
+// Plans round `attempt` (0 first) of reading keys[pending[j]] as reply.results[j] describes
+// them. Keys that cannot be read get their status in (*out)[i]; the ops read each header into
+// (*headers)[i]. Replica choice: (attempt + i) % replicas, so retries skip a dead node. Path:
+// on the first round, a node that is tcp-only pushes into a registered destination; otherwise
+// (and on every retry, which works against any node) the value is read one-sided.
+void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vector<size_t>& pending,
+             const proto::GetReply& reply, const DestFn& dest, PlanInputs* inputs,
+             std::vector<proto::AllocHeader>* headers, std::vector<absl::StatusOr<size_t>>* out,
+             GetPlan* plan);
+
+}  // namespace granary::client

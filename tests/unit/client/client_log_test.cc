@@ -1,0 +1,63 @@
+// A client's log lines go to the sink and level of its ClientOptions, not to the process's.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/log.h"
+#include "common/mutex.h"
+#include "granary/client.h"
+
+namespace granary {
+namespace {
+
+class CaptureSink : public LogSink {
+ public:
+  void Write(LogLevel level, absl::string_view line) override {
+    granary::MutexLock lock(&mu_);
+    lines_.emplace_back(level, std::string(line));
+  }
+  bool Saw(absl::string_view needle) {
+    granary::MutexLock lock(&mu_);
+    for (const auto& [level, line] : lines_) {
+      if (absl::StrContains(line, needle)) return true;
+    }
+    return false;
+  }
+
+ private:
+  granary::Mutex mu_;
+  std::vector<std::pair<LogLevel, std::string>> lines_ ABSL_GUARDED_BY(mu_);
+};
+
+// Nothing listens on port 1: Create logs that it connects, then fails.
+ClientOptions Unreachable(std::shared_ptr<LogSink> sink, LogLevel level) {
+  ClientOptions o;
+  o.master_server_address = "127.0.0.1:1";
+  o.rpc_timeout_ms = 2000;
+  o.log_level = level;
+  o.log_sink = std::move(sink);
+  return o;
+}
+
+TEST(ClientLogTest, TheSinkSeesTheClientsLines) {
+  auto sink = std::make_shared<CaptureSink>();
+  const LogLevel process_level = GetLogLevel();
+  auto c = Client::Create(Unreachable(sink, LogLevel::kDebug));
+  EXPECT_FALSE(c.ok());
+  EXPECT_TRUE(sink->Saw("connecting to the master at 127.0.0.1:1"));
+  EXPECT_EQ(GetLogLevel(), process_level);  // the process's threshold is left as it was
+}
+
+TEST(ClientLogTest, LinesBelowTheLevelAreDropped) {
+  auto sink = std::make_shared<CaptureSink>();
+  auto c = Client::Create(Unreachable(sink, LogLevel::kWarning));
+  EXPECT_FALSE(c.ok());
+  EXPECT_FALSE(sink->Saw("connecting to the master"));
+}
+
+}  // namespace
+}  // namespace granary

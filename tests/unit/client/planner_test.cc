@@ -1,0 +1,279 @@
+#include "client/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace granary::client {
+namespace {
+
+using proto::kAllocHeaderSize;
+
+// A world of segments on nodes, some reached over tcp alone, and one registered buffer.
+class FakeInputs : public PlanInputs {
+ public:
+  void AddSegment(uint64_t id, const std::string& node) {
+    auto s = std::make_shared<transport::RemoteSegment>();
+    s->segment_id = id;
+    s->node_address = node;
+    segments_[id] = s;
+  }
+  absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> Segment(uint64_t id) override {
+    auto it = segments_.find(id);
+    if (it == segments_.end()) return absl::UnavailableError(absl::StrCat("segment ", id, " gone"));
+    return std::shared_ptr<const transport::RemoteSegment>(it->second);
+  }
+  bool TcpOnly(const std::string& node) override { return tcp_only.contains(node); }
+  RegisteredRange Registered(const void* p, size_t n) override {
+    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(buffer);
+    if (buffer == nullptr || a < b || a + n > b + buffer_size) return {};
+    ++lookups;
+    return {memh, 7, nullptr};
+  }
+  proto::SegmentInfo PushTarget(const RegisteredRange& range) override {
+    ++push_targets;
+    proto::SegmentInfo s;
+    s.segment_id = range.id;
+    s.node_address = "client/me";
+    return s;
+  }
+
+  std::set<std::string> tcp_only;
+  const char* buffer = nullptr;
+  size_t buffer_size = 0;
+  ucp_mem_h memh = reinterpret_cast<ucp_mem_h>(0x1234);
+  int lookups = 0;
+  int push_targets = 0;
+
+ private:
+  std::map<uint64_t, std::shared_ptr<transport::RemoteSegment>> segments_;
+};
+
+proto::ReplicaDesc Replica(uint64_t segment, uint64_t address) { return {segment, address, 0}; }
+
+proto::PutStartResult Placed(uint64_t generation, std::vector<proto::ReplicaDesc> replicas) {
+  proto::PutStartResult r;
+  r.generation = generation;
+  r.replicas = std::move(replicas);
+  return r;
+}
+
+// ----- Put -----
+
+class PlanPutTest : public ::testing::Test {
+ protected:
+  void Plan(const std::vector<std::string>& keys, const std::vector<const void*>& data,
+            const std::vector<size_t>& sizes) {
+    headers_.assign(keys.size(), {});
+    out_.assign(keys.size(), absl::OkStatus());
+    PlanPut(keys, data, sizes, started_, &inputs_, &headers_, &out_, &plan_);
+  }
+  FakeInputs inputs_;
+  proto::PutStartReply started_;
+  std::vector<proto::AllocHeader> headers_;
+  std::vector<absl::Status> out_;
+  PutPlan plan_;
+};
+
+TEST_F(PlanPutTest, EveryReplicaGetsTheValueThenItsHeader) {
+  char value[100] = {};
+  inputs_.buffer = value;
+  inputs_.buffer_size = sizeof(value);
+  inputs_.AddSegment(1, "n1:1");
+  inputs_.AddSegment(2, "n2:1");
+  started_.results = {Placed(9, {Replica(1, 1000), Replica(2, 2000)})};
+  Plan({"k"}, {value}, {sizeof(value)});
+  ASSERT_TRUE(out_[0].ok()) << out_[0];
+  ASSERT_EQ(plan_.ops.size(), 4u);
+  for (int rep = 0; rep < 2; ++rep) {
+    const transport::RmaOp& v = plan_.ops[rep * 2];
+    const transport::RmaOp& h = plan_.ops[rep * 2 + 1];
+    const uint64_t base = rep == 0 ? 1000 : 2000;
+    EXPECT_TRUE(v.is_put);
+    EXPECT_EQ(v.local, value);
+    EXPECT_EQ(v.length, sizeof(value));
+    EXPECT_EQ(v.memh, inputs_.memh);  // the registered buffer's registration
+    EXPECT_EQ(v.remote_addr, base + kAllocHeaderSize);
+    EXPECT_EQ(v.segment->segment_id, rep == 0 ? 1u : 2u);
+    EXPECT_TRUE(h.is_put);
+    EXPECT_EQ(h.local, &headers_[0]);
+    EXPECT_EQ(h.length, kAllocHeaderSize);
+    EXPECT_EQ(h.memh, nullptr);
+    EXPECT_EQ(h.remote_addr, base);
+  }
+  EXPECT_EQ(headers_[0].generation, 9u);
+  EXPECT_EQ(headers_[0].value_length, sizeof(value));
+  EXPECT_EQ(inputs_.lookups, 1);
+  ASSERT_EQ(plan_.commit.entries.size(), 1u);
+  EXPECT_EQ(plan_.commit.entries[0].key, "k");
+  EXPECT_EQ(plan_.commit.entries[0].generation, 9u);
+  EXPECT_TRUE(plan_.revoke.entries.empty());
+}
+
+TEST_F(PlanPutTest, RefusedKeysAreNeitherWrittenNorCommitted) {
+  char value[8] = {};
+  inputs_.AddSegment(1, "n1:1");
+  proto::PutStartResult refused;
+  refused.status = proto::WireStatus::From(absl::ResourceExhaustedError("quota"));
+  started_.results = {refused, Placed(3, {Replica(1, 64)})};
+  Plan({"a", "b"}, {value, value}, {8, 8});
+  EXPECT_EQ(out_[0].code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(out_[1].ok());
+  EXPECT_EQ(plan_.ops.size(), 2u);
+  EXPECT_EQ(plan_.ops[0].memh, nullptr);  // unregistered memory: UCX registers it
+  ASSERT_EQ(plan_.commit.entries.size(), 1u);
+  EXPECT_EQ(plan_.commit.entries[0].key, "b");
+}
+
+// Before the planner, a key with one replica on an unmounted segment kept the writes of its
+// other replicas and was sent in PutEnd although its status was an error, so the PutEnd results
+// of the keys after it were matched to the wrong keys.
+TEST_F(PlanPutTest, AKeyWithAnUnmountedReplicaIsRevokedNotCommitted) {
+  char value[8] = {};
+  inputs_.AddSegment(1, "n1:1");
+  started_.results = {Placed(4, {Replica(1, 64), Replica(99, 64)}), Placed(5, {Replica(1, 512)})};
+  Plan({"half", "whole"}, {value, value}, {8, 8});
+  EXPECT_EQ(out_[0].code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(out_[1].ok());
+  ASSERT_EQ(plan_.ops.size(), 2u);  // only "whole"'s value and header
+  EXPECT_EQ(plan_.ops[1].remote_addr, 512u);
+  ASSERT_EQ(plan_.commit.entries.size(), 1u);
+  EXPECT_EQ(plan_.commit.entries[0].key, "whole");
+  ASSERT_EQ(plan_.revoke.entries.size(), 1u);
+  EXPECT_EQ(plan_.revoke.entries[0].key, "half");
+  EXPECT_EQ(plan_.revoke.entries[0].generation, 4u);
+}
+
+// ----- Get -----
+
+class PlanGetTest : public ::testing::Test {
+ protected:
+  void Plan(int attempt, const std::vector<std::string>& keys) {
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < keys.size(); ++i) pending.push_back(i);
+    headers_.assign(keys.size(), {});
+    out_.assign(keys.size(), absl::UnknownError("not attempted"));
+    plan_ = GetPlan();
+    PlanGet(attempt, keys, pending, reply_, dest_, &inputs_, &headers_, &out_, &plan_);
+  }
+  static proto::GetResult Result(uint64_t size, uint64_t gen,
+                                 std::vector<proto::ReplicaDesc> replicas) {
+    proto::GetResult r;
+    r.size = size;
+    r.generation = gen;
+    r.replicas = std::move(replicas);
+    return r;
+  }
+  FakeInputs inputs_;
+  proto::GetReply reply_;
+  char buffer_[4 * 4096] = {};
+  // Key i goes to buffer_ + i * 4096.
+  DestFn dest_ = [this](size_t i, uint64_t) -> absl::StatusOr<void*> { return buffer_ + i * 4096; };
+  std::vector<proto::AllocHeader> headers_;
+  std::vector<absl::StatusOr<size_t>> out_;
+  GetPlan plan_;
+};
+
+TEST_F(PlanGetTest, OneSidedReadsTheHeaderThenTheValue) {
+  inputs_.AddSegment(1, "n1:1");
+  reply_.results = {Result(4096, 2, {Replica(1, 800)})};
+  Plan(0, {"k"});
+  ASSERT_EQ(plan_.ops.size(), 2u);
+  EXPECT_FALSE(plan_.ops[0].is_put);
+  EXPECT_EQ(plan_.ops[0].local, &headers_[0]);
+  EXPECT_EQ(plan_.ops[0].remote_addr, 800u);
+  EXPECT_EQ(plan_.ops[1].local, buffer_);
+  EXPECT_EQ(plan_.ops[1].length, 4096u);
+  EXPECT_EQ(plan_.ops[1].remote_addr, 800u + kAllocHeaderSize);
+  EXPECT_EQ(plan_.ops[1].memh, nullptr);
+  EXPECT_EQ(plan_.fetched, std::vector<size_t>{0});
+  EXPECT_EQ(plan_.gens[0], 2u);
+  EXPECT_EQ(plan_.lens[0], 4096u);
+  ASSERT_EQ(plan_.release.entries.size(), 1u);
+  EXPECT_TRUE(plan_.pushes.empty());
+}
+
+TEST_F(PlanGetTest, RetriesRotateThroughTheReplicas) {
+  inputs_.AddSegment(1, "n1:1");
+  inputs_.AddSegment(2, "n2:1");
+  reply_.results = {Result(16, 1, {Replica(1, 100), Replica(2, 200)}),
+                    Result(16, 1, {Replica(1, 300), Replica(2, 400)})};
+  Plan(0, {"a", "b"});
+  ASSERT_EQ(plan_.ops.size(), 4u);
+  EXPECT_EQ(plan_.ops[0].remote_addr, 100u);  // key 0, attempt 0: replica 0
+  EXPECT_EQ(plan_.ops[2].remote_addr, 400u);  // key 1, attempt 0: replica 1
+  Plan(1, {"a", "b"});
+  EXPECT_EQ(plan_.ops[0].remote_addr, 200u);
+  EXPECT_EQ(plan_.ops[2].remote_addr, 300u);
+}
+
+TEST_F(PlanGetTest, ATcpOnlyNodePushesIntoARegisteredBufferOnTheFirstRoundOnly) {
+  inputs_.AddSegment(1, "tcp:1");
+  inputs_.AddSegment(2, "rdma:1");
+  inputs_.tcp_only = {"tcp:1"};
+  inputs_.buffer = buffer_;
+  inputs_.buffer_size = sizeof(buffer_);
+  reply_.results = {Result(4096, 1, {Replica(1, 100)}), Result(4096, 1, {Replica(1, 9000)}),
+                    Result(4096, 1, {Replica(2, 100)})};
+  Plan(0, {"a", "b", "c"});
+  ASSERT_EQ(plan_.pushes.size(), 1u);  // one group per (node, buffer)
+  const PushGroup& g = plan_.pushes[0];
+  EXPECT_EQ(g.node, "tcp:1");
+  EXPECT_EQ(g.keys, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(g.req.dest.segment_id, 7u);
+  ASSERT_EQ(g.req.entries.size(), 2u);
+  EXPECT_EQ(g.req.headers, (std::vector<uint64_t>{100, 9000}));
+  EXPECT_EQ(g.req.entries[1].length, 4096u);
+  EXPECT_EQ(inputs_.push_targets, 1);
+  ASSERT_EQ(plan_.ops.size(), 2u);  // "c" from the rdma node, one-sided, registered
+  EXPECT_EQ(plan_.ops[1].memh, inputs_.memh);
+  EXPECT_EQ(plan_.fetched, (std::vector<size_t>{0, 1, 2}));
+
+  Plan(1, {"a", "b", "c"});  // a retry reads one-sided from every node
+  EXPECT_TRUE(plan_.pushes.empty());
+  EXPECT_EQ(plan_.ops.size(), 6u);
+}
+
+TEST_F(PlanGetTest, ATcpOnlyNodeIsReadOneSidedIntoUnregisteredMemory) {
+  inputs_.AddSegment(1, "tcp:1");
+  inputs_.tcp_only = {"tcp:1"};
+  reply_.results = {Result(4096, 1, {Replica(1, 100)})};
+  Plan(0, {"a"});
+  EXPECT_TRUE(plan_.pushes.empty());
+  EXPECT_EQ(plan_.ops.size(), 2u);
+}
+
+TEST_F(PlanGetTest, KeysThatCannotBeReadGetTheirStatus) {
+  inputs_.AddSegment(1, "n1:1");
+  proto::GetResult missing;
+  missing.status = proto::WireStatus::From(absl::NotFoundError("no key"));
+  proto::GetResult no_replica = Result(8, 1, {});
+  proto::GetResult unmounted = Result(8, 1, {Replica(42, 0)});
+  proto::GetResult too_big = Result(1 << 20, 1, {Replica(1, 0)});
+  reply_.results = {missing, no_replica, unmounted, too_big};
+  dest_ = [this](size_t i, uint64_t size) -> absl::StatusOr<void*> {
+    if (size > 4096) return absl::FailedPreconditionError("small buffer");
+    return buffer_ + i * 4096;
+  };
+  Plan(0, {"a", "b", "c", "d"});
+  EXPECT_EQ(out_[0].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(out_[1].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(out_[1].status().message().find("no live replica"), absl::string_view::npos);
+  EXPECT_EQ(out_[2].status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(out_[3].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(plan_.ops.empty());
+  EXPECT_TRUE(plan_.fetched.empty());
+  // The keys the master leased ("c" and "d") are released whether or not they were read.
+  ASSERT_EQ(plan_.release.entries.size(), 2u);
+  EXPECT_EQ(plan_.release.entries[0].key, "c");
+  EXPECT_EQ(plan_.release.entries[1].key, "d");
+}
+
+}  // namespace
+}  // namespace granary::client
