@@ -59,7 +59,8 @@ proto::CopyStartReply MasterService::CopyStart(SessionId sid, const proto::CopyS
       auto it = sh.objects.find(tk);
       if (it != sh.objects.end() && it->second.lease_count > 0) --it->second.lease_count;
     };
-    auto dest = segments_.AllocateOn(e.target, AllocBytes(size), replicas);
+    auto dest = segments_.AllocateOn(e.target, PlacementRequest::Copy(tenant, proto::Tier::kHost),
+                                     AllocBytes(size), replicas);
     absl::Status st = dest.ok() ? absl::OkStatus() : dest.status();
     if (st.ok()) {
       st = ChargeWithTenantEviction(tenant, dest->size);

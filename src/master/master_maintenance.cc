@@ -83,7 +83,7 @@ void MasterService::DropSegments(const std::vector<uint64_t>& ids) {
       }
     }
   }
-  ledger_.SetCapacity(segments_.totals().capacity);
+  ledger_.SetCapacity(capacity());
   if (lost > 0) {
     c_.lost->Inc(lost);
     LOG_WARN << lost << " object(s) lost with their only replica(s)";
@@ -168,7 +168,7 @@ uint64_t MasterService::EvictObjects(uint64_t bytes, const char* reason,
     auto snap = ledger_.Snapshot(name);
     ts.favoured = snap.has_value() && (snap->over_quota || snap->admission_closed);
   }
-  const uint64_t fair_share = tenants.empty() ? 0 : segments_.totals().capacity / tenants.size();
+  const uint64_t fair_share = tenants.empty() ? 0 : capacity() / tenants.size();
   // Picks the next victim's tenant for pass `p` (0 unpinned, 1 soft-pinned), or end().
   auto pick = [&](int p) {
     auto best = tenants.end();
@@ -271,7 +271,7 @@ std::vector<SessionId> MasterService::Tick() {
     c_.sessions_expired->Inc();
     SessionClosed(sid);
   }
-  auto t = segments_.totals();
+  auto t = SharedCapacity(proto::Tier::kHost);
   if (t.capacity > 0 &&
       static_cast<double>(t.used) > options_.eviction_high_watermark_ratio * t.capacity) {
     Evict(static_cast<uint64_t>(options_.eviction_ratio * t.capacity), "watermark");

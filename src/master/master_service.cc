@@ -282,7 +282,7 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     return rep;
   }
   rep.segment_id = *id;
-  ledger_.SetCapacity(segments_.totals().capacity);
+  ledger_.SetCapacity(capacity());
   LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id << " at "
            << req.node_address << ": " << FormatSize(req.size);
   return rep;
@@ -302,34 +302,30 @@ proto::StatusReply MasterService::UnmountSegment(SessionId sid,
   return rep;
 }
 
-absl::StatusOr<Placements> MasterService::AllocateWithEviction(uint64_t bytes, int replicas) {
-  auto p = segments_.Allocate(bytes, replicas);
+absl::StatusOr<Placements> MasterService::AllocateWithEviction(const PlacementRequest& who,
+                                                               uint64_t bytes, int replicas) {
+  auto p = segments_.Allocate(who, bytes, replicas);
   if (!p.ok() && absl::IsResourceExhausted(p.status())) {
     // Evict only if it could help: `replicas` distinct nodes must have a placeable segment at
     // least this large. Otherwise (too few nodes, a value larger than any segment) eviction
     // would destroy cached objects and the put would fail anyway.
     const uint64_t need =
         (bytes + proto::kAllocAlignment - 1) / proto::kAllocAlignment * proto::kAllocAlignment;
-    absl::flat_hash_set<std::string> nodes;
-    for (const proto::SegmentInfo& s : segments_.List()) {
-      if (s.tier != proto::Tier::kHost || !s.pool.empty()) continue;
-      if (s.size / proto::kAllocAlignment * proto::kAllocAlignment < need) continue;
-      nodes.insert(s.node_id);
-    }
-    if (nodes.size() < static_cast<size_t>(replicas)) {
+    const size_t nodes = segments_.NodesThatHold(who, need);
+    if (nodes < static_cast<size_t>(replicas)) {
       return absl::ResourceExhaustedError(
-          absl::StrCat(p.status().message(), "; eviction cannot help: ", nodes.size(),
+          absl::StrCat(p.status().message(), "; eviction cannot help: ", nodes,
                        " node(s) have a segment that holds ", FormatSize(need)));
     }
   }
   for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status());
        ++attempt) {
-    auto totals = segments_.totals();
+    auto totals = SharedCapacity(who.tier());
     if (totals.segments == 0) break;
     uint64_t target = std::max<uint64_t>(
         bytes * replicas, static_cast<uint64_t>(options_.eviction_ratio * totals.capacity));
     if (Evict(target, "space") == 0) break;
-    p = segments_.Allocate(bytes, replicas);
+    p = segments_.Allocate(who, bytes, replicas);
   }
   return p;
 }
@@ -379,7 +375,8 @@ proto::PutStartReply MasterService::PutStart(SessionId sid, const proto::PutStar
       res.status = Err(st);
       continue;
     }
-    auto placed = AllocateWithEviction(proto::kAllocHeaderSize + e.size, req.replica_num);
+    auto placed = AllocateWithEviction(PlacementRequest::Put(tenant, proto::Tier::kHost),
+                                       proto::kAllocHeaderSize + e.size, req.replica_num);
     if (!placed.ok()) {
       ledger_.Refund(tenant, charge);
       c_.alloc_failures->Inc();

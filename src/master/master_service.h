@@ -97,7 +97,8 @@ class MasterService {
   const MasterOptions& options() const { return options_; }
   // Per-tenant byte accounting. The TenantManager applies policies to it.
   tenant::QuotaLedger* ledger() { return &ledger_; }
-  uint64_t capacity() const { return segments_.totals().capacity; }
+  // The shared host capacity (placement.h): what quotas are scaled against.
+  uint64_t capacity() const { return SharedCapacity(proto::Tier::kHost).capacity; }
   // Bytes one replica of a value of this size occupies: header + value, aligned.
   static uint64_t AllocBytes(uint64_t value_size);
 
@@ -135,7 +136,12 @@ class MasterService {
   void AbortCopiesOf(SessionId sid);
   void DropSegments(const std::vector<uint64_t>& segment_ids);
   std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
-  absl::StatusOr<Placements> AllocateWithEviction(uint64_t bytes, int replicas);
+  // The segments of a tier that every tenant's Puts fill (placement.h).
+  SegmentRegistry::Totals SharedCapacity(proto::Tier tier) const {
+    return segments_.CapacityOf(PlacementRequest::SharedCapacity(tier));
+  }
+  absl::StatusOr<Placements> AllocateWithEviction(const PlacementRequest& who, uint64_t bytes,
+                                                  int replicas);
   // Charges a tenant; over its quota, evicts the tenant's own oldest objects and retries, at
   // most twice.
   absl::Status ChargeWithTenantEviction(const std::string& tenant, uint64_t bytes);
