@@ -207,6 +207,18 @@ std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
   return it->second.info.base + p.offset;
 }
 
+std::vector<proto::ReplicaDesc> SegmentRegistry::Describe(const Placements& ps) const {
+  std::vector<proto::ReplicaDesc> out;
+  out.reserve(ps.size());
+  granary::MutexLock lock(&mu_);
+  for (const auto& p : ps) {
+    auto it = segments_.find(p.segment_id);
+    if (it == segments_.end()) continue;
+    out.push_back(proto::ReplicaDesc{p.segment_id, it->second.info.base + p.offset, p.size});
+  }
+  return out;
+}
+
 SegmentRegistry::Totals SegmentRegistry::totals() const {
   granary::MutexLock lock(&mu_);
   Totals t;

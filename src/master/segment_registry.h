@@ -71,6 +71,8 @@ class SegmentRegistry {
 
   // Remote address of a placement (segment base + offset), or nullopt if the segment is gone.
   std::optional<uint64_t> AddressOf(const Placement& p) const;
+  // The replica descriptors of placements whose segments are still mounted (one lock).
+  std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
   // Every mounted segment (statistics: what the nodes lent).
   Totals totals() const;
   // The segments `who` may use: SharedCapacity(tier) for what Puts fill (the watermark, fair
