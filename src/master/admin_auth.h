@@ -14,7 +14,7 @@ class AdminAuth {
  public:
   // Empty path: no token. Otherwise the file's content, with surrounding whitespace removed,
   // is the token; a missing, unreadable or empty file is an error naming the path.
-  static absl::StatusOr<AdminAuth> FromFile(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<AdminAuth> FromFile(const std::string& path);
   static AdminAuth None() { return AdminAuth(""); }
 
   bool enabled() const { return !token_sha256_.empty(); }

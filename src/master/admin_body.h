@@ -13,7 +13,7 @@ namespace granary::master {
 // N (and M, when present and not null) must be integers in 1..2^63-1. Unknown fields,
 // non-objects and malformed JSON are INVALID_ARGUMENT naming the bad field. On error the
 // outputs may be partially written; callers use them only on OK.
-absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
-                            std::optional<uint64_t>* max_entries);
+[[nodiscard]] absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
+                                          std::optional<uint64_t>* max_entries);
 
 }  // namespace granary::master

@@ -9,8 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "master/admin_body.h"
 #include "master/master_service.h"
+#include "master/placement.h"
 #include "master/tenant/tenant_manager.h"
 
 namespace granary::master {
@@ -75,14 +77,10 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
   return j;
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
-    const std::string& host, uint16_t port, MasterService* service, tenant::TenantManager* tenants,
-    MetricsRegistry* metrics, std::function<bool()> is_active,
-    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth) {
-  std::unique_ptr<AdminHttp> h(new AdminHttp());
-  httplib::Server& s = h->http_.server();
+// Liveness, role and metrics: /health (?deep=1 runs the probe), /role, /metrics.
+void AddStatusRoutes(httplib::Server& s, MasterService* service, tenant::TenantManager* tenants,
+                     MetricsRegistry* metrics, std::function<bool()> is_active,
+                     std::function<absl::StatusOr<std::pair<double, std::string>>()> probe) {
   s.Get("/health", [=](const httplib::Request& req, httplib::Response& res) {
     auto st = service->GetStats();
     absl::Status store = tenants->store_status();
@@ -120,6 +118,10 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
                     store.ok() ? 1 : 0, "\n");
     res.set_content(text, "text/plain; version=0.0.4");
   });
+}
+
+// Read-only views of the store: /api/v1/segments and /api/v1/objects.
+void AddStoreRoutes(httplib::Server& s, MasterService* service) {
   s.Get("/api/v1/segments", [=](const httplib::Request&, httplib::Response& res) {
     json arr = json::array();
     for (const auto& seg : service->ListSegments()) {
@@ -127,7 +129,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
                      {"name", seg.name},
                      {"node_id", seg.node_id},
                      {"node_address", seg.node_address},
-                     {"tier", seg.tier == proto::Tier::kGpu ? "gpu" : "host"},
+                     {"tier", TierName(seg.tier)},
                      {"pool", seg.pool},
                      {"size_bytes", seg.size},
                      {"used_bytes", seg.used}});
@@ -182,7 +184,12 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}, {"more", list.more}});
   });
+}
 
+// /api/v1/tenant_quotas: GET, PUT, DELETE.
+void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
+                          tenant::TenantManager* tenants, std::function<bool()> is_active,
+                          AdminAuth auth) {
   // Tenant quota API. Every call needs the active master and multi-tenant mode.
   auto guard = [=](const httplib::Request& req, httplib::Response& res, bool needs_id,
                    std::string* id) -> bool {
@@ -266,9 +273,20 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     }
     SendJson(res, 200, {{"success", true}, {"data", {{"tenant_id", id}, {"deleted", true}}}});
   });
+}
 
-  absl::Status st = h->http_.Start(host, port);
-  if (!st.ok()) return st;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
+    const std::string& host, uint16_t port, MasterService* service, tenant::TenantManager* tenants,
+    MetricsRegistry* metrics, std::function<bool()> is_active,
+    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth) {
+  std::unique_ptr<AdminHttp> h(new AdminHttp());
+  httplib::Server& s = h->http_.server();
+  AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe));
+  AddStoreRoutes(s, service);
+  AddTenantQuotaRoutes(s, service, tenants, std::move(is_active), std::move(auth));
+  GRANARY_RETURN_IF_ERROR(h->http_.Start(host, port));
   return h;
 }
 

@@ -23,7 +23,7 @@ class TenantManager;
 // role seam: a standby answers the endpoints that need the active master with 503.
 class AdminHttp {
  public:
-  static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
       const std::string& host, uint16_t port, MasterService* service,
       tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
       std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr,

@@ -31,7 +31,7 @@ struct MasterOptions {
   double eviction_ratio = 0.05;                // fraction of capacity one eviction round frees
   int64_t tick_ms = 50;                        // timer resolution (deadlines, heartbeats)
 
-  absl::Status Validate() const;
+  [[nodiscard]] absl::Status Validate() const;
 };
 
 }  // namespace granary::master

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/alloc_header.h"
 
@@ -19,53 +20,46 @@ absl::StatusOr<Req> Body(const proto::FrameView& f) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterOptions& options) {
-  absl::Status st = options.Validate();
-  if (!st.ok()) return st;
+  GRANARY_RETURN_IF_ERROR(options.Validate());
   // Read once, at start: a bad line stops the master here, naming the file and the line.
-  auto token_file = tenant::LoadTokensFile(options.tenant_tokens_file);
-  if (!token_file.ok()) return token_file.status();
+  GRANARY_ASSIGN_OR_RETURN(tenant::TokenHashes token_file,
+                           tenant::LoadTokensFile(options.tenant_tokens_file));
   if (!options.tenant_tokens_file.empty()) {
-    LOG_INFO << "tenant tokens: " << token_file->size() << " tenant(s) from "
+    LOG_INFO << "tenant tokens: " << token_file.size() << " tenant(s) from "
              << options.tenant_tokens_file;
   }
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->options_ = options;
   s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
   MasterService* svc = s->service_.get();
-  auto tenants =
-      tenant::TenantManager::Create(options, svc->ledger(), [svc] { return svc->capacity(); });
-  if (!tenants.ok()) return tenants.status();
-  s->tenants_ = std::move(*tenants);
+  GRANARY_ASSIGN_OR_RETURN(
+      s->tenants_,
+      tenant::TenantManager::Create(options, svc->ledger(), [svc] { return svc->capacity(); }));
   // Client credentials: the tokens file's hashes over the live policy. Installed before the
   // listener starts; the manager outlives every Hello (rpc_ goes first).
   svc->SetTokenCheck(
-      s->tenants_->MakeTokenCheck(std::move(*token_file), options.require_tenant_tokens));
+      s->tenants_->MakeTokenCheck(std::move(token_file), options.require_tenant_tokens));
   s->bad_requests_ = s->metrics_.Counter("granary_master_bad_requests_total",
                                          "Requests refused as malformed or unknown");
-  auto ctx = transport::Context::Create("granary_master");
-  if (!ctx.ok()) return ctx.status();
-  s->ctx_ = std::move(*ctx);
-  auto worker = transport::Worker::Create(s->ctx_.get(), "master", &s->metrics_);
-  if (!worker.ok()) return worker.status();
-  s->worker_ = std::move(*worker);
+  GRANARY_ASSIGN_OR_RETURN(s->ctx_, transport::Context::Create("granary_master"));
+  GRANARY_ASSIGN_OR_RETURN(s->worker_,
+                           transport::Worker::Create(s->ctx_.get(), "master", &s->metrics_));
   transport::RpcServer::Callbacks cb;
   MasterServer* raw = s.get();
   cb.on_request = [raw](transport::RpcServer::ConnId c, const proto::FrameView& f) {
     return raw->Dispatch(c, f);
   };
   cb.on_disconnect = [raw](transport::RpcServer::ConnId c) { raw->service_->SessionClosed(c); };
-  auto rpc = transport::RpcServer::Create(s->worker_.get(), options.rpc_port, std::move(cb));
-  if (!rpc.ok()) return rpc.status();
-  s->rpc_ = std::move(*rpc);
+  GRANARY_ASSIGN_OR_RETURN(
+      s->rpc_, transport::RpcServer::Create(s->worker_.get(), options.rpc_port, std::move(cb)));
   s->rma_ = std::make_unique<transport::RmaEngine>(s->worker_.get());
   s->probe_session_ = s->service_->OpenInternalSession("_probe");
-  auto auth = AdminAuth::FromFile(options.admin_token_file);
-  if (!auth.ok()) return auth.status();
-  auto http = AdminHttp::Create(
-      options.metrics_host, options.metrics_port, s->service_.get(), s->tenants_.get(),
-      &s->metrics_, [raw] { return raw->active_.load(); }, [raw] { return raw->Probe(); }, *auth);
-  if (!http.ok()) return http.status();
-  s->http_ = std::move(*http);
+  GRANARY_ASSIGN_OR_RETURN(AdminAuth auth, AdminAuth::FromFile(options.admin_token_file));
+  GRANARY_ASSIGN_OR_RETURN(
+      s->http_, AdminHttp::Create(
+                    options.metrics_host, options.metrics_port, s->service_.get(),
+                    s->tenants_.get(), &s->metrics_, [raw] { return raw->active_.load(); },
+                    [raw] { return raw->Probe(); }, auth));
   s->ticker_ = std::thread([raw] { raw->TickLoop(); });
   LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http " << options.metrics_host
            << ":" << s->http_port();

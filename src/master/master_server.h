@@ -23,7 +23,8 @@ namespace granary::master {
 // Thread-safe: Shutdown may be called from any thread (a signal-watching one, say).
 class MasterServer {
  public:
-  static absl::StatusOr<std::unique_ptr<MasterServer>> Create(const MasterOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MasterServer>> Create(
+      const MasterOptions& options);
   ~MasterServer();
 
   uint16_t rpc_port() const { return rpc_->port(); }
@@ -31,12 +32,12 @@ class MasterServer {
   MasterService* service() { return service_.get(); }
   void Shutdown();
   // Re-reads the tenant quota policy (SIGHUP). The running policy stays if the new one is bad.
-  absl::Status ReloadPolicy() { return tenants_->Reload(); }
+  [[nodiscard]] absl::Status ReloadPolicy() { return tenants_->Reload(); }
   tenant::TenantManager* tenants() { return tenants_.get(); }
   // /health?deep=1: a real put, get and remove of a 4 KiB object through a node, under the
   // reserved tenant _probe (never charged, never listed). Returns the round trip in µs and the
   // node used.
-  absl::StatusOr<std::pair<double, std::string>> Probe();
+  [[nodiscard]] absl::StatusOr<std::pair<double, std::string>> Probe();
   void Wait() { stopped_.WaitForNotification(); }
 
  private:

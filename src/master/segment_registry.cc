@@ -105,7 +105,8 @@ std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replicas) {
+absl::StatusOr<Placements> SegmentRegistry::Allocate(const PlacementRequest& who, uint64_t bytes,
+                                                     int replicas) {
   granary::MutexLock lock(&mu_);
   if (segments_.empty()) {
     return absl::ResourceExhaustedError("no segment is mounted: start a granary_node");
@@ -123,7 +124,7 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
   };
   for (size_t i = 0; i < order.size() && static_cast<int>(out.size()) < replicas; ++i) {
     Segment* s = order[(start + i) % order.size()];
-    if (s->info.tier != proto::Tier::kHost || !s->info.pool.empty()) continue;
+    if (!who.Allows(s->info)) continue;
     if (replicas > 1 && used(s->info.node_id)) continue;
     auto a = s->alloc->Allocate(bytes);
     if (!a.has_value()) continue;
@@ -133,11 +134,13 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
   if (static_cast<int>(out.size()) < replicas) {
     for (const auto& p : out) segments_[p.segment_id].alloc->Free(AllocationOf(p));
     absl::flat_hash_set<std::string> all_nodes;
-    for (auto* s : order) all_nodes.insert(s->info.node_id);
+    for (auto* s : order) {
+      if (who.Allows(s->info)) all_nodes.insert(s->info.node_id);
+    }
     if (static_cast<int>(all_nodes.size()) < replicas) {
       return absl::ResourceExhaustedError(
           absl::StrCat("replica_num=", replicas, " needs that many nodes, but ", all_nodes.size(),
-                       " node(s) have segments mounted"));
+                       " node(s) have segments for ", who.ToString(), " mounted"));
     }
     return absl::ResourceExhaustedError(absl::StrCat("no space for ", FormatSize(bytes), " on ",
                                                      replicas, " distinct node(s); found ",
@@ -149,7 +152,8 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(uint64_t bytes, int replica
 #pragma GCC diagnostic pop
 #endif
 
-absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target, uint64_t bytes,
+absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
+                                                      const PlacementRequest& who, uint64_t bytes,
                                                       const Placements& existing) {
   granary::MutexLock lock(&mu_);
   std::string node_id;
@@ -166,10 +170,17 @@ absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
           absl::StrCat("node '", target, "' already holds a replica"));
     }
   }
+  bool usable = false;
   for (auto& [id, s] : segments_) {
-    if (s.info.node_id != node_id || s.info.tier != proto::Tier::kHost) continue;
+    if (s.info.node_id != node_id || !who.Allows(s.info)) continue;
+    usable = true;
     auto a = s.alloc->Allocate(bytes);
     if (a.has_value()) return Placement{id, a->offset, a->size, a->handle};
+  }
+  if (!usable) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node '", target, "' has no segment for ", who.ToString(),
+                     ": its segments are another tenant's pool or another tier"));
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("node '", target, "' has no free block of ", FormatSize(bytes)));
@@ -196,6 +207,18 @@ std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
   return it->second.info.base + p.offset;
 }
 
+std::vector<proto::ReplicaDesc> SegmentRegistry::Describe(const Placements& ps) const {
+  std::vector<proto::ReplicaDesc> out;
+  out.reserve(ps.size());
+  granary::MutexLock lock(&mu_);
+  for (const auto& p : ps) {
+    auto it = segments_.find(p.segment_id);
+    if (it == segments_.end()) continue;
+    out.push_back(proto::ReplicaDesc{p.segment_id, it->second.info.base + p.offset, p.size});
+  }
+  return out;
+}
+
 SegmentRegistry::Totals SegmentRegistry::totals() const {
   granary::MutexLock lock(&mu_);
   Totals t;
@@ -205,6 +228,29 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
   }
   t.segments = segments_.size();
   return t;
+}
+
+SegmentRegistry::Totals SegmentRegistry::CapacityOf(const PlacementRequest& who) const {
+  granary::MutexLock lock(&mu_);
+  Totals t;
+  for (const auto& [id, s] : segments_) {
+    if (!who.Allows(s.info)) continue;
+    t.capacity += s.info.size;
+    t.used += s.alloc->used_bytes();
+    ++t.segments;
+  }
+  return t;
+}
+
+size_t SegmentRegistry::NodesThatHold(const PlacementRequest& who, uint64_t aligned_bytes) const {
+  const uint64_t a = proto::kAllocAlignment;
+  granary::MutexLock lock(&mu_);
+  absl::flat_hash_set<std::string> nodes;
+  for (const auto& [id, s] : segments_) {
+    if (!who.Allows(s.info) || s.info.size / a * a < aligned_bytes) continue;
+    nodes.insert(s.info.node_id);
+  }
+  return nodes.size();
 }
 
 std::vector<proto::SegmentInfo> SegmentRegistry::List() const {

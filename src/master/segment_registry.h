@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "master/offset_allocator.h"
+#include "master/placement.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
@@ -29,8 +30,9 @@ struct Placement {
 using Placements = absl::InlinedVector<Placement, 1>;
 
 // The mounted segments and their allocators. Placement picks `replicas` segments on distinct
-// nodes, starting at a rotating position so that load spreads. Thread-safe (one mutex; every
-// call is O(segments) at most, and Allocate/Free are O(1) per segment).
+// nodes among those the PlacementRequest allows (placement.h decides which), starting at a
+// rotating position so that load spreads. Thread-safe (one mutex, a leaf: no other lock is taken
+// under it; every call is O(segments) at most, and Allocate/Free are O(1) per segment).
 class SegmentRegistry {
  public:
   SegmentRegistry();
@@ -41,20 +43,24 @@ class SegmentRegistry {
   };
 
   // Registers a segment owned by `session`. Rejects overlapping names on one node.
-  absl::StatusOr<uint64_t> Mount(const proto::MountSegmentRequest& req, uint64_t session);
+  [[nodiscard]] absl::StatusOr<uint64_t> Mount(const proto::MountSegmentRequest& req,
+                                               uint64_t session);
   // Removes a segment; its space vanishes with it. Returns false if unknown.
   bool Unmount(uint64_t segment_id);
   // Segment ids owned by a session (a node).
   std::vector<uint64_t> SegmentsOf(uint64_t session) const;
 
-  // Reserves `bytes` on `replicas` distinct nodes. RESOURCE_EXHAUSTED when not possible, with
-  // what was missing in the message.
-  absl::StatusOr<Placements> Allocate(uint64_t bytes, int replicas);
-  // Reserves `bytes` on a segment of the node named by `target` (its node id or its host:port
-  // address), unless that node already holds one of `existing`. NOT_FOUND for an unknown node,
-  // FAILED_PRECONDITION when it already holds a replica, RESOURCE_EXHAUSTED when full.
-  absl::StatusOr<Placement> AllocateOn(const std::string& target, uint64_t bytes,
-                                       const Placements& existing);
+  // Reserves `bytes` on `replicas` distinct nodes, on segments `who` may use. RESOURCE_EXHAUSTED
+  // when not possible, with what was missing in the message.
+  [[nodiscard]] absl::StatusOr<Placements> Allocate(const PlacementRequest& who, uint64_t bytes,
+                                                    int replicas);
+  // Reserves `bytes` on a segment `who` may use of the node named by `target` (its node id or
+  // its host:port address), unless that node already holds one of `existing`. NOT_FOUND for an
+  // unknown node, FAILED_PRECONDITION when it already holds a replica or has no segment `who`
+  // may use (another tenant's pool), RESOURCE_EXHAUSTED when full.
+  [[nodiscard]] absl::StatusOr<Placement> AllocateOn(const std::string& target,
+                                                     const PlacementRequest& who, uint64_t bytes,
+                                                     const Placements& existing);
   // The mounted segment with this id.
   std::optional<proto::SegmentInfo> Find(uint64_t segment_id) const;
   // Frees a placement; a placement on a segment that is gone is ignored.
@@ -65,7 +71,15 @@ class SegmentRegistry {
 
   // Remote address of a placement (segment base + offset), or nullopt if the segment is gone.
   std::optional<uint64_t> AddressOf(const Placement& p) const;
+  // The replica descriptors of placements whose segments are still mounted (one lock).
+  std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
+  // Every mounted segment (statistics: what the nodes lent).
   Totals totals() const;
+  // The segments `who` may use: SharedCapacity(tier) for what Puts fill (the watermark, fair
+  // share and quota scaling).
+  Totals CapacityOf(const PlacementRequest& who) const;
+  // The nodes with a segment `who` may use whose aligned size holds `aligned_bytes`.
+  size_t NodesThatHold(const PlacementRequest& who, uint64_t aligned_bytes) const;
   std::vector<proto::SegmentInfo> List() const;
   // Bytes of free space in the largest free block over all segments, and mean fragmentation.
   double MeanFragmentation() const;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "httplib.h"
 #include "master/tenant/policy_store.h"
 #include "nlohmann/json.hpp"
@@ -87,11 +88,10 @@ class EtcdPolicyStore final : public PolicyStore {
 
   absl::StatusOr<Policy> Load() override {
     nlohmann::json request = {{"key", absl::Base64Escape(key_)}};
-    absl::StatusOr<nlohmann::json> reply = Post("/v3/kv/range", request);
-    if (!reply.ok()) return reply.status();
+    GRANARY_ASSIGN_OR_RETURN(const nlohmann::json reply, Post("/v3/kv/range", request));
     // The gateway leaves out empty fields: no "kvs" means no such key, no "value" means "".
-    auto kvs = reply->find("kvs");
-    if (kvs == reply->end() || !kvs->is_array() || kvs->empty()) return Policy{};
+    auto kvs = reply.find("kvs");
+    if (kvs == reply.end() || !kvs->is_array() || kvs->empty()) return Policy{};
     const nlohmann::json& kv = (*kvs)[0];
     std::string encoded, yaml;
     if (kv.is_object()) {
@@ -207,9 +207,8 @@ absl::StatusOr<std::unique_ptr<PolicyStore>> NewEtcdPolicyStore(const std::strin
           absl::StrCat("invalid etcd endpoints '", endpoints,
                        "': empty entry; expected host:port[,host:port...]"));
     }
-    absl::StatusOr<Endpoint> ep = ParseEndpoint(entry);
-    if (!ep.ok()) return ep.status();
-    parsed.push_back(*std::move(ep));
+    GRANARY_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(entry));
+    parsed.push_back(std::move(ep));
   }
   if (cluster_id.empty() || cluster_id.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("invalid cluster id '", cluster_id,

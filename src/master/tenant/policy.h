@@ -40,13 +40,13 @@ struct Policy {
 // The tenant-id rules, the same at every entry point (policy, admin API, client hello):
 // non-empty, at most 128 bytes, no leading '_' (reserved for the master), no NUL or control
 // characters. The error names the rule and the id.
-absl::Status ValidateTenantId(absl::string_view id);
+[[nodiscard]] absl::Status ValidateTenantId(absl::string_view id);
 
 // Checks a SHA-256 given as hex (policy `token_sha256`, the master's --tenant_tokens_file) and
 // returns it in lowercase: exactly 64 hex digits, either case (so `sha256sum` output and
 // tools that print upper case both work). INVALID_ARGUMENT saying what is wrong and showing
 // the value (a hash, not a secret) otherwise.
-absl::StatusOr<std::string> NormalizeTokenSha256(absl::string_view hex);
+[[nodiscard]] absl::StatusOr<std::string> NormalizeTokenSha256(absl::string_view hex);
 
 // Parses and validates a policy document. INVALID_ARGUMENT naming the tenant (or its index)
 // and the field for: a version other than 1; a bad, duplicated or reserved name; a quota that
@@ -54,7 +54,7 @@ absl::StatusOr<std::string> NormalizeTokenSha256(absl::string_view hex);
 // is not a positive integer; a token_sha256 that is not 64 hex digits (upper case is accepted
 // and stored lower case); unknown keys at any level; YAML syntax errors (with line).
 // An empty document is an error; `tenants: []` is an empty policy.
-absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
+[[nodiscard]] absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
 
 // Serializes a policy to YAML that ParsePolicy reads back to an equal Policy. Quotas are
 // written as plain byte counts; token_sha256 is written when set.

@@ -16,10 +16,10 @@ class PolicyStore {
   virtual ~PolicyStore() = default;
   // Reads and validates the stored policy. The file store: a missing file is NOT_FOUND. The
   // etcd store: a missing key is an empty policy; an unreachable etcd is UNAVAILABLE.
-  virtual absl::StatusOr<Policy> Load() = 0;
+  [[nodiscard]] virtual absl::StatusOr<Policy> Load() = 0;
   // Stores the policy durably; on error nothing changed. The file store writes a temporary
   // file in the same directory, fsyncs it and renames it over the old one.
-  virtual absl::Status Save(const Policy& policy) = 0;
+  [[nodiscard]] virtual absl::Status Save(const Policy& policy) = 0;
   // A short description for logs and /health ("file:/etc/granary/q.yaml",
   // "etcd:127.0.0.1:2379/granary/c1/tenant_quota_policy").
   virtual std::string Describe() const = 0;
@@ -31,8 +31,7 @@ std::unique_ptr<PolicyStore> NewFilePolicyStore(const std::string& path);
 // etcd v3 (through its JSON gateway, /v3/kv/...) at `endpoints` ("host:port[,host:port...]"),
 // key "granary/<cluster_id>/tenant_quota_policy". The value is the policy YAML.
 // Requests time out after `timeout_ms`; the next endpoint is tried on failure.
-absl::StatusOr<std::unique_ptr<PolicyStore>> NewEtcdPolicyStore(const std::string& endpoints,
-                                                                const std::string& cluster_id,
-                                                                int timeout_ms = 2000);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<PolicyStore>> NewEtcdPolicyStore(
+    const std::string& endpoints, const std::string& cluster_id, int timeout_ms = 2000);
 
 }  // namespace granary::master::tenant

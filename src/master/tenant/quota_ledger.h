@@ -86,7 +86,7 @@ class QuotaLedger {
   // size). Counts rejects by reason; rejects of unknown tenants are kept aside (for at most
   // kMaxTrackedUnregistered names) and show in the account once the tenant is registered.
   // enforce=false: never refuses; an unknown tenant gets an account.
-  absl::Status Charge(absl::string_view tenant, uint64_t bytes);
+  [[nodiscard]] absl::Status Charge(absl::string_view tenant, uint64_t bytes);
   // In flight -> committed, and one more entry.
   void Commit(absl::string_view tenant, uint64_t bytes);
   // In flight -> committed for an existing entry (a copy added a replica): no new entry.
@@ -150,7 +150,7 @@ class QuotaLedger {
   };
   using AccountMap = absl::flat_hash_map<std::string, std::unique_ptr<Account>>;
 
-  absl::Status ChargeAccount(Account& account, uint64_t bytes) const
+  [[nodiscard]] absl::Status ChargeAccount(Account& account, uint64_t bytes) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Account& FindOrDie(absl::string_view tenant, const char* op) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

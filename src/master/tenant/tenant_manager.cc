@@ -6,6 +6,7 @@
 #include "common/error_reason.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "common/status_macros.h"
 
 namespace granary::master::tenant {
 
@@ -14,9 +15,8 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::Create(
   std::unique_ptr<PolicyStore> store;
   if (options.enable_multi_tenants) {
     if (options.tenant_quota_connector_type == "etcd") {
-      auto s = NewEtcdPolicyStore(options.tenant_quota_connector_uri, options.cluster_id);
-      if (!s.ok()) return s.status();
-      store = std::move(*s);
+      GRANARY_ASSIGN_OR_RETURN(
+          store, NewEtcdPolicyStore(options.tenant_quota_connector_uri, options.cluster_id));
     } else {
       store = NewFilePolicyStore(options.tenant_quota_connector_uri);
     }

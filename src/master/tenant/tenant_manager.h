@@ -30,23 +30,22 @@ namespace granary::master::tenant {
 class TenantManager {
  public:
   // capacity() gives the allocatable bytes quotas are scaled against.
-  static absl::StatusOr<std::unique_ptr<TenantManager>> Create(const MasterOptions& options,
-                                                               QuotaLedger* ledger,
-                                                               std::function<uint64_t()> capacity);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<TenantManager>> Create(
+      const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity);
   // For tests: an explicit store (null with multi-tenant mode off).
-  static absl::StatusOr<std::unique_ptr<TenantManager>> CreateWithStore(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<TenantManager>> CreateWithStore(
       bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
       std::function<uint64_t()> capacity);
   ~TenantManager();
 
   bool enabled() const { return enabled_; }
   // Re-reads the store. An invalid or unreadable policy is an error and the running one stays.
-  absl::Status Reload();
+  [[nodiscard]] absl::Status Reload();
   // Creates or updates one tenant's requested quota (and entry quota).
-  absl::Status Upsert(const std::string& tenant, uint64_t quota_bytes,
-                      std::optional<uint64_t> max_entries);
+  [[nodiscard]] absl::Status Upsert(const std::string& tenant, uint64_t quota_bytes,
+                                    std::optional<uint64_t> max_entries);
   // Removes a tenant's policy; only when it owns no objects and no charge.
-  absl::Status Delete(const std::string& tenant);
+  [[nodiscard]] absl::Status Delete(const std::string& tenant);
   Policy policy() const;
   // The running policy's token_sha256 for a tenant (nullopt when it has none or no entry).
   // Follows reloads and admin changes; with multi-tenant mode off there is no policy.
@@ -55,7 +54,7 @@ class TenantManager {
   // manager's live policy. The check calls back into the manager, which must outlive it.
   TokenCheck MakeTokenCheck(TokenHashes file_hashes, bool require) const;
   // OK, or why the store could not be read at the last attempt.
-  absl::Status store_status() const;
+  [[nodiscard]] absl::Status store_status() const;
   std::string store_description() const;
   // Polls the store every interval_ms (etcd: changes by another master).
   void StartPolling(int64_t interval_ms);
@@ -67,9 +66,9 @@ class TenantManager {
         store_(std::move(store)),
         ledger_(ledger),
         capacity_(std::move(capacity)) {}
-  absl::Status CheckEnabled() const;
-  absl::Status SaveAndApply(const Policy& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status RefreshBeforeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status CheckEnabled() const;
+  [[nodiscard]] absl::Status SaveAndApply(const Policy& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status RefreshBeforeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool enabled_;
   std::unique_ptr<PolicyStore> store_;

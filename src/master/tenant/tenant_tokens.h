@@ -20,10 +20,11 @@ using TokenHashes = std::map<std::string, std::string>;
 // Hex digits may be upper or lower case (stored lower case). INVALID_ARGUMENT naming `path`,
 // the line number and the bad value for: a line without exactly two fields, an invalid tenant
 // id, a hash that is not 64 hex digits, a tenant given twice.
-absl::StatusOr<TokenHashes> ParseTokensFile(absl::string_view text, absl::string_view path);
+[[nodiscard]] absl::StatusOr<TokenHashes> ParseTokensFile(absl::string_view text,
+                                                          absl::string_view path);
 // Reads and parses the file. An empty path is no file (no entries); an unreadable file is an
 // error naming the path.
-absl::StatusOr<TokenHashes> LoadTokensFile(const std::string& path);
+[[nodiscard]] absl::StatusOr<TokenHashes> LoadTokensFile(const std::string& path);
 
 // Decides whether a client hello may claim a tenant (DESIGN section 5, docs/security.md).
 // The expected hash of a tenant is its entry in the tokens file if it has one, else the
@@ -48,7 +49,7 @@ class TokenCheck {
   std::optional<std::string> ExpectedHash(const std::string& tenant) const;
   // OK, or UNAUTHENTICATED naming the tenant (never the token): "tenant 'x' requires a token",
   // "the token for tenant 'x' does not match".
-  absl::Status Check(const std::string& tenant, absl::string_view token) const;
+  [[nodiscard]] absl::Status Check(const std::string& tenant, absl::string_view token) const;
   bool require() const { return require_; }
 
  private:

@@ -76,8 +76,9 @@ class MasterServiceTest : public ::testing::Test {
   }
 
   uint64_t Mount(SessionId node, const std::string& node_id, const std::string& name, uint64_t base,
-                 uint64_t size) {
+                 uint64_t size, const std::string& pool = "") {
     proto::MountSegmentRequest m;
+    m.pool = pool;
     m.name = name;
     m.node_id = node_id;
     m.node_address = node_id + ":7000";
@@ -95,10 +96,12 @@ class MasterServiceTest : public ::testing::Test {
   }
 
   // A node session with one segment.
-  SessionId NodeWith(const std::string& node_id, uint64_t size, uint64_t* segment_id = nullptr) {
+  // A node session with one segment; `pool` names the tenant of a dedicated pool.
+  SessionId NodeWith(const std::string& node_id, uint64_t size, uint64_t* segment_id = nullptr,
+                     const std::string& pool = "") {
     SessionId n = Node();
     uint64_t base = 0x7f0000000000ull + (next_base_++) * 0x100000000ull;
-    uint64_t id = Mount(n, node_id, node_id + "-seg0", base, size);
+    uint64_t id = Mount(n, node_id, node_id + "-seg0", base, size, pool);
     if (segment_id) *segment_id = id;
     return n;
   }
@@ -1245,6 +1248,81 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
   for (const auto& seg : s.ListSegments()) EXPECT_EQ(seg.used, 0u) << seg.name;
   // And the full capacity is usable again.
   EXPECT_EQ(Code(PutStart(admin, "after", ValueFor(kMiB), 2).status), absl::StatusCode::kOk);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placement and pools: a `--pool=T` segment is tenant T's alone; Put places on shared segments.
+
+class PoolTest : public MasterServiceTest {
+ protected:
+  proto::CopyStartResult CopyStart(SessionId sid, const std::string& key, const std::string& target,
+                                   bool move) {
+    proto::CopyStartRequest r;
+    r.entries.push_back({key, target});
+    return test_calls::OnlyResult(svc().CopyStart(sid, r, move));
+  }
+};
+
+TEST_F(PoolTest, CopyAndMoveNeverLandOnAnotherTenantsPool) {
+  NodeWith("shared", kMiB);
+  uint64_t pool_seg = 0;
+  NodeWith("beta-node", kMiB, &pool_seg, "beta");
+  SessionId acme = Client("acme");
+  for (bool move : {false, true}) {
+    const std::string key = move ? "moved" : "copied";
+    Put(acme, key, ValueFor(64 * kKiB));
+    auto cs = CopyStart(acme, key, "beta-node", move);
+    EXPECT_EQ(Code(cs.status), absl::StatusCode::kFailedPrecondition)
+        << (move ? "move" : "copy") << " landed on segment " << cs.dest.segment_id;
+    EXPECT_TRUE(Has(cs.status.message, "acme")) << cs.status.message;
+  }
+  for (const auto& seg : svc().ListSegments()) {
+    if (seg.segment_id == pool_seg) {
+      EXPECT_EQ(seg.used, 0u);
+    }
+  }
+}
+
+TEST_F(PoolTest, CopyLandsOnTheTenantsOwnPool) {
+  NodeWith("shared", kMiB);
+  uint64_t pool_seg = 0;
+  NodeWith("acme-node", kMiB, &pool_seg, "acme");
+  SessionId acme = Client("acme");
+  Put(acme, "k", ValueFor(64 * kKiB));
+  auto cs = CopyStart(acme, "k", "acme-node", /*move=*/false);
+  ASSERT_EQ(Code(cs.status), absl::StatusCode::kOk) << cs.status.message;
+  EXPECT_EQ(cs.dest.segment_id, pool_seg);
+  proto::CopyEndRequest end;
+  end.entries.push_back({"k", cs.generation, cs.dest.segment_id});
+  EXPECT_EQ(Code(test_calls::OnlyResult(svc().CopyEnd(acme, end, false))), absl::StatusCode::kOk);
+  EXPECT_EQ(Get(acme, "k").replicas.size(), 2u);
+}
+
+TEST_F(PoolTest, PutNeverPlacesOnAPool) {
+  NodeWith("acme-node", kMiB, nullptr, "acme");
+  SessionId acme = Client("acme");
+  EXPECT_EQ(Code(PutStart(acme, "k", ValueFor(64 * kKiB)).status),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(PoolTest, PoolSegmentsAreNotSharedCapacity) {
+  opts_.eviction_high_watermark_ratio = 0.9;
+  opts_.eviction_ratio = 0.05;
+  opts_.client_ttl_ms = 3'600'000;
+  NodeWith("shared", kMiB);
+  NodeWith("beta-node", 4 * kMiB, nullptr, "beta");
+  // Quotas scale against what Puts can fill: the shared megabyte.
+  EXPECT_EQ(svc().capacity(), kMiB);
+  EXPECT_EQ(svc().ledger()->capacity(), kMiB);
+  // 15 x 64 KiB = 93.75% of the shared segment: above the watermark, so a Tick evicts.
+  SessionId acme = Client("acme");
+  for (int i = 0; i < 15; ++i) {
+    Put(acme, absl::StrCat("k", i), ValueFor(64 * kKiB));
+    clock_.AdvanceMs(1);
+  }
+  svc().Tick();
+  EXPECT_EQ(Code(Exist(acme, "k0")), absl::StatusCode::kNotFound);
+  EXPECT_LT(svc().GetStats().objects, 15u);
 }
 
 }  // namespace

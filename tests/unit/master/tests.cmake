@@ -11,3 +11,5 @@ granary_test(NAME master_hello_token_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/hello_token_test.cc LIBS granary::master)
 granary_test(NAME master_object_table_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/object_table_test.cc LIBS granary::master)
+granary_test(NAME master_placement_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc LIBS granary::master)

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "common/mutex.h"
+#include "common/util.h"
+#include "master/object.h"
+#include "master/object_table.h"
+#include "master/segment_registry.h"
+
+namespace granary::master {
+
+// The master's object table: kShards ObjectTables, each behind its own mutex, plus the two
+// counters that order its objects (generations and LRU access ordinals). Keys are table keys:
+// tenant + '\0' + key (TableKey).
+//
+// Owned by MasterService and shared by pointer with ObjectStore, Evictor and CopyCoordinator,
+// which all outlive no longer than it. Thread-safe: a shard's table is read and written only
+// under that shard's mutex, and at most one shard's mutex is held at a time. Lock order: a
+// shard's mutex is taken after Evictor's round mutex and before CopyCoordinator's, the
+// SegmentRegistry's and the QuotaLedger's (all leaves); never with SessionTable's.
+//
+// Cost: ShardOf is one hash of the key; the counters are one relaxed atomic add each.
+class ObjectShards {
+ public:
+  static constexpr size_t kShards = 64;
+  struct Shard {
+    mutable granary::Mutex mu;
+    ObjectTable objects ABSL_GUARDED_BY(mu);
+  };
+
+  // Generations are unique across master restarts: `wall_ms` (wall-clock milliseconds at start)
+  // in the high bits.
+  explicit ObjectShards(uint64_t wall_ms) : next_generation_(wall_ms << 20) {}
+
+  Shard& ShardOf(absl::string_view table_key) { return shards_[HashBytes(table_key) % kShards]; }
+  const Shard& ShardOf(absl::string_view table_key) const {
+    return shards_[HashBytes(table_key) % kShards];
+  }
+  Shard& shard(size_t i) { return shards_[i]; }
+  const Shard& shard(size_t i) const { return shards_[i]; }
+
+  uint64_t NextGeneration() { return next_generation_.fetch_add(1); }
+  // Orders accesses for LRU; a millisecond clock would tie accesses within one millisecond.
+  uint64_t NextAccess() { return access_clock_.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+ private:
+  std::array<Shard, kShards> shards_;
+  std::atomic<uint64_t> next_generation_;
+  std::atomic<uint64_t> access_clock_{0};
+};
+
+// tenant + '\0' + key: tenant ids cannot contain '\0', so tenants never share a table key.
+std::string TableKey(const std::string& tenant, const std::string& key);
+// The same into *out, reusing its buffer.
+void TableKeyInto(const std::string& tenant, const std::string& key, std::string* out);
+// The tenant part of a table key.
+std::string TenantOfKey(absl::string_view table_key);
+// Bytes one replica of a value of this size occupies: header + value, aligned.
+uint64_t AllocBytes(uint64_t value_size);
+// Bytes reserved by a set of placements.
+uint64_t PlacedBytes(const Placements& ps);
+
+}  // namespace granary::master

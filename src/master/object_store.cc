@@ -1,0 +1,482 @@
+#include "master/object_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "proto/alloc_header.h"
+
+namespace granary::master {
+
+namespace {
+using proto::WireStatus;
+
+WireStatus Ok() { return WireStatus{}; }
+WireStatus Err(const absl::Status& s) { return WireStatus::From(s); }
+
+absl::Status CheckKey(const std::string& key) {
+  if (key.empty()) return absl::InvalidArgumentError("key must not be empty");
+  if (key.size() > proto::kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key is ", key.size(), " bytes; the limit is ", proto::kMaxKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+uint8_t PinOf(uint32_t flags) {
+  return (flags & kPutFlagHardPin) ? kPinHard : (flags & kPutFlagSoftPin) ? kPinSoft : kPinNone;
+}
+
+// Takes one more read lease on a complete object, until now + ttl_ms.
+void Lease(Object& o, int64_t now, int64_t ttl_ms) {
+  if (o.lease_until_ms <= now) o.lease_count = 0;  // stale leases have run out
+  ++o.lease_count;
+  o.lease_until_ms = now + ttl_ms;
+}
+}  // namespace
+
+ObjectStore::ObjectStore(const MasterOptions& options, Clock* clock, MasterCounters* counters,
+                         ObjectShards* shards, SegmentRegistry* segments,
+                         tenant::QuotaLedger* ledger, TimerWheel* deadlines, SessionTable* sessions,
+                         Evictor* evictor)
+    : options_(options),
+      clock_(clock),
+      counters_(counters),
+      shards_(shards),
+      segments_(segments),
+      ledger_(ledger),
+      deadlines_(deadlines),
+      sessions_(sessions),
+      evictor_(evictor) {}
+
+absl::Status ObjectStore::CheckPutEntry(const proto::PutStartEntry& e) {
+  GRANARY_RETURN_IF_ERROR(CheckKey(e.key));
+  if (e.size == 0 || e.size > proto::kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value size ", e.size, " of key '", e.key,
+                                                   "' is outside 1..", proto::kMaxValueBytes));
+  }
+  return absl::OkStatus();
+}
+
+bool ObjectStore::InsertProcessing(const std::string& tk, SessionId sid, uint64_t generation,
+                                   int64_t now, const proto::PutStartEntry& e, uint32_t flags,
+                                   const Placements& placed) {
+  ObjectShards::Shard& sh = shards_->ShardOf(tk);
+  granary::MutexLock lock(&sh.mu);
+  auto [it, fresh] = sh.objects.try_emplace(tk);
+  if (!fresh) return false;
+  Object& o = it->second;
+  o.size = e.size;
+  o.generation = generation;
+  o.writer = sid;
+  o.created_ms = now;
+  o.last_access = shards_->NextAccess();
+  o.replicas = placed;
+  o.pin = PinOf(flags);
+  return true;
+}
+
+proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& tenant,
+                                           const proto::PutStartRequest& req) {
+  proto::PutStartReply rep;
+  if (req.replica_num < 1 || req.replica_num > proto::kMaxReplicaNum) {
+    rep.status = Err(absl::InvalidArgumentError(
+        absl::StrCat("replica_num ", req.replica_num, " is outside 1..", proto::kMaxReplicaNum)));
+    return rep;
+  }
+  const int64_t now = clock_->NowMs();
+  const int64_t deadline = now + options_.put_start_timeout_ms;
+  const PlacementRequest where = PlacementRequest::Put(tenant, proto::Tier::kHost);
+  rep.results.resize(req.entries.size());
+  std::vector<std::string> started;
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    auto& res = rep.results[i];
+    counters_->put_start->Inc();
+    if (absl::Status st = CheckPutEntry(e); !st.ok()) {
+      res.status = Err(st);
+      continue;
+    }
+    std::string tk = TableKey(tenant, e.key);
+    {
+      ObjectShards::Shard& sh = shards_->ShardOf(tk);
+      granary::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it != sh.objects.end()) {
+        res.status = Err(absl::AlreadyExistsError(
+            it->second.state == ObjectState::kComplete
+                ? absl::StrCat("key '", e.key, "' already exists")
+                : absl::StrCat("key '", e.key, "' has a put in progress")));
+        continue;
+      }
+    }
+    // Admission: charge the bytes this put will really hold before allocating them.
+    const uint64_t charge = AllocBytes(e.size) * req.replica_num;
+    if (absl::Status st = evictor_->ChargeWithTenantEviction(tenant, charge); !st.ok()) {
+      res.status = Err(st);
+      continue;
+    }
+    auto placed =
+        evictor_->AllocateWithEviction(where, proto::kAllocHeaderSize + e.size, req.replica_num);
+    if (!placed.ok()) {
+      ledger_->Refund(tenant, charge);
+      counters_->alloc_failures->Inc();
+      res.status = Err(placed.status());
+      continue;
+    }
+    GRANARY_CHECK(PlacedBytes(*placed) == charge) << "allocator and charge disagree";
+    const uint64_t gen = shards_->NextGeneration();
+    if (!InsertProcessing(tk, sid, gen, now, e, req.flags, *placed)) {
+      // Lost a race with another writer of the same key.
+      segments_->Free(*placed);
+      ledger_->Refund(tenant, charge);
+      res.status =
+          Err(absl::AlreadyExistsError(absl::StrCat("key '", e.key, "' has a put in progress")));
+      continue;
+    }
+    res.generation = gen;
+    res.replicas = segments_->Describe(*placed);
+    deadlines_->Add(deadline, tk, gen);
+    started.push_back(std::move(tk));
+  }
+  sessions_->AddInFlight(sid, std::move(started));
+  return rep;
+}
+
+proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
+                                            const proto::KeyGenRequest& req) {
+  proto::BatchStatusReply rep;
+  rep.results.resize(req.entries.size());
+  // Committed keys leave their writer's in-flight set in one pass, under one lock.
+  std::vector<std::pair<SessionId, std::string>> committed;
+  committed.reserve(req.entries.size());
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    counters_->put_end->Inc();
+    std::string tk = TableKey(tenant, e.key);
+    ObjectShards::Shard& sh = shards_->ShardOf(tk);
+    absl::Status st;
+    SessionId writer = 0;
+    int64_t created_ms = 0;
+    {
+      granary::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end() || it->second.generation != e.generation) {
+        st = absl::NotFoundError(absl::StrCat("no put of key '", e.key, "' generation ",
+                                              e.generation,
+                                              " is in progress (it expired, was revoked, or "
+                                              "its node was lost)"));
+      } else if (it->second.state == ObjectState::kProcessing) {
+        it->second.state = ObjectState::kComplete;
+        it->second.last_access = shards_->NextAccess();
+        writer = it->second.writer;
+        it->second.lease_until_ms = 0;  // the writer's slot now holds the read leases' end
+        created_ms = it->second.created_ms;
+        // Commit what is still placed (a replica lost meanwhile was refunded already).
+        ledger_->Commit(tenant, PlacedBytes(it->second.replicas));
+      }
+    }
+    if (writer != 0) {
+      deadlines_->Remove(created_ms + options_.put_start_timeout_ms, e.generation);
+      committed.emplace_back(writer, std::move(tk));
+    }
+    rep.results[i] = st.ok() ? Ok() : Err(st);
+  }
+  sessions_->ForgetCommitted(committed);
+  evictor_->EnforceMaxEntries(tenant);
+  return rep;
+}
+
+bool ObjectStore::AbortPut(const std::string& tk, uint64_t generation, const char* why) {
+  ObjectShards::Shard& sh = shards_->ShardOf(tk);
+  Placements freed;
+  SessionId writer = 0;
+  {
+    granary::MutexLock lock(&sh.mu);
+    auto it = sh.objects.find(tk);
+    if (it == sh.objects.end() || it->second.generation != generation ||
+        it->second.state != ObjectState::kProcessing) {
+      return false;
+    }
+    freed = it->second.replicas;
+    writer = it->second.writer;
+    sh.objects.erase(it);
+  }
+  segments_->Free(freed);
+  ledger_->Refund(TenantOfKey(tk), PlacedBytes(freed));
+  sessions_->ForgetInFlight(writer, tk);
+  LOG_DEBUG << "put aborted (" << why << "), generation " << generation;
+  return true;
+}
+
+proto::BatchStatusReply ObjectStore::PutRevoke(const std::string& tenant,
+                                               const proto::KeyGenRequest& req) {
+  proto::BatchStatusReply rep;
+  rep.results.resize(req.entries.size());
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    counters_->put_revoke->Inc();
+    if (!AbortPut(TableKey(tenant, e.key), e.generation, "revoked")) {
+      rep.results[i] = Err(absl::NotFoundError(absl::StrCat(
+          "no put of key '", e.key, "' generation ", e.generation, " is in progress")));
+    }
+  }
+  return rep;
+}
+
+void ObjectStore::FreeInFlight(SessionId sid, const std::vector<std::string>& table_keys) {
+  for (const std::string& k : table_keys) {
+    // Any generation: the session owned the put in progress on this key.
+    ObjectShards::Shard& sh = shards_->ShardOf(k);
+    Placements freed;
+    {
+      granary::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(k);
+      if (it == sh.objects.end() || it->second.state != ObjectState::kProcessing ||
+          it->second.writer != sid) {
+        continue;
+      }
+      freed = it->second.replicas;
+      sh.objects.erase(it);
+    }
+    segments_->Free(freed);
+    ledger_->Refund(TenantOfKey(k), PlacedBytes(freed));
+    counters_->put_revoke->Inc();
+  }
+}
+
+proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysRequest& req) {
+  proto::GetReply rep;
+  const int64_t now = clock_->NowMs();
+  rep.results.resize(req.keys.size());
+  std::string tk;  // reused: one allocation per request, not per key
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    const std::string& key = req.keys[i];
+    auto& res = rep.results[i];
+    counters_->get->Inc();
+    TableKeyInto(tenant, key, &tk);
+    ObjectShards::Shard& sh = shards_->ShardOf(tk);
+    Placements ps;
+    {
+      granary::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
+        counters_->get_miss->Inc();
+        res.status = Err(absl::NotFoundError(
+            it == sh.objects.end() ? absl::StrCat("key '", key, "' not found")
+                                   : absl::StrCat("key '", key, "' is still being written")));
+        continue;
+      }
+      Object& o = it->second;
+      o.last_access = shards_->NextAccess();
+      Lease(o, now, options_.kv_lease_ttl_ms);
+      res.size = o.size;
+      res.generation = o.generation;
+      res.lease_ms = static_cast<uint32_t>(options_.kv_lease_ttl_ms);
+      ps = o.replicas;
+    }
+    res.replicas = segments_->Describe(ps);
+  }
+  return rep;
+}
+
+proto::BatchStatusReply ObjectStore::GetEnd(const std::string& tenant,
+                                            const proto::KeyGenRequest& req) {
+  proto::BatchStatusReply rep;
+  rep.results.resize(req.entries.size());
+  std::string tk;  // reused: one allocation per request, not per key
+  for (size_t i = 0; i < req.entries.size(); ++i) {
+    const auto& e = req.entries[i];
+    TableKeyInto(tenant, e.key, &tk);
+    ObjectShards::Shard& sh = shards_->ShardOf(tk);
+    granary::MutexLock lock(&sh.mu);
+    auto it = sh.objects.find(tk);
+    if (it == sh.objects.end() || it->second.generation != e.generation) {
+      rep.results[i] = Err(absl::NotFoundError(
+          absl::StrCat("key '", e.key, "' generation ", e.generation, " not found")));
+      continue;
+    }
+    Object& o = it->second;
+    if (o.lease_count > 0 && --o.lease_count == 0) o.lease_until_ms = 0;
+  }
+  return rep;
+}
+
+proto::BatchStatusReply ObjectStore::Exist(const std::string& tenant,
+                                           const proto::KeysRequest& req) {
+  proto::BatchStatusReply rep;
+  rep.results.resize(req.keys.size());
+  std::string tk;  // reused: one allocation per request, not per key
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    TableKeyInto(tenant, req.keys[i], &tk);
+    ObjectShards::Shard& sh = shards_->ShardOf(tk);
+    granary::MutexLock lock(&sh.mu);
+    auto it = sh.objects.find(tk);
+    if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
+      rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", req.keys[i], "' not found")));
+    }
+  }
+  return rep;
+}
+
+proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
+                                            const proto::KeysRequest& req) {
+  proto::BatchStatusReply rep;
+  const int64_t now = clock_->NowMs();
+  rep.results.resize(req.keys.size());
+  std::string tk;  // reused: one allocation per request, not per key
+  for (size_t i = 0; i < req.keys.size(); ++i) {
+    const std::string& key = req.keys[i];
+    counters_->remove->Inc();
+    TableKeyInto(tenant, key, &tk);
+    ObjectShards::Shard& sh = shards_->ShardOf(tk);
+    Placements freed;
+    absl::Status st;
+    {
+      granary::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end()) {
+        st = absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
+      } else if (it->second.state != ObjectState::kComplete) {
+        st = absl::FailedPreconditionError(
+            absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
+      } else if (it->second.lease_count > 0 && it->second.lease_until_ms > now) {
+        st = absl::FailedPreconditionError(absl::StrCat("key '", key, "' is being read (lease for ",
+                                                        it->second.lease_until_ms - now,
+                                                        " ms more); retry later"));
+      } else {
+        freed = it->second.replicas;
+        sh.objects.erase(it);
+      }
+    }
+    if (st.ok()) {
+      segments_->Free(freed);
+      ledger_->Release(tenant, PlacedBytes(freed));
+    }
+    rep.results[i] = st.ok() ? Ok() : Err(st);
+  }
+  return rep;
+}
+
+proto::ListReply ObjectStore::List(const std::string& tenant, const proto::ListRequest& req) const {
+  proto::ListReply rep;
+  const int64_t now = clock_->NowMs();
+  std::string lo = TableKey(tenant, req.prefix);
+  std::string after = TableKey(tenant, req.start_after);
+  std::vector<std::pair<std::string, proto::ObjectInfo>> found;
+  for (size_t s = 0; s < ObjectShards::kShards; ++s) {
+    const ObjectShards::Shard& sh = shards_->shard(s);
+    granary::MutexLock lock(&sh.mu);
+    for (const auto& [tk, o] : sh.objects) {
+      if (!absl::StartsWith(tk, lo)) continue;
+      if (!req.start_after.empty() && tk <= after) continue;
+      proto::ObjectInfo info;
+      info.key = std::string(tk.substr(tenant.size() + 1));
+      info.size = o.size;
+      info.generation = o.generation;
+      info.state = o.state;
+      info.replica_count = static_cast<uint32_t>(o.replicas.size());
+      info.age_ms = static_cast<uint64_t>(std::max<int64_t>(0, now - o.created_ms));
+      for (const Placement& p : o.replicas) {
+        info.replicas.push_back(proto::ReplicaDesc{p.segment_id, p.offset, p.size});
+      }
+      found.emplace_back(tk, std::move(info));
+    }
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (found.size() > req.limit) {
+    found.resize(req.limit);
+    rep.more = true;
+  }
+  for (auto& [tk, info] : found) rep.objects.push_back(std::move(info));
+  return rep;
+}
+
+proto::LookupPrefixReply ObjectStore::LookupPrefix(const std::string& tenant,
+                                                   const proto::LookupPrefixRequest& req) {
+  proto::LookupPrefixReply rep;
+  const int64_t now = clock_->NowMs();
+  std::string tk;  // reused: one allocation per request, not per key
+  for (const std::string& key : req.keys) {
+    TableKeyInto(tenant, key, &tk);
+    ObjectShards::Shard& sh = shards_->ShardOf(tk);
+    Placements ps;
+    proto::BlockHint hint;
+    {
+      granary::MutexLock lock(&sh.mu);
+      auto it = sh.objects.find(tk);
+      if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
+          it->second.replicas.empty()) {
+        break;  // the prefix ends at the first missing block
+      }
+      Object& o = it->second;
+      o.last_access = shards_->NextAccess();
+      if (req.lease) Lease(o, now, options_.kv_lease_ttl_ms);
+      hint.size = o.size;
+      hint.generation = o.generation;
+      ps = o.replicas;
+    }
+    if (auto seg = segments_->Find(ps[0].segment_id); seg.has_value()) {
+      hint.node_address = seg->node_address;
+    }
+    rep.hints.push_back(std::move(hint));
+  }
+  rep.present = static_cast<uint32_t>(rep.hints.size());
+  if (req.lease) rep.lease_ms = static_cast<uint32_t>(options_.kv_lease_ttl_ms);
+  return rep;
+}
+
+void ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
+  absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
+  for (uint64_t id : ids) segments_->Unmount(id);
+  uint64_t lost = 0;
+  for (size_t s = 0; s < ObjectShards::kShards; ++s) {
+    ObjectShards::Shard& sh = shards_->shard(s);
+    granary::MutexLock lock(&sh.mu);
+    for (auto it = sh.objects.begin(); it != sh.objects.end();) {
+      Object& o = it->second;
+      Placements& r = o.replicas;
+      auto end = std::remove_if(r.begin(), r.end(),
+                                [&](const Placement& p) { return gone.contains(p.segment_id); });
+      uint64_t dropped = 0;
+      for (auto p = end; p != r.end(); ++p) dropped += p->size;
+      r.erase(end, r.end());
+      if (dropped > 0) {
+        const std::string tenant = TenantOfKey(it->first);
+        if (o.state == ObjectState::kProcessing) {
+          ledger_->Refund(tenant, dropped);  // its writer's PutEnd commits what is left
+        } else if (r.empty()) {
+          ledger_->Release(tenant, dropped);
+        } else {
+          ledger_->ReleaseBytes(tenant, dropped);  // one replica fewer, same entry
+        }
+      }
+      if (r.empty()) {
+        ++lost;
+        sh.objects.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (lost > 0) {
+    counters_->lost->Inc(lost);
+    LOG_WARN << lost << " object(s) lost with their only replica(s)";
+  }
+}
+
+void ObjectStore::Count(uint64_t* objects, uint64_t* processing) const {
+  for (size_t s = 0; s < ObjectShards::kShards; ++s) {
+    const ObjectShards::Shard& sh = shards_->shard(s);
+    granary::MutexLock lock(&sh.mu);
+    *objects += sh.objects.size();
+    for (const auto& [k, o] : sh.objects) *processing += o.state == ObjectState::kProcessing;
+  }
+}
+
+}  // namespace granary::master
