@@ -1,9 +1,9 @@
 #pragma once
 
-// Device memory for Granary (DESIGN section 7). Callers never include CUDA headers: this API
-// compiles and links in every build. In a build without CUDA (GRANARY_HAVE_CUDA undefined) every
-// call returns FAILED_PRECONDITION "granary was built without CUDA support", DeviceCount() is 0
-// and Available() is false, so callers decide at run time, not at compile time.
+// Device memory for Granary (docs/architecture.md section 7). Callers never include CUDA headers:
+// this API compiles and links in every build. In a build without CUDA (GRANARY_HAVE_CUDA undefined)
+// every call returns FAILED_PRECONDITION "granary was built without CUDA support", DeviceCount() is
+// 0 and Available() is false, so callers decide at run time, not at compile time.
 //
 // Thread safety: every function may be called from any thread. Calls that take a `device` make
 // it the calling thread's current CUDA device for the duration of the call and restore the

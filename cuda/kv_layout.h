@@ -1,9 +1,9 @@
 #pragma once
 
 // Moving KV blocks between an engine's paged KV cache and the contiguous buffer that Granary
-// stores (DESIGN section 7). Every operation has a CPU reference (`...Cpu`, host pointers,
-// always built) and a GPU version (`...Gpu`, device pointers) that must produce the same bytes;
-// the GPU versions return FAILED_PRECONDITION in a build without CUDA.
+// stores (docs/architecture.md section 7). Every operation has a CPU reference (`...Cpu`, host
+// pointers, always built) and a GPU version (`...Gpu`, device pointers) that must produce the same
+// bytes; the GPU versions return FAILED_PRECONDITION in a build without CUDA.
 //
 // Layout of one layer: the K cache and the V cache are each [num_blocks, block_size, num_heads,
 // head_dim] elements of `elem_bytes` bytes, so one block of K (or V) is one contiguous run of

@@ -1,7 +1,7 @@
 #pragma once
 
-// Structured KV keys (DESIGN.md section 4): inference engines key KV blocks by model, hash
-// scheme, optional LoRA adapter and prefix hash. These helpers turn such a tuple into one
+// Structured KV keys (docs/architecture.md section 4): inference engines key KV blocks by model,
+// hash scheme, optional LoRA adapter and prefix hash. These helpers turn such a tuple into one
 // canonical Granary key and back.
 //
 // Encoding (format version 1), human-readable and length-prefixed so that no field content can

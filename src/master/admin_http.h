@@ -17,7 +17,7 @@ class TenantManager;
 }
 
 // The master's HTTP side on --metrics_host:--metrics_port: /health, /role, /metrics
-// (Prometheus text), /api/v1/segments, and the tenant quota API (DESIGN section 5):
+// (Prometheus text), /api/v1/segments, and the tenant quota API (docs/architecture.md section 5):
 //   GET/PUT/DELETE /api/v1/tenant_quotas[?tenant_id=...]
 // Runs on cpp-httplib's threads; handlers only call thread-safe objects. is_active() is the
 // role seam: a standby answers the endpoints that need the active master with 503.

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "common/size.h"
 #include "proto/alloc_header.h"
@@ -16,7 +17,7 @@ namespace {
 
 // One scan gathers every evictable object (complete, unleased, not hard-pinned) per tenant, and
 // every tenant's bytes. Then victims are taken one at a time, each tenant's oldest access first
-// (DESIGN section 4, fair eviction):
+// (docs/architecture.md section 4, fair eviction):
 //   1. tenants over quota or closed to admission,
 //   2. the tenant furthest above its fair share of capacity (capacity / tenants with data),
 //   3. global LRU;
@@ -126,12 +127,13 @@ absl::Status Evictor::ChargeWithTenantEviction(const std::string& tenant, uint64
   // Over its quota: make room among the tenant's own oldest objects, at most twice. Another
   // tenant's objects are never touched for it.
   for (int attempt = 0; attempt < 2 && !st.ok(); ++attempt) {
-    if (!absl::StartsWith(st.message(), "QUOTA_EXCEEDED")) break;
+    if (ErrorReasonOf(st) != ErrorReason::kQuotaExceeded) break;
     auto snap = ledger_->Snapshot(tenant);
     if (!snap.has_value()) break;
     // An over-quota tenant (its quota was lowered below what it holds) is refused until it is
-    // back under (DESIGN section 5; global eviction takes its objects first), and a put larger
-    // than the whole quota can never be admitted: evicting for either would only destroy data.
+    // back under (docs/architecture.md section 5; global eviction takes its objects first), and a
+    // put larger than the whole quota can never be admitted: evicting for either would only destroy
+    // data.
     if (snap->over_quota || bytes > snap->effective_quota_bytes) break;
     uint64_t over = snap->charged_bytes + bytes > snap->effective_quota_bytes
                         ? snap->charged_bytes + bytes - snap->effective_quota_bytes

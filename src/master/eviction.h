@@ -18,8 +18,8 @@
 namespace granary::master {
 
 // Eviction: frees space by dropping least-recently-used complete, unleased objects, fairly
-// between tenants (DESIGN section 4), and the admission paths that evict before they give up:
-// a tenant over its byte quota or max_entries loses its own oldest objects, and a Put that
+// between tenants (docs/architecture.md section 4), and the admission paths that evict before they
+// give up: a tenant over its byte quota or max_entries loses its own oldest objects, and a Put that
 // finds no space evicts globally when that could help.
 //
 // Owned by MasterService; every pointer given to the constructor must outlive it. Thread-safe:

@@ -23,7 +23,7 @@ struct TenantPolicy {
   bool operator==(const TenantPolicy&) const = default;
 };
 
-// The whole policy (YAML schema version 1, DESIGN section 5):
+// The whole policy (YAML schema version 1, docs/architecture.md section 5):
 //   version: 1
 //   tenants:
 //     - name: tenant-a

@@ -26,9 +26,9 @@ using TokenHashes = std::map<std::string, std::string>;
 // error naming the path.
 [[nodiscard]] absl::StatusOr<TokenHashes> LoadTokensFile(const std::string& path);
 
-// Decides whether a client hello may claim a tenant (DESIGN section 5, docs/security.md).
-// The expected hash of a tenant is its entry in the tokens file if it has one, else the
-// token_sha256 of its policy entry, looked up at each call (so policy reloads and admin
+// Decides whether a client hello may claim a tenant (docs/architecture.md section 5,
+// docs/security.md). The expected hash of a tenant is its entry in the tokens file if it has one,
+// else the token_sha256 of its policy entry, looked up at each call (so policy reloads and admin
 // changes apply to the next hello). With no expected hash the claim is allowed, unless
 // `require` (--require_tenant_tokens) is set.
 //

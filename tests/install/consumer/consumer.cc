@@ -3,6 +3,7 @@
 #include <string>
 
 #include "granary/client.h"
+#include "granary/error_reason.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -24,6 +25,13 @@ int main(int argc, char** argv) {
   auto got = (*client)->Get("consumer/key");
   if (!got.ok() || *got != value) {
     std::fprintf(stderr, "get: %s\n", got.ok() ? "wrong bytes" : got.status().ToString().c_str());
+    return 1;
+  }
+  // The public error-reason helpers are part of the library too.
+  if (granary::ErrorReasonOf(absl::OkStatus()) != granary::ErrorReason::kNone ||
+      std::string(granary::ErrorReasonName(granary::ErrorReason::kQuotaExceeded)) !=
+          "QUOTA_EXCEEDED") {
+    std::fprintf(stderr, "error reasons: wrong answer\n");
     return 1;
   }
   std::printf("consumer: 1 MiB put and get through the installed granary::client\n");

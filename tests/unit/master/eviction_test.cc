@@ -1,6 +1,7 @@
-// Eviction order and the entry-count quota (DESIGN sections 4 and 5): over-quota tenants first,
-// then tenants furthest above their fair share, then global LRU; leased and hard-pinned objects
-// never, soft-pinned last; max_entries evicts a tenant's own oldest and never rejects.
+// Eviction order and the entry-count quota (docs/architecture.md sections 4 and 5): over-quota
+// tenants first, then tenants furthest above their fair share, then global LRU; leased and
+// hard-pinned objects never, soft-pinned last; max_entries evicts a tenant's own oldest and never
+// rejects.
 #include <gtest/gtest.h>
 
 #include <algorithm>

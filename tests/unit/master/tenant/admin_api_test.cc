@@ -1,6 +1,6 @@
-// The tenant quota admin API (DESIGN section 5) over real HTTP: an AdminHttp on 127.0.0.1:0 in
-// front of an in-process MasterService (FakeClock) and a TenantManager whose store is a real
-// file that the test can make fail to save or load.
+// The tenant quota admin API (docs/architecture.md section 5) over real HTTP: an AdminHttp on
+// 127.0.0.1:0 in front of an in-process MasterService (FakeClock) and a TenantManager whose store
+// is a real file that the test can make fail to save or load.
 
 #include <gtest/gtest.h>
 #include <httplib.h>

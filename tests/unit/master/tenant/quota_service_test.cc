@@ -1,5 +1,5 @@
-// Quota admission in the MasterService (DESIGN section 5), driven in-process with a FakeClock:
-// strict mode, what is charged and when it is given back on every path, the tenant's own
+// Quota admission in the MasterService (docs/architecture.md section 5), driven in-process with a
+// FakeClock: strict mode, what is charged and when it is given back on every path, the tenant's own
 // eviction at its quota, over-quota and closed tenants, effective quotas that follow capacity,
 // and exact accounting under concurrent random operations.
 
