@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -80,6 +82,9 @@ PyClient::PyClient(py::handle config, py::handle tenant_id, py::handle master) {
   ClientOptions options = OptionsFrom(config);
   Override(tenant_id, "tenant_id", &options.tenant_id);
   Override(master, "master", &options.master_server_address);
+  // A library inside someone else's program logs warnings and errors only, as the CLI does,
+  // unless the config or GRANARY_LOG_LEVEL asks for more.
+  if (!options.log_level.has_value()) options.log_level = LogLevel::kWarning;
   Check(options.Validate());
   absl::StatusOr<std::unique_ptr<Client>> client;
   {

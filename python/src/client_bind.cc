@@ -17,7 +17,8 @@ Client(config=None, *, tenant_id=None, master=None)
 config: None reads the environment (GRANARY_CONFIG_PATH names a JSON file, else the GRANARY_*
 variables); a str or os.PathLike is a JSON client config file; a dict holds the same keys as
 that file ("master_server_address", "tenant_id", "tenant_token", "replica_num",
-"rpc_timeout_ms", ...). tenant_id and master override what config gives.
+"rpc_timeout_ms", "log_level", ...). tenant_id and master override what config gives. The
+client logs to stderr at "warning" unless the config (or GRANARY_LOG_LEVEL) sets log_level.
 
 Keys are str (UTF-8), bytes, or KvKey. A buffer ("buf") is an int address (size required), any
 object with the buffer protocol (numpy arrays, memoryview, bytearray; bytes as a source only),
