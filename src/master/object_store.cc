@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/alloc_header.h"
@@ -345,9 +346,10 @@ proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
         st = absl::FailedPreconditionError(
             absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
       } else if (it->second.lease_count > 0 && it->second.lease_until_ms > now) {
-        st = absl::FailedPreconditionError(absl::StrCat("key '", key, "' is being read (lease for ",
-                                                        it->second.lease_until_ms - now,
-                                                        " ms more); retry later"));
+        st = WithReason(absl::FailedPreconditionError(absl::StrCat(
+                            "key '", key, "' is being read (lease for ",
+                            it->second.lease_until_ms - now, " ms more); retry later")),
+                        ErrorReason::kHasLease);
       } else {
         freed = it->second.replicas;
         sh.objects.erase(it);

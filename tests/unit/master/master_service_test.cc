@@ -834,6 +834,7 @@ TEST_F(MasterServiceTest, LeaseBlocksRemoveUntilGetEnd) {
   auto rm = Remove(c, "k");
   EXPECT_EQ(Code(rm), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Has(rm.message, "lease")) << rm.message;
+  EXPECT_EQ(rm.reason, ErrorReason::kHasLease) << rm.message;
   EXPECT_EQ(Code(GetEnd(c, "k", gen + 1)), absl::StatusCode::kNotFound);
   EXPECT_EQ(Code(Remove(c, "k")), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Code(GetEnd(c, "k", gen)), absl::StatusCode::kOk);
