@@ -193,7 +193,7 @@ bool PyClient::Exists(py::handle key) {
 
 void PyClient::Remove(py::handle key, bool force) {
   std::string k = KeyOf(key);
-  Check(Run([&](Client& c) { return c.Remove(k); }));
+  Check(Run([&](Client& c) { return c.Remove(k, force); }));
 }
 
 ObjectInfo PyClient::Stat(py::handle key) {
