@@ -16,8 +16,8 @@ namespace {
 
 // The few driver API names used here, declared by value from cuda.h (stable since CUDA 4), so
 // that no CUDA header or library is needed to build.
-using CUresult = int;                 // CUDA_SUCCESS = 0
-using CUdeviceptr = unsigned long long;  // NOLINT(runtime/int): the driver's own typedef
+using CUresult = int;                             // CUDA_SUCCESS = 0
+using CUdeviceptr = unsigned long long;           // NOLINT(runtime/int): the driver's own typedef
 constexpr int kCuPointerAttributeMemoryType = 2;  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kCuPointerAttributeIsManaged = 8;   // CU_POINTER_ATTRIBUTE_IS_MANAGED
 constexpr unsigned kCuMemoryTypeDevice = 2;       // CU_MEMORYTYPE_DEVICE

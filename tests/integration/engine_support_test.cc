@@ -157,9 +157,9 @@ TEST_F(EngineSupportTest, DeviceBuffersAreRefusedUntouchedAndHostBuffersStillWor
   EXPECT_TRUE(*client_->Exist("h"));
   EXPECT_FALSE(*client_->Exist("d2"));
   std::vector<char> into(2000, '\0');
-  auto gets = client_->BatchGetInto({"stored", "h", "stored"},
-                                    {device.data(), into.data(), into.data() + 1000},
-                                    {1000, 1000, 1000});
+  auto gets =
+      client_->BatchGetInto({"stored", "h", "stored"},
+                            {device.data(), into.data(), into.data() + 1000}, {1000, 1000, 1000});
   ASSERT_EQ(gets.size(), 3u);
   ASSERT_FALSE(gets[0].ok());
   ExpectDevicePointer(gets[0].status(), device.data());

@@ -34,13 +34,13 @@ TEST_F(DevicePointerTest, AFakeRangeIsDeviceMemoryWhereverARangeOverlapsIt) {
   char* fake = mem.data() + 4096;
   testing::AddFakeDeviceRange(fake, 4096);
   EXPECT_TRUE(IsDevicePointer(fake, 4096));
-  EXPECT_TRUE(IsDevicePointer(fake + 4095, 1));                // its last byte
-  EXPECT_TRUE(IsDevicePointer(mem.data(), 4097));              // ends in it
-  EXPECT_TRUE(IsDevicePointer(fake + 100, 1 << 30));           // starts in it
-  EXPECT_TRUE(IsDevicePointer(mem.data(), mem.size()));        // covers it
-  EXPECT_FALSE(IsDevicePointer(mem.data(), 4096));             // ends just before it
-  EXPECT_FALSE(IsDevicePointer(fake + 4096, 4096));            // starts just after it
-  EXPECT_FALSE(IsDevicePointer(fake, 0));                      // no byte at all
+  EXPECT_TRUE(IsDevicePointer(fake + 4095, 1));          // its last byte
+  EXPECT_TRUE(IsDevicePointer(mem.data(), 4097));        // ends in it
+  EXPECT_TRUE(IsDevicePointer(fake + 100, 1 << 30));     // starts in it
+  EXPECT_TRUE(IsDevicePointer(mem.data(), mem.size()));  // covers it
+  EXPECT_FALSE(IsDevicePointer(mem.data(), 4096));       // ends just before it
+  EXPECT_FALSE(IsDevicePointer(fake + 4096, 4096));      // starts just after it
+  EXPECT_FALSE(IsDevicePointer(fake, 0));                // no byte at all
   testing::ClearFakeDeviceRanges();
   EXPECT_FALSE(IsDevicePointer(fake, 4096));
 }
