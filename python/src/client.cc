@@ -169,7 +169,7 @@ size_t PyClient::GetInto(py::handle key, py::handle buf, py::handle size) {
 void PyClient::RegisterBuffer(py::handle buf, py::handle size) {
   BufferRef b = ToBuffer(buf, SizeArg(size, "size"), Access::kRead, true, "buf");
   Check(Run([&](Client& c) { return c.RegisterBuffer(b.data(), b.size()); }));
-  registered_[reinterpret_cast<uintptr_t>(b.data())] = std::move(b);
+  registered_[reinterpret_cast<uintptr_t>(b.data())] = Registered{std::move(b), ++registrations_};
 }
 
 void PyClient::UnregisterBuffer(py::handle buf) {
@@ -180,8 +180,13 @@ void PyClient::UnregisterBuffer(py::handle buf) {
                                           : ToBuffer(buf, std::nullopt, Access::kRead, true, "buf");
     data = b.data();
   }
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(data);
+  auto before = registered_.find(addr);
+  const uint64_t number = before == registered_.end() ? 0 : before->second.number;
   Check(Run([&](Client& c) { return c.UnregisterBuffer(data); }));
-  registered_.erase(reinterpret_cast<uintptr_t>(data));
+  // The GIL was released: another thread may have registered the address again meanwhile.
+  auto after = registered_.find(addr);
+  if (after != registered_.end() && after->second.number == number) registered_.erase(after);
 }
 
 bool PyClient::Exists(py::handle key) {

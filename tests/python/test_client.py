@@ -258,6 +258,13 @@ def test_register_buffer(client, key):
     client.register_buffer(t.data_ptr(), 4096)
     assert client.get_into(key, t) == 1000
     client.unregister_buffer(t.data_ptr())
+    # A registered buffer stays exported: a bytearray cannot resize (move) under the transport.
+    ba = bytearray(4096)
+    client.register_buffer(ba)
+    with pytest.raises(BufferError):
+        ba.extend(b"x")
+    client.unregister_buffer(ba)
+    ba.extend(b"x")
 
 
 def test_errors_not_found_already_exists(client, key):
