@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -361,18 +362,23 @@ def test_close_while_other_threads_call(cluster, key):
             except granary.Closed:
                 outcomes.append("closed")
                 return
+            except BaseException as e:  # reported below
+                outcomes.append(e)
+                return
 
     threads = [threading.Thread(target=loop) for _ in range(4)]
     for t in threads:
         t.start()
-    while len(outcomes) < 20:
-        pass
+    deadline = time.monotonic() + 20
+    while len(outcomes) < 20 and time.monotonic() < deadline:
+        time.sleep(0.001)
     c.close()
     stop.set()
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert "ok" in outcomes and c.closed
+    assert all(o in ("ok", "closed") for o in outcomes), [o for o in outcomes if o != "ok"]
 
 
 def test_config_forms(cluster, key, tmp_path, monkeypatch):
