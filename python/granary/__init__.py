@@ -30,7 +30,8 @@ from granary._granary import (  # noqa: F401
 )
 
 __all__ = [
-    "Client", "EmbeddedNode", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup", "SegmentInfo",
+    "Client", "EmbeddedNode", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup",
+    "SegmentInfo",
     "Error", "InvalidArgument", "DevicePointer", "NotFound", "AlreadyExists",
     "ResourceExhausted", "OutOfSpace", "QuotaExceeded", "TenantNotRegistered",
     "FailedPrecondition", "HasLease", "Closed", "Unauthenticated", "PermissionDenied",

@@ -215,7 +215,8 @@ def test_kvkey():
     assert k.encode() == "kv1/10:llama-3-8b/6:sha256/-/4:ab12"
     a = granary.KvKey("llama-3-8b", "sha256", "ab12", adapter_id="lora/fr")
     assert a.encode() == "kv1/10:llama-3-8b/6:sha256/7:lora/fr/4:ab12"
-    assert granary.KvKey.decode(a.encode()) == a and hash(granary.KvKey.decode(k.encode())) == hash(k)
+    assert granary.KvKey.decode(a.encode()) == a
+    assert hash(granary.KvKey.decode(k.encode())) == hash(k)
     assert a.adapter_id == "lora/fr" and k.adapter_id is None
     assert granary.KvKey.prefix("llama-3-8b", "sha256") == "kv1/10:llama-3-8b/6:sha256/-/"
     with pytest.raises(granary.InvalidArgument):
@@ -444,7 +445,8 @@ def fake_device():
 def test_device_pointer_refused_nothing_touched(client, key, fake_device):
     client.put(key, pattern(4096, 5))
     dev = fake_device(8192)
-    for call in (lambda: client.get_into(key, dev), lambda: client.get_into(key, dev.ctypes.data, 8192),
+    for call in (lambda: client.get_into(key, dev),
+                 lambda: client.get_into(key, dev.ctypes.data, 8192),
                  lambda: client.put_from(key + "/new", dev),
                  lambda: client.register_buffer(dev)):
         with pytest.raises(granary.DevicePointer) as e:
