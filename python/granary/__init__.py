@@ -1,0 +1,33 @@
+"""Granary's Python client: a KV-cache store for LLM inference.
+
+    import granary
+    with granary.Client(master="127.0.0.1:50051", tenant_id="team-a") as c:
+        c.put("my/key", b"value")
+        assert c.get("my/key") == b"value"
+
+- `Client`: put/get, zero-copy put_from/get_into on numpy arrays, torch CPU tensors, bytearray,
+  memoryview or int addresses, batch forms, exists/remove/stat/list/segments, lookup_prefix.
+  Thread-safe; the GIL is released while a call waits.
+- `KvKey`: structured KV-cache keys (model, hash_scheme, prefix_hash, adapter_id).
+- Errors: `Error` and its subclasses (`NotFound`, `QuotaExceeded`, ...) with `.code`,
+  `.reason` and `.message`.
+
+`granary.mooncake` holds a Mooncake-compatible `MooncakeDistributedStore` over this API.
+"""
+
+from granary._errors import (  # noqa: F401
+    AlreadyExists, Closed, DeadlineExceeded, DevicePointer, Error, FailedPrecondition, HasLease,
+    Internal, InvalidArgument, NotFound, OutOfSpace, PermissionDenied, QuotaExceeded,
+    ResourceExhausted, TenantNotRegistered, Unauthenticated, Unavailable,
+)
+from granary._granary import (  # noqa: F401
+    Client, KvKey, ListResult, ObjectInfo, PrefixBlock, PrefixLookup, SegmentInfo,
+)
+
+__all__ = [
+    "Client", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup", "SegmentInfo",
+    "Error", "InvalidArgument", "DevicePointer", "NotFound", "AlreadyExists",
+    "ResourceExhausted", "OutOfSpace", "QuotaExceeded", "TenantNotRegistered",
+    "FailedPrecondition", "HasLease", "Closed", "Unauthenticated", "PermissionDenied",
+    "Unavailable", "DeadlineExceeded", "Internal",
+]

@@ -1,0 +1,12 @@
+#pragma once
+
+// The parts of the granary._granary module, each in its own file; module.cc calls them in order.
+
+#include "pybind11/pybind11.h"
+
+namespace granary::python {
+
+void BindTypes(pybind11::module_& m);   // types.cc: KvKey, ObjectInfo, SegmentInfo, ...
+void BindClient(pybind11::module_& m);  // client_bind.cc: Client
+
+}  // namespace granary::python

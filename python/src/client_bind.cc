@@ -1,0 +1,113 @@
+// The Python surface of granary.Client: names, arguments, defaults and docstrings.
+
+#include "bindings.h"
+#include "client.h"
+#include "pybind11/stl.h"
+
+namespace py = pybind11;
+
+namespace granary::python {
+namespace {
+
+constexpr const char* kClientDoc = R"doc(
+A connection to a Granary cluster for one tenant.
+
+Client(config=None, *, tenant_id=None, master=None)
+
+config: None reads the environment (GRANARY_CONFIG_PATH names a JSON file, else the GRANARY_*
+variables); a str or os.PathLike is a JSON client config file; a dict holds the same keys as
+that file ("master_server_address", "tenant_id", "tenant_token", "replica_num",
+"rpc_timeout_ms", ...). tenant_id and master override what config gives.
+
+Keys are str (UTF-8), bytes, or KvKey. A buffer ("buf") is an int address (size required), any
+object with the buffer protocol (numpy arrays, memoryview, bytearray; bytes as a source only),
+or an object with data_ptr() such as a torch CPU tensor. size=None means the whole buffer.
+
+Single calls raise a granary.Error subclass on failure; batch calls return one entry per key,
+the value or a granary.Error instance. Every method is thread-safe and releases the GIL while it
+waits. A context manager: leaving the block closes the client. Calls after close() raise
+granary.Closed.
+)doc";
+
+void BindSingle(py::class_<PyClient>& c) {
+  c.def("put", &PyClient::Put, py::arg("key"), py::arg("data"),
+        "put(key, data) -> None: store a bytes-like value. AlreadyExists if the key exists.")
+      .def("get", &PyClient::Get, py::arg("key"),
+           "get(key) -> bytes: the value. NotFound if absent.")
+      .def("put_from", &PyClient::PutFrom, py::arg("key"), py::arg("buf"),
+           py::arg("size") = py::none(),
+           "put_from(key, buf, size=None) -> None: store `size` bytes of buf (zero-copy).")
+      .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buf"),
+           py::arg("size") = py::none(),
+           "get_into(key, buf, size=None) -> int: read the value into buf (capacity `size`) and "
+           "return its size. FailedPrecondition, with nothing written, if it does not fit; "
+           "InvalidArgument for a read-only buf.")
+      .def("register_buffer", &PyClient::RegisterBuffer, py::arg("buf"),
+           py::arg("size") = py::none(),
+           "register_buffer(buf, size=None) -> None: register memory with the transport once. "
+           "The object stays exported (kept alive) until unregister_buffer. AlreadyExists if a "
+           "buffer at that address is registered.")
+      .def("unregister_buffer", &PyClient::UnregisterBuffer, py::arg("buf"),
+           "unregister_buffer(buf) -> None: deregister the buffer starting at buf's address; "
+           "waits for transfers using it. NotFound if none is registered there.")
+      .def("exists", &PyClient::Exists, py::arg("key"),
+           "exists(key) -> bool: whether a complete object exists (does not renew leases).")
+      .def("remove", &PyClient::Remove, py::arg("key"), py::arg("force") = false,
+           "remove(key, force=False) -> None: remove the key. NotFound if absent.")
+      .def("stat", &PyClient::Stat, py::arg("key"), "stat(key) -> ObjectInfo. NotFound if absent.")
+      .def("list", &PyClient::List, py::arg("prefix") = "", py::arg("limit") = 1000,
+           py::arg("start_after") = "",
+           "list(prefix='', limit=1000, start_after='') -> ListResult: this tenant's objects "
+           "whose key starts with prefix, in key order, after start_after.")
+      .def("segments", &PyClient::Segments,
+           "segments() -> list[SegmentInfo]: the mounted segments.")
+      .def("lookup_prefix", &PyClient::LookupPrefix, py::arg("model"), py::arg("hash_scheme"),
+           py::arg("adapter_id"), py::arg("prefix_hashes"), py::arg("lease") = false,
+           "lookup_prefix(model, hash_scheme, adapter_id, prefix_hashes, lease=False) -> "
+           "PrefixLookup: how many leading KvKey blocks of the chain are present, in one "
+           "request. With lease=True they are leased for PrefixLookup.lease_ms.")
+      .def("metrics_text", &PyClient::MetricsText,
+           "metrics_text() -> str: this client's metrics in Prometheus text format.");
+}
+
+void BindBatch(py::class_<PyClient>& c) {
+  c.def("batch_put", &PyClient::BatchPut, py::arg("keys"), py::arg("values"), py::kw_only(),
+        py::arg("soft_pin") = false, py::arg("hard_pin") = false,
+        "batch_put(keys, values, *, soft_pin=False, hard_pin=False) -> list[None | Error]")
+      .def("batch_get", &PyClient::BatchGet, py::arg("keys"),
+           "batch_get(keys) -> list[bytes | Error]")
+      .def("batch_put_from", &PyClient::BatchPutFrom, py::arg("keys"), py::arg("bufs"),
+           py::arg("sizes") = py::none(),
+           "batch_put_from(keys, bufs, sizes=None) -> list[None | Error]")
+      .def("batch_get_into", &PyClient::BatchGetInto, py::arg("keys"), py::arg("bufs"),
+           py::arg("sizes") = py::none(),
+           "batch_get_into(keys, bufs, sizes=None) -> list[int | Error]: bytes written per key")
+      .def("batch_exists", &PyClient::BatchExists, py::arg("keys"),
+           "batch_exists(keys) -> list[bool | Error]")
+      .def("batch_remove", &PyClient::BatchRemove, py::arg("keys"), py::arg("force") = false,
+           "batch_remove(keys, force=False) -> list[None | Error]");
+}
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  py::class_<PyClient> c(m, "Client", kClientDoc);
+  c.def(py::init<py::handle, py::handle, py::handle>(), py::arg("config") = py::none(),
+        py::kw_only(), py::arg("tenant_id") = py::none(), py::arg("master") = py::none())
+      .def("close", &PyClient::Close,
+           "close() -> None: disconnect. Idempotent; calls in flight on other threads finish "
+           "first, calls that start later raise Closed.")
+      .def_property_readonly("closed", &PyClient::closed, "True after close().")
+      .def_property_readonly("tenant_id", &PyClient::tenant_id, "The tenant of every key.")
+      .def_property_readonly("master", &PyClient::master, "host:port of the master.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& self, py::args) { self.Close(); })
+      .def("__repr__", [](const PyClient& self) {
+        return "Client(master=" + self.master() + ", tenant_id=" + self.tenant_id() +
+               (self.closed() ? ", closed" : "") + ")";
+      });
+  BindSingle(c);
+  BindBatch(c);
+}
+
+}  // namespace granary::python
