@@ -1,6 +1,6 @@
 """The opt-in `mooncake` shim: `from mooncake.store import ...` gives Granary's classes and a
-put/get works through them. The shim directory comes from GRANARY_MOONCAKE_SHIM_DIR (ctest sets
-it to the build tree's python_shim), else the source tree."""
+put/get works through them. ctest puts the build tree's python_shim on PYTHONPATH; run by hand,
+the directory comes from GRANARY_MOONCAKE_SHIM_DIR, else the source tree."""
 
 import os
 import sys
@@ -16,6 +16,12 @@ SHIM_DIR = os.environ.get("GRANARY_MOONCAKE_SHIM_DIR") or os.path.join(
 
 @pytest.fixture(scope="module")
 def mooncake_store():
+    try:
+        import mooncake.store
+        yield mooncake.store
+        return
+    except ImportError:
+        pass
     sys.path.insert(0, SHIM_DIR)
     try:
         import mooncake.store
