@@ -124,6 +124,12 @@ class _RateLimitedLog:
         logger.log(level, "%s: %d %s for %d key(s): %s%s", op, code, CODE_NAMES.get(code, "?"),
                    keys, cause, more)
 
+    def reset(self):
+        """Forgets what was logged (tests)."""
+        with self._mu:
+            self._state.clear()
+            self._once.clear()
+
     def once(self, what, level=logging.WARNING):
         """Logs `what` the first time only (ignored parameters, unsupported calls)."""
         with self._mu:

@@ -15,19 +15,17 @@ import torch
 import granary
 from granary.mooncake import (MooncakeDistributedStore, MooncakeHostMemAllocator,
                               ReplicateConfig)
-from granary_cluster import Cluster, http_get
+from granary_cluster import http_get
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with Cluster(nodes=1, segment_size="128MB") as c:
-        yield c
+# `cluster` (conftest.py): one master and node per module and transport (default, UCX_TLS=tcp).
+CLUSTER_ARGS = {"nodes": 1, "segment_size": "128MB"}
 
 
 def fill(t, seed):
     g = torch.Generator().manual_seed(seed)
-    t.view(torch.uint8).copy_(torch.randint(0, 256, (t.numel() * t.element_size(),),
-                                            dtype=torch.uint8, generator=g))
+    flat = t.view(-1).view(torch.uint8)
+    flat.copy_(torch.randint(0, 256, (flat.numel(),), dtype=torch.uint8, generator=g))
 
 
 def key_visible_to(cluster, tenant, key):
@@ -246,7 +244,7 @@ def test_lmcache_connector_sequence(cluster):
     cfg = ReplicateConfig()
     cfg.replica_num = 1
     cfg.preferred_segment = store.get_hostname()  # prefer_local_alloc
-    assert cfg.preferred_segment.startswith("127.0.0.1:")
+    assert cfg.preferred_segment.startswith("127.0.0.1")  # the embedded node's host:port
 
     hidden, chunk_tokens = 256, 16
     max_bytes = chunk_tokens * hidden * 2
