@@ -21,6 +21,7 @@ set_target_properties(granary_client_shared PROPERTIES
 # library and are not part of its interface.
 target_link_libraries(granary_client_shared
   PRIVATE granary::transport granary::proto granary::common nlohmann_json::nlohmann_json
+  ${CMAKE_DL_LIBS}
   PUBLIC absl::status absl::statusor absl::strings)
 target_include_directories(granary_client_shared PUBLIC
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
@@ -30,7 +31,10 @@ add_library(granary::client_shared ALIAS granary_client_shared)
 install(TARGETS granary_client_shared EXPORT granaryTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/granary DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# embedded_node.h stays out: EmbeddedNode lives in granary_embedded (the node, linked into the
+# Python module), not in libgranary.so.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/granary DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  PATTERN "embedded_node.h" EXCLUDE)
 install(TARGETS granary_master granary_node granary RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT granaryTargets NAMESPACE granary:: FILE granaryTargets.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/granary)

@@ -101,8 +101,10 @@ void Dispatch(uint16_t type, absl::string_view body) {
       reply ? Try<GetReply>(body) : Try<KeysRequest>(body);
       break;
     case MsgType::kExist:
-    case MsgType::kRemove:
       reply ? Try<BatchStatusReply>(body) : Try<KeysRequest>(body);
+      break;
+    case MsgType::kRemove:
+      reply ? Try<BatchStatusReply>(body) : Try<RemoveRequest>(body);
       break;
     case MsgType::kList:
       reply ? Try<ListReply>(body) : Try<ListRequest>(body);

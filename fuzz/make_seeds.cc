@@ -1,6 +1,7 @@
 // Writes the fuzz_frame seed corpus: real encoded frames of several request and reply types.
 // Build and run once (the output is committed under fuzz/corpus/frame):
-//   clang++ -std=c++20 -Isrc -Iinclude fuzz/make_seeds.cc src/proto/{codec,frame,messages}.cc \
+//   clang++ -std=c++20 -Isrc -Iinclude fuzz/make_seeds.cc
+//   src/proto/{codec,frame,messages,msg_type}.cc \
 //     src/common/error_reason.cc \
 //     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_cord) \
 //     -o /tmp/make_seeds && /tmp/make_seeds fuzz/corpus/frame   (from the repository root)
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
   KeysRequest keys;
   keys.keys = {"k1", "k2", "k3"};
   Emit("get_req", MsgType::kGet, false, keys);
+  Emit("remove_req", MsgType::kRemove, false, RemoveRequest{{"k1", "k2"}, true});
   GetReply get_rep;
   GetResult g;
   g.size = 4096;

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+bash scripts/install_python.sh
 BIN="${GRANARY_BUILD_DIR:-build}/bin"
 WORK=$(mktemp -d /tmp/granary_demo.XXXXXX)
 RPC_PORT="${GRANARY_DEMO_RPC_PORT:-50051}"
@@ -50,5 +51,17 @@ fi
 "${G[@]}" ls demo/
 echo "== transports the client's endpoints used (control to the master, data to the node):"
 grep -h "uses rma" "$WORK/get.log" | sed 's/^.*client: //' || true
+echo "== the same value through the installed Python module (/usr/bin/python3, no PYTHONPATH)"
+(cd / && env -u PYTHONPATH /usr/bin/python3 - "127.0.0.1:$RPC_PORT" "$WORK/value.bin" <<'PY'
+import sys, numpy, granary
+with granary.Client(master=sys.argv[1]) as c:
+    info = c.stat("demo/kv-block-0")
+    buf = numpy.empty(info.size, numpy.uint8)
+    n = c.get_into("demo/kv-block-0", buf)
+    same = buf.tobytes() == open(sys.argv[2], "rb").read()
+    print(f"granary.Client.get_into: {n} bytes, byte-exact: {same}")
+    sys.exit(0 if same else 1)
+PY
+)
 "${G[@]}" rm demo/kv-block-0
 echo "== done; logs in $WORK"

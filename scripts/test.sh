@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command 2: install, build, and run the whole test suite through ctest:
 #   0. the format check: every C++ and CUDA source is as clang-format (.clang-format) writes it;
-#   1. the normal build (warnings are errors) and every test: unit, integration, install, chaos,
-#      fuzz, gpu (skips without a device);
+#   1. the normal build (warnings are errors), the Python module installed for /usr/bin/python3
+#      (scripts/install_python.sh), and every test: unit, integration, install, chaos, fuzz,
+#      python (pytest), gpu (skips without a device);
 #   2. the tests labelled `tsan` (master, quota ledger, transport, and the store integration test
 #      with a master, nodes and clients) built with clang, GRANARY_SANITIZER=thread and
 #      -Wthread-safety -Werror into build-tsan, so the lock annotations are checked by the
@@ -21,11 +22,15 @@ bash scripts/format.sh --check
 
 GRANARY_WERROR_FLAG="-DGRANARY_WERROR=${GRANARY_WERROR:-ON}"
 bash scripts/build.sh "$GRANARY_WERROR_FLAG"
+# The Python module, installed for /usr/bin/python3 (the python tests use the build tree's).
+bash scripts/install_python.sh
 BUILD_DIR="${GRANARY_BUILD_DIR:-build}"
 JOBS="${GRANARY_JOBS:-$(nproc)}"
 (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 "$@")
 
-SANITIZER_CMAKE=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRANARY_WITH_CUDA=OFF
+# No Python module in the sanitizer trees: an instrumented extension cannot load into Debian's
+# uninstrumented python3.
+SANITIZER_CMAKE=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRANARY_WITH_CUDA=OFF -DGRANARY_BUILD_PYTHON=OFF
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 if command -v ccache >/dev/null 2>&1; then
   # As in build.sh: paths relative to the checkout, so another clone reuses the objects.

@@ -22,6 +22,9 @@ struct ObjectInfo {
   bool complete = false;
   uint32_t replicas = 0;
   uint64_t age_ms = 0;
+  // The node address (host:port, as SegmentInfo::node_address) of each complete replica. Filled
+  // by Client::Stat (empty while the object is not complete, and in List's results).
+  std::vector<std::string> replica_addresses;
 };
 
 // One mounted segment.
@@ -116,8 +119,13 @@ class Client {
 
   [[nodiscard]] virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
   virtual std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) = 0;
-  [[nodiscard]] virtual absl::Status Remove(absl::string_view key) = 0;
-  virtual std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) = 0;
+  // Removes the object and frees its space. FAILED_PRECONDITION with ErrorReason::kHasLease while
+  // a read of the key is in flight (its read lease is held), unless `force`: then it is removed
+  // anyway, and the reader sees a removed object (NOT_FOUND after its header check), never wrong
+  // bytes. FAILED_PRECONDITION (no reason) while a put of the key is in progress, even with force.
+  [[nodiscard]] virtual absl::Status Remove(absl::string_view key, bool force = false) = 0;
+  virtual std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys,
+                                                bool force = false) = 0;
 
   // Adds a replica of `key` on `node` (a node id, or the host:port `granary segments` shows).
   // The destination node reads the bytes one-sided from a current replica. The new replica is

@@ -30,6 +30,13 @@ enum class ErrorReason : uint8_t {
   kNotActive = 7,
   // INVALID_ARGUMENT: a tenant id that is not a valid name (admin API).
   kInvalidTenantId = 8,
+  // FAILED_PRECONDITION: a read of the key is in flight (a read lease is held), so a Remove
+  // without force is refused. Retry after the read, or remove with force (the reader then sees
+  // a removed object, never wrong bytes: reads are fenced by allocation headers).
+  kHasLease = 9,
+  // INVALID_ARGUMENT: a CUDA device (or managed) pointer given to a call that has no GPU path
+  // yet (RegisterBuffer, PutFrom, GetInto and their batch forms). No byte of it was touched.
+  kDevicePointer = 10,
 };
 
 // The reason `status` carries; kNone for OK and for an error without one.

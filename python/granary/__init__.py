@@ -8,6 +8,7 @@
 - `Client`: put/get, zero-copy put_from/get_into on numpy arrays, torch CPU tensors, bytearray,
   memoryview or int addresses, batch forms, exists/remove/stat/list/segments, lookup_prefix.
   Thread-safe; the GIL is released while a call waits.
+- `EmbeddedNode`: a storage node inside this process (Mooncake's embedded mode).
 - `KvKey`: structured KV-cache keys (model, hash_scheme, prefix_hash, adapter_id).
 - Errors: `Error` and its subclasses (`NotFound`, `QuotaExceeded`, ...) with `.code`,
   `.reason` and `.message`.
@@ -21,11 +22,16 @@ from granary._errors import (  # noqa: F401
     ResourceExhausted, TenantNotRegistered, Unauthenticated, Unavailable,
 )
 from granary._granary import (  # noqa: F401
-    Client, KvKey, ListResult, ObjectInfo, PrefixBlock, PrefixLookup, SegmentInfo,
+    Client, EmbeddedNode, KvKey, ListResult, ObjectInfo, PrefixBlock, PrefixLookup, SegmentInfo,
+)
+# Test hooks: mark host memory as "CUDA device memory" for the device-pointer refusal.
+from granary._granary import (  # noqa: F401
+    _testing_add_fake_device_range, _testing_clear_fake_device_ranges,
 )
 
 __all__ = [
-    "Client", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup", "SegmentInfo",
+    "Client", "EmbeddedNode", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup",
+    "SegmentInfo",
     "Error", "InvalidArgument", "DevicePointer", "NotFound", "AlreadyExists",
     "ResourceExhausted", "OutOfSpace", "QuotaExceeded", "TenantNotRegistered",
     "FailedPrecondition", "HasLease", "Closed", "Unauthenticated", "PermissionDenied",

@@ -8,5 +8,7 @@ namespace granary::python {
 
 void BindTypes(pybind11::module_& m);   // types.cc: KvKey, ObjectInfo, SegmentInfo, ...
 void BindClient(pybind11::module_& m);  // client_bind.cc: Client
+// embedded.cc: EmbeddedNode and the device-pointer test hooks.
+void BindEmbedded(pybind11::module_& m);
 
 }  // namespace granary::python

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -80,6 +82,9 @@ PyClient::PyClient(py::handle config, py::handle tenant_id, py::handle master) {
   ClientOptions options = OptionsFrom(config);
   Override(tenant_id, "tenant_id", &options.tenant_id);
   Override(master, "master", &options.master_server_address);
+  // A library inside someone else's program logs warnings and errors only, as the CLI does,
+  // unless the config or GRANARY_LOG_LEVEL asks for more.
+  if (!options.log_level.has_value()) options.log_level = LogLevel::kWarning;
   Check(options.Validate());
   absl::StatusOr<std::unique_ptr<Client>> client;
   {
@@ -164,7 +169,7 @@ size_t PyClient::GetInto(py::handle key, py::handle buf, py::handle size) {
 void PyClient::RegisterBuffer(py::handle buf, py::handle size) {
   BufferRef b = ToBuffer(buf, SizeArg(size, "size"), Access::kRead, true, "buf");
   Check(Run([&](Client& c) { return c.RegisterBuffer(b.data(), b.size()); }));
-  registered_[reinterpret_cast<uintptr_t>(b.data())] = std::move(b);
+  registered_[reinterpret_cast<uintptr_t>(b.data())] = Registered{std::move(b), ++registrations_};
 }
 
 void PyClient::UnregisterBuffer(py::handle buf) {
@@ -175,8 +180,13 @@ void PyClient::UnregisterBuffer(py::handle buf) {
                                           : ToBuffer(buf, std::nullopt, Access::kRead, true, "buf");
     data = b.data();
   }
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(data);
+  auto before = registered_.find(addr);
+  const uint64_t number = before == registered_.end() ? 0 : before->second.number;
   Check(Run([&](Client& c) { return c.UnregisterBuffer(data); }));
-  registered_.erase(reinterpret_cast<uintptr_t>(data));
+  // The GIL was released: another thread may have registered the address again meanwhile.
+  auto after = registered_.find(addr);
+  if (after != registered_.end() && after->second.number == number) registered_.erase(after);
 }
 
 bool PyClient::Exists(py::handle key) {
@@ -188,7 +198,7 @@ bool PyClient::Exists(py::handle key) {
 
 void PyClient::Remove(py::handle key, bool force) {
   std::string k = KeyOf(key);
-  Check(Run([&](Client& c) { return c.Remove(k); }));
+  Check(Run([&](Client& c) { return c.Remove(k, force); }));
 }
 
 ObjectInfo PyClient::Stat(py::handle key) {

@@ -87,8 +87,15 @@ class PyClient {
   std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);
   std::string tenant_id_;
   std::string master_;
-  // Exports of registered buffers by address; touched only with the GIL held.
-  std::map<uintptr_t, BufferRef> registered_;
+  // Exports of registered buffers by address, each with the number of its registration (so an
+  // unregister_buffer that races with a new register_buffer of the same address never drops the
+  // new one's export). Touched only with the GIL held.
+  struct Registered {
+    BufferRef ref;
+    uint64_t number = 0;
+  };
+  std::map<uintptr_t, Registered> registered_;
+  uint64_t registrations_ = 0;
 };
 
 }  // namespace granary::python

@@ -117,7 +117,7 @@ py::list PyClient::BatchExists(py::handle keys) {
 
 py::list PyClient::BatchRemove(py::handle keys, bool force) {
   std::vector<std::string> k = KeysOf(keys);
-  return StatusList(Run([&](Client& c) { return c.BatchRemove(k); }));
+  return StatusList(Run([&](Client& c) { return c.BatchRemove(k, force); }));
 }
 
 }  // namespace granary::python

@@ -17,7 +17,8 @@ Client(config=None, *, tenant_id=None, master=None)
 config: None reads the environment (GRANARY_CONFIG_PATH names a JSON file, else the GRANARY_*
 variables); a str or os.PathLike is a JSON client config file; a dict holds the same keys as
 that file ("master_server_address", "tenant_id", "tenant_token", "replica_num",
-"rpc_timeout_ms", ...). tenant_id and master override what config gives.
+"rpc_timeout_ms", "log_level", ...). tenant_id and master override what config gives. The
+client logs to stderr at "warning" unless the config (or GRANARY_LOG_LEVEL) sets log_level.
 
 Keys are str (UTF-8), bytes, or KvKey. A buffer ("buf") is an int address (size required), any
 object with the buffer protocol (numpy arrays, memoryview, bytearray; bytes as a source only),
@@ -53,7 +54,9 @@ void BindSingle(py::class_<PyClient>& c) {
       .def("exists", &PyClient::Exists, py::arg("key"),
            "exists(key) -> bool: whether a complete object exists (does not renew leases).")
       .def("remove", &PyClient::Remove, py::arg("key"), py::arg("force") = false,
-           "remove(key, force=False) -> None: remove the key. NotFound if absent.")
+           "remove(key, force=False) -> None: remove the key. NotFound if absent; HasLease while a "
+           "read of it is in flight, unless force (the reader then sees a removed object, "
+           "never wrong bytes).")
       .def("stat", &PyClient::Stat, py::arg("key"), "stat(key) -> ObjectInfo. NotFound if absent.")
       .def("list", &PyClient::List, py::arg("prefix") = "", py::arg("limit") = 1000,
            py::arg("start_after") = "",
@@ -85,7 +88,7 @@ void BindBatch(py::class_<PyClient>& c) {
       .def("batch_exists", &PyClient::BatchExists, py::arg("keys"),
            "batch_exists(keys) -> list[bool | Error]")
       .def("batch_remove", &PyClient::BatchRemove, py::arg("keys"), py::arg("force") = false,
-           "batch_remove(keys, force=False) -> list[None | Error]");
+           "batch_remove(keys, force=False) -> list[None | Error]: as remove, per key.");
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 
 PYBIND11_MODULE(_granary, m) {
   m.doc() =
-      "The compiled part of the granary package: Client, KvKey and the result types. Import "
+      "The compiled part of the granary package: Client, EmbeddedNode, KvKey and the result "
+      "types. Import "
       "`granary`, not this module.";
   granary::python::BindTypes(m);
   granary::python::BindClient(m);
+  granary::python::BindEmbedded(m);
 }

@@ -89,7 +89,8 @@ it. Immutable and hashable. Fields are str (or bytes, when not valid UTF-8).
 std::string ObjectInfoRepr(const ObjectInfo& o) {
   return absl::StrCat("ObjectInfo(key=", Repr(o.key), ", size=", o.size,
                       ", generation=", o.generation, ", complete=", o.complete ? "True" : "False",
-                      ", replicas=", o.replicas, ", age_ms=", o.age_ms, ")");
+                      ", replicas=", o.replicas, ", age_ms=", o.age_ms, ", replica_addresses=",
+                      py::repr(py::cast(o.replica_addresses)).cast<std::string>(), ")");
 }
 
 void BindObjectInfo(py::module_& m) {
@@ -104,6 +105,9 @@ void BindObjectInfo(py::module_& m) {
                     "True once a replica is fully written and readable.")
       .def_readonly("replicas", &ObjectInfo::replicas, "Number of complete replicas.")
       .def_readonly("age_ms", &ObjectInfo::age_ms, "Milliseconds since the object was written.")
+      .def_readonly("replica_addresses", &ObjectInfo::replica_addresses,
+                    "list[str]: the node address (host:port) of each complete replica; filled "
+                    "by stat(), empty in list() results.")
       .def("__repr__", &ObjectInfoRepr);
 }
 

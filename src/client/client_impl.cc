@@ -4,6 +4,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "client/device_check.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -196,7 +197,7 @@ absl::Status ClientImpl::Put(absl::string_view key, absl::string_view value) {
 }
 
 absl::Status ClientImpl::PutFrom(absl::string_view key, const void* data, size_t size) {
-  return PutImpl({std::string(key)}, {data}, {size})[0];
+  return BatchPutFrom({std::string(key)}, {data}, {size})[0];
 }
 
 std::vector<absl::Status> ClientImpl::BatchPut(const std::vector<std::string>& keys,
@@ -224,33 +225,16 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
   return PutImpl(keys, data, sizes, flags);
 }
 
-absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(absl::string_view model,
-                                                      absl::string_view hash_scheme,
-                                                      const std::optional<std::string>& adapter_id,
-                                                      const std::vector<std::string>& prefix_hashes,
-                                                      bool lease) {
-  proto::LookupPrefixRequest req;
-  req.lease = lease;
-  for (const auto& h : prefix_hashes) {
-    KvKey k{std::string(model), std::string(hash_scheme), adapter_id, h};
-    GRANARY_RETURN_IF_ERROR(ValidateKvKey(k));
-    req.keys.push_back(EncodeKvKey(k));
-  }
-  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::LookupPrefixRequest, proto::LookupPrefixReply>(
-                                         proto::MsgType::kLookupPrefix, req)));
-  PrefixLookup out;
-  out.present = rep.present;
-  out.lease_ms = rep.lease_ms;
-  for (size_t i = 0; i < rep.hints.size() && i < req.keys.size(); ++i) {
-    out.blocks.push_back({req.keys[i], rep.hints[i].size, rep.hints[i].node_address});
-  }
-  return out;
-}
-
 std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
                                                    const std::vector<const void*>& buffers,
                                                    const std::vector<size_t>& sizes) {
-  return PutImpl(keys, buffers, sizes);
+  if (buffers.size() != keys.size() || sizes.size() != keys.size()) {
+    return PutImpl(keys, buffers, sizes);  // refuses the whole batch
+  }
+  return WithoutDeviceBuffers<absl::Status>(
+      keys, buffers, sizes,
+      [this](const std::vector<std::string>& k, const std::vector<const void*>& b,
+             const std::vector<size_t>& n) { return PutImpl(k, b, n); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -406,60 +390,17 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
     return std::vector<absl::StatusOr<size_t>>(
         keys.size(), absl::InvalidArgumentError("keys, buffers and capacities differ in length"));
   }
-  return GetImpl(keys, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
-    if (size > capacities[i]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "key '", keys[i], "' holds ", size, " bytes but the buffer has ", capacities[i]));
-    }
-    return buffers[i];
-  });
-}
-
-// ---------------------------------------------------------------------------------------------
-// Metadata
-
-std::vector<absl::StatusOr<bool>> ClientImpl::BatchExist(const std::vector<std::string>& keys) {
-  auto rep = Call<proto::KeysRequest, proto::BatchStatusReply>(proto::MsgType::kExist,
-                                                               proto::KeysRequest{keys});
-  std::vector<absl::StatusOr<bool>> out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!rep.ok()) {
-      out.emplace_back(rep.status());
-      continue;
-    }
-    absl::Status st = i < rep->results.size() ? rep->results[i].ToStatus()
-                                              : absl::InternalError("short Exist reply");
-    if (st.ok())
-      out.emplace_back(true);
-    else if (absl::IsNotFound(st))
-      out.emplace_back(false);
-    else
-      out.emplace_back(st);
-  }
-  return out;
-}
-
-absl::StatusOr<bool> ClientImpl::Exist(absl::string_view key) {
-  return BatchExist({std::string(key)})[0];
-}
-
-std::vector<absl::Status> ClientImpl::BatchRemove(const std::vector<std::string>& keys) {
-  auto rep = Call<proto::KeysRequest, proto::BatchStatusReply>(proto::MsgType::kRemove,
-                                                               proto::KeysRequest{keys});
-  std::vector<absl::Status> out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!rep.ok())
-      out.push_back(rep.status());
-    else if (i < rep->results.size())
-      out.push_back(rep->results[i].ToStatus());
-    else
-      out.push_back(absl::InternalError("short Remove reply"));
-  }
-  return out;
-}
-
-absl::Status ClientImpl::Remove(absl::string_view key) {
-  return BatchRemove({std::string(key)})[0];
+  auto run = [this](const std::vector<std::string>& k, const std::vector<void*>& b,
+                    const std::vector<size_t>& cap) {
+    return GetImpl(k, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
+      if (size > cap[i]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("key '", k[i], "' holds ", size, " bytes but the buffer has ", cap[i]));
+      }
+      return b[i];
+    });
+  };
+  return WithoutDeviceBuffers<absl::StatusOr<size_t>>(keys, buffers, capacities, run);
 }
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
@@ -516,63 +457,6 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
                                move ? proto::MsgType::kMoveEnd : proto::MsgType::kCopyEnd, end)));
   return ended.results.empty() ? absl::InternalError("empty CopyEnd reply")
                                : ended.results[0].ToStatus();
-}
-
-absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
-  return registrations_->Register(data, size);
-}
-
-absl::Status ClientImpl::UnregisterBuffer(void* data) { return registrations_->Unregister(data); }
-
-absl::StatusOr<ListResult> ClientImpl::List(absl::string_view prefix, size_t limit,
-                                            absl::string_view start_after) {
-  proto::ListRequest req;
-  req.prefix = std::string(prefix);
-  req.start_after = std::string(start_after);
-  req.limit = static_cast<uint32_t>(std::min<size_t>(limit, proto::kMaxListLimit));
-  GRANARY_ASSIGN_OR_RETURN(
-      auto rep, (Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req)));
-  ListResult out;
-  out.more = rep.more;
-  for (auto& o : rep.objects) {
-    ObjectInfo info;
-    info.key = std::move(o.key);
-    info.size = o.size;
-    info.generation = o.generation;
-    info.complete = o.state == proto::ObjectState::kComplete;
-    info.replicas = o.replica_count;
-    info.age_ms = o.age_ms;
-    out.objects.push_back(std::move(info));
-  }
-  return out;
-}
-
-absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
-  // The key itself sorts first among the keys it prefixes.
-  GRANARY_ASSIGN_OR_RETURN(ListResult r, List(key, 1, ""));
-  if (r.objects.empty() || r.objects[0].key != key) {
-    return absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
-  }
-  return std::move(r.objects[0]);
-}
-
-absl::StatusOr<std::vector<SegmentInfo>> ClientImpl::Segments() {
-  GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::SegmentsRequest, proto::SegmentsReply>(
-                                         proto::MsgType::kSegments, proto::SegmentsRequest{})));
-  std::vector<SegmentInfo> out;
-  for (const auto& s : rep.segments) {
-    SegmentInfo i;
-    i.segment_id = s.segment_id;
-    i.name = s.name;
-    i.node_id = s.node_id;
-    i.node_address = s.node_address;
-    i.tier = s.tier == proto::Tier::kGpu ? "gpu" : "host";
-    i.pool = s.pool;
-    i.size = s.size;
-    i.used = s.used;
-    out.push_back(std::move(i));
-  }
-  return out;
 }
 
 }  // namespace client

@@ -56,8 +56,9 @@ class ClientImpl : public Client {
       bool lease) override;
   [[nodiscard]] absl::StatusOr<bool> Exist(absl::string_view key) override;
   std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) override;
-  [[nodiscard]] absl::Status Remove(absl::string_view key) override;
-  std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys) override;
+  [[nodiscard]] absl::Status Remove(absl::string_view key, bool force = false) override;
+  std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys,
+                                        bool force = false) override;
   [[nodiscard]] absl::Status Copy(absl::string_view key, absl::string_view node) override {
     return CopyOrMove(key, node, false);
   }
@@ -115,6 +116,9 @@ class ClientImpl : public Client {
   void RunGetRound(const std::vector<std::string>& keys, GetPlan* plan,
                    std::vector<proto::AllocHeader>* headers,
                    std::vector<absl::StatusOr<size_t>>* out, std::vector<size_t>* pending);
+  // List as the master answers it (with each object's replica descriptors).
+  [[nodiscard]] absl::StatusOr<proto::ListReply> ListRaw(absl::string_view prefix, size_t limit,
+                                                         absl::string_view start_after);
   [[nodiscard]] absl::Status CopyOrMove(absl::string_view key, absl::string_view node, bool move);
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeClient(
       const std::string& address);

@@ -19,6 +19,8 @@ constexpr struct {
     {ErrorReason::kTenantNotEmpty, "TENANT_NOT_EMPTY"},
     {ErrorReason::kNotActive, "NOT_ACTIVE"},
     {ErrorReason::kInvalidTenantId, "INVALID_TENANT_ID"},
+    {ErrorReason::kHasLease, "HAS_LEASE"},
+    {ErrorReason::kDevicePointer, "DEVICE_POINTER"},
 };
 
 }  // namespace

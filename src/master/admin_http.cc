@@ -120,8 +120,15 @@ void AddStatusRoutes(httplib::Server& s, MasterService* service, tenant::TenantM
   });
 }
 
-// Read-only views of the store: /api/v1/segments and /api/v1/objects.
+// Read-only views of the store: /get_all_segments, /api/v1/segments and /api/v1/objects.
 void AddStoreRoutes(httplib::Server& s, MasterService* service) {
+  // Mooncake's master path, which SGLang polls until its body is non-empty: one mounted
+  // segment's name per line; an empty body while none is mounted.
+  s.Get("/get_all_segments", [=](const httplib::Request&, httplib::Response& res) {
+    std::string body;
+    for (const auto& seg : service->ListSegments()) absl::StrAppend(&body, seg.name, "\n");
+    res.set_content(body, "text/plain");
+  });
   s.Get("/api/v1/segments", [=](const httplib::Request&, httplib::Response& res) {
     json arr = json::array();
     for (const auto& seg : service->ListSegments()) {

@@ -26,7 +26,7 @@ CopyCoordinator::CopyCoordinator(const MasterOptions& options, Clock* clock, Obj
 
 absl::Status CopyCoordinator::LeaseForCopy(const std::string& tk, const std::string& key,
                                            int64_t now, int64_t deadline, Placements* replicas,
-                                           uint64_t* size) {
+                                           uint64_t* size, uint64_t* object_generation) {
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
   granary::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
@@ -47,14 +47,18 @@ absl::Status CopyCoordinator::LeaseForCopy(const std::string& tk, const std::str
   o.lease_until_ms = std::max(o.lease_until_ms, deadline);
   *replicas = o.replicas;
   *size = o.size;
+  *object_generation = o.generation;
   return absl::OkStatus();
 }
 
-void CopyCoordinator::ReleaseLease(const std::string& tk) {
+void CopyCoordinator::ReleaseLease(const std::string& tk, uint64_t object_generation) {
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
   granary::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
-  if (it != sh.objects.end() && it->second.lease_count > 0) --it->second.lease_count;
+  if (it != sh.objects.end() && it->second.generation == object_generation &&
+      it->second.lease_count > 0) {
+    --it->second.lease_count;
+  }
 }
 
 absl::StatusOr<Placement> CopyCoordinator::PlaceDest(const std::string& tenant,
@@ -84,18 +88,22 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
     std::string tk = TableKey(tenant, e.key);
     Placements replicas;
     uint64_t size = 0;
-    if (absl::Status st = LeaseForCopy(tk, e.key, now, deadline, &replicas, &size); !st.ok()) {
+    uint64_t object_generation = 0;
+    if (absl::Status st =
+            LeaseForCopy(tk, e.key, now, deadline, &replicas, &size, &object_generation);
+        !st.ok()) {
       fail(st);
       continue;
     }
     auto dest = PlaceDest(tenant, e.target, size, replicas);
     if (!dest.ok()) {
-      ReleaseLease(tk);
+      ReleaseLease(tk, object_generation);
       fail(dest.status());
       continue;
     }
     PendingCopy pc;
     pc.generation = shards_->NextGeneration();
+    pc.object_generation = object_generation;
     pc.source = replicas[0];
     pc.dest = *dest;
     pc.move = move;
@@ -132,7 +140,7 @@ bool CopyCoordinator::AbortCopy(const std::string& tk, uint64_t generation, cons
   }
   segments_->Free(pc.dest);
   ledger_->Refund(TenantOfKey(tk), pc.dest.size);
-  ReleaseLease(tk);
+  ReleaseLease(tk, pc.object_generation);
   LOG_DEBUG << "copy aborted (" << why << ")";
   return true;
 }
@@ -159,7 +167,10 @@ bool CopyCoordinator::Commit(const std::string& tenant, const std::string& tk,
     ObjectShards::Shard& sh = shards_->ShardOf(tk);
     granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
-    if (it == sh.objects.end() || !segments_->Find(pc.dest.segment_id).has_value()) return false;
+    if (it == sh.objects.end() || it->second.generation != pc.object_generation ||
+        !segments_->Find(pc.dest.segment_id).has_value()) {
+      return false;
+    }
     Object& o = it->second;
     if (o.lease_count > 0) --o.lease_count;
     o.replicas.push_back(pc.dest);

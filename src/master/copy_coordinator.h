@@ -52,18 +52,22 @@ class CopyCoordinator {
  private:
   struct PendingCopy {
     uint64_t generation = 0;  // of the copy (the object keeps its own)
+    // The object's generation when the copy began: a forced Remove and a new Put of the key
+    // meanwhile make another object, which the copy must neither join nor release a lease of.
+    uint64_t object_generation = 0;
     Placement source;
     Placement dest;
     bool move = false;
     SessionId session = 0;
   };
 
-  // Leases the object for a copy until `deadline` and returns its replicas and size; NOT_FOUND
-  // or FAILED_PRECONDITION (a copy in progress) otherwise.
+  // Leases the object for a copy until `deadline` and returns its replicas, size and
+  // generation; NOT_FOUND or FAILED_PRECONDITION (a copy in progress) otherwise.
   [[nodiscard]] absl::Status LeaseForCopy(const std::string& table_key, const std::string& key,
                                           int64_t now, int64_t deadline, Placements* replicas,
-                                          uint64_t* size);
-  void ReleaseLease(const std::string& table_key);
+                                          uint64_t* size, uint64_t* object_generation);
+  // Drops the copy's lease, if the object of that generation is still there.
+  void ReleaseLease(const std::string& table_key, uint64_t object_generation);
   // Places and charges the destination on `target`.
   [[nodiscard]] absl::StatusOr<Placement> PlaceDest(const std::string& tenant,
                                                     const std::string& target, uint64_t size,

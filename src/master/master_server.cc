@@ -141,7 +141,7 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   st = got.results.empty() ? absl::InternalError("empty Get") : got.results[0].status.ToStatus();
   if (st.ok()) st = transfer(false);
   service_->GetEnd(probe_session_, kg);
-  service_->Remove(probe_session_, proto::KeysRequest{{key}});
+  service_->Remove(probe_session_, proto::RemoveRequest{{key}, /*force=*/true});
   if (!st.ok()) {
     return absl::UnavailableError(
         absl::StrCat("probe read from ", remote->node_address, " failed: ", st.message()));
@@ -198,7 +198,7 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
     case MsgType::kExist:
       GRANARY_HANDLE(proto::KeysRequest, service_->Exist(conn, *req));
     case MsgType::kRemove:
-      GRANARY_HANDLE(proto::KeysRequest, service_->Remove(conn, *req));
+      GRANARY_HANDLE(proto::RemoveRequest, service_->Remove(conn, *req));
     case MsgType::kList:
       GRANARY_HANDLE(proto::ListRequest, service_->List(conn, *req));
     case MsgType::kSegments:

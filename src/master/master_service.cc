@@ -141,7 +141,7 @@ proto::BatchStatusReply MasterService::Exist(SessionId sid, const proto::KeysReq
       sid, [&](const std::string& tenant) { return objects_.Exist(tenant, req); });
 }
 
-proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::KeysRequest& req) {
+proto::BatchStatusReply MasterService::Remove(SessionId sid, const proto::RemoveRequest& req) {
   return ForTenant<proto::BatchStatusReply>(
       sid, [&](const std::string& tenant) { return objects_.Remove(tenant, req); });
 }

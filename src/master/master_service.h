@@ -82,7 +82,7 @@ class MasterService {
   proto::GetReply Get(SessionId sid, const proto::KeysRequest& req);
   proto::BatchStatusReply GetEnd(SessionId sid, const proto::KeyGenRequest& req);
   proto::BatchStatusReply Exist(SessionId sid, const proto::KeysRequest& req);
-  proto::BatchStatusReply Remove(SessionId sid, const proto::KeysRequest& req);
+  proto::BatchStatusReply Remove(SessionId sid, const proto::RemoveRequest& req);
   proto::ListReply List(SessionId sid, const proto::ListRequest& req);
   // The same for the admin API, which names the tenant explicitly.
   proto::ListReply ListObjects(const std::string& tenant, const proto::ListRequest& req) const {

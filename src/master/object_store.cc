@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/alloc_header.h"
@@ -324,7 +325,7 @@ proto::BatchStatusReply ObjectStore::Exist(const std::string& tenant,
 }
 
 proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
-                                            const proto::KeysRequest& req) {
+                                            const proto::RemoveRequest& req) {
   proto::BatchStatusReply rep;
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.keys.size());
@@ -344,10 +345,11 @@ proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
       } else if (it->second.state != ObjectState::kComplete) {
         st = absl::FailedPreconditionError(
             absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
-      } else if (it->second.lease_count > 0 && it->second.lease_until_ms > now) {
-        st = absl::FailedPreconditionError(absl::StrCat("key '", key, "' is being read (lease for ",
-                                                        it->second.lease_until_ms - now,
-                                                        " ms more); retry later"));
+      } else if (!req.force && it->second.lease_count > 0 && it->second.lease_until_ms > now) {
+        st = WithReason(absl::FailedPreconditionError(absl::StrCat(
+                            "key '", key, "' is being read (lease for ",
+                            it->second.lease_until_ms - now, " ms more); retry later")),
+                        ErrorReason::kHasLease);
       } else {
         freed = it->second.replicas;
         sh.objects.erase(it);

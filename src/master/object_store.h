@@ -43,7 +43,7 @@ class ObjectStore {
   proto::GetReply Get(const std::string& tenant, const proto::KeysRequest& req);
   proto::BatchStatusReply GetEnd(const std::string& tenant, const proto::KeyGenRequest& req);
   proto::BatchStatusReply Exist(const std::string& tenant, const proto::KeysRequest& req);
-  proto::BatchStatusReply Remove(const std::string& tenant, const proto::KeysRequest& req);
+  proto::BatchStatusReply Remove(const std::string& tenant, const proto::RemoveRequest& req);
   proto::ListReply List(const std::string& tenant, const proto::ListRequest& req) const;
   proto::LookupPrefixReply LookupPrefix(const std::string& tenant,
                                         const proto::LookupPrefixRequest& req);

@@ -2,7 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/util.h"
+#include "granary/log_sink.h"
 #include "proto/alloc_header.h"
+#include "proto/messages.h"
 
 namespace granary::node {
 
@@ -21,6 +23,14 @@ absl::Status NodeOptions::Validate() const {
   if (segment_memory != "ucx" && segment_memory != "mmap") {
     return absl::InvalidArgumentError(
         absl::StrCat("--segment_memory '", segment_memory, "' is not one of: ucx, mmap"));
+  }
+  if (host_segment_name.empty() || host_segment_name.size() > proto::kMaxNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("host segment name '", host_segment_name,
+                                                   "' is empty or over ", proto::kMaxNameBytes,
+                                                   " bytes"));
+  }
+  if (log_level < -1 || log_level > static_cast<int>(LogLevel::kFatal)) {
+    return absl::InvalidArgumentError(absl::StrCat("log level ", log_level, " is not a LogLevel"));
   }
   if (gpu_device < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--gpu_device ", gpu_device, " is negative"));

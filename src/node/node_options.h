@@ -26,6 +26,14 @@ struct NodeOptions {
   // one system call each). Virtual segments are always mmap.
   std::string segment_memory = "ucx";
   int64_t reconnect_backoff_max_ms = 2000;
+  // The host segment's name at the master (unique per node, not across nodes).
+  std::string host_segment_name = "host0";
+  // Serve /metrics and /health on metrics_host:metrics_port. An embedded node (EmbeddedNode)
+  // runs without them.
+  bool serve_http = true;
+  // A LogLevel for this node's own lines (its threads, and the caller's during Create), without
+  // touching the process-wide threshold; -1: the process-wide threshold (the daemon).
+  int log_level = -1;
 
   [[nodiscard]] absl::Status Validate() const;
 };

@@ -26,6 +26,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   GRANARY_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<NodeServer> n(new NodeServer());
   n->options_ = options;
+  n->log_route_.level = options.log_level;
+  ScopedLogRoute route(&n->log_route_);
   n->node_id_ = RandomId();
   if (options.gpu_segment_size > 0) {
     return absl::UnimplementedError(
@@ -34,10 +36,13 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   GRANARY_ASSIGN_OR_RETURN(n->ctx_, transport::Context::Create("granary_node"));
   GRANARY_ASSIGN_OR_RETURN(n->worker_,
                            transport::Worker::Create(n->ctx_.get(), "node", &n->metrics_));
+  n->worker_->Post([r = &n->log_route_] { SetThreadLogRoute(r); });
 
   // Allocate and register up front, so the memory is charged at start, not by surprise later.
   std::vector<SegmentSpan> spans;
-  if (options.host_segment_size > 0) GRANARY_RETURN_IF_ERROR(n->AddHostSegment("host0", &spans));
+  if (options.host_segment_size > 0) {
+    GRANARY_RETURN_IF_ERROR(n->AddHostSegment(options.host_segment_name, &spans));
+  }
   n->service_ = std::make_unique<NodeService>(std::move(spans));
 
   // Clients connect here for Fetch (copy/move); data reads and writes need no request.
@@ -77,7 +82,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
     res.set_content(up ? "{\"status\":\"ok\"}" : "{\"status\":\"master not connected\"}",
                     "application/json");
   });
-  GRANARY_RETURN_IF_ERROR(n->http_.Start(options.metrics_host, options.metrics_port));
+  if (options.serve_http) {
+    GRANARY_RETURN_IF_ERROR(n->http_.Start(options.metrics_host, options.metrics_port));
+  }
   LOG_INFO << "granary_node " << n->node_id_ << " listening on port " << n->listen_port()
            << ", http port " << n->http_port();
   return n;
@@ -132,6 +139,7 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
 }
 
 NodeServer::~NodeServer() {
+  ScopedLogRoute route(&log_route_);  // closing connections may log
   Shutdown();
   master_.reset();
   listener_.reset();
@@ -271,6 +279,7 @@ absl::Status NodeServer::ConnectAndMount() {
 }
 
 void NodeServer::Run() {
+  SetThreadLogRoute(&log_route_);
   int64_t backoff = 100;
   bool warned = false;
   while (true) {

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
+#include "common/log.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "node/host_segment.h"
@@ -36,7 +37,9 @@ class NodeServer {
   void Run();
   void Shutdown();
   uint16_t listen_port() const { return listener_->port(); }
-  uint16_t http_port() const { return http_.port(); }
+  uint16_t http_port() const { return http_.port(); }  // 0 without serve_http
+  // Whether the node has a live session with the master and its segments are mounted.
+  bool connected() const { return connected_->value() > 0; }
   const std::string& node_id() const { return node_id_; }
 
  private:
@@ -60,6 +63,7 @@ class NodeServer {
   void SleepFor(int64_t ms);
 
   NodeOptions options_;
+  LogRoute log_route_;  // options_.log_level, on every thread of this node
   std::string node_id_;
   std::string worker_address_;
   MetricsRegistry metrics_;

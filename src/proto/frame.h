@@ -13,7 +13,8 @@ namespace granary::proto {
 // body_len must equal the bytes that follow and be at most kMaxFrameBody.
 inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 2: HelloRequest.token; kShmOffer and kShmAttach. 3: WireStatus.reason (every reply).
-inline constexpr uint16_t kProtocolVersion = 3;
+// 4: Remove carries RemoveRequest (keys + force); reasons HAS_LEASE and DEVICE_POINTER.
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;
 

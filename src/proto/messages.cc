@@ -6,62 +6,6 @@
 
 namespace granary::proto {
 
-const char* MsgTypeName(uint16_t type) {
-  switch (static_cast<MsgType>(type & ~kReplyBit)) {
-    case MsgType::kHello:
-      return "Hello";
-    case MsgType::kHeartbeat:
-      return "Heartbeat";
-    case MsgType::kMountSegment:
-      return "MountSegment";
-    case MsgType::kUnmountSegment:
-      return "UnmountSegment";
-    case MsgType::kPutStart:
-      return "PutStart";
-    case MsgType::kPutEnd:
-      return "PutEnd";
-    case MsgType::kPutRevoke:
-      return "PutRevoke";
-    case MsgType::kGet:
-      return "Get";
-    case MsgType::kGetEnd:
-      return "GetEnd";
-    case MsgType::kExist:
-      return "Exist";
-    case MsgType::kRemove:
-      return "Remove";
-    case MsgType::kList:
-      return "List";
-    case MsgType::kSegments:
-      return "Segments";
-    case MsgType::kStat:
-      return "Stat";
-    case MsgType::kCopyStart:
-      return "CopyStart";
-    case MsgType::kCopyEnd:
-      return "CopyEnd";
-    case MsgType::kCopyRevoke:
-      return "CopyRevoke";
-    case MsgType::kMoveStart:
-      return "MoveStart";
-    case MsgType::kMoveEnd:
-      return "MoveEnd";
-    case MsgType::kMoveRevoke:
-      return "MoveRevoke";
-    case MsgType::kFetch:
-      return "Fetch";
-    case MsgType::kLookupPrefix:
-      return "LookupPrefix";
-    case MsgType::kPush:
-      return "Push";
-    case MsgType::kShmOffer:
-      return "ShmOffer";
-    case MsgType::kShmAttach:
-      return "ShmAttach";
-  }
-  return "Unknown";
-}
-
 WireStatus WireStatus::From(const absl::Status& s) {
   WireStatus w;
   w.code = static_cast<uint8_t>(s.code());
@@ -318,6 +262,19 @@ absl::Status Decode(Reader& r, KeysRequest* m) {
   uint32_t n = r.Count("keys", kMaxBatch, 4);
   m->keys.resize(n);
   for (auto& k : m->keys) k = r.Str("key", kMaxKeyBytes);
+  return r.status();
+}
+
+void Encode(const RemoveRequest& m, Writer& w) {
+  w.U32(static_cast<uint32_t>(m.keys.size()));
+  for (const auto& k : m.keys) w.Str(k);
+  w.Bool(m.force);
+}
+absl::Status Decode(Reader& r, RemoveRequest* m) {
+  uint32_t n = r.Count("keys", kMaxBatch, 4);
+  m->keys.resize(n);
+  for (auto& k : m->keys) k = r.Str("key", kMaxKeyBytes);
+  m->force = r.Bool("force");
   return r.status();
 }
 

@@ -205,6 +205,15 @@ struct KeysRequest {
   std::vector<std::string> keys;
   bool operator==(const KeysRequest&) const = default;
 };
+// Remove. Without force, a key whose read lease is held (a Get in flight) is refused with
+// FAILED_PRECONDITION / ErrorReason::kHasLease; with force it is removed anyway (the reader's
+// header check then fails and it sees NOT_FOUND or retries, never wrong bytes). A put in
+// progress is refused either way.
+struct RemoveRequest {
+  std::vector<std::string> keys;
+  bool force = false;
+  bool operator==(const RemoveRequest&) const = default;
+};
 
 struct GetResult {
   WireStatus status;
@@ -378,6 +387,7 @@ GRANARY_DECLARE_CODEC(PutStartReply)
 GRANARY_DECLARE_CODEC(KeyGenRequest)
 GRANARY_DECLARE_CODEC(BatchStatusReply)
 GRANARY_DECLARE_CODEC(KeysRequest)
+GRANARY_DECLARE_CODEC(RemoveRequest)
 GRANARY_DECLARE_CODEC(GetReply)
 GRANARY_DECLARE_CODEC(ListRequest)
 GRANARY_DECLARE_CODEC(ListReply)

@@ -38,3 +38,9 @@ endif()
 granary_test(NAME integration_tenant_token_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/tenant_token_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_tenant_token_test granary_master granary_node granary)
+granary_test(NAME integration_engine_support_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_support_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_engine_support_test granary_master granary_node)
+granary_test(NAME integration_embedded_node_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/embedded_node_test.cc LIBS granary_test_cluster granary::embedded)
+add_dependencies(integration_embedded_node_test granary_master)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -214,7 +215,8 @@ def test_kvkey():
     assert k.encode() == "kv1/10:llama-3-8b/6:sha256/-/4:ab12"
     a = granary.KvKey("llama-3-8b", "sha256", "ab12", adapter_id="lora/fr")
     assert a.encode() == "kv1/10:llama-3-8b/6:sha256/7:lora/fr/4:ab12"
-    assert granary.KvKey.decode(a.encode()) == a and hash(granary.KvKey.decode(k.encode())) == hash(k)
+    assert granary.KvKey.decode(a.encode()) == a
+    assert hash(granary.KvKey.decode(k.encode())) == hash(k)
     assert a.adapter_id == "lora/fr" and k.adapter_id is None
     assert granary.KvKey.prefix("llama-3-8b", "sha256") == "kv1/10:llama-3-8b/6:sha256/-/"
     with pytest.raises(granary.InvalidArgument):
@@ -258,6 +260,13 @@ def test_register_buffer(client, key):
     client.register_buffer(t.data_ptr(), 4096)
     assert client.get_into(key, t) == 1000
     client.unregister_buffer(t.data_ptr())
+    # A registered buffer stays exported: a bytearray cannot resize (move) under the transport.
+    ba = bytearray(4096)
+    client.register_buffer(ba)
+    with pytest.raises(BufferError):
+        ba.extend(b"x")
+    client.unregister_buffer(ba)
+    ba.extend(b"x")
 
 
 def test_errors_not_found_already_exists(client, key):
@@ -354,18 +363,23 @@ def test_close_while_other_threads_call(cluster, key):
             except granary.Closed:
                 outcomes.append("closed")
                 return
+            except BaseException as e:  # reported below
+                outcomes.append(e)
+                return
 
     threads = [threading.Thread(target=loop) for _ in range(4)]
     for t in threads:
         t.start()
-    while len(outcomes) < 20:
-        pass
+    deadline = time.monotonic() + 20
+    while len(outcomes) < 20 and time.monotonic() < deadline:
+        time.sleep(0.001)
     c.close()
     stop.set()
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert "ok" in outcomes and c.closed
+    assert all(o in ("ok", "closed") for o in outcomes), [o for o in outcomes if o != "ok"]
 
 
 def test_config_forms(cluster, key, tmp_path, monkeypatch):
@@ -398,3 +412,91 @@ def test_unreachable_master():
     with pytest.raises(granary.Error) as e:
         granary.Client({"master_server_address": "127.0.0.1:1", "rpc_timeout_ms": 500})
     assert e.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+class FakeCudaTensor:
+    """A torch-like object that says it is on a CUDA device (no GPU needed)."""
+
+    is_cuda = True
+
+    def __init__(self, n):
+        self.backing = np.zeros(n, np.uint8)
+        self.nbytes = n
+
+    def data_ptr(self):
+        return self.backing.ctypes.data
+
+
+@pytest.fixture
+def fake_device():
+    """Marks arrays as CUDA device memory through the C++ test hook; clears them after."""
+    arrays = []
+
+    def mark(n, fill=0x5A):
+        a = np.full(n, fill, np.uint8)
+        granary._testing_add_fake_device_range(a.ctypes.data, a.nbytes)
+        arrays.append(a)
+        return a
+
+    yield mark
+    granary._testing_clear_fake_device_ranges()
+
+
+def test_device_pointer_refused_nothing_touched(client, key, fake_device):
+    client.put(key, pattern(4096, 5))
+    dev = fake_device(8192)
+    for call in (lambda: client.get_into(key, dev),
+                 lambda: client.get_into(key, dev.ctypes.data, 8192),
+                 lambda: client.put_from(key + "/new", dev),
+                 lambda: client.register_buffer(dev)):
+        with pytest.raises(granary.DevicePointer) as e:
+            call()
+        assert isinstance(e.value, granary.InvalidArgument)
+        assert (e.value.code, e.value.reason) == ("INVALID_ARGUMENT", "DEVICE_POINTER")
+        assert hex(dev.ctypes.data)[2:] in e.value.message.lower()
+    assert (dev == 0x5A).all()
+    assert not client.exists(key + "/new")
+    host = np.zeros(4096, np.uint8)
+    res = client.batch_get_into([key, key], [dev, host])
+    assert isinstance(res[0], granary.DevicePointer) and res[1] == 4096
+    assert (dev == 0x5A).all() and host.tobytes() == pattern(4096, 5)
+    res = client.batch_put_from([key + "/d", key + "/h"], [dev, host])
+    assert isinstance(res[0], granary.DevicePointer) and res[1] is None
+    assert client.batch_exists([key + "/d", key + "/h"]) == [False, True]
+    granary._testing_clear_fake_device_ranges()
+    assert client.get_into(key, dev) == 4096  # host memory again
+
+
+def test_cuda_tensor_refused_before_the_call(client, key):
+    client.put(key, b"abc")
+    t = FakeCudaTensor(64)
+    with pytest.raises(granary.DevicePointer, match="CUDA device memory"):
+        client.get_into(key, t)
+    with pytest.raises(granary.DevicePointer):
+        client.put_from(key + "/t", t)
+    assert (t.backing == 0).all()
+
+
+def test_remove_force_over_a_read_lease(client, key):
+    model = "lease-" + key[-8:]
+    keys = [granary.KvKey(model, "sha256", f"h{i}") for i in range(2)]
+    client.batch_put(keys, [b"one", b"two"])
+    assert client.lookup_prefix(model, "sha256", None, ["h0", "h1"], lease=True).present == 2
+    with pytest.raises(granary.HasLease) as e:
+        client.remove(keys[0])
+    assert isinstance(e.value, granary.FailedPrecondition)
+    assert (e.value.code, e.value.reason) == ("FAILED_PRECONDITION", "HAS_LEASE")
+    res = client.batch_remove(keys)
+    assert all(isinstance(r, granary.HasLease) for r in res)
+    assert client.batch_exists(keys) == [True, True]
+    client.remove(keys[0], force=True)
+    assert client.batch_remove(keys[1:], force=True) == [None]
+    assert client.batch_exists(keys) == [False, False]
+
+
+def test_stat_replica_addresses(client, key):
+    client.put(key, b"where")
+    info = client.stat(key)
+    assert info.replica_addresses == [client.segments()[0].node_address]
+    assert "replica_addresses=['" in repr(info)
+    assert client.list(key).objects[0].replica_addresses == []

@@ -52,6 +52,10 @@ TEST(ErrorReason, EveryReasonHasADistinctNameAndSurvivesTheRoundTrip) {
   EXPECT_STREQ(ErrorReasonName(ErrorReason::kNone), "NONE");
   EXPECT_STREQ(ErrorReasonName(ErrorReason::kQuotaExceeded), "QUOTA_EXCEEDED");
   EXPECT_STREQ(ErrorReasonName(ErrorReason::kNotActive), "NOT_ACTIVE");
+  EXPECT_STREQ(ErrorReasonName(ErrorReason::kHasLease), "HAS_LEASE");
+  EXPECT_STREQ(ErrorReasonName(ErrorReason::kDevicePointer), "DEVICE_POINTER");
+  EXPECT_EQ(static_cast<int>(ErrorReason::kHasLease), 9);  // wire values never change
+  EXPECT_EQ(static_cast<int>(ErrorReason::kDevicePointer), 10);
   const auto past = static_cast<ErrorReason>(static_cast<uint8_t>(kLastErrorReason) + 1);
   EXPECT_STREQ(ErrorReasonName(past), "UNKNOWN");
 }

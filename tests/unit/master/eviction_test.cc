@@ -162,7 +162,7 @@ TEST_F(EvictionTest, HardPinnedNeverAndSoftPinnedLast) {
   EXPECT_FALSE(Exists(a, "soft"));
   EXPECT_TRUE(Exists(a, "hard"));
   // Explicit Remove of a hard-pinned object still works.
-  EXPECT_EQ(svc_->Remove(a, proto::KeysRequest{{"hard"}}).results[0].code, 0);
+  EXPECT_EQ(svc_->Remove(a, proto::RemoveRequest{{"hard"}}).results[0].code, 0);
 }
 
 TEST_F(EvictionTest, OverQuotaTenantGoesBeforeEveryoneElse) {

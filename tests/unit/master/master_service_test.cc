@@ -136,8 +136,8 @@ class MasterServiceTest : public ::testing::Test {
   WireStatus Exist(SessionId sid, const std::string& key) {
     return KeysOp(&MasterService::Exist, sid, key);
   }
-  WireStatus Remove(SessionId sid, const std::string& key) {
-    return KeysOp(&MasterService::Remove, sid, key);
+  WireStatus Remove(SessionId sid, const std::string& key, bool force = false) {
+    return test_calls::Remove(svc(), sid, key, force);
   }
 
   // PutStart + PutEnd; returns the generation.
@@ -834,11 +834,62 @@ TEST_F(MasterServiceTest, LeaseBlocksRemoveUntilGetEnd) {
   auto rm = Remove(c, "k");
   EXPECT_EQ(Code(rm), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Has(rm.message, "lease")) << rm.message;
+  EXPECT_EQ(rm.reason, ErrorReason::kHasLease) << rm.message;
   EXPECT_EQ(Code(GetEnd(c, "k", gen + 1)), absl::StatusCode::kNotFound);
   EXPECT_EQ(Code(Remove(c, "k")), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Code(GetEnd(c, "k", gen)), absl::StatusCode::kOk);
   EXPECT_EQ(Code(Remove(c, "k")), absl::StatusCode::kOk);
   EXPECT_EQ(svc().GetStats().used, 0u);
+}
+
+TEST_F(MasterServiceTest, ForceRemovesALeasedObjectButNotAPutInProgress) {
+  NodeWith("n1", kMiB);
+  SessionId c = Client();
+  uint64_t gen = Put(c, "k", 100);
+  ASSERT_EQ(Code(Get(c, "k").status), absl::StatusCode::kOk);  // the read lease is held
+  auto rm = Remove(c, "k");
+  EXPECT_EQ(Code(rm), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rm.reason, ErrorReason::kHasLease) << rm.message;
+  EXPECT_EQ(Code(Remove(c, "k", /*force=*/true)), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Get(c, "k").status), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Code(GetEnd(c, "k", gen)), absl::StatusCode::kNotFound);  // the late reader: harmless
+  EXPECT_EQ(svc().GetStats().used, 0u);
+  // A put in progress is refused even with force (its writer is still writing).
+  auto ps = PutStart(c, "p", 100);
+  ASSERT_EQ(Code(ps.status), absl::StatusCode::kOk);
+  auto rp = Remove(c, "p", /*force=*/true);
+  EXPECT_EQ(Code(rp), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(rp.reason, ErrorReason::kHasLease);
+  EXPECT_EQ(Code(Remove(c, "missing", /*force=*/true)), absl::StatusCode::kNotFound);
+}
+
+// A copy leases its object; a forced Remove takes the object anyway, and a new put of the key
+// makes another object: the copy's end must neither add its replica to that one nor release a
+// lease it does not hold.
+TEST_F(MasterServiceTest, CopyOfAForceRemovedKeyDoesNotJoinItsReplacement) {
+  NodeWith("n1", kMiB);
+  NodeWith("n2", kMiB);
+  SessionId c = Client();
+  Put(c, "k", 100);
+  proto::CopyStartRequest cr;
+  cr.entries.push_back({"k", "n2"});
+  auto cs = test_calls::OnlyResult(svc().CopyStart(c, cr, /*move=*/false));
+  ASSERT_EQ(Code(cs.status), absl::StatusCode::kOk) << cs.status.message;
+  ASSERT_EQ(Code(Remove(c, "k", /*force=*/true)), absl::StatusCode::kOk);
+  Put(c, "k", 100);
+  ASSERT_EQ(Code(Get(c, "k").status), absl::StatusCode::kOk);  // a reader of the new object
+  proto::CopyEndRequest end;
+  end.entries.push_back({"k", cs.generation, cs.dest.segment_id});
+  EXPECT_EQ(Code(test_calls::OnlyResult(svc().CopyEnd(c, end, false))),
+            absl::StatusCode::kNotFound);
+  proto::ListRequest lr;
+  lr.prefix = "k";
+  auto list = svc().List(c, lr);
+  ASSERT_EQ(list.objects.size(), 1u);
+  EXPECT_EQ(list.objects[0].replica_count, 1u);
+  EXPECT_EQ(Code(Remove(c, "k")), absl::StatusCode::kFailedPrecondition);  // its lease holds
+  EXPECT_EQ(Code(Remove(c, "k", /*force=*/true)), absl::StatusCode::kOk);
+  EXPECT_EQ(svc().GetStats().used, 0u);  // nothing left behind
 }
 
 TEST_F(MasterServiceTest, LeaseWithTwoReadersNeedsBothGetEnds) {
@@ -1190,10 +1241,11 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
             }
             break;
           case 6: {
-            proto::KeysRequest r;
+            proto::RemoveRequest r;
             r.keys.push_back(key());
+            r.force = rng() % 8 == 0;
             s.Remove(sid, r);
-            if (rng() % 4 == 0) s.Exist(sid, r);
+            if (rng() % 4 == 0) s.Exist(sid, proto::KeysRequest{r.keys});
             break;
           }
           case 7:

@@ -51,12 +51,17 @@ inline proto::WireStatus KeyGenOp(
   return OnlyResult((svc.*op)(sid, r));
 }
 
-// Exist, Remove.
+// Exist.
 inline proto::WireStatus KeysOp(
     MasterService& svc,
     proto::BatchStatusReply (MasterService::*op)(SessionId, const proto::KeysRequest&),
     SessionId sid, const std::string& key) {
   return OnlyResult((svc.*op)(sid, proto::KeysRequest{{key}}));
+}
+
+inline proto::WireStatus Remove(MasterService& svc, SessionId sid, const std::string& key,
+                                bool force = false) {
+  return OnlyResult(svc.Remove(sid, proto::RemoveRequest{{key}, force}));
 }
 
 inline proto::GetResult Get(MasterService& svc, SessionId sid, const std::string& key) {

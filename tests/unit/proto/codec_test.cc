@@ -100,6 +100,7 @@ BatchStatusReply SampleBatchStatus() {
            Ws(absl::StatusCode::kFailedPrecondition, "not empty", kLastErrorReason)}};
 }
 KeysRequest SampleKeys() { return {{"x", "", kBinary}}; }
+RemoveRequest SampleRemove() { return {{"x", kBinary}, true}; }
 GetReply SampleGetReply() {
   return {Ws(absl::StatusCode::kAborted, "partial"),
           {{Ws(absl::StatusCode::kOk, ""), 4096, 17, 30000, {{5, 0x40, 4160}}},
@@ -243,6 +244,7 @@ std::vector<Case> AllCases() {
       MakeCase("KeyGenRequest", Type(MsgType::kPutEnd), SampleKeyGen()),
       MakeCase("BatchStatusReply", Type(MsgType::kPutEnd, true), SampleBatchStatus()),
       MakeCase("KeysRequest", Type(MsgType::kGet), SampleKeys()),
+      MakeCase("RemoveRequest", Type(MsgType::kRemove), SampleRemove()),
       MakeCase("GetReply", Type(MsgType::kGet, true), SampleGetReply()),
       MakeCase("ListRequest", Type(MsgType::kList), SampleList()),
       MakeCase("ListReply", Type(MsgType::kList, true), SampleListReply()),
@@ -296,35 +298,15 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
 // Every request and reply struct in messages.h, by the type a server decodes it as: the
 // round-trip and truncation cases above must name each one.
 TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
-  const std::vector<std::string> all = {"HelloRequest",
-                                        "HelloReply",
-                                        "HeartbeatRequest",
-                                        "HeartbeatReply",
-                                        "MountSegmentRequest",
-                                        "MountSegmentReply",
-                                        "UnmountSegmentRequest",
-                                        "StatusReply",
-                                        "ShmOfferRequest",
-                                        "ShmOfferReply",
-                                        "ShmAttachRequest",
-                                        "PutStartRequest",
-                                        "PutStartReply",
-                                        "KeyGenRequest",
-                                        "BatchStatusReply",
-                                        "KeysRequest",
-                                        "GetReply",
-                                        "ListRequest",
-                                        "ListReply",
-                                        "SegmentsRequest",
-                                        "SegmentsReply",
-                                        "CopyStartRequest",
-                                        "CopyStartReply",
-                                        "CopyEndRequest",
-                                        "FetchRequest",
-                                        "PushRequest",
-                                        "PushReply",
-                                        "LookupPrefixRequest",
-                                        "LookupPrefixReply"};
+  const std::vector<std::string> all = {
+      "HelloRequest",        "HelloReply",        "HeartbeatRequest",      "HeartbeatReply",
+      "MountSegmentRequest", "MountSegmentReply", "UnmountSegmentRequest", "StatusReply",
+      "ShmOfferRequest",     "ShmOfferReply",     "ShmAttachRequest",      "PutStartRequest",
+      "PutStartReply",       "KeyGenRequest",     "BatchStatusReply",      "KeysRequest",
+      "RemoveRequest",       "GetReply",          "ListRequest",           "ListReply",
+      "SegmentsRequest",     "SegmentsReply",     "CopyStartRequest",      "CopyStartReply",
+      "CopyEndRequest",      "FetchRequest",      "PushRequest",           "PushReply",
+      "LookupPrefixRequest", "LookupPrefixReply"};
   std::vector<std::string> named;
   for (const Case& c : AllCases()) named.push_back(c.name);
   EXPECT_EQ(named.size(), all.size());
@@ -337,7 +319,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x03\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x04\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }

@@ -197,7 +197,7 @@ class AdminApiTest : public ::testing::Test {
     PutEnd(sid, key, PutStart(sid, key, size));
   }
   void Remove(SessionId sid, const std::string& key) {
-    proto::KeysRequest r;
+    proto::RemoveRequest r;
     r.keys.push_back(key);
     auto rep = svc_->Remove(sid, r);
     ASSERT_EQ(rep.results.size(), 1u);
@@ -646,6 +646,27 @@ TEST_F(AdminApiTest, EffectiveQuotasAreLargestRemainderSharesOfCapacity) {
   // More capacity: requests fit, effective == requested.
   AddNode("n2", 2 * kMiB);
   EXPECT_EQ(GetOne("tenant-c")["effective_quota_bytes"], kMiB);
+}
+
+// ---------------------------------------------------------------------------------------------
+// /get_all_segments (Mooncake's path; SGLang polls it)
+
+TEST_F(AdminApiTest, GetAllSegmentsListsOneMountedSegmentNamePerLine) {
+  Start(/*multi_tenant=*/false, /*capacity=*/0);
+  auto empty = client_->Get("/get_all_segments");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 200);
+  EXPECT_EQ(empty->body, "");  // nothing mounted: SGLang keeps waiting
+  SessionId n1 = AddNode("n1", kMiB);
+  AddNode("n2", kMiB);
+  auto two = client_->Get("/get_all_segments");
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->status, 200);
+  EXPECT_EQ(two->body, "n1-seg0\nn2-seg0\n");
+  svc_->SessionClosed(n1);  // the node goes: its segment is unmounted
+  auto one = client_->Get("/get_all_segments");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->body, "n2-seg0\n");
 }
 
 // ---------------------------------------------------------------------------------------------

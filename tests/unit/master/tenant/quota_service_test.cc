@@ -146,8 +146,8 @@ class QuotaServiceTest : public ::testing::Test {
   WireStatus Exist(SessionId sid, const std::string& key) {
     return KeysOp(&MasterService::Exist, sid, key);
   }
-  WireStatus Remove(SessionId sid, const std::string& key) {
-    return KeysOp(&MasterService::Remove, sid, key);
+  WireStatus Remove(SessionId sid, const std::string& key, bool force = false) {
+    return test_calls::Remove(svc(), sid, key, force);
   }
 
   // PutStart + PutEnd; returns the generation.
@@ -852,7 +852,7 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
             }
             break;
           case 6: {
-            proto::KeysRequest r;
+            proto::RemoveRequest r;
             r.keys.push_back(key());
             s.Remove(sid, r);
             break;

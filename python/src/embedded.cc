@@ -1,0 +1,119 @@
+// granary.EmbeddedNode (a storage node inside this process, granary/embedded_node.h) and the
+// test hooks of the device-pointer check (granary/device_pointer.h).
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "bindings.h"
+#include "errors.h"
+#include "granary/device_pointer.h"
+#include "granary/embedded_node.h"
+
+namespace py = pybind11;
+
+namespace granary::python {
+namespace {
+
+// Owns one EmbeddedNode. close() (or the destructor) stops it, without the GIL; both are
+// idempotent and may race with each other from any threads. address/segment_name stay readable
+// after close.
+class PyEmbeddedNode {
+ public:
+  PyEmbeddedNode(const std::string& master, uint64_t segment_size, const std::string& hostname,
+                 uint16_t port) {
+    EmbeddedNodeOptions options;
+    options.master = master;
+    options.segment_size = segment_size;
+    options.hostname = hostname;
+    options.port = port;
+    options.log_level = LogLevel::kWarning;  // as the Client: a library logs warnings only
+    absl::StatusOr<std::unique_ptr<EmbeddedNode>> node;
+    {
+      py::gil_scoped_release release;
+      node = EmbeddedNode::Start(options);
+    }
+    Check(node.status());
+    address_ = (*node)->address();
+    segment_name_ = (*node)->segment_name();
+    absl::MutexLock lock(&mu_);
+    node_ = std::move(*node);
+  }
+  ~PyEmbeddedNode() { Close(); }
+  PyEmbeddedNode(const PyEmbeddedNode&) = delete;
+  PyEmbeddedNode& operator=(const PyEmbeddedNode&) = delete;
+
+  void Close() {
+    std::unique_ptr<EmbeddedNode> node;
+    {
+      absl::MutexLock lock(&mu_);
+      node = std::move(node_);
+    }
+    if (node == nullptr) return;
+    py::gil_scoped_release release;
+    node->Stop();
+    node.reset();
+  }
+
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return node_ == nullptr;
+  }
+  const std::string& address() const { return address_; }
+  const std::string& segment_name() const { return segment_name_; }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::unique_ptr<EmbeddedNode> node_ ABSL_GUARDED_BY(mu_);
+  std::string address_;
+  std::string segment_name_;
+};
+
+constexpr const char* kEmbeddedNodeDoc = R"doc(
+A storage node inside this process (Mooncake's embedded mode).
+
+EmbeddedNode(master, segment_size, hostname="127.0.0.1", port=0)
+
+Allocates a host segment of segment_size bytes (at least 1 MiB), serves clients' one-sided
+reads and writes from it, and waits until the master at `master` (host:port) has mounted it.
+port 0 draws a free port from 12300-14300. Raises InvalidArgument for a bad option and
+Unavailable when the master does not mount it in time. close() unmounts the segment (the master
+drops the objects on it) and frees it; idempotent, and run by the destructor and by leaving a
+`with` block. It runs on threads of its own and changes no process-wide setting.
+)doc";
+
+}  // namespace
+
+void BindEmbedded(py::module_& m) {
+  py::class_<PyEmbeddedNode>(m, "EmbeddedNode", kEmbeddedNodeDoc)
+      .def(py::init<const std::string&, uint64_t, const std::string&, uint16_t>(),
+           py::arg("master"), py::arg("segment_size"), py::arg("hostname") = "127.0.0.1",
+           py::arg("port") = 0)
+      .def_property_readonly("address", &PyEmbeddedNode::address,
+                             "\"host:port\": where clients reach the node (SegmentInfo."
+                             "node_address).")
+      .def_property_readonly("segment_name", &PyEmbeddedNode::segment_name,
+                             "The segment's name at the master.")
+      .def_property_readonly("closed", &PyEmbeddedNode::closed, "True after close().")
+      .def("close", &PyEmbeddedNode::Close,
+           "close() -> None: unmount the segment and stop the node. Idempotent.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyEmbeddedNode& self, py::args) { self.Close(); })
+      .def("__repr__", [](const PyEmbeddedNode& self) {
+        return "EmbeddedNode(address=" + self.address() + (self.closed() ? ", closed" : "") + ")";
+      });
+
+  m.def(
+      "_testing_add_fake_device_range",
+      [](uintptr_t addr, size_t size) {
+        testing::AddFakeDeviceRange(reinterpret_cast<const void*>(addr), size);
+      },
+      py::arg("addr"), py::arg("size"),
+      "Test hook: make the device-pointer check treat [addr, addr + size) as CUDA device "
+      "memory, so the refusal paths can be tested without a GPU. The memory is never touched.");
+  m.def("_testing_clear_fake_device_ranges", &testing::ClearFakeDeviceRanges,
+        "Test hook: forget every range _testing_add_fake_device_range added.");
+}
+
+}  // namespace granary::python
