@@ -556,7 +556,8 @@ class MooncakeDistributedStore:
         args.check_key(key, w)
         ptrs = [args.check_uint(metadata_buffer_ptr, w, "metadata_buffer_ptr"),
                 args.check_uint(buffer_ptr, w, "buffer_ptr")]
-        sizes = [args.check_uint(metadata_size, w, "metadata_size"), args.check_uint(size, w, "size")]
+        sizes = [args.check_uint(metadata_size, w, "metadata_size"),
+                 args.check_uint(size, w, "size")]
         config = _check_config(config, w)
         return self.batch_put_from_multi_buffers([key], [ptrs], [sizes], config)[0]
 

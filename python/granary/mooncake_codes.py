@@ -119,7 +119,8 @@ class _RateLimitedLog:
                 return
             folded = st[1] if st is not None else 0
             self._state[(op, code)] = [now, 0]
-        level = logging.INFO if code in (OBJECT_NOT_FOUND, OBJECT_ALREADY_EXISTS) else logging.WARNING
+        quiet = code in (OBJECT_NOT_FOUND, OBJECT_ALREADY_EXISTS)
+        level = logging.INFO if quiet else logging.WARNING
         more = f" (+{folded} more since the last line)" if folded else ""
         logger.log(level, "%s: %d %s for %d key(s): %s%s", op, code, CODE_NAMES.get(code, "?"),
                    keys, cause, more)

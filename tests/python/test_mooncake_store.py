@@ -249,7 +249,8 @@ def test_too_small_destination_gives_600_and_writes_nothing_past_it(store):
     base = addr(guard)
     assert store.get_into(key, base, 9999) == -600
     assert store.batch_get_into([key], [base], [5000]) == [-600]
-    assert store.batch_get_into_multi_buffers([key], [[base, base + 6000]], [[3000, 3000]]) == [-600]
+    assert store.batch_get_into_multi_buffers([key], [[base, base + 6000]],
+                                              [[3000, 3000]]) == [-600]
     assert (guard[3000:] == 0x5A).all()  # nothing past any capacity was written
     assert (guard[9999:] == 0x5A).all()
 

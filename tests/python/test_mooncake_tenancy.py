@@ -39,7 +39,8 @@ def test_unregistered_tenant_in_strict_mode_gives_1701(strict):
         assert rc == -1701
         return
     assert s.put("k", b"v") == -1701
-    assert s.batch_put_from(["k1", "k2"], [addr(np.ones(10, np.uint8))] * 2, [10, 10]) == [-1701] * 2
+    one = np.ones(10, np.uint8)
+    assert s.batch_put_from(["k1", "k2"], [addr(one)] * 2, [10, 10]) == [-1701] * 2
     s.close()
 
 
