@@ -1,0 +1,261 @@
+"""Argument checking and conversion for the Mooncake layer: types (TypeError, as pybind's casts
+would raise), sizes with units, host:port, tenant resolution, setup(dict) keys, device-pointer
+probing and the per-thread staging buffer used by the scatter/gather calls.
+
+Pure functions except Staging (one per store and thread) and the CUDA probe (loaded once).
+"""
+
+import ctypes
+import mmap
+import os
+import re
+import threading
+
+from . import mooncake_codes as codes
+
+MAX_KEY_BYTES = 16 * 1024  # the master's limit (proto::kMaxKeyBytes)
+KIB = 1024
+TIB = 1024 ** 4
+DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
+DEFAULT_LOCAL_BUFFER_SIZE = 16 * 1024 * 1024
+DEFAULT_MASTER = "127.0.0.1:50051"
+
+
+def check_key(key, where):
+    if not isinstance(key, (str, bytes)):
+        raise TypeError(f"{where}(): incompatible function arguments: a key must be str, "
+                        f"not {type(key).__name__}")
+    return key
+
+
+def key_code(key):
+    """0 for a valid key, else -400 (empty, or over the master's length limit)."""
+    n = len(key.encode() if isinstance(key, str) else key)
+    return codes.INVALID_KEY if n == 0 or n > MAX_KEY_BYTES else codes.OK
+
+
+def check_keys(keys, where):
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        raise TypeError(f"{where}(): incompatible function arguments: keys must be a list of "
+                        f"str, not {type(keys).__name__}")
+    keys = list(keys)
+    for k in keys:
+        check_key(k, where)
+    return keys
+
+
+def check_uint(value, where, name):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{where}(): incompatible function arguments: {name} must be an int, "
+                        f"not {type(value).__name__}")
+    value = value.__index__()
+    if value < 0:
+        raise TypeError(f"{where}(): incompatible function arguments: {name} must be >= 0, "
+                        f"got {value}")
+    return value
+
+
+def check_uints(values, where, name):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{where}(): incompatible function arguments: {name} must be a list of "
+                        f"int, not {type(values).__name__}")
+    return [check_uint(v, where, name) for v in values]
+
+
+def check_uint_lists(values, where, name):
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{where}(): incompatible function arguments: {name} must be a list of "
+                        f"lists of int, not {type(values).__name__}")
+    return [check_uints(v, where, name) for v in values]
+
+
+def check_str(value, where, name, default):
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise TypeError(f"{where}(): incompatible function arguments: {name} must be str, "
+                        f"not {type(value).__name__}")
+    return value
+
+
+def check_bool(value, where, name):
+    if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
+        raise TypeError(f"{where}(): incompatible function arguments: {name} must be bool, "
+                        f"not {type(value).__name__}")
+    return bool(value)
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": KIB, "m": KIB ** 2, "g": KIB ** 3, "t": KIB ** 4}
+
+
+def parse_size(value):
+    """An int, or "16MB"/"16 MB"/"4gb"/"4GiB" (binary units); ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        return value
+    m = _SIZE_RE.match(str(value))
+    if not m:
+        raise ValueError(f"not a size: {value!r}")
+    unit = (m.group(2) or "").lower()[:1]
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def split_host_port(hostname):
+    """'host', 'host:port', '[v6]:port' -> (host, port or 0)."""
+    hostname = hostname.strip()
+    if hostname.startswith("["):
+        host, _, rest = hostname[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif hostname.count(":") == 1:
+        host, port = hostname.split(":")
+    else:
+        host, port = hostname, ""
+    try:
+        return host or "127.0.0.1", int(port) if port else 0
+    except ValueError:
+        return host, 0
+
+
+def resolve_tenant(arg):
+    """A tenant_id argument other than "default" (and not blank), then GRANARY_TENANT_ID, then
+    MOONCAKE_TENANT_ID, then "default"."""
+    if arg is not None and str(arg).strip() and str(arg).strip() != "default":
+        return str(arg).strip()
+    for var in ("GRANARY_TENANT_ID", "MOONCAKE_TENANT_ID"):
+        v = os.environ.get(var, "").strip()
+        if v:
+            return v
+    return "default"
+
+
+def truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+# setup(dict): Mooncake's keys, plus the engines' JSON spellings as aliases.
+DICT_ALIASES = {"device_name": "rdma_devices", "master_server_address": "master_server_addr"}
+DICT_KEYS = {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+             "protocol", "rdma_devices", "master_server_addr", "ipc_socket_path",
+             "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
+             "client_http_port"}
+
+
+def config_from_dict(config):
+    """setup(dict) -> the keyword arguments of setup(); ValueError names the bad key."""
+    values = {}
+    for key, value in config.items():
+        key = str(key)
+        name = DICT_ALIASES.get(key, key)
+        if name not in DICT_KEYS:
+            codes.LOG.once(f"setup(dict): unknown key {key!r} ignored")
+            continue
+        value = "" if value is None else str(value)
+        if name in values and values[name] != value:
+            raise ValueError(f"{key!r} and its other spelling give different values "
+                             f"({values[name]!r}, {value!r})")
+        values[name] = value
+    for required in ("local_hostname", "metadata_server"):
+        if required not in values:
+            raise ValueError(f"{required!r} is required")
+    out = {"local_hostname": values["local_hostname"],
+           "metadata_server": values["metadata_server"]}
+    for name, limit in (("global_segment_size", None), ("local_buffer_size", TIB)):
+        size = parse_size(values.get(name, DEFAULT_SEGMENT_SIZE))
+        if size != 0 and size < KIB:
+            raise ValueError(f"{name} {size} is below 1 KiB (use 0 for none)")
+        if limit is not None and size > limit:
+            raise ValueError(f"{name} {size} is above 1 TiB")
+        out[name] = size
+    out["protocol"] = values.get("protocol", "tcp")
+    out["rdma_devices"] = values.get("rdma_devices", "")
+    out["master_server_addr"] = values.get("master_server_addr", DEFAULT_MASTER)
+    out["enable_ssd_offload"] = truthy(values.get("enable_ssd_offload", "false"))
+    out["ssd_offload_path"] = values.get("ssd_offload_path", "")
+    out["tenant_id"] = values.get("tenant_id", "default")
+    out["enable_client_http_server"] = truthy(values.get("enable_client_http_server", "false"))
+    out["client_http_port"] = int(values.get("client_http_port", "9300"))
+    if "ipc_socket_path" in values:
+        codes.LOG.once("setup(dict): ipc_socket_path accepted and ignored (no real-client "
+                       "process in Granary)", level=20)
+    return out
+
+
+class _CudaProbe:
+    """Asks the CUDA driver (libcuda.so.1, when present) whether an address is device or
+    managed memory. Used only where this layer would copy with the CPU itself."""
+
+    _CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+    _CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
+    _CU_MEMORYTYPE_DEVICE = 2
+
+    def __init__(self):
+        self._fn = None
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            self._fn = lib.cuPointerGetAttribute
+            self._fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+            self._fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            self._fn = None
+
+    def is_device(self, addr):
+        if self._fn is None or addr == 0:
+            return False
+        mem_type = ctypes.c_uint(0)
+        if self._fn(ctypes.byref(mem_type), self._CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                    ctypes.c_void_p(addr)) == 0 and mem_type.value == self._CU_MEMORYTYPE_DEVICE:
+            return True
+        managed = ctypes.c_uint(0)
+        return (self._fn(ctypes.byref(managed), self._CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                         ctypes.c_void_p(addr)) == 0 and managed.value != 0)
+
+
+_probe = None
+_probe_mu = threading.Lock()
+
+
+def is_device_pointer(granary_module, addr, size):
+    """True when [addr, addr+size) touches device memory. The core's predicate (which also sees
+    the test-only fake ranges) when it exports one, else the driver directly."""
+    fn = getattr(granary_module, "_is_device_pointer", None) or getattr(
+        granary_module, "is_device_pointer", None)
+    if fn is not None:
+        return bool(fn(addr, size))
+    global _probe
+    with _probe_mu:
+        if _probe is None:
+            _probe = _CudaProbe()
+    return _probe.is_device(addr) or (size > 1 and _probe.is_device(addr + size - 1))
+
+
+class Staging:
+    """A page-aligned host buffer for gathering scatter lists (and scattering reads), grown to
+    the largest batch seen. One per store and thread (threading.local), so no lock; freed with
+    the thread or the store. Cost: one mmap per growth, then none."""
+
+    def __init__(self):
+        self._map = None
+        self._view = None
+        self.addr = 0
+        self.size = 0
+
+    def reserve(self, size):
+        if size <= self.size:
+            return self.addr
+        self.release()
+        cap = max(1 << 20, 1 << (size - 1).bit_length())
+        self._map = mmap.mmap(-1, cap)
+        self._view = (ctypes.c_char * cap).from_buffer(self._map)
+        self.addr = ctypes.addressof(self._view)
+        self.size = cap
+        return self.addr
+
+    def release(self):
+        self._view = None
+        if self._map is not None:
+            self._map.close()
+        self._map = None
+        self.addr = 0
+        self.size = 0
