@@ -374,7 +374,10 @@ class MooncakeDistributedStore:
                 res = c.batch_put([keys[i] for i in idx], values, soft_pin=soft, hard_pin=hard)
                 res = dict(zip(idx, res))
             else:
-                res = dict(enumerate(c.batch_put_from(keys, addrs, sizes)))
+                res = c.batch_put_from(keys, addrs, sizes)
+                if res.count(None) == len(res):  # every put succeeded
+                    return out
+                res = dict(enumerate(res))
         except _core.Error as e:
             return self._whole_batch(op, e, len(keys))
         for i, r in res.items():
@@ -398,6 +401,8 @@ class MooncakeDistributedStore:
             res = c.batch_get_into(keys, addrs, caps)
         except _core.Error as e:
             return self._whole_batch(op, e, len(keys))
+        if set(map(type, res)) == {int}:  # every read succeeded: the sizes as they are
+            return res
         out, causes = [], {}
         for i, r in enumerate(res):
             if isinstance(r, _core.Error):
@@ -580,6 +585,8 @@ class MooncakeDistributedStore:
         opts = self._put_opts(w, config, n, True)
         if isinstance(opts, int):
             return [opts] * n
+        if args.valid_str_keys(keys) and min(sizes) > 0:  # no key needs a look of its own
+            return self._put_from_many(w, c, keys, buffer_ptrs, sizes, *opts)
         out = [0] * n
         idx = []
         for i, k in enumerate(keys):
@@ -745,6 +752,8 @@ class MooncakeDistributedStore:
             self._fail(w, codes.INVALID_PARAMS, f"{n} keys, {len(buffer_ptrs)} buffer_ptrs, "
                        f"{len(sizes)} sizes", n)
             return [codes.INVALID_PARAMS] * n
+        if args.valid_str_keys(keys):  # no key needs a look of its own
+            return self._get_into_many(w, c, keys, buffer_ptrs, sizes)
         out = [0] * n
         idx = []
         for i, k in enumerate(keys):

@@ -34,7 +34,16 @@ def key_code(key):
     return codes.INVALID_KEY if n == 0 or n > MAX_KEY_BYTES else codes.OK
 
 
+def valid_str_keys(keys):
+    """True when `keys` (a list) holds only non-empty str keys surely within the length limit:
+    the common case, checked with C-level loops so that a batch pays no per-key Python."""
+    return (bool(keys) and set(map(type, keys)) == {str} and min(map(len, keys)) > 0
+            and max(map(len, keys)) <= MAX_KEY_BYTES // 4)  # <= 4 UTF-8 bytes per character
+
+
 def check_keys(keys, where):
+    if type(keys) is list and valid_str_keys(keys):
+        return keys
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
         raise TypeError(f"{where}(): incompatible function arguments: keys must be a list of "
                         f"str, not {type(keys).__name__}")
@@ -56,6 +65,10 @@ def check_uint(value, where, name):
 
 
 def check_uints(values, where, name):
+    # The common case, a list of non-negative ints, without a Python-level loop.
+    if type(values) is list and (not values or (set(map(type, values)) == {int}
+                                                and min(values) >= 0)):
+        return values
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{where}(): incompatible function arguments: {name} must be a list of "
                         f"int, not {type(values).__name__}")

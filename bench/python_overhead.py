@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""What the Python layer costs: batch_get_into and batch_put_from at batch 32 through
+granary.mooncake.MooncakeDistributedStore, and granary_bench get/put (C++) at the same shapes,
+against one master and one node started here, in the same run.
+
+Both sides do the same work per batch: one thread, one registered buffer of batch x block
+bytes, 32 keys per call; gets read a prefilled working set; puts recycle their keys (an
+untimed batch_remove, then the timed batch_put_from), exactly as granary_bench put does.
+Each shape gets a fresh master and node; in it the rounds alternate C++ and Python (and which
+goes first), so that a slow spell of the machine hits both; the figure is the median over the
+rounds, and the ratio is python / C++ keys per second.
+
+Usage: /usr/bin/python3 bench/python_overhead.py [--sizes 4096,65536,1048576] [--duration 2]
+       [--rounds 3] [--build build] [--json out.json]
+Needs the module built (PYTHONPATH=<build>/python is set here from --build).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+TARGETS = {4096: 0.7, 65536: 0.9, 1048576: 0.9}  # issue 14: python >= this x the C++ figure
+
+
+def cpp_rate(bench, master, mode, block, batch, duration):
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([bench, mode, f"--master={master}", f"--block_size={block}B",
+                        f"--batch={batch}", f"--duration={duration}",
+                        f"--working_set={max(block * batch * 8, 64 << 20)}B", "--progress=never",
+                        f"--out={out.name}"], check=True, stdout=subprocess.DEVNULL)
+        return json.load(open(out.name))[0]["keys_per_s"]
+
+
+def py_rate(store, mode, block, batch, duration, run):
+    import numpy as np
+    ws_keys = max(batch, max(block * batch * 8, 64 << 20) // block // batch * batch)
+    buf = np.zeros(block * batch, dtype=np.uint8)
+    buf[::4096] = np.arange(len(buf[::4096]), dtype=np.uint64).astype(np.uint8)
+    base = buf.ctypes.data
+    assert store.register_buffer(base, buf.nbytes) == 0
+    ptrs = [base + j * block for j in range(batch)]
+    sizes = [block] * batch
+    key = lambda i: f"pyb/{run}/{mode}/{block}/{i}"
+    try:
+        if mode == "get":
+            for i in range(0, ws_keys, batch):
+                r = store.batch_put_from([key(i + j) for j in range(batch)], ptrs, sizes)
+                assert all(x == 0 for x in r), r
+        cursor, keys_done, busy = 0, 0, 0.0
+        end = time.monotonic() + duration
+        while time.monotonic() < end:
+            keys = [key((cursor + j) % ws_keys) for j in range(batch)]
+            cursor = (cursor + batch) % ws_keys
+            if mode == "put":
+                store.batch_remove(keys, force=True)  # untimed, as granary_bench's
+                t0 = time.perf_counter()
+                r = store.batch_put_from(keys, ptrs, sizes)
+                busy += time.perf_counter() - t0
+                keys_done += sum(1 for x in r if x == 0)
+            else:
+                t0 = time.perf_counter()
+                r = store.batch_get_into(keys, ptrs, sizes)
+                busy += time.perf_counter() - t0
+                keys_done += sum(1 for x in r if x == block)
+        return keys_done / busy if busy > 0 else 0.0
+    finally:
+        if mode == "get":
+            for i in range(0, ws_keys, batch):
+                store.batch_remove([key(i + j) for j in range(batch)], force=True)
+        store.unregister_buffer(base)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="4096,65536,1048576")
+    ap.add_argument("--duration", type=float, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    os.environ["GRANARY_BIN_DIR"] = os.path.join(args.build, "bin")
+    from granary_cluster import Cluster
+    from granary.mooncake import MooncakeDistributedStore
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    bench = os.path.join(args.build, "bin", "granary_bench")
+    rows = []
+    for block in sizes:
+        for mode in ("get", "put"):
+            # A fresh master and node per shape, so that one shape's keys never fill the store
+            # for the next; within it the tools alternate, and which goes first alternates too.
+            with Cluster(segment_size="4GB") as c:
+                store = MooncakeDistributedStore()
+                rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", c.master)
+                assert rc == 0, f"setup returned {rc}"
+                cpp, py = [], []
+                for r in range(args.rounds):
+                    run_cpp = lambda: cpp.append(
+                        cpp_rate(bench, c.master, mode, block, args.batch, args.duration))
+                    run_py = lambda: py.append(
+                        py_rate(store, mode, block, args.batch, args.duration, r))
+                    for f in ((run_cpp, run_py) if r % 2 == 0 else (run_py, run_cpp)):
+                        f()
+                store.close()
+            row = {"mode": mode, "block_size": block, "batch": args.batch,
+                   "cpp_keys_per_s": statistics.median(cpp),
+                   "python_keys_per_s": statistics.median(py)}
+            row["ratio"] = row["python_keys_per_s"] / row["cpp_keys_per_s"]
+            row["target"] = TARGETS.get(block)
+            rows.append(row)
+            print(f"{'batch_get_into' if mode == 'get' else 'batch_put_from':15} "
+                  f"{block:>8} B  C++ {row['cpp_keys_per_s']:>10.0f} keys/s  "
+                  f"Python {row['python_keys_per_s']:>10.0f} keys/s  "
+                  f"ratio {row['ratio']:.2f} (target >= {row['target']})", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
