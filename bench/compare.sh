@@ -5,7 +5,8 @@
 #   - granary_bench get / put against a master and node started here, with one client thread
 #     and with two (redis-benchmark runs -c 2),
 #   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling),
-#   - bench/full_store.sh: 4 KiB puts into a full store (each evicts) against Redis at maxmemory.
+#   - bench/full_store.sh: 4 KiB puts into a full store (each evicts) against Redis at maxmemory,
+#   - bench/python_overhead.py: the Mooncake-compatible Python class against granary_bench.
 # Each figure is the median of RUNS runs. Prints a table with ratios, writes
 # bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
 # Usage: bench/compare.sh [--quick]   (env: RUNS, SIZES, DURATION, BUILD_DIR)
@@ -185,6 +186,9 @@ print(json.dumps({"tool": "granary", "mode": "master-bytes-per-object", "transpo
 print(json.dumps({"tool": "target", "mode": "master-bytes-per-object", "transport": "-",
                   "block_size": r["objects"], "gbps": 0, "keys_per_s": 200}))
 PYEOF
+echo "== the Python layer: batch_get_into / batch_put_from through granary.mooncake and granary_bench"
+$PY bench/python_overhead.py --rounds "$RUNS" --duration "$DURATION" --build "$BUILD_DIR" \
+  --json "$OUT/python_overhead.json" --markdown "$OUT/python_overhead.md"
 
 $PY bench/summarize.py "$RAW" "$OUT"
 if command -v gnuplot >/dev/null 2>&1; then
@@ -192,7 +196,8 @@ if command -v gnuplot >/dev/null 2>&1; then
 fi
 # The figures README shows are committed under docs/bench/.
 mkdir -p docs/bench
-cp "$OUT/compare.md" "$OUT/compare.json" docs/bench/
+cp "$OUT/compare.md" "$OUT/compare.json" "$OUT/python_overhead.md" "$OUT/python_overhead.json" \
+  docs/bench/
 [[ -f "$OUT/bandwidth.png" ]] && cp "$OUT/bandwidth.png" docs/bench/
 { echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"; echo "host: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB";
   echo "runs: $RUNS, duration: ${DURATION}s, batch: $BATCH"; ucx_info -v | head -1; redis-server --version; } >docs/bench/machine.txt

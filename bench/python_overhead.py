@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--json", default="")
+    ap.add_argument("--markdown", default="", help="also write the table here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
@@ -125,6 +126,17 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write("| call | block | C++ keys/s | Python keys/s | ratio | target |\n"
+                    "|---|---|---|---|---|---|\n")
+            for r in rows:
+                call = "batch_get_into" if r["mode"] == "get" else "batch_put_from"
+                kib = r["block_size"] // 1024
+                block = f"{kib // 1024} MiB" if kib >= 1024 else f"{kib} KiB"
+                f.write(f"| {call} | {block} | {r['cpp_keys_per_s']:,.0f} | "
+                        f"{r['python_keys_per_s']:,.0f} | {r['ratio']:.2f}x | "
+                        f">= {r['target']}x |\n")
 
 
 if __name__ == "__main__":

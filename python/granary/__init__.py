@@ -28,6 +28,8 @@ from granary._granary import (  # noqa: F401
 from granary._granary import (  # noqa: F401
     _testing_add_fake_device_range, _testing_clear_fake_device_ranges,
 )
+# The client's device-pointer check, for the Mooncake layer's own CPU copies.
+from granary._granary import _is_device_pointer  # noqa: F401
 
 __all__ = [
     "Client", "EmbeddedNode", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup",

@@ -195,52 +195,10 @@ def config_from_dict(config):
     return out
 
 
-class _CudaProbe:
-    """Asks the CUDA driver (libcuda.so.1, when present) whether an address is device or
-    managed memory. Used only where this layer would copy with the CPU itself."""
-
-    _CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
-    _CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
-    _CU_MEMORYTYPE_DEVICE = 2
-
-    def __init__(self):
-        self._fn = None
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            self._fn = lib.cuPointerGetAttribute
-            self._fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-            self._fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            self._fn = None
-
-    def is_device(self, addr):
-        if self._fn is None or addr == 0:
-            return False
-        mem_type = ctypes.c_uint(0)
-        if self._fn(ctypes.byref(mem_type), self._CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                    ctypes.c_void_p(addr)) == 0 and mem_type.value == self._CU_MEMORYTYPE_DEVICE:
-            return True
-        managed = ctypes.c_uint(0)
-        return (self._fn(ctypes.byref(managed), self._CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                         ctypes.c_void_p(addr)) == 0 and managed.value != 0)
-
-
-_probe = None
-_probe_mu = threading.Lock()
-
-
 def is_device_pointer(granary_module, addr, size):
-    """True when [addr, addr+size) touches device memory. The core's predicate (which also sees
-    the test-only fake ranges) when it exports one, else the driver directly."""
-    fn = getattr(granary_module, "_is_device_pointer", None) or getattr(
-        granary_module, "is_device_pointer", None)
-    if fn is not None:
-        return bool(fn(addr, size))
-    global _probe
-    with _probe_mu:
-        if _probe is None:
-            _probe = _CudaProbe()
-    return _probe.is_device(addr) or (size > 1 and _probe.is_device(addr + size - 1))
+    """True when [addr, addr+size) touches device memory: the client's own check (the CUDA
+    driver when loaded, and the test-only fake ranges)."""
+    return bool(granary_module._is_device_pointer(addr, size))
 
 
 class Staging:

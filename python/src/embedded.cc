@@ -112,6 +112,15 @@ void BindEmbedded(py::module_& m) {
       py::arg("addr"), py::arg("size"),
       "Test hook: make the device-pointer check treat [addr, addr + size) as CUDA device "
       "memory, so the refusal paths can be tested without a GPU. The memory is never touched.");
+  m.def(
+      "_is_device_pointer",
+      [](uintptr_t addr, size_t size) {
+        return IsDevicePointer(reinterpret_cast<const void*>(addr), size);
+      },
+      py::arg("addr"), py::arg("size"),
+      "True when [addr, addr + size) touches CUDA device or managed memory (the client's own "
+      "check: the CUDA driver when loaded, and the test hook's fake ranges). For layers above "
+      "the client that copy with the CPU themselves.");
   m.def("_testing_clear_fake_device_ranges", &testing::ClearFakeDeviceRanges,
         "Test hook: forget every range _testing_add_fake_device_range added.");
 }
