@@ -311,6 +311,17 @@ class MooncakeDistributedStore:
             LOG.negative(op, codes.INVALID_PARAMS, _NOT_SET_UP, keys)
         return c
 
+    def _live_batch(self, op, n, **lists):
+        """The client for a batch call of n keys whose other argument lists (by name) must
+        have n entries each; None (after logging why) when not set up or a length differs, and
+        the caller answers -600 for every key."""
+        c = self._live(op, n)
+        if c is not None and any(len(v) != n for v in lists.values()):
+            self._fail(op, codes.INVALID_PARAMS, f"{n} keys, " + ", ".join(
+                f"{len(v)} {name}" for name, v in lists.items()), n)
+            return None
+        return c
+
     def _staging(self):
         s = getattr(self._tls, "staging", None)
         if s is None:
@@ -573,12 +584,8 @@ class MooncakeDistributedStore:
         sizes = args.check_uints(sizes, w, "sizes")
         config = _check_config(config, w)
         n = len(keys)
-        c = self._live(w, n)
+        c = self._live_batch(w, n, buffer_ptrs=buffer_ptrs, sizes=sizes)
         if c is None:
-            return [codes.INVALID_PARAMS] * n
-        if len(buffer_ptrs) != n or len(sizes) != n:
-            self._fail(w, codes.INVALID_PARAMS, f"{n} keys, {len(buffer_ptrs)} buffer_ptrs, "
-                       f"{len(sizes)} sizes", n)
             return [codes.INVALID_PARAMS] * n
         if n == 0:
             return []
@@ -612,12 +619,8 @@ class MooncakeDistributedStore:
         all_sizes = args.check_uint_lists(all_sizes, w, "all_sizes")
         config = _check_config(config, w)
         n = len(keys)
-        c = self._live(w, n)
+        c = self._live_batch(w, n, pointer_lists=all_buffer_ptrs, size_lists=all_sizes)
         if c is None:
-            return [codes.INVALID_PARAMS] * n
-        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
-            self._fail(w, codes.INVALID_PARAMS, f"{n} keys, {len(all_buffer_ptrs)} pointer "
-                       f"lists, {len(all_sizes)} size lists", n)
             return [codes.INVALID_PARAMS] * n
         if n == 0:
             return []
@@ -745,12 +748,8 @@ class MooncakeDistributedStore:
         buffer_ptrs = args.check_uints(buffer_ptrs, w, "buffer_ptrs")
         sizes = args.check_uints(sizes, w, "sizes")
         n = len(keys)
-        c = self._live(w, n)
+        c = self._live_batch(w, n, buffer_ptrs=buffer_ptrs, sizes=sizes)
         if c is None:
-            return [codes.INVALID_PARAMS] * n
-        if len(buffer_ptrs) != n or len(sizes) != n:
-            self._fail(w, codes.INVALID_PARAMS, f"{n} keys, {len(buffer_ptrs)} buffer_ptrs, "
-                       f"{len(sizes)} sizes", n)
             return [codes.INVALID_PARAMS] * n
         if args.valid_str_keys(keys):  # no key needs a look of its own
             return self._get_into_many(w, c, keys, buffer_ptrs, sizes)
@@ -778,12 +777,8 @@ class MooncakeDistributedStore:
         all_sizes = args.check_uint_lists(all_sizes, w, "all_sizes")
         args.check_bool(prefer_alloc_in_same_node, w, "prefer_alloc_in_same_node")
         n = len(keys)
-        c = self._live(w, n)
+        c = self._live_batch(w, n, pointer_lists=all_buffer_ptrs, size_lists=all_sizes)
         if c is None:
-            return [codes.INVALID_PARAMS] * n
-        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
-            self._fail(w, codes.INVALID_PARAMS, f"{n} keys, {len(all_buffer_ptrs)} pointer "
-                       f"lists, {len(all_sizes)} size lists", n)
             return [codes.INVALID_PARAMS] * n
         out = [0] * n
         plan = self._plan_scatter(w, keys, all_buffer_ptrs, all_sizes, out)
