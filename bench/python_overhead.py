@@ -100,7 +100,7 @@ def main():
         for mode in ("get", "put"):
             # A fresh master and node per shape, so that one shape's keys never fill the store
             # for the next; within it the tools alternate, and which goes first alternates too.
-            with Cluster(segment_size="4GB") as c:
+            with Cluster(segment_size="2GB") as c:
                 store = MooncakeDistributedStore()
                 rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", c.master)
                 assert rc == 0, f"setup returned {rc}"

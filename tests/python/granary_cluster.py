@@ -3,11 +3,13 @@
 Cluster(...) starts `granary_master` and N `granary_node` processes from GRANARY_BIN_DIR (set
 by ctest; default build/bin), waits until every node's segment is mounted, and stops them all
 (SIGKILL) on close() or at the end of a `with` block. Logs go to files under a temporary
-directory; `log(name)` reads one, and a start that fails raises with the log's tail.
+directory, removed by close() unless GRANARY_KEEP_TEST_LOGS=1; `log(name)` reads one, and a
+start that fails raises with the log's tail.
 """
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -112,7 +114,7 @@ class Cluster:
     def segment_count(self):
         return int(metric(self.http_port, "granary_master_segments") or 0)
 
-    def wait_segments(self, count, timeout=20):
+    def wait_segments(self, count, timeout=60):  # a node pre-faults its segment: ~4 s per GB here
         self._wait(lambda: self.segment_count() >= count, "master", timeout)
 
     def metric(self, sample):
@@ -128,6 +130,8 @@ class Cluster:
         for name in list(self.procs):
             self.kill(name)
         self.procs.clear()
+        if os.environ.get("GRANARY_KEEP_TEST_LOGS") != "1":
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
