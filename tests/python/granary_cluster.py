@@ -55,10 +55,7 @@ class Cluster:
         self.segment_size = segment_size
         self.node_flags = list(node_flags)
         self.procs = {}
-        self.rpc_port = free_port()
-        self.http_port = free_port()
-        flags = [f"--rpc_port={self.rpc_port}", f"--metrics_port={self.http_port}",
-                 "--metrics_host=127.0.0.1", f"--client_ttl={client_ttl_sec}",
+        flags = ["--metrics_host=127.0.0.1", f"--client_ttl={client_ttl_sec}",
                  f"--default_kv_lease_ttl={lease_ttl_ms}", "--log_level=info"]
         if policy_yaml is not None:
             self.policy_path = os.path.join(self.dir, "tenants.yaml")
@@ -68,14 +65,31 @@ class Cluster:
                       f"--tenant_quota_connector_uri={self.policy_path}"]
         flags += list(master_flags)
         try:
-            self._start("master", [os.path.join(self.bin, "granary_master")] + flags)
-            self._wait(lambda: http_get(self.http_port, "/health") is not None, "master", 10)
+            self._start_master(flags)
             for i in range(nodes):
                 self.start_node(i)
             self.wait_segments(nodes)
         except Exception:
             self.close()
             raise
+
+    def _start_master(self, flags, attempts=5):
+        """Starts the master on two free ports. A port picked free can be taken (by some
+        connection's ephemeral port) before the master binds it; then new ports are drawn."""
+        for attempt in range(attempts):
+            self.rpc_port, self.http_port = free_port(), free_port()
+            self._start("master", [os.path.join(self.bin, "granary_master"),
+                                   f"--rpc_port={self.rpc_port}",
+                                   f"--metrics_port={self.http_port}"] + flags)
+            try:
+                self._wait(lambda: http_get(self.http_port, "/health") is not None, "master", 10)
+                return
+            except RuntimeError:
+                log = self.log("master")
+                port_taken = "already in use" in log or "cannot bind" in log
+                if attempt + 1 == attempts or not port_taken:
+                    raise
+                self.kill("master")
 
     @property
     def master(self):
