@@ -17,7 +17,10 @@ PYTHON=/usr/bin/python3
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   bash scripts/build.sh
 fi
-if ! ninja -C "$BUILD_DIR" -t targets all 2>/dev/null | grep -q '^granary_python:'; then
+# The target list is read whole before it is searched: `ninja ... | grep -q` under pipefail
+# fails at random when grep exits early and ninja dies of SIGPIPE.
+targets=$(ninja -C "$BUILD_DIR" -t targets all 2>/dev/null || true)
+if ! grep -q '^granary_python:' <<<"$targets"; then
   echo "install_python: $BUILD_DIR has no Python module (GRANARY_BUILD_PYTHON is OFF, or" \
     "pybind11-dev / python3-dev are missing: run scripts/setup.sh and reconfigure)" >&2
   exit 1
