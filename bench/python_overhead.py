@@ -38,6 +38,16 @@ def cpp_rate(bench, master, mode, block, batch, duration):
         return json.load(open(out.name))[0]["keys_per_s"]
 
 
+def remove_all(client, prefix):
+    """Removes every key under `prefix` of the client's tenant (granary_bench leaves its
+    working set in the store; the next run must not find the store fuller)."""
+    while True:
+        keys = [o.key for o in client.list(prefix, 10000).objects]
+        if not keys:
+            return
+        client.batch_remove(keys, force=True)
+
+
 def py_rate(store, mode, block, batch, duration, run):
     import numpy as np
     ws_keys = max(batch, max(block * batch * 8, 64 << 20) // block // batch * batch)
@@ -70,10 +80,9 @@ def py_rate(store, mode, block, batch, duration, run):
                 busy += time.perf_counter() - t0
                 keys_done += sum(1 for x in r if x == block)
         return keys_done / busy if busy > 0 else 0.0
-    finally:
-        if mode == "get":
-            for i in range(0, ws_keys, batch):
-                store.batch_remove([key(i + j) for j in range(batch)], force=True)
+    finally:  # what this run stored goes, so the next run starts from the same empty store
+        for i in range(0, ws_keys, batch):
+            store.batch_remove([key(i + j) for j in range(batch)], force=True)
         store.unregister_buffer(base)
 
 
@@ -92,6 +101,7 @@ def main():
     os.environ["GRANARY_BIN_DIR"] = os.path.join(args.build, "bin")
     from granary_cluster import Cluster
     from granary.mooncake import MooncakeDistributedStore
+    import granary
 
     sizes = [int(s) for s in args.sizes.split(",")]
     bench = os.path.join(args.build, "bin", "granary_bench")
@@ -101,18 +111,22 @@ def main():
             # A fresh master and node per shape, so that one shape's keys never fill the store
             # for the next; within it the tools alternate, and which goes first alternates too.
             with Cluster(segment_size="2GB") as c:
+                bench_tenant = granary.Client(master=c.master, tenant_id="bench")
                 store = MooncakeDistributedStore()
                 rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", c.master)
                 assert rc == 0, f"setup returned {rc}"
                 cpp, py = [], []
                 for r in range(args.rounds):
-                    run_cpp = lambda: cpp.append(
-                        cpp_rate(bench, c.master, mode, block, args.batch, args.duration))
+                    def run_cpp():
+                        cpp.append(cpp_rate(bench, c.master, mode, block, args.batch,
+                                            args.duration))
+                        remove_all(bench_tenant, "bench/")
                     run_py = lambda: py.append(
                         py_rate(store, mode, block, args.batch, args.duration, r))
                     for f in ((run_cpp, run_py) if r % 2 == 0 else (run_py, run_cpp)):
                         f()
                 store.close()
+                bench_tenant.close()
             row = {"mode": mode, "block_size": block, "batch": args.batch,
                    "cpp_keys_per_s": statistics.median(cpp),
                    "python_keys_per_s": statistics.median(py)}
