@@ -228,10 +228,7 @@ class MooncakeDistributedStore:
             LOG.negative(w, codes.INVALID_PARAMS, f"bad client settings: {e}")
             return codes.INVALID_PARAMS
         node = None
-        if segment_size > 0 and not hasattr(_core, "EmbeddedNode"):
-            LOG.once(f"{w}: global_segment_size={segment_size} asked for an embedded segment, "
-                     "but this granary module has no EmbeddedNode; contributing nothing")
-        elif segment_size > 0:
+        if segment_size > 0:
             try:
                 node = _core.EmbeddedNode(master or client.master, segment_size, hostname=host,
                                           port=port)

@@ -23,8 +23,6 @@ from mooncake_util import addr, env, np_buf, payload, setup_args, store_on
 
 # `cluster` (conftest.py): one master and node per module and transport (default, UCX_TLS=tcp).
 CLUSTER_ARGS = {"nodes": 1, "segment_size": "128MB"}
-needs_embedded = pytest.mark.skipif(not hasattr(granary, "EmbeddedNode"),
-                                    reason="the core module has no EmbeddedNode yet")
 
 
 @pytest.fixture
@@ -332,8 +330,6 @@ def test_unknown_setup_keyword_raises_type_error_naming_only_it(cluster):
     assert s.health_check() == 1  # nothing was set up
 
 
-@pytest.mark.skipif(not hasattr(granary, "_testing_add_fake_device_range"),
-                    reason="the core module has no fake device ranges yet")
 def test_device_pointer_refused_with_600_and_untouched(store):
     key = k("dev")
     assert store.put(key, payload(key, 4096)) == 0
@@ -348,9 +344,9 @@ def test_device_pointer_refused_with_600_and_untouched(store):
         assert store.batch_get_into([key], [base], [8192]) == [-600]
         assert store.batch_put_from_multi_buffers([k("dev4")], [[base]], [[4096]]) == [-600]
         assert store.batch_get_into_multi_buffers([key], [[base]], [[8192]]) == [-600]
-        if hasattr(granary, "_is_device_pointer"):  # the layer's own gather/scatter
-            assert store.batch_get_into_multi_buffers([key], [[base, base + 4096]],
-                                                      [[4096, 4096]]) == [-600]
+        # the layer's own gather/scatter path checks too
+        assert store.batch_get_into_multi_buffers([key], [[base, base + 4096]],
+                                                  [[4096, 4096]]) == [-600]
     finally:
         granary._testing_clear_fake_device_ranges()
     assert (fake == 0x11).all()
@@ -401,8 +397,7 @@ def test_replica_descriptors(store, cluster):
     assert d.is_memory_replica() and not d.is_disk_replica() and not d.is_local_disk_replica()
     bd = d.get_memory_descriptor().buffer_descriptor
     assert bd.size == 3000
-    if hasattr(granary.ObjectInfo, "replica_addresses"):
-        assert bd.transport_endpoint.startswith("127.0.0.1:")
+    assert bd.transport_endpoint.startswith("127.0.0.1:")
     assert store.get_replica_desc("absent-" + key) == []
     both = store.batch_get_replica_desc([key, "absent-" + key])
     assert len(both[key]) == 1 and both["absent-" + key] == []
@@ -435,7 +430,6 @@ def test_setup_fails_with_code_when_master_unreachable_or_empty():
     assert s.health_check() == 1
 
 
-@needs_embedded
 def test_global_segment_size_starts_an_embedded_node(cluster):
     before = cluster.segment_count()
     s = MooncakeDistributedStore()
