@@ -9,14 +9,17 @@
 #   - bench/python_overhead.py: the Mooncake-compatible Python class against granary_bench.
 # Each figure is the median of RUNS runs. Prints a table with ratios, writes
 # bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
-# Usage: bench/compare.sh [--quick]   (env: RUNS, SIZES, DURATION, BUILD_DIR)
+# Usage: bench/compare.sh [--quick]   (env: RUNS, PY_ROUNDS, SIZES, DURATION, BUILD_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
+# The Python rows move by +-15% between 3-round runs (1 MiB put: 0.82x, then 1.00x and 0.98x
+# with 5 rounds); 5 rounds of each side per shape.
+PY_ROUNDS="${PY_ROUNDS:-5}"
 SIZES="${SIZES:-4096 65536 1048576}"
 DURATION="${DURATION:-2}"
 BATCH="${BATCH:-32}"
-if [[ "${1:-}" == "--quick" ]]; then RUNS=1; DURATION=1; fi
+if [[ "${1:-}" == "--quick" ]]; then RUNS=1; PY_ROUNDS=1; DURATION=1; fi
 source bench/common.sh
 RAW="$OUT/raw.jsonl"
 : >"$RAW"
@@ -187,7 +190,7 @@ print(json.dumps({"tool": "target", "mode": "master-bytes-per-object", "transpor
                   "block_size": r["objects"], "gbps": 0, "keys_per_s": 200}))
 PYEOF
 echo "== the Python layer: batch_get_into / batch_put_from through granary.mooncake and granary_bench"
-$PY bench/python_overhead.py --rounds "$RUNS" --duration "$DURATION" --build "$BUILD_DIR" \
+$PY bench/python_overhead.py --rounds "$PY_ROUNDS" --duration "$DURATION" --build "$BUILD_DIR" \
   --json "$OUT/python_overhead.json" --markdown "$OUT/python_overhead.md"
 
 $PY bench/summarize.py "$RAW" "$OUT"

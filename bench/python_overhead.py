@@ -11,7 +11,7 @@ goes first), so that a slow spell of the machine hits both; the figure is the me
 rounds, and the ratio is python / C++ keys per second.
 
 Usage: /usr/bin/python3 bench/python_overhead.py [--sizes 4096,65536,1048576] [--duration 2]
-       [--rounds 3] [--build build] [--json out.json]
+       [--rounds 5] [--build build] [--json out.json]
 Needs the module built (PYTHONPATH=<build>/python is set here from --build).
 """
 
@@ -96,7 +96,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4096,65536,1048576")
     ap.add_argument("--duration", type=float, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--json", default="")

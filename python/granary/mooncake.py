@@ -576,6 +576,9 @@ class MooncakeDistributedStore:
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         w = "batch_put_from"
+        c = self._client
+        if config is None and c is not None and args.plain_batch(keys, buffer_ptrs, sizes):
+            return self._put_from_many(w, c, keys, buffer_ptrs, sizes, False, False)
         keys = args.check_keys(keys, w)
         buffer_ptrs = args.check_uints(buffer_ptrs, w, "buffer_ptrs")
         sizes = args.check_uints(sizes, w, "sizes")
@@ -741,6 +744,9 @@ class MooncakeDistributedStore:
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         w = "batch_get_into"
+        c = self._client
+        if c is not None and args.plain_batch(keys, buffer_ptrs, sizes):
+            return self._get_into_many(w, c, keys, buffer_ptrs, sizes)
         keys = args.check_keys(keys, w)
         buffer_ptrs = args.check_uints(buffer_ptrs, w, "buffer_ptrs")
         sizes = args.check_uints(sizes, w, "sizes")

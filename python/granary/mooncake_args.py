@@ -41,6 +41,24 @@ def valid_str_keys(keys):
             and max(map(len, keys)) <= MAX_KEY_BYTES // 4)  # <= 4 UTF-8 bytes per character
 
 
+_STR = {str}
+_INT = {int}
+
+
+def plain_batch(keys, ptrs, sizes):
+    """True for the common batch call, which then needs no other check: three lists of one
+    length n > 0; keys non-empty str surely within the length limit; addresses ints >= 0; sizes
+    ints > 0. One C-level pass per test and no Python loop (an engine's 32-key batch spends
+    about 3 us here); anything else takes the checked path, which names what is wrong."""
+    if type(keys) is not list or type(ptrs) is not list or type(sizes) is not list:
+        return False
+    n = len(keys)
+    return (n > 0 and len(ptrs) == n and len(sizes) == n and set(map(type, keys)) == _STR
+            and set(map(type, ptrs)) == _INT and set(map(type, sizes)) == _INT
+            and min(ptrs) >= 0 and min(sizes) > 0 and min(map(len, keys)) > 0
+            and max(map(len, keys)) <= MAX_KEY_BYTES // 4)  # <= 4 UTF-8 bytes per character
+
+
 def check_keys(keys, where):
     if type(keys) is list and valid_str_keys(keys):
         return keys
