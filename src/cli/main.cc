@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cli/admin.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mutex.h"
@@ -41,10 +43,23 @@ DEFINE_string(adapter_id, "", "kvkey/lookup: LoRA adapter id (empty = none)");
 DEFINE_bool(lease, false, "lookup: lease the present blocks");
 DEFINE_string(to, "", "copy/move: the destination node (node id or host:port from 'segments')");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
+DEFINE_string(admin, "",
+              "Admin API HOST:PORT for tenants, nodes and health (default: the master's host "
+              "and port 9003)");
+DEFINE_string(admin_token_file, "",
+              "File holding the admin bearer token (the master's --admin_token_file), for "
+              "tenants set and tenants rm");
+DEFINE_string(quota, "", "tenants set: the tenant's requested byte quota (e.g. 64GB)");
+DEFINE_string(max_entries, "",
+              "tenants set: the most entries the tenant may hold (its oldest are evicted "
+              "beyond it); empty = no entry limit");
+DEFINE_bool(deep, false, "health: also probe a node through the master (one round trip)");
 
 namespace {
 
-constexpr int kOk = 0, kRefused = 1, kUsage = 2;
+using granary::cli::kOk;
+using granary::cli::kRefused;
+using granary::cli::kUsage;
 
 const char* kUsageText =
     "granary [--master=HOST:PORT] [--tenant_id=T] [--tenant_token_file=FILE] [--config=FILE] "
@@ -60,7 +75,13 @@ const char* kUsageText =
     "  move KEY --to NODE  move a replica of KEY to NODE\n"
     "  kvkey encode HASH   print the structured key (--model, --hash_scheme, [--adapter_id])\n"
     "  kvkey decode KEY    print a structured key's fields\n"
-    "  lookup HASH...      how many leading blocks of the chain are present (--model, ...)\n";
+    "  lookup HASH...      how many leading blocks of the chain are present (--model, ...)\n"
+    "admin commands, over the admin API (--admin=HOST:PORT, --admin_token_file=FILE):\n"
+    "  tenants             every tenant's quota, charge, in-flight bytes and entries\n"
+    "  tenants set T --quota=SIZE [--max_entries=N]   create or change tenant T's quota\n"
+    "  tenants rm T        delete tenant T (it must hold no objects)\n"
+    "  nodes               nodes with their segments, tier, pool and usage\n"
+    "  health              the master's status and role ([--deep]: probe a node too)\n";
 
 int Usage(const std::string& why) {
   std::cerr << "granary: " << why << "\n\n" << kUsageText;
@@ -148,7 +169,8 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
 // The argument counts each command takes; kOk when they fit, else the usage error's code.
 int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
   static const std::vector<std::string> kCommands = {
-      "put", "get", "rm", "exists", "stat", "ls", "segments", "copy", "move", "kvkey", "lookup"};
+      "put",  "get",  "rm",    "exists", "stat",    "ls",    "segments",
+      "copy", "move", "kvkey", "lookup", "tenants", "nodes", "health"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     return Usage("unknown command '" + cmd + "'");
   }
@@ -167,7 +189,63 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "lookup" && (args.empty() || FLAGS_model.empty() || FLAGS_hash_scheme.empty())) {
     return Usage("lookup takes HASH... with --model and --hash_scheme");
   }
+  if ((cmd == "nodes" || cmd == "health") && !args.empty()) {
+    return Usage(cmd + " takes no arguments");
+  }
+  if (cmd == "tenants" && !args.empty() &&
+      !(args.size() == 2 && (args[0] == "set" || args[0] == "rm"))) {
+    return Usage("tenants takes no arguments, 'set TENANT --quota=SIZE' or 'rm TENANT'");
+  }
+  if (cmd == "tenants" && !args.empty() && args[0] == "set" && FLAGS_quota.empty()) {
+    return Usage("tenants set takes --quota=SIZE");
+  }
+  if (cmd == "tenants" && (args.empty() || args[0] != "set") &&
+      (!FLAGS_quota.empty() || !FLAGS_max_entries.empty())) {
+    return Usage("--quota and --max_entries go with 'tenants set'");
+  }
   return kOk;
+}
+
+// tenants set: --quota and --max_entries parsed; nullopt (after the usage message) when bad.
+std::optional<granary::cli::TenantSetting> ParseTenantSetting(int* rc) {
+  granary::cli::TenantSetting t;
+  auto quota = granary::ParseSize(FLAGS_quota);
+  if (!quota.ok()) {
+    *rc = Usage(absl::StrCat("--quota '", FLAGS_quota, "': ", quota.status().message()));
+    return std::nullopt;
+  }
+  t.quota_bytes = *quota;
+  if (!FLAGS_max_entries.empty()) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(FLAGS_max_entries, &n)) {
+      *rc = Usage(
+          absl::StrCat("--max_entries '", FLAGS_max_entries, "' is not a whole number of entries"));
+      return std::nullopt;
+    }
+    t.max_entries = n;
+  }
+  return t;
+}
+
+// tenants, nodes, health: the admin API, no master session.
+int RunAdminCommand(const std::string& cmd, const std::vector<std::string>& args) {
+  std::optional<granary::cli::TenantSetting> setting;
+  if (cmd == "tenants" && !args.empty() && args[0] == "set") {
+    int rc = kOk;
+    setting = ParseTenantSetting(&rc);
+    if (!setting.has_value()) return rc;
+  }
+  std::string master = FLAGS_master;
+  if (master.empty() && FLAGS_admin.empty()) {
+    auto options = LoadOptions();  // the master address from the config or the environment
+    if (!options.ok()) return Usage(std::string(options.status().message()));
+    master = options->master_server_address;
+  }
+  auto target = granary::cli::ResolveAdminTarget(FLAGS_admin, master, FLAGS_admin_token_file);
+  if (!target.ok()) return Usage(std::string(target.status().message()));
+  if (cmd == "tenants") return granary::cli::RunTenants(*target, args, setting);
+  if (cmd == "nodes") return granary::cli::RunNodes(*target);
+  return granary::cli::RunHealth(*target, FLAGS_deep);
 }
 
 std::optional<std::string> AdapterFlag() {
@@ -315,6 +393,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (int rc = CheckArgs(cmd, args); rc != kOk) return rc;
   if (cmd == "kvkey") return RunKvKey(args);
+  if (cmd == "tenants" || cmd == "nodes" || cmd == "health") return RunAdminCommand(cmd, args);
 
   auto options = LoadOptions();
   if (!options.ok()) return Usage(std::string(options.status().message()));

@@ -20,7 +20,7 @@ inline constexpr absl::string_view kSizeUnitsHelp =
 // ParseSize, and also rejects 0.
 [[nodiscard]] absl::StatusOr<uint64_t> ParsePositiveSize(absl::string_view text);
 
-// 1536 -> "1.5 KB", 1048576 -> "1 MB" (binary units, as ParseSize reads them).
+// 1536 -> "1.50 KB", 1048576 -> "1 MB" (binary units, as ParseSize reads them).
 std::string FormatSize(uint64_t bytes);
 
 }  // namespace granary
