@@ -48,13 +48,64 @@ std::string FormatValue(double v) {
 }
 }  // namespace
 
-void MetricsWriter::Write(absl::string_view type, absl::string_view name, absl::string_view help,
-                          const MetricLabels& labels, double value) {
+MetricHistogram::MetricHistogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), buckets_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
+  for (size_t i = 0; i <= bounds_.size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
+}
+
+void MetricHistogram::Observe(double v) {
+  // The first bound >= v: Prometheus buckets are "less than or equal to le".
+  size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  double cur = sum_.load(std::memory_order_relaxed);
+  while (!sum_.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
+  }
+}
+
+std::vector<uint64_t> MetricHistogram::bucket_counts() const {
+  std::vector<uint64_t> out(bounds_.size() + 1);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = buckets_[i].load(std::memory_order_relaxed);
+  return out;
+}
+
+std::vector<double> LatencyBucketsSeconds() {
+  std::vector<double> b;
+  double decade = 1e-5;
+  for (int i = 0; i < 6; ++i, decade *= 10) {  // 10 us ... 5 s
+    for (double step : {1.0, 2.5, 5.0}) b.push_back(decade * step);
+  }
+  return b;
+}
+
+void MetricsWriter::Family(absl::string_view type, absl::string_view name, absl::string_view help) {
   if (std::find(seen_.begin(), seen_.end(), name) == seen_.end()) {
     seen_.emplace_back(name);
     absl::StrAppend(&out_, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
   }
+}
+
+void MetricsWriter::Write(absl::string_view type, absl::string_view name, absl::string_view help,
+                          const MetricLabels& labels, double value) {
+  Family(type, name, help);
   absl::StrAppend(&out_, name, LabelText(labels), " ", FormatValue(value), "\n");
+}
+
+void MetricsWriter::Histogram(absl::string_view name, absl::string_view help,
+                              const MetricLabels& labels, const MetricHistogram& h) {
+  Family("histogram", name, help);
+  const std::vector<uint64_t> counts = h.bucket_counts();
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    cumulative += counts[i];
+    MetricLabels with_le = labels;
+    with_le.emplace_back("le", i < h.bounds().size() ? FormatValue(h.bounds()[i]) : "+Inf");
+    absl::StrAppend(&out_, name, "_bucket", LabelText(with_le), " ",
+                    FormatValue(static_cast<double>(cumulative)), "\n");
+  }
+  absl::StrAppend(&out_, name, "_sum", LabelText(labels), " ", FormatValue(h.sum()), "\n");
+  absl::StrAppend(&out_, name, "_count", LabelText(labels), " ",
+                  FormatValue(static_cast<double>(cumulative)), "\n");
 }
 void MetricsWriter::Counter(absl::string_view name, absl::string_view help,
                             const MetricLabels& labels, double value) {
@@ -65,32 +116,40 @@ void MetricsWriter::Gauge(absl::string_view name, absl::string_view help,
   Write("gauge", name, help, labels, value);
 }
 
-MetricCounter* MetricsRegistry::Counter(absl::string_view name, absl::string_view help,
-                                        const MetricLabels& labels) {
-  granary::MutexLock lock(&mu_);
-  std::string id = absl::StrCat(name, LabelText(labels));
-  Entry& e = entries_[id];
-  if (!e.counter) {
+MetricsRegistry::Entry& MetricsRegistry::EntryFor(absl::string_view name, absl::string_view help,
+                                                  const MetricLabels& labels) {
+  Entry& e = entries_[absl::StrCat(name, LabelText(labels))];
+  if (e.name.empty()) {
     e.name = std::string(name);
     e.help = std::string(help);
     e.labels = labels;
-    e.counter = std::make_unique<MetricCounter>();
   }
+  return e;
+}
+
+MetricCounter* MetricsRegistry::Counter(absl::string_view name, absl::string_view help,
+                                        const MetricLabels& labels) {
+  granary::MutexLock lock(&mu_);
+  Entry& e = EntryFor(name, help, labels);
+  if (!e.counter) e.counter = std::make_unique<MetricCounter>();
   return e.counter.get();
 }
 
 MetricGauge* MetricsRegistry::Gauge(absl::string_view name, absl::string_view help,
                                     const MetricLabels& labels) {
   granary::MutexLock lock(&mu_);
-  std::string id = absl::StrCat(name, LabelText(labels));
-  Entry& e = entries_[id];
-  if (!e.gauge) {
-    e.name = std::string(name);
-    e.help = std::string(help);
-    e.labels = labels;
-    e.gauge = std::make_unique<MetricGauge>();
-  }
+  Entry& e = EntryFor(name, help, labels);
+  if (!e.gauge) e.gauge = std::make_unique<MetricGauge>();
   return e.gauge.get();
+}
+
+MetricHistogram* MetricsRegistry::Histogram(absl::string_view name, absl::string_view help,
+                                            const MetricLabels& labels,
+                                            std::vector<double> bounds) {
+  granary::MutexLock lock(&mu_);
+  Entry& e = EntryFor(name, help, labels);
+  if (!e.histogram) e.histogram = std::make_unique<MetricHistogram>(std::move(bounds));
+  return e.histogram.get();
 }
 
 void MetricsRegistry::AddCollector(std::function<void(MetricsWriter&)> collector) {
@@ -106,6 +165,7 @@ std::string MetricsRegistry::Render() const {
     for (const auto& [id, e] : entries_) {
       if (e.counter) w.Counter(e.name, e.help, e.labels, static_cast<double>(e.counter->value()));
       if (e.gauge) w.Gauge(e.name, e.help, e.labels, e.gauge->value());
+      if (e.histogram) w.Histogram(e.name, e.help, e.labels, *e.histogram);
     }
     collectors = collectors_;
   }

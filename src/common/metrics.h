@@ -41,6 +41,32 @@ class MetricGauge {
   std::atomic<double> value_{0};
 };
 
+// A distribution of observations over fixed bucket bounds, exported as a Prometheus histogram
+// (cumulative _bucket{le=...} series, _sum and _count). Observe is lock-free: one relaxed
+// atomic add on the bucket, the count and the sum (a CAS loop), so a hot path can afford it
+// (about 20 ns uncontended). A scrape reads the buckets one by one, so it may see an
+// observation in _count before its bucket; Prometheus tolerates that skew.
+class MetricHistogram {
+ public:
+  // `bounds`: the buckets' upper bounds, strictly increasing; +Inf is implied.
+  explicit MetricHistogram(std::vector<double> bounds);
+  void Observe(double v);
+  const std::vector<double>& bounds() const { return bounds_; }
+  // Per bucket, not cumulative: bounds().size() + 1 counts, the last one above every bound.
+  std::vector<uint64_t> bucket_counts() const;
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  double sum() const { return sum_.load(std::memory_order_relaxed); }
+
+ private:
+  std::vector<double> bounds_;
+  std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
+  std::atomic<uint64_t> count_{0};
+  std::atomic<double> sum_{0};
+};
+
+// Bounds in seconds from 10 us to 5 s in 1-2.5-5 steps (18): the master's request times.
+std::vector<double> LatencyBucketsSeconds();
+
 // Accumulates Prometheus text exposition; writes # HELP / # TYPE once per family.
 class MetricsWriter {
  public:
@@ -48,11 +74,14 @@ class MetricsWriter {
                double value);
   void Gauge(absl::string_view name, absl::string_view help, const MetricLabels& labels,
              double value);
+  void Histogram(absl::string_view name, absl::string_view help, const MetricLabels& labels,
+                 const MetricHistogram& h);
   std::string Take() { return std::move(out_); }
 
  private:
   void Write(absl::string_view type, absl::string_view name, absl::string_view help,
              const MetricLabels& labels, double value);
+  void Family(absl::string_view type, absl::string_view name, absl::string_view help);
   std::string out_;
   std::vector<std::string> seen_;
 };
@@ -67,6 +96,9 @@ class MetricsRegistry {
                          const MetricLabels& labels = {});
   MetricGauge* Gauge(absl::string_view name, absl::string_view help,
                      const MetricLabels& labels = {});
+  // The same name and labels give the same histogram (the first call's bounds stay).
+  MetricHistogram* Histogram(absl::string_view name, absl::string_view help,
+                             const MetricLabels& labels, std::vector<double> bounds);
   void AddCollector(std::function<void(MetricsWriter&)> collector);
   std::string Render() const;
 
@@ -76,7 +108,11 @@ class MetricsRegistry {
     MetricLabels labels;
     std::unique_ptr<MetricCounter> counter;
     std::unique_ptr<MetricGauge> gauge;
+    std::unique_ptr<MetricHistogram> histogram;
   };
+  // The entry of one series (name and labels), created empty on first use.
+  Entry& EntryFor(absl::string_view name, absl::string_view help, const MetricLabels& labels)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable granary::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(MetricsWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);

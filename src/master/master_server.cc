@@ -5,6 +5,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -46,8 +47,26 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
                            transport::Worker::Create(s->ctx_.get(), "master", &s->metrics_));
   transport::RpcServer::Callbacks cb;
   MasterServer* raw = s.get();
+  // Request times by type: what the master itself spends per call (decode, the service's work
+  // under its locks, encode), without the network; a client's latency is this plus round trips.
+  for (uint16_t t = static_cast<uint16_t>(proto::MsgType::kHello);
+       t <= static_cast<uint16_t>(proto::MsgType::kPush); ++t) {
+    const std::string name = proto::MsgTypeName(t);
+    if (name == "Fetch" || name == "Push" || name == "Stat") continue;  // node calls / unused
+    s->request_seconds_.resize(t + 1, nullptr);
+    s->request_seconds_[t] = s->metrics_.Histogram(
+        "granary_master_request_seconds",
+        "Time the master spends handling one request, by message type (no network)", {{"op", name}},
+        LatencyBucketsSeconds());
+  }
   cb.on_request = [raw](transport::RpcServer::ConnId c, const proto::FrameView& f) {
-    return raw->Dispatch(c, f);
+    const int64_t t0 = MonotonicNs();
+    auto reply = raw->Dispatch(c, f);
+    const uint16_t type = f.header.type;
+    if (type < raw->request_seconds_.size() && raw->request_seconds_[type] != nullptr) {
+      raw->request_seconds_[type]->Observe(static_cast<double>(MonotonicNs() - t0) * 1e-9);
+    }
+    return reply;
   };
   cb.on_disconnect = [raw](transport::RpcServer::ConnId c) { raw->service_->SessionClosed(c); };
   GRANARY_ASSIGN_OR_RETURN(

@@ -63,6 +63,10 @@ class MasterServer {
   std::atomic<bool> stopping_{false};
   granary::Notification stopped_;
   MetricCounter* bad_requests_ = nullptr;
+  // granary_master_request_seconds{op}: the time Dispatch takes per request, by message type
+  // (index = MsgType; null for types the master does not serve). Filled before the RPC server
+  // starts, read-only afterwards.
+  std::vector<MetricHistogram*> request_seconds_;
 };
 
 }  // namespace granary::master
