@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds Granary into build/ (binaries in build/bin). Extra arguments go to cmake.
+# Environment: GRANARY_BUILD_DIR (build), GRANARY_JOBS (nproc), GRANARY_BUILD_TARGETS (all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${GRANARY_BUILD_DIR:-build}"
@@ -15,4 +16,10 @@ if [[ ! -f "$BUILD_DIR/build.ninja" ]] || (( $# > 0 )); then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${LAUNCHER[@]}" "$@" \
     >/dev/null
 fi
-cmake --build "$BUILD_DIR" -j "$JOBS"
+# GRANARY_BUILD_TARGETS (space-separated) builds only those, as the demo does; default: all.
+read -r -a TARGETS <<<"${GRANARY_BUILD_TARGETS:-}"
+if (( ${#TARGETS[@]} > 0 )); then
+  cmake --build "$BUILD_DIR" -j "$JOBS" --target "${TARGETS[@]}"
+else
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+fi
