@@ -6,12 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -95,7 +98,74 @@ int Fail(const std::string& what, const absl::Status& st) {
   return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st) ? kUsage : kRefused;
 }
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
+// A progress line on stderr for long transfers: "\r<what>: <bytes> of <total> (<rate>)",
+// redrawn at most every 100 ms, and only when stderr is a terminal (never in a pipe or a log).
+// Update and Done are called by one thread (the command's), Tick by the ticker thread of a
+// transfer; one mutex orders their writes.
+class Progress {
+ public:
+  Progress(std::string what, uint64_t total)
+      : what_(std::move(what)), total_(total), on_(isatty(2) == 1), t0_(granary::MonotonicUs()) {}
+  ~Progress() { Done(); }
+  bool on() const { return on_; }
+  // `done` bytes of the phase `phase` ("read", "sent", "written") are through.
+  void Update(const char* phase, uint64_t done) {
+    if (!on_) return;
+    granary::MutexLock lock(&mu_);
+    const int64_t now = granary::MonotonicUs();
+    if (now - last_us_ < 100'000 && done < total_) return;
+    last_us_ = now;
+    const double s = static_cast<double>(std::max<int64_t>(now - t0_, 1)) / 1e6;
+    std::string line = absl::StrFormat("%s: %s %s", what_, granary::FormatSize(done), phase);
+    if (total_ > 0) {
+      absl::StrAppendFormat(&line, " of %s (%.0f%%)", granary::FormatSize(total_),
+                            100.0 * static_cast<double>(done) / static_cast<double>(total_));
+    }
+    absl::StrAppendFormat(&line, ", %s/s, %.1f s",
+                          granary::FormatSize(static_cast<uint64_t>(static_cast<double>(done) / s)),
+                          s);
+    fprintf(stderr, "\r\033[K%s", line.c_str());
+    drawn_ = true;
+  }
+  // The transfer itself is one call: while it runs, a line says how long it has taken.
+  template <typename F>
+  auto Around(const char* phase, F&& call) {
+    if (!on_) return call();
+    std::atomic<bool> finished{false};
+    std::thread ticker([&] {
+      while (!finished.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (finished.load()) break;
+        granary::MutexLock lock(&mu_);
+        const double s = static_cast<double>(granary::MonotonicUs() - t0_) / 1e6;
+        fprintf(stderr, "\r\033[K%s: %s %s, %.1f s", what_.c_str(), phase,
+                granary::FormatSize(total_).c_str(), s);
+        drawn_ = true;
+      }
+    });
+    auto result = call();
+    finished.store(true);
+    ticker.join();
+    return result;
+  }
+  // Clears the line, so the command's own summary line follows on a clean terminal.
+  void Done() {
+    granary::MutexLock lock(&mu_);
+    if (drawn_) fprintf(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  const std::string what_;
+  const uint64_t total_;
+  const bool on_;
+  const int64_t t0_;
+  granary::Mutex mu_;
+  int64_t last_us_ ABSL_GUARDED_BY(mu_) = 0;
+  bool drawn_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::StatusOr<std::string> ReadAll(const std::string& path, Progress* progress = nullptr) {
   int fd = path == "-" ? 0 : open(path.c_str(), O_RDONLY);
   if (fd < 0)
     return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
@@ -112,12 +182,14 @@ absl::StatusOr<std::string> ReadAll(const std::string& path) {
     }
     if (n == 0) break;
     data.append(buf, n);
+    if (progress != nullptr) progress->Update("read", data.size());
   }
   if (fd != 0) close(fd);
   return data;
 }
 
-absl::Status WriteAll(const std::string& path, const std::string& data) {
+absl::Status WriteAll(const std::string& path, const std::string& data,
+                      Progress* progress = nullptr) {
   int fd = path == "-" ? 1 : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0)
     return absl::InternalError(absl::StrCat("cannot create '", path, "': ", strerror(errno)));
@@ -130,6 +202,7 @@ absl::Status WriteAll(const std::string& path, const std::string& data) {
       return absl::InternalError(absl::StrCat("writing '", path, "': ", strerror(errno)));
     }
     off += n;
+    if (progress != nullptr) progress->Update("written", off);
   }
   if (fd != 1) close(fd);
   return absl::OkStatus();
@@ -271,23 +344,44 @@ int RunKvKey(const std::vector<std::string>& args) {
   return kOk;
 }
 
+// Files at least this large get a progress line on a terminal.
+constexpr uint64_t kProgressBytes = 64ull << 20;
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  return path != "-" && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : 0;
+}
+
 int RunPut(granary::Client& c, const std::vector<std::string>& args) {
-  auto data = ReadAll(args.size() > 1 ? args[1] : "-");
+  const std::string path = args.size() > 1 ? args[1] : "-";
+  const uint64_t size = FileSize(path);
+  std::optional<Progress> progress;
+  if (size >= kProgressBytes || path == "-") progress.emplace("put " + args[0], size);
+  auto data = ReadAll(path, progress ? &*progress : nullptr);
   if (!data.ok()) return Usage(std::string(data.status().message()));
   int64_t t0 = granary::MonotonicUs();
-  absl::Status st = c.Put(args[0], *data);
+  absl::Status st = progress && data->size() >= kProgressBytes
+                        ? progress->Around("sending", [&] { return c.Put(args[0], *data); })
+                        : c.Put(args[0], *data);
   int64_t us = granary::MonotonicUs() - t0;
+  if (progress) progress->Done();
   if (!st.ok()) return Fail("put '" + args[0] + "'", st);
   std::cerr << "put " << args[0] << ": " << Rate(data->size(), us) << "\n";
   return kOk;
 }
 
 int RunGet(granary::Client& c, const std::vector<std::string>& args) {
+  // The size first (one metadata call), so that a large value gets its progress line.
+  auto info = c.Stat(args[0]);
+  std::optional<Progress> progress;
+  if (info.ok() && info->size >= kProgressBytes) progress.emplace("get " + args[0], info->size);
   int64_t t0 = granary::MonotonicUs();
-  auto v = c.Get(args[0]);
+  auto v =
+      progress ? progress->Around("receiving", [&] { return c.Get(args[0]); }) : c.Get(args[0]);
   int64_t us = granary::MonotonicUs() - t0;
   if (!v.ok()) return Fail("get '" + args[0] + "'", v.status());
-  absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v);
+  absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v, progress ? &*progress : nullptr);
+  if (progress) progress->Done();
   if (!st.ok()) return Fail("get '" + args[0] + "'", st);
   std::cerr << "get " << args[0] << ": " << Rate(v->size(), us) << "\n";
   return kOk;
