@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures granary side by side with its reference tools, in one run, on loopback:
 #   - ucx_perftest ucp_get / ucp_put_bw at the same block sizes and UCX transports,
-#   - redis-server + redis-benchmark GET/SET with -d equal to the block size,
+#   - redis-server + redis-benchmark GET/SET with -d equal to the block size and -r over as
+#     many distinct keys as granary's 128 MB working set,
 #   - granary_bench get / put against a master and node started here, with one client thread
 #     and with two (redis-benchmark runs -c 2),
 #   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling),
@@ -63,8 +64,12 @@ redis_bench() {  # size
   for _ in $(seq 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
   n=$(( size >= 1048576 ? 3000 : (size >= 65536 ? 30000 : 300000) ))
   local pipe=1; (( size <= 4096 )) && pipe="$BATCH"
-  local csv
-  csv=$(redis-benchmark -p "$p" -t set,get -d "$size" -n "$n" -c 2 -P "$pipe" --csv 2>/dev/null)
+  # Like with like: granary_bench moves a 128 MB working set of distinct keys, so Redis gets
+  # -r over as many distinct keys (without -r every request hits one cache-resident key). SET
+  # runs first with n >= 9x the key space, so the GETs find (nearly) every key present.
+  local keys=$(( (128 << 20) / size )) csv
+  csv=$(redis-benchmark -p "$p" -t set,get -d "$size" -n "$n" -r "$keys" -c 2 -P "$pipe" --csv \
+    2>/dev/null)
   kill "$srv"; wait "$srv" 2>/dev/null || true
   local set get
   set=$(grep '^"SET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
