@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   clang clang-format libclang-rt-14-dev ccache
   etcd-server etcd-client
-  pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
+  pybind11-dev python3-dev python3-pytest python3-numpy python3-torch python3-yaml
 )
 # Extra packages for bench/compare.sh (reference tools and the plot).
 if [[ "${GRANARY_SETUP_BENCH:-0}" == "1" ]]; then

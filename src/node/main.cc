@@ -1,13 +1,17 @@
 // granary_node: contributes pinned host memory (and GPU memory) to a Granary cluster.
 #include <gflags/gflags.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/size.h"
+#include "node/cgroup.h"
 #include "node/node_server.h"
 
 DEFINE_string(master, "127.0.0.1:50051", "Master address host:port");
@@ -22,8 +26,15 @@ DEFINE_string(local_hostname, "",
 DEFINE_uint32(metrics_port, 9103, "HTTP port for /metrics and /health (0 = any)");
 DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
 DEFINE_string(pool, "", "Dedicate this node's segments to one tenant");
-DEFINE_string(cgroup, "", "Memory cgroup to run in (not implemented yet)");
-DEFINE_string(memory_limit, "", "Memory limit of --cgroup (not implemented yet)");
+DEFINE_string(cgroup, "",
+              "Run in this memory cgroup (v1 or v2), created under the node's own cgroup "
+              "before anything else starts; needs --memory_limit");
+DEFINE_string(memory_limit, "",
+              "The --cgroup's memory limit (e.g. 36GB): the segments, --memory_reserve and "
+              "what the cgroup already holds must fit under it, or the node refuses to start");
+DEFINE_string(memory_reserve, "",
+              "Room under --memory_limit for UCX, threads, page tables and heap (default: "
+              "64 MB or 3% of the segments, whichever is more)");
 DEFINE_bool(virtual_segments, false, "Register address space only (metadata benchmarks)");
 DEFINE_bool(huge_pages, true, "Try 2 MiB pages for mmap host segments");
 DEFINE_string(segment_memory, "ucx",
@@ -44,8 +55,32 @@ int main(int argc, char** argv) {
     return fail("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
   }
   granary::SetLogLevel(level);
-  if (!FLAGS_cgroup.empty() || !FLAGS_memory_limit.empty()) {
-    return fail("--cgroup/--memory_limit are not implemented in this build yet");
+  // The cgroup first, before UCX or any thread: what the node allocates from here on is
+  // charged to it.
+  std::unique_ptr<granary::node::NodeCgroup> cgroup;
+  if (FLAGS_cgroup.empty() != FLAGS_memory_limit.empty()) {
+    return fail(FLAGS_cgroup.empty() ? "--memory_limit '" + FLAGS_memory_limit +
+                                           "' needs --cgroup=NAME (the cgroup it limits)"
+                                     : "--cgroup '" + FLAGS_cgroup + "' needs --memory_limit=SIZE");
+  }
+  auto host_size = granary::ParseSize(FLAGS_host_segment_size);
+  if (!FLAGS_cgroup.empty() && host_size.ok()) {
+    auto limit = granary::ParsePositiveSize(FLAGS_memory_limit);
+    if (!limit.ok()) return fail("--memory_limit: " + std::string(limit.status().message()));
+    uint64_t reserve = std::max<uint64_t>(64ull << 20, *host_size / 100 * 3);
+    if (!FLAGS_memory_reserve.empty()) {
+      auto r = granary::ParseSize(FLAGS_memory_reserve);
+      if (!r.ok()) return fail("--memory_reserve: " + std::string(r.status().message()));
+      reserve = *r;
+    }
+    auto cg = granary::node::NodeCgroup::Enter(granary::node::CgroupPaths{}, FLAGS_cgroup, *limit,
+                                               getpid());
+    if (!cg.ok()) return fail(std::string(cg.status().message()));
+    cgroup = std::move(*cg);
+    if (absl::Status st = cgroup->CheckRoom(*host_size, reserve); !st.ok()) {
+      return fail("refusing to start in cgroup " + cgroup->dir() + ": " +
+                  std::string(st.message()));
+    }
   }
   granary::node::NodeOptions o;
   o.master = FLAGS_master;
@@ -65,6 +100,16 @@ int main(int argc, char** argv) {
   o.virtual_segments = FLAGS_virtual_segments;
   o.use_huge_pages = FLAGS_huge_pages;
   o.segment_memory = FLAGS_segment_memory;
+  uint64_t usage_before = 0;
+  if (cgroup != nullptr) {
+    // hugetlb pages are charged to the hugetlb controller, not to the memory limit: under a
+    // limit they would escape it. Unlocked pages could be reclaimed behind the check.
+    if (o.use_huge_pages) LOG_INFO << "--cgroup: 2 MiB hugetlb pages off (not memory-limited)";
+    o.use_huge_pages = false;
+    o.require_mlock = true;
+    auto f = cgroup->Read();
+    if (f.ok()) usage_before = f->usage;
+  }
 
   sigset_t set;
   sigemptyset(&set);
@@ -77,6 +122,12 @@ int main(int argc, char** argv) {
     fprintf(stderr, "granary_node: %s\n", node.status().ToString().c_str());
     return 1;
   }
+  if (cgroup != nullptr) {
+    if (auto warning = cgroup->CheckCharged(usage_before, o.host_segment_size)) {
+      LOG_WARN << *warning;
+    }
+    granary::node::ExportCgroupMetrics(cgroup.get(), &(*node)->metrics());
+  }
   std::thread([&set, n = node->get()] {
     int sig = 0;
     sigwait(&set, &sig);
@@ -85,5 +136,6 @@ int main(int argc, char** argv) {
   }).detach();
   (*node)->Run();
   node->reset();
+  if (cgroup != nullptr) cgroup->Leave();  // after the segments are unmapped
   return 0;
 }

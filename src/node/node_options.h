@@ -20,6 +20,9 @@ struct NodeOptions {
   std::string pool;               // dedicated tenant pool; empty = shared
   bool virtual_segments = false;  // address space only, for metadata benchmarks
   bool use_huge_pages = true;     // try 2 MiB pages first (mmap segments)
+  // An mlock failure fails the start instead of a warning (under --cgroup: unlocked pages
+  // could be swapped or reclaimed, and the limit check assumed they stay).
+  bool require_mlock = false;
   // Who allocates host segments: "ucx" (UCP_MEM_MAP_ALLOCATE: shared memory that same-host
   // clients map and copy with plain loads and stores; falls back to mmap when UCX cannot) or
   // "mmap" (anonymous mmap, 2 MiB pages when available; same-host transfers go through cma,

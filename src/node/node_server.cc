@@ -100,6 +100,13 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
       auto* base = static_cast<volatile char*>((*region)->addr());
       for (size_t off = 0; off < (*region)->length(); off += 4096) base[off] = 0;
       bool locked = mlock((*region)->addr(), (*region)->length()) == 0;
+      if (!locked && options.require_mlock) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("host segment ", name, ": mlock of ",
+                         FormatSize(options.host_segment_size), " failed (", strerror(errno),
+                         "); under --cgroup the segment must be locked: raise RLIMIT_MEMLOCK "
+                         "(LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK"));
+      }
       if (!locked) {
         LOG_WARN << "host segment " << name << ": mlock failed (" << strerror(errno)
                  << "); the memory may be swapped";
@@ -120,6 +127,12 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
     ho.populate = !options.virtual_segments;
     ho.lock = !options.virtual_segments;
     GRANARY_ASSIGN_OR_RETURN(seg.memory, HostSegment::Create(ho));
+    if (options.require_mlock && ho.lock && !seg.memory->locked()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host segment ", name, ": mlock of ", FormatSize(ho.size),
+                       " failed; under --cgroup the segment must be locked: raise RLIMIT_MEMLOCK "
+                       "(LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK"));
+    }
     GRANARY_ASSIGN_OR_RETURN(seg.region, transport::MemoryRegion::Create(
                                              ctx_.get(), seg.memory->data(), seg.memory->size()));
     LOG_INFO << "host segment " << name << ": " << FormatSize(ho.size)

@@ -38,6 +38,8 @@ class NodeServer {
   void Shutdown();
   uint16_t listen_port() const { return listener_->port(); }
   uint16_t http_port() const { return http_.port(); }  // 0 without serve_http
+  // The registry /metrics renders; main adds the cgroup's figures to it.
+  MetricsRegistry& metrics() { return metrics_; }
   // Whether the node has a live session with the master and its segments are mounted.
   bool connected() const { return connected_->value() > 0; }
   const std::string& node_id() const { return node_id_; }
