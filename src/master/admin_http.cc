@@ -69,6 +69,8 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
             {"charged_bytes", s.charged_bytes},
             {"inflight_bytes", s.inflight_bytes},
             {"entries", s.entries},
+            {"evicted_objects", s.evicted_objects},
+            {"evicted_bytes", s.evicted_bytes},
             {"admission_closed", s.admission_closed},
             {"over_quota", s.over_quota},
             {"has_explicit_policy", s.has_explicit_policy},
