@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "master/admin_body.h"
+#include "master/dashboard.h"
 #include "master/master_service.h"
 #include "master/placement.h"
 #include "master/tenant/tenant_manager.h"
@@ -295,6 +296,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
   AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe));
   AddStoreRoutes(s, service);
   AddTenantQuotaRoutes(s, service, tenants, std::move(is_active), std::move(auth));
+  AddDashboardRoutes(s);
   GRANARY_RETURN_IF_ERROR(h->http_.Start(host, port));
   return h;
 }
