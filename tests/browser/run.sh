@@ -12,7 +12,8 @@ skip() {
   exit 77
 }
 CHROMIUM="${GRANARY_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}"
-[[ -x "$CHROMIUM" ]] || skip "no chromium found (scripts/setup.sh installs Debian's chromium)"
+[[ -x "$CHROMIUM" ]] ||
+  skip "no chromium found ('${CHROMIUM}'; scripts/setup.sh installs Debian's chromium)"
 command -v node >/dev/null || skip "no node found (scripts/setup.sh installs npm and nodejs)"
 command -v npm >/dev/null || skip "no npm found (scripts/setup.sh installs npm)"
 
