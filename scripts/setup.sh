@@ -12,7 +12,14 @@ PACKAGES=(
   clang clang-format libclang-rt-14-dev ccache
   etcd-server etcd-client
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch python3-yaml
+  chromium
 )
+# The dashboard's browser test (tests/browser) runs node and npm. A node from elsewhere (such as
+# NodeSource's nodejs, which carries its own npm) is kept: Debian's npm package would conflict
+# with it.
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
 # Extra packages for bench/compare.sh (reference tools and the plot).
 if [[ "${GRANARY_SETUP_BENCH:-0}" == "1" ]]; then
   PACKAGES+=(redis-server redis-tools gnuplot-nox)

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "master/admin_body.h"
+#include "master/dashboard.h"
 #include "master/master_service.h"
 #include "master/placement.h"
 #include "master/tenant/tenant_manager.h"
@@ -69,6 +70,8 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
             {"charged_bytes", s.charged_bytes},
             {"inflight_bytes", s.inflight_bytes},
             {"entries", s.entries},
+            {"evicted_objects", s.evicted_objects},
+            {"evicted_bytes", s.evicted_bytes},
             {"admission_closed", s.admission_closed},
             {"over_quota", s.over_quota},
             {"has_explicit_policy", s.has_explicit_policy},
@@ -293,6 +296,7 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
   AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe));
   AddStoreRoutes(s, service);
   AddTenantQuotaRoutes(s, service, tenants, std::move(is_active), std::move(auth));
+  AddDashboardRoutes(s);
   GRANARY_RETURN_IF_ERROR(h->http_.Start(host, port));
   return h;
 }

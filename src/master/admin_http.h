@@ -16,7 +16,8 @@ namespace tenant {
 class TenantManager;
 }
 
-// The master's HTTP side on --metrics_host:--metrics_port: /health, /role, /metrics
+// The master's HTTP side on --metrics_host:--metrics_port: the read-only dashboard at /
+// (dashboard.h), /health, /role, /metrics
 // (Prometheus text), /api/v1/segments, and the tenant quota API (docs/architecture.md section 5):
 //   GET/PUT/DELETE /api/v1/tenant_quotas[?tenant_id=...]
 // Runs on cpp-httplib's threads; handlers only call thread-safe objects. is_active() is the

@@ -235,7 +235,7 @@ uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::st
       Placements ps = TakeVictim(c.shard, c.slot, c.last_access, now);
       if (ps.empty()) continue;
       segments_->Free(ps);
-      ledger_->Release(picked->first, PlacedBytes(ps));
+      ledger_->ReleaseEvicted(picked->first, PlacedBytes(ps));
       ts.bytes -= std::min(ts.bytes, c.bytes);
       ++ts.evicted;
       freed += c.bytes;

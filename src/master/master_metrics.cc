@@ -59,6 +59,10 @@ void WriteTenantGauges(MetricsWriter& w, const tenant::QuotaLedger& ledger) {
               {{"tenant_id", t.tenant_id}, {"reason", "quota_exceeded"}}, t.rejects_quota);
     w.Counter("granary_tenant_quota_reject_total", help,
               {{"tenant_id", t.tenant_id}, {"reason", "admission_closed"}}, t.rejects_closed);
+    w.Counter("granary_tenant_evicted_objects_total", "Objects evicted (every reason)", l,
+              t.evicted_objects);
+    w.Counter("granary_tenant_evicted_bytes_total", "Charged bytes freed by eviction", l,
+              t.evicted_bytes);
   }
 }
 

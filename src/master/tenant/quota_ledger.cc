@@ -238,6 +238,12 @@ void QuotaLedger::Release(absl::string_view tenant, uint64_t bytes) {
   GiveBack(tenant, "Release", /*inflight_bytes=*/0, /*charged_bytes=*/bytes, /*entries=*/1);
 }
 
+void QuotaLedger::ReleaseEvicted(absl::string_view tenant, uint64_t bytes) {
+  if (IsReserved(tenant)) return;
+  GiveBack(tenant, "ReleaseEvicted", /*inflight_bytes=*/0, /*charged_bytes=*/bytes, /*entries=*/1,
+           /*evicted=*/true);
+}
+
 void QuotaLedger::ReleaseBytes(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return;
   GiveBack(tenant, "ReleaseBytes", /*inflight_bytes=*/0, /*charged_bytes=*/bytes,
@@ -245,7 +251,7 @@ void QuotaLedger::ReleaseBytes(absl::string_view tenant, uint64_t bytes) {
 }
 
 void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t inflight_bytes,
-                           uint64_t charged_bytes, uint64_t entries) {
+                           uint64_t charged_bytes, uint64_t entries, bool evicted) {
   bool forget;
   {
     granary::ReaderMutexLock lock(&mu_);
@@ -256,6 +262,10 @@ void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t in
       SubtractOrDie(account.inflight, inflight_bytes, "bytes in flight", op, tenant);
     }
     SubtractOrDie(account.charged, charged_bytes, "charged bytes", op, tenant);
+    if (evicted) {
+      account.evicted_objects.fetch_add(entries, kRelaxed);
+      account.evicted_bytes.fetch_add(charged_bytes, kRelaxed);
+    }
     forget = account.admission_closed && account.charged.load(kRelaxed) == 0 &&
              account.entries.load(kRelaxed) == 0;
   }
@@ -291,6 +301,8 @@ TenantSnapshot QuotaLedger::MakeSnapshot(const Account& account) const {
   s.rejects_quota = account.rejects_quota.load(kRelaxed);
   s.rejects_closed = account.rejects_closed.load(kRelaxed);
   s.rejects_unregistered = account.rejects_unregistered.load(kRelaxed);
+  s.evicted_objects = account.evicted_objects.load(kRelaxed);
+  s.evicted_bytes = account.evicted_bytes.load(kRelaxed);
   return s;
 }
 

@@ -32,6 +32,11 @@ struct TenantSnapshot {
   uint64_t rejects_quota = 0;   // writes refused with QUOTA_EXCEEDED
   uint64_t rejects_closed = 0;  // writes refused because admission is closed
   uint64_t rejects_unregistered = 0;
+  // Objects, and their charged bytes (every replica), that eviction took from the tenant: for
+  // space, its quota or its max_entries. Remove and node loss do not count. Kept as long as the
+  // account (a tenant dropped from the policy once empty starts again at 0).
+  uint64_t evicted_objects = 0;
+  uint64_t evicted_bytes = 0;
 };
 
 // Per-tenant byte accounting for admission at allocation time. Charging cannot race: a tenant's
@@ -95,6 +100,8 @@ class QuotaLedger {
   void Refund(absl::string_view tenant, uint64_t bytes);
   // Frees committed bytes of one entry (remove, eviction, node loss).
   void Release(absl::string_view tenant, uint64_t bytes);
+  // Release of an entry that eviction took: also counts it in evicted_objects/evicted_bytes.
+  void ReleaseEvicted(absl::string_view tenant, uint64_t bytes);
   // Frees committed bytes but keeps the entry: one replica of an object was lost and the
   // object stays with the others.
   void ReleaseBytes(absl::string_view tenant, uint64_t bytes);
@@ -147,6 +154,8 @@ class QuotaLedger {
     std::atomic<uint64_t> rejects_quota{0};
     std::atomic<uint64_t> rejects_closed{0};
     std::atomic<uint64_t> rejects_unregistered{0};
+    std::atomic<uint64_t> evicted_objects{0};
+    std::atomic<uint64_t> evicted_bytes{0};
   };
   using AccountMap = absl::flat_hash_map<std::string, std::unique_ptr<Account>>;
 
@@ -156,10 +165,12 @@ class QuotaLedger {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RecordUnregistered(absl::string_view tenant) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   TenantSnapshot MakeSnapshot(const Account& account) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Refund, Release and ReleaseBytes: takes the counts off the account (CHECKing that it holds
-  // them), then forgets a closed account that now holds nothing.
+  // Refund, Release(Evicted) and ReleaseBytes: takes the counts off the account (CHECKing that
+  // it holds them), counts an eviction when `evicted`, then forgets a closed account that now
+  // holds nothing.
   void GiveBack(absl::string_view tenant, const char* op, uint64_t inflight_bytes,
-                uint64_t charged_bytes, uint64_t entries) ABSL_LOCKS_EXCLUDED(mu_);
+                uint64_t charged_bytes, uint64_t entries, bool evicted = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Removes `tenant` if it is closed and holds nothing (takes `mu_` exclusively).
   void ForgetIfClosedAndEmpty(absl::string_view tenant) ABSL_LOCKS_EXCLUDED(mu_);
   void RecomputeEffectiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -97,6 +97,10 @@ TEST_F(EvictionTest, MaxEntriesEvictsTheTenantsOldestAndNeverRejects) {
   for (int i = 3; i < 6; ++i) EXPECT_TRUE(Exists(h, absl::StrCat("h-", i))) << i;
   EXPECT_TRUE(Exists(o, "o-0"));
   EXPECT_EQ(Evictions("heavy", "max_entries"), 3);
+  // The tenant's snapshot (the admin API, the dashboard) counts them too; not the other's.
+  EXPECT_EQ(svc_->ledger()->Snapshot("heavy")->evicted_objects, 3u);
+  EXPECT_EQ(svc_->ledger()->Snapshot("heavy")->evicted_bytes, 3u * 64 * 1024);
+  EXPECT_EQ(svc_->ledger()->Snapshot("other")->evicted_objects, 0u);
   // A read is never refused for it.
   Touch(h, "h-5");
 }
@@ -204,6 +208,11 @@ TEST_F(EvictionTest, GlobalLruAcrossTenantsTakesExactlyTheLeastRecentlyRead) {
     EXPECT_EQ(Exists(all[i].first, all[i].second), i >= 37) << all[i].second << " read " << i;
   }
   EXPECT_EQ(Evictions("a", "test") + Evictions("b", "test"), 37);
+  // Without quota the ledger still keeps accounts, and their eviction counts add up too.
+  EXPECT_EQ(svc_->ledger()->Snapshot("a")->evicted_objects +
+                svc_->ledger()->Snapshot("b")->evicted_objects,
+            37u);
+  EXPECT_EQ(svc_->ledger()->Snapshot("a")->evicted_objects, Evictions("a", "test"));
 }
 
 TEST_F(EvictionTest, AtItsCapsATenantEvictsARoundOfItsOldestNotOneEntryPerPut) {
@@ -238,6 +247,9 @@ TEST_F(EvictionTest, AtItsCapsATenantEvictsARoundOfItsOldestNotOneEntryPerPut) {
   // One object past the byte quota frees 5 objects' worth (5% of 100 objects), the oldest.
   ASSERT_TRUE(Put(b, "b-100").ok());
   EXPECT_EQ(Evictions("bytes", "quota"), 5);
+  EXPECT_EQ(svc_->ledger()->Snapshot("bytes")->evicted_objects, 5u);
+  EXPECT_EQ(svc_->ledger()->Snapshot("entries")->evicted_objects, 5u);
+  EXPECT_EQ(svc_->ledger()->Snapshot("other")->evicted_objects, 0u);
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(Exists(b, absl::StrCat("b-", i))) << i;
   for (int i = 5; i <= 100; ++i) EXPECT_TRUE(Exists(b, absl::StrCat("b-", i))) << i;
   // Nobody else's objects were touched.

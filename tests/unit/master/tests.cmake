@@ -13,3 +13,7 @@ granary_test(NAME master_object_table_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/object_table_test.cc LIBS granary::master)
 granary_test(NAME master_placement_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc LIBS granary::master)
+granary_test(NAME master_dashboard_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/dashboard_test.cc LIBS granary::master_server)
+target_compile_definitions(master_dashboard_test PRIVATE
+  GRANARY_DASHBOARD_HTML="${PROJECT_SOURCE_DIR}/src/master/dashboard.html")

@@ -281,7 +281,9 @@ const char* const kSnapshotFields[] = {"tenant_id",
                                        "inflight_bytes",
                                        "entries",
                                        "max_entries",
-                                       "has_token"};
+                                       "has_token",
+                                       "evicted_objects",
+                                       "evicted_bytes"};
 
 // ---------------------------------------------------------------------------------------------
 // GET
@@ -686,6 +688,38 @@ TEST_F(AdminApiTest, MetricsShowPerTenantChargeAndPolicyStoreUp) {
       << text;
   EXPECT_TRUE(Has(text, "granary_tenant_entries{tenant_id=\"tenant-a\"} 1\n")) << text;
   EXPECT_TRUE(Has(text, "\ngranary_tenant_policy_store_up 1\n")) << text;
+}
+
+TEST_F(AdminApiTest, SnapshotsAndMetricsCountEvictionsPerTenant) {
+  Start();
+  Upsert("tenant-a", R"({"requested_quota_bytes": 1048576, "max_entries": 2})");
+  Upsert("tenant-b", Quota(kMiB / 4));
+  SessionId a = Client("tenant-a"), b = Client("tenant-b");
+  // Each object charges 1000 + 64 bytes, rounded up to 64: 1088. Past max_entries 2, the third
+  // and fourth puts each evict tenant-a's oldest.
+  for (int i = 0; i < 4; ++i) Put(a, absl::StrCat("k", i), 1000);
+  Put(b, "k", 1000);
+  Remove(b, "k");  // a remove is not an eviction
+  json snap = GetOne("tenant-a");
+  EXPECT_EQ(snap["entries"], 2u) << snap;
+  EXPECT_EQ(snap["evicted_objects"], 2u) << snap;
+  EXPECT_EQ(snap["evicted_bytes"], 2u * 1088) << snap;
+  EXPECT_EQ(GetOne("tenant-b")["evicted_objects"], 0u);
+  // The list carries the same fields.
+  Reply all = Get(kApi);
+  ASSERT_EQ(all.status, 200) << all;
+  ASSERT_EQ(all.body["data"].size(), 2u) << all;
+  EXPECT_EQ(all.body["data"][0]["evicted_objects"], 2u) << all;
+  EXPECT_EQ(all.body["data"][1]["evicted_bytes"], 0u) << all;
+
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(Has(m->body, "granary_tenant_evicted_objects_total{tenant_id=\"tenant-a\"} 2\n"))
+      << m->body;
+  EXPECT_TRUE(Has(m->body, "granary_tenant_evicted_bytes_total{tenant_id=\"tenant-a\"} 2176\n"))
+      << m->body;
+  EXPECT_TRUE(Has(m->body, "granary_tenant_evicted_objects_total{tenant_id=\"tenant-b\"} 0\n"))
+      << m->body;
 }
 
 TEST_F(AdminApiTest, HealthAndMetricsReportThePolicyStoreState) {

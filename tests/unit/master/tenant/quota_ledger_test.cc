@@ -146,6 +146,31 @@ TEST(QuotaLedger, ReleaseBytesFreesALostReplicaButKeepsTheEntry) {
   EXPECT_EQ(s.entries, 0u);
 }
 
+TEST(QuotaLedger, ReleaseEvictedFreesLikeReleaseAndCountsTheEviction) {
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"a", 1000}, {"b", 1000}}), kBig);
+  for (uint64_t bytes : {100u, 200u, 300u}) {
+    ASSERT_TRUE(ledger.Charge("a", bytes).ok());
+    ledger.Commit("a", bytes);
+  }
+  ASSERT_TRUE(ledger.Charge("b", 50).ok());
+  ledger.Commit("b", 50);
+  ledger.Release("a", 100);  // a remove: not an eviction
+  ledger.ReleaseEvicted("a", 200);
+  ledger.ReleaseEvicted("a", 300);
+  TenantSnapshot a = Snap(ledger, "a");
+  EXPECT_EQ(a.charged_bytes, 0u);
+  EXPECT_EQ(a.entries, 0u);
+  EXPECT_EQ(a.evicted_objects, 2u);
+  EXPECT_EQ(a.evicted_bytes, 500u);
+  TenantSnapshot b = Snap(ledger, "b");
+  EXPECT_EQ(b.evicted_objects, 0u);
+  EXPECT_EQ(b.evicted_bytes, 0u);
+  // The counts survive a policy change that keeps the tenant.
+  ledger.ApplyPolicy(MakePolicy({{"a", 2000}, {"b", 1000}}), kBig);
+  EXPECT_EQ(Snap(ledger, "a").evicted_objects, 2u);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Modes and policy changes
 
