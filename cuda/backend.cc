@@ -137,21 +137,6 @@ namespace internal {
 
 DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
   const std::string value = env_value == nullptr ? "" : env_value;
-  DeviceBackend* cuda = CudaBackend();
-  const bool cuda_usable = cuda != nullptr && cuda->DeviceCount() > 0;
-  const std::string why_not_cuda =
-      cuda_usable ? "" : std::string(internal::CudaUnavailableReason().message());
-  if (value.empty()) {
-    *detail = cuda_usable ? "cuda (the default: built with CUDA and a device is usable)"
-                          : absl::StrCat("none (the default: ", why_not_cuda, ")");
-    return cuda_usable ? *cuda : NoneBackend();
-  }
-  if (value == "cuda") {
-    *detail = cuda_usable
-                  ? "cuda (GRANARY_DEVICE_BACKEND=cuda)"
-                  : absl::StrCat("none (GRANARY_DEVICE_BACKEND=cuda, but ", why_not_cuda, ")");
-    return cuda_usable ? *cuda : NoneBackend();
-  }
   if (value == "fake") {
     *detail = "fake (GRANARY_DEVICE_BACKEND=fake)";
     return ProcessFake();
@@ -160,9 +145,22 @@ DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
     *detail = "none (GRANARY_DEVICE_BACKEND=none)";
     return NoneBackend();
   }
-  *detail = absl::StrCat("refused GRANARY_DEVICE_BACKEND='", value,
-                         "' (use cuda, fake or none): every device call fails until it is fixed");
-  return RefusedBackend(value);
+  if (!value.empty() && value != "cuda") {
+    *detail = absl::StrCat("refused GRANARY_DEVICE_BACKEND='", value,
+                           "' (use cuda, fake or none): every device call fails until it is fixed");
+    return RefusedBackend(value);
+  }
+  // Only the default and "cuda" ask the CUDA runtime anything; the fake never initialises it.
+  DeviceBackend* cuda = CudaBackend();
+  if (cuda != nullptr && cuda->DeviceCount() > 0) {
+    *detail = value.empty() ? "cuda (the default: built with CUDA and a device is usable)"
+                            : "cuda (GRANARY_DEVICE_BACKEND=cuda)";
+    return *cuda;
+  }
+  *detail =
+      absl::StrCat("none (", value.empty() ? "the default" : "GRANARY_DEVICE_BACKEND=cuda, but",
+                   ": ", internal::CudaUnavailableReason().message(), ")");
+  return NoneBackend();
 }
 
 }  // namespace internal

@@ -91,7 +91,8 @@ class DeviceBuffer {
 // An owned stream of the active backend (for cuda: a cudaStreamNonBlocking cudaStream_t) on one
 // device, for the `stream` argument of the kv_layout.h GPU calls and DeviceBackend's calls.
 // Move-only; the destructor destroys the stream without waiting for it (work already enqueued still
-// completes). Not thread-safe as an object; the stream itself may be used from any thread.
+// completes; the fake backend waits for it). Not thread-safe as an object; the stream itself may be
+// used from any thread.
 class Stream {
  public:
   [[nodiscard]] static absl::StatusOr<Stream> Create(int device);

@@ -170,8 +170,9 @@ DeviceBackend& ActiveBackend();
 absl::string_view ActiveBackendName();
 
 // Replaces the active backend (nullptr: back to the one chosen from the environment) and returns
-// the previous one. The caller keeps `backend` alive while it is active and while any handle
-// it made is in use. Not for production: handles made by the old backend must not outlive it.
+// the previous replacement (nullptr when there was none). The caller keeps `backend` alive while it
+// is active and while any handle it made is in use. Not for production: handles made by the old
+// backend must not outlive it.
 DeviceBackend* SetBackendForTesting(DeviceBackend* backend);
 
 // The process-wide instances. CudaBackend() is nullptr in a build without CUDA.

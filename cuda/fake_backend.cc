@@ -431,6 +431,9 @@ class FakeBackendImpl final : public FakeBackend {
     auto it = FindLocked(p);
     const Region* r = it == regions_.end() ? nullptr : &it->second;
     const uintptr_t start = r == nullptr ? 0 : it->first;
+    if (r != nullptr && r->kind == MemoryKind::kPinnedHost && addr + n > start + r->bytes) {
+      r = nullptr;  // partly pinned host memory counts as pageable, as for the DMA engine
+    }
     if (r != nullptr && addr + n > start + r->bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat(op, ": ", name, " [", Addr(p), ", +", n, ") runs past the end of the ",

@@ -21,6 +21,11 @@
 //
 // Kernels: GatherBlocks, ScatterBlocks and BatchCopy run the CPU references on the alias views.
 //
+// Differences from CUDA a caller may see: DestroyStream waits for the stream's queued work (CUDA
+// returns at once); a stream or event handle of another backend is refused (INVALID_ARGUMENT)
+// instead of being undefined. As on a GPU, freeing memory that queued work still uses is
+// undefined (here: a fault in the stream worker).
+//
 // Thread safety: every method may be called from any thread. The owner keeps the backend alive
 // until every stream's work is done; destruction joins the stream workers still alive.
 
@@ -57,8 +62,8 @@ class FakeBackend : public DeviceBackend {
   // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.
   virtual void FailNthAllocation(int n) = 0;
   // The next copy a stream worker (or a synchronous call) runs fails with INTERNAL, like an
-  // illegal address on a GPU, and so does every copy, kernel and synchronize after it: the
-  // error is sticky for the backend's life.
+  // illegal address on a GPU, and so does every later copy, kernel, enqueue and synchronize:
+  // the error is sticky for the backend's life.
   virtual void InjectStickyCopyError() = 0;
   // The next OpenIpc fails with INTERNAL.
   virtual void FailNextIpcOpen() = 0;

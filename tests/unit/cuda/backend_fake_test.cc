@@ -118,6 +118,12 @@ TEST(FakeBackend, StrictPinnedModeRefusesPageableMemoryOnStreams) {
   EXPECT_EQ(fake->CopyAsync(*stream, pageable.data(), *dev, 4096).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(fake->CopyAsync(*stream, *dev, *pinned, 4096).ok());
+  // Partly registered memory is still pageable where it matters.
+  ASSERT_TRUE(fake->HostRegister(pageable.data(), 2048).ok());
+  EXPECT_EQ(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 2048).ok());
+  ASSERT_TRUE(fake->HostUnregister(pageable.data()).ok());
   ASSERT_TRUE(fake->HostRegister(pageable.data(), pageable.size()).ok());
   EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
   ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
