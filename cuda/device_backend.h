@@ -96,7 +96,10 @@ class DeviceBackend {
                                           CopyKind kind) = 0;
   [[nodiscard]] virtual absl::Status Memset(int device, void* p, int value, size_t n) = 0;
 
-  // Streams: asynchronous, FIFO, not ordered with any other stream.
+  // Streams: asynchronous, FIFO, not ordered with any other stream. Where a call takes a
+  // `stream`, nullptr is the default stream: for the fake, the call runs before returning; for
+  // cuda, the legacy default stream, where copies stay asynchronous (SynchronizeStream(nullptr)
+  // waits) and the kernels wait before returning, as kv_layout.h says.
   [[nodiscard]] virtual absl::StatusOr<void*> CreateStream(int device) = 0;
   // Does not wait; work already enqueued still completes.
   virtual void DestroyStream(void* stream) = 0;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -46,6 +47,7 @@ class BackendTest : public ::testing::Test {
     for (void* s : streams_) backend_->DestroyStream(s);
     for (void* e : events_) backend_->DestroyEvent(e);
     for (void* p : device_) backend_->Free(0, p);
+    for (void* p : pinned_) backend_->HostFreePinned(p);
   }
 
   DeviceBackend& b() { return *backend_; }
@@ -67,6 +69,18 @@ class BackendTest : public ::testing::Test {
     return out;
   }
 
+  // Pinned host memory of n bytes set to `fill`, freed at TearDown (after the streams). A
+  // device-to-host copy into pageable memory is synchronous on CUDA, so a copy queued behind a
+  // gate needs this.
+  unsigned char* Pinned(size_t n, unsigned char fill) {
+    absl::StatusOr<void*> p = b().HostAllocPinned(n);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return nullptr;
+    pinned_.push_back(*p);
+    std::memset(*p, fill, n);
+    return static_cast<unsigned char*>(*p);
+  }
+
   void* NewStream() {
     absl::StatusOr<void*> s = b().CreateStream(0);
     EXPECT_TRUE(s.ok()) << s.status();
@@ -85,7 +99,23 @@ class BackendTest : public ::testing::Test {
 
   std::unique_ptr<DeviceBackend> owned_;
   DeviceBackend* backend_ = nullptr;
-  std::vector<void*> device_, streams_, events_;
+  std::vector<void*> device_, pinned_, streams_, events_;
+};
+
+// Holds a stream at LaunchHostFunc(Wait) until Open(); opens on destruction too, so that a
+// failed assertion never leaves a stream worker blocked.
+class Gate {
+ public:
+  ~Gate() { Open(); }
+  std::function<void()> Wait() {
+    return [this] { open_.WaitForNotification(); };
+  }
+  void Open() {
+    if (!open_.HasBeenNotified()) open_.Notify();
+  }
+
+ private:
+  granary::Notification open_;
 };
 
 TYPED_TEST_SUITE_P(BackendTest);
@@ -168,22 +198,23 @@ TYPED_TEST_P(BackendTest, ReadingBeforeTheEventSeesTheOldBytes) {
   void* dev = this->Upload(fresh);
   void* stream = this->NewStream();
   void* event = this->NewEvent();
-  Bytes host(kN, 0xEE);
+  unsigned char* host = this->Pinned(kN, 0xEE);
+  ASSERT_NE(host, nullptr);
   // The stream is held at a gate, so the copy behind it cannot have run when we look.
-  granary::Notification gate;
-  ASSERT_TRUE(b.LaunchHostFunc(stream, [&gate] { gate.WaitForNotification(); }).ok());
-  ASSERT_TRUE(b.CopyAsync(stream, host.data(), dev, kN).ok());
+  Gate gate;
+  ASSERT_TRUE(b.LaunchHostFunc(stream, gate.Wait()).ok());
+  ASSERT_TRUE(b.CopyAsync(stream, host, dev, kN).ok());
   ASSERT_TRUE(b.RecordEvent(event, stream).ok());
   absl::StatusOr<bool> done = b.EventDone(event);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_FALSE(*done);
-  EXPECT_EQ(host, Bytes(kN, 0xEE)) << "the copy ran before the work ahead of it";
-  gate.Notify();
+  EXPECT_EQ(Bytes(host, host + kN), Bytes(kN, 0xEE)) << "the copy ran before the work ahead of it";
+  gate.Open();
   ASSERT_TRUE(b.WaitEvent(event).ok());
   done = b.EventDone(event);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_TRUE(*done);
-  EXPECT_EQ(host, fresh);
+  EXPECT_EQ(Bytes(host, host + kN), fresh);
 }
 
 TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
@@ -194,22 +225,23 @@ TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
   void* producer = this->NewStream();
   void* consumer = this->NewStream();
   void* event = this->NewEvent();
-  granary::Notification gate;
-  ASSERT_TRUE(b.LaunchHostFunc(producer, [&gate] { gate.WaitForNotification(); }).ok());
+  Gate gate;
+  ASSERT_TRUE(b.LaunchHostFunc(producer, gate.Wait()).ok());
   ASSERT_TRUE(b.CopyAsync(producer, dev, fresh.data(), kN).ok());
   ASSERT_TRUE(b.RecordEvent(event, producer).ok());
-  Bytes host(kN, 0);
+  unsigned char* host = this->Pinned(kN, 0);
+  ASSERT_NE(host, nullptr);
   ASSERT_TRUE(b.StreamWaitEvent(consumer, event).ok());
-  ASSERT_TRUE(b.CopyAsync(consumer, host.data(), dev, kN).ok());
+  ASSERT_TRUE(b.CopyAsync(consumer, host, dev, kN).ok());
   // While the producer is held, the consumer must be held too (a broken wait lets it run, and
   // 100 ms is plenty for that; a correct one never signals here).
   granary::Notification consumer_ran;
   ASSERT_TRUE(b.LaunchHostFunc(consumer, [&consumer_ran] { consumer_ran.Notify(); }).ok());
   EXPECT_FALSE(consumer_ran.WaitForNotificationWithTimeout(absl::Milliseconds(100)))
       << "the consumer ran before the producer's event";
-  gate.Notify();
+  gate.Open();
   ASSERT_TRUE(b.SynchronizeStream(consumer).ok());
-  EXPECT_EQ(host, fresh) << "the consumer copied before the producer's event";
+  EXPECT_EQ(Bytes(host, host + kN), fresh) << "the consumer copied before the producer's event";
   ASSERT_TRUE(b.SynchronizeStream(producer).ok());
 }
 
