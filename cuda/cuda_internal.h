@@ -19,6 +19,9 @@ namespace granary::cuda::internal {
 // when there is none at all, INVALID_ARGUMENT naming the index when it is out of range.
 [[nodiscard]] absl::Status CheckDevice(int device);
 
+// Usable CUDA devices (cudaGetDeviceCount, once per process; 0 when it fails).
+int CudaDeviceCount();
+
 // Makes a device current for the calling thread until destruction, then restores the device
 // that was current before (only if it changed). One scope per call; not movable; not shared
 // between threads. Cost: cudaGetDevice plus at most two cudaSetDevice (no allocation).

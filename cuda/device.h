@@ -1,9 +1,11 @@
 #pragma once
 
 // Device memory for Granary (docs/architecture.md section 7). Callers never include CUDA headers:
-// this API compiles and links in every build. In a build without CUDA (GRANARY_HAVE_CUDA undefined)
-// every call returns FAILED_PRECONDITION "granary was built without CUDA support", DeviceCount() is
-// 0 and Available() is false, so callers decide at run time, not at compile time.
+// this API compiles and links in every build. Every call goes to the active device backend
+// (device_backend.h: cuda, none or fake, chosen at first use from GRANARY_DEVICE_BACKEND). In a
+// build without CUDA the default is `none`: every call returns FAILED_PRECONDITION "granary was
+// built without CUDA support", DeviceCount() is 0 and Available() is false, so callers decide at
+// run time, not at compile time.
 //
 // Thread safety: every function may be called from any thread. Calls that take a `device` make
 // it the calling thread's current CUDA device for the duration of the call and restore the
@@ -12,7 +14,8 @@
 // Error codes: FAILED_PRECONDITION when CUDA is missing (no support built in, no driver, no
 // device); INVALID_ARGUMENT for a bad device index, null pointer or size (the value is named);
 // RESOURCE_EXHAUSTED when device memory runs out; INTERNAL for any other CUDA error (the CUDA
-// error name and text are in the message). None of them is worth retrying unchanged.
+// error name and text are in the message); UNAVAILABLE only from IPC (device_backend.h), when
+// the exporter is gone. None of them is worth retrying unchanged.
 
 #include <cstddef>
 
@@ -21,14 +24,16 @@
 
 namespace granary::cuda {
 
+class DeviceBackend;
+
 // True when this library was compiled with CUDA (the real runtime, not the stub).
 bool BuiltWithCuda();
 
-// Number of usable CUDA devices: 0 in the stub, when no driver is loaded, or when no device is
-// visible. Queried once per process, then cached.
+// Number of usable devices of the active backend: 0 for `none` (no CUDA built in, no driver, or
+// no device visible); the fake's device count for `fake`. Queried once per process, then cached.
 int DeviceCount();
 
-// Built with CUDA and at least one device usable.
+// The active backend has at least one usable device (the fake counts).
 bool Available();
 
 // cudaMalloc of `bytes` (> 0) on `device`. The caller owns the result and frees it with
@@ -49,10 +54,12 @@ void DeviceFree(int device, void* p);
 [[nodiscard]] absl::Status Memset(int device, void* p, int value, size_t n);
 
 // True when `p` points into device memory (cudaMemoryTypeDevice or managed memory). False for
-// host memory, null, and always in the stub or without a driver.
+// host memory, null, and always for the none backend. (DeviceBackend::Classify tells the kinds
+// apart.)
 bool IsDevicePointer(const void* p);
 
-// An owned device allocation. Move-only; the destructor frees it. An object that was moved
+// An owned device allocation of the backend active when it was created, which also frees it.
+// Move-only; the destructor frees it. An object that was moved
 // from is empty (data() == nullptr, size() == 0). Not thread-safe: one owner at a time, although
 // the memory itself may be used by any thread and stream.
 class DeviceBuffer {
@@ -71,18 +78,21 @@ class DeviceBuffer {
   int device() const { return device_; }
 
  private:
-  DeviceBuffer(int device, void* data, size_t size) : device_(device), data_(data), size_(size) {}
+  DeviceBuffer(DeviceBackend* backend, int device, void* data, size_t size)
+      : backend_(backend), device_(device), data_(data), size_(size) {}
   void Reset();
 
+  DeviceBackend* backend_ = nullptr;
   int device_ = -1;
   void* data_ = nullptr;
   size_t size_ = 0;
 };
 
-// An owned CUDA stream (cudaStreamNonBlocking) on one device, for the `stream` argument of the
-// kv_layout.h GPU calls. Move-only; the destructor destroys the stream without waiting for it
-// (work already enqueued still completes). Not thread-safe as an object; the stream itself may
-// be used from any thread.
+// An owned stream of the active backend (for cuda: a cudaStreamNonBlocking cudaStream_t) on one
+// device, for the `stream` argument of the kv_layout.h GPU calls and DeviceBackend's calls.
+// Move-only; the destructor destroys the stream without waiting for it (work already enqueued still
+// completes; the fake backend waits for it). Not thread-safe as an object; the stream itself may be
+// used from any thread.
 class Stream {
  public:
   [[nodiscard]] static absl::StatusOr<Stream> Create(int device);
@@ -94,7 +104,7 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
   ~Stream();
 
-  // The cudaStream_t, as void*; nullptr for an empty Stream.
+  // The backend's handle (for cuda: the cudaStream_t) as void*; nullptr for an empty Stream.
   void* handle() const { return handle_; }
   int device() const { return device_; }
 
@@ -102,14 +112,16 @@ class Stream {
   [[nodiscard]] absl::Status Synchronize() const;
 
  private:
-  Stream(int device, void* handle) : device_(device), handle_(handle) {}
+  Stream(DeviceBackend* backend, int device, void* handle)
+      : backend_(backend), device_(device), handle_(handle) {}
   void Reset();
 
+  DeviceBackend* backend_ = nullptr;
   int device_ = -1;
   void* handle_ = nullptr;
 };
 
-// The message of every error the stub returns.
+// The message of every error the none backend returns in a build without CUDA.
 inline constexpr char kNoCudaMessage[] = "granary was built without CUDA support";
 
 }  // namespace granary::cuda

@@ -1,5 +1,5 @@
-// The GPU half of kv_layout.h: validate on the host, express the operation as copy chunks, and
-// run them in one launch of kernels.cu's batched copy.
+// The cuda backend's kv_layout.h kernels (kv_layout_cuda.h): validate on the host, express the
+// operation as copy chunks, and run them in one launch of kernels.cu's batched copy.
 
 #include <cuda_runtime_api.h>
 
@@ -10,6 +10,7 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/kernels.h"
 #include "cuda/kv_layout.h"
+#include "cuda/kv_layout_cuda.h"
 #include "cuda/kv_regions.h"
 
 namespace granary::cuda {
@@ -38,9 +39,11 @@ absl::Status RunRegions(const char* op, int device, const CopyRegion* regions, s
 
 }  // namespace
 
-absl::Status GatherBlocksGpu(int device, const PagedKvLayout& layout, const void* k_cache,
-                             const void* v_cache, const int32_t* block_ids, int n, void* out,
-                             void* stream) {
+namespace internal {
+
+absl::Status GatherBlocksCuda(int device, const PagedKvLayout& layout, const void* k_cache,
+                              const void* v_cache, const int32_t* block_ids, int n, void* out,
+                              void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
   absl::StatusOr<std::vector<CopyRegion>> regions =
@@ -49,9 +52,9 @@ absl::Status GatherBlocksGpu(int device, const PagedKvLayout& layout, const void
   return RunRegions("GatherBlocksGpu", device, regions->data(), regions->size(), stream);
 }
 
-absl::Status ScatterBlocksGpu(int device, const PagedKvLayout& layout, const void* in,
-                              const int32_t* block_ids, int n, void* k_cache, void* v_cache,
-                              void* stream) {
+absl::Status ScatterBlocksCuda(int device, const PagedKvLayout& layout, const void* in,
+                               const int32_t* block_ids, int n, void* k_cache, void* v_cache,
+                               void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
   absl::StatusOr<std::vector<CopyRegion>> regions =
@@ -60,11 +63,12 @@ absl::Status ScatterBlocksGpu(int device, const PagedKvLayout& layout, const voi
   return RunRegions("ScatterBlocksGpu", device, regions->data(), regions->size(), stream);
 }
 
-absl::Status BatchCopyGpu(int device, const CopyRegion* regions, int n, void* stream) {
+absl::Status BatchCopyCuda(int device, const CopyRegion* regions, int n, void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
   if (absl::Status s = internal::ValidateRegions(regions, n); !s.ok()) return s;
   return RunRegions("BatchCopyGpu", device, regions, static_cast<size_t>(n), stream);
 }
 
+}  // namespace internal
 }  // namespace granary::cuda

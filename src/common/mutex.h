@@ -72,12 +72,29 @@ class ABSL_LOCKABLE Mutex {
   void AssertReaderHeld() const ABSL_ASSERT_SHARED_LOCK() { mu_.AssertReaderHeld(); }
 
   // Held exclusively on entry and on return; released while it waits. True when `cond` held.
-  // Under TSan the wait counts as a release and a re-acquire.
+  // Under TSan the wait counts as a release and a re-acquire. absl evaluates `cond` with the
+  // mutex held, but on whichever thread is unlocking it, while TSan was told the mutex is free:
+  // each evaluation therefore acquires and releases the mutex for TSan, so that it is ordered
+  // with the writes that other holders make.
   bool AwaitWithTimeout(const absl::Condition& cond, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     internal_mutex::PreUnlock(this, 0);
     internal_mutex::PostUnlock(this, 0);
+#ifdef ABSL_HAVE_THREAD_SANITIZER
+    struct Annotated {
+      Mutex* mu;
+      const absl::Condition* cond;
+      static bool Eval(Annotated* a) {
+        internal_mutex::Acquire(a->mu);
+        const bool held = a->cond->Eval();
+        internal_mutex::Release(a->mu);
+        return held;
+      }
+    } annotated{this, &cond};
+    bool met = mu_.AwaitWithTimeout(absl::Condition(&Annotated::Eval, &annotated), timeout);
+#else
     bool met = mu_.AwaitWithTimeout(cond, timeout);
+#endif
     internal_mutex::PreLock(this, 0);
     internal_mutex::PostLock(this, 0);
     return met;

@@ -1,2 +1,29 @@
 granary_test(NAME cuda_kv_layout_test LABELS unit gpu
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_layout_test.cc LIBS granary::cuda)
+# The same binary with the facade on the fake backend: the GPU half runs on CPU-only machines.
+add_test(NAME cuda_kv_layout_fake_test COMMAND cuda_kv_layout_test)
+set_tests_properties(cuda_kv_layout_fake_test PROPERTIES LABELS "unit" TIMEOUT 300
+  ENVIRONMENT "GRANARY_DEVICE_BACKEND=fake")
+
+# The second process of the backend tests (IPC, the backend choice from the environment).
+add_executable(cuda_backend_ipc_helper ${CMAKE_CURRENT_LIST_DIR}/backend_ipc_helper.cc)
+target_link_libraries(cuda_backend_ipc_helper PRIVATE granary::cuda absl::strings)
+target_include_directories(cuda_backend_ipc_helper PRIVATE ${PROJECT_SOURCE_DIR})
+set_target_properties(cuda_backend_ipc_helper PROPERTIES
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+
+# The backend bodies on the fake (everywhere; its streams are threads, so also under TSan) and on
+# the CUDA runtime (label gpu; skips without a device).
+foreach(_backend fake cuda)
+  if(_backend STREQUAL "fake")
+    set(_labels unit tsan)
+  else()
+    set(_labels gpu)
+  endif()
+  granary_test(NAME cuda_backend_${_backend}_test LABELS ${_labels}
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/backend_${_backend}_test.cc
+    LIBS granary::cuda granary::common absl::strings)
+  target_compile_definitions(cuda_backend_${_backend}_test PRIVATE
+    GRANARY_BACKEND_IPC_HELPER="$<TARGET_FILE:cuda_backend_ipc_helper>")
+  add_dependencies(cuda_backend_${_backend}_test cuda_backend_ipc_helper)
+endforeach()

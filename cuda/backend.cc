@@ -1,0 +1,179 @@
+// Choosing the active device backend (device_backend.h), and the `none` backend.
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/mutex.h"
+#include "cuda/cuda_probe.h"
+#include "cuda/device.h"
+#include "cuda/device_backend.h"
+#include "cuda/fake_backend.h"
+
+namespace granary::cuda {
+namespace {
+
+// Every fallible call returns `reason`; Classify says host. Stateless, so thread-safe.
+class NoneBackendImpl final : public DeviceBackend {
+ public:
+  explicit NoneBackendImpl(absl::Status reason) : reason_(std::move(reason)) {}
+
+  absl::string_view Name() const override { return "none"; }
+  int DeviceCount() override { return 0; }
+  absl::StatusOr<void*> Alloc(int, size_t) override { return reason_; }
+  absl::StatusOr<void*> AllocManaged(int, size_t) override { return reason_; }
+  void Free(int, void*) override {}
+  absl::StatusOr<void*> HostAllocPinned(size_t) override { return reason_; }
+  void HostFreePinned(void*) override {}
+  absl::Status HostRegister(void*, size_t) override { return reason_; }
+  absl::Status HostUnregister(void*) override { return reason_; }
+  PointerInfo Classify(const void*) override { return {}; }
+  absl::Status Copy(int, void*, const void*, size_t, CopyKind) override { return reason_; }
+  absl::Status Memset(int, void*, int, size_t) override { return reason_; }
+  absl::StatusOr<void*> CreateStream(int) override { return reason_; }
+  void DestroyStream(void*) override {}
+  absl::Status SynchronizeStream(void*) override { return reason_; }
+  absl::Status BatchCopyAsync(void*, const CopyRegion*, int) override { return reason_; }
+  absl::Status GatherBlocks(int, const PagedKvLayout&, const void*, const void*, const int32_t*,
+                            int, void*, void*) override {
+    return reason_;
+  }
+  absl::Status ScatterBlocks(int, const PagedKvLayout&, const void*, const int32_t*, int, void*,
+                             void*, void*) override {
+    return reason_;
+  }
+  absl::Status BatchCopy(int, const CopyRegion*, int, void*) override { return reason_; }
+  absl::Status LaunchHostFunc(void*, std::function<void()>) override { return reason_; }
+  absl::StatusOr<void*> CreateEvent(int) override { return reason_; }
+  void DestroyEvent(void*) override {}
+  absl::Status RecordEvent(void*, void*) override { return reason_; }
+  absl::StatusOr<bool> EventDone(void*) override { return reason_; }
+  absl::Status WaitEvent(void*) override { return reason_; }
+  absl::Status StreamWaitEvent(void*, void*) override { return reason_; }
+  absl::StatusOr<std::string> ExportIpc(const void*) override { return reason_; }
+  absl::StatusOr<void*> OpenIpc(int, absl::string_view) override { return reason_; }
+  absl::Status CloseIpc(void*) override { return reason_; }
+  absl::StatusOr<DeviceUuid> DeviceUuidOf(int) override { return reason_; }
+
+ private:
+  const absl::Status reason_;
+};
+
+// The none backend for a refused GRANARY_DEVICE_BACKEND value, one per value, kept for the
+// process (a handful at most: the environment is read once, tests ask for a few more).
+DeviceBackend& RefusedBackend(const std::string& value) {
+  static Mutex mu;
+  static auto* const refused = new std::map<std::string, std::unique_ptr<DeviceBackend>>();
+  MutexLock lock(&mu);
+  std::unique_ptr<DeviceBackend>& backend = (*refused)[value];
+  if (backend == nullptr) {
+    backend = std::make_unique<NoneBackendImpl>(absl::InvalidArgumentError(
+        absl::StrCat("GRANARY_DEVICE_BACKEND='", value, "' is not one of cuda, fake, none")));
+  }
+  return *backend;
+}
+
+DeviceBackend& ProcessFake() {
+  // Leaked on purpose: handles may be in use while other statics are destroyed.
+  static DeviceBackend* const fake = [] {
+    absl::StatusOr<std::unique_ptr<FakeBackend>> made = FakeBackend::Create(FakeOptions{});
+    GRANARY_CHECK(made.ok()) << made.status();
+    return made->release();
+  }();
+  return *fake;
+}
+
+std::atomic<DeviceBackend*> g_testing_backend{nullptr};
+
+DeviceBackend& ChosenFromEnvironment() {
+  static DeviceBackend* const chosen = [] {
+    std::string detail;
+    DeviceBackend* backend =
+        &internal::ChooseBackend(std::getenv("GRANARY_DEVICE_BACKEND"), &detail);
+    if (absl::StartsWith(detail, "refused")) {
+      LOG_ERROR << "device backend: " << detail;
+    } else if (backend->Name() == "fake") {
+      LOG_WARN << "device backend: " << detail << " (not a GPU: CPU-only test memory)";
+    } else {
+      LOG_INFO << "device backend: " << detail;
+    }
+    return backend;
+  }();
+  return *chosen;
+}
+
+}  // namespace
+
+absl::string_view MemoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::kHost:
+      return "host";
+    case MemoryKind::kPinnedHost:
+      return "pinned_host";
+    case MemoryKind::kDevice:
+      return "device";
+    case MemoryKind::kManaged:
+      return "managed";
+  }
+  return "unknown";
+}
+
+DeviceBackend& NoneBackend() {
+  static DeviceBackend* const none = new NoneBackendImpl([] {
+    absl::Status reason = internal::CudaUnavailableReason();
+    return reason.ok() ? absl::FailedPreconditionError("the none device backend was chosen")
+                       : reason;
+  }());
+  return *none;
+}
+
+namespace internal {
+
+DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
+  const std::string value = env_value == nullptr ? "" : env_value;
+  if (value == "fake") {
+    *detail = "fake (GRANARY_DEVICE_BACKEND=fake)";
+    return ProcessFake();
+  }
+  if (value == "none") {
+    *detail = "none (GRANARY_DEVICE_BACKEND=none)";
+    return NoneBackend();
+  }
+  if (!value.empty() && value != "cuda") {
+    *detail = absl::StrCat("refused GRANARY_DEVICE_BACKEND='", value,
+                           "' (use cuda, fake or none): every device call fails until it is fixed");
+    return RefusedBackend(value);
+  }
+  // Only the default and "cuda" ask the CUDA runtime anything; the fake never initialises it.
+  DeviceBackend* cuda = CudaBackend();
+  if (cuda != nullptr && cuda->DeviceCount() > 0) {
+    *detail = value.empty() ? "cuda (the default: built with CUDA and a device is usable)"
+                            : "cuda (GRANARY_DEVICE_BACKEND=cuda)";
+    return *cuda;
+  }
+  *detail =
+      absl::StrCat("none (", value.empty() ? "the default" : "GRANARY_DEVICE_BACKEND=cuda, but",
+                   ": ", internal::CudaUnavailableReason().message(), ")");
+  return NoneBackend();
+}
+
+}  // namespace internal
+
+DeviceBackend& ActiveBackend() {
+  if (DeviceBackend* testing = g_testing_backend.load(std::memory_order_acquire)) return *testing;
+  return ChosenFromEnvironment();
+}
+
+absl::string_view ActiveBackendName() { return ActiveBackend().Name(); }
+
+DeviceBackend* SetBackendForTesting(DeviceBackend* backend) {
+  return g_testing_backend.exchange(backend, std::memory_order_acq_rel);
+}
+
+}  // namespace granary::cuda

@@ -1,0 +1,75 @@
+#pragma once
+
+// The fake device backend (../shared/GPU.md section 6): what CI without a GPU runs every device
+// path against. Always compiled, also without CUDA. Chosen only explicitly
+// (GRANARY_DEVICE_BACKEND=fake, or SetBackendForTesting with an instance made here).
+//
+// Device memory: each allocation is a memfd mapped twice, a PROT_NONE view whose addresses are
+// handed out as device pointers, and a read-write alias that only the fake's copy engine uses.
+// A CPU access through a device pointer therefore faults, as it would on a GPU. Managed memory is
+// an ordinary shared read-write mapping. Pinned memory is host memory the fake remembers.
+//
+// Streams: one worker thread each, running its queue in FIFO order, waiting `op_delay` before
+// every operation. Events complete when the work queued before them has.
+//
+// IPC: ExportIpc describes {exporter pid and start time, memfd fd number and inode, offset, size,
+// device, fake UUID}; OpenIpc in another process opens /proc/<pid>/fd/<fd> and maps it the same
+// PROT_NONE + alias way. The memfd, not a named shm object, because it dies with the exporter as
+// a CUDA export does: a crashed test leaves nothing in /dev/shm, and an open after the exporter
+// died fails (UNAVAILABLE) instead of reading a stale object. Needs the opener to be allowed to
+// read the exporter's /proc/<pid>/fd (same user, same PID namespace).
+//
+// Kernels: GatherBlocks, ScatterBlocks and BatchCopy run the CPU references on the alias views.
+//
+// Differences from CUDA a caller may see: DestroyStream waits for the stream's queued work (CUDA
+// returns at once); a stream or event handle of another backend is refused (INVALID_ARGUMENT)
+// instead of being undefined. As on a GPU, freeing memory that queued work still uses is
+// undefined (here: a fault in the stream worker).
+//
+// Thread safety: every method may be called from any thread. The owner keeps the backend alive
+// until every stream's work is done; destruction joins the stream workers still alive.
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/time/time.h"
+#include "cuda/device_backend.h"
+
+namespace granary::cuda {
+
+struct FakeOptions {
+  // Number of fake devices (>= 1).
+  int device_count = 1;
+  // Waited by a stream worker before each operation it runs (copies, kernels, host functions,
+  // events), so that code that reads before it synchronizes sees the old bytes.
+  absl::Duration op_delay = absl::ZeroDuration();
+  // CopyAsync, BatchCopyAsync and the kernels on a stream refuse pageable host memory
+  // (FAILED_PRECONDITION): host buffers must be HostAllocPinned or HostRegister'ed, as fast
+  // staging needs on a GPU. The synchronous Copy and Memset always accept pageable memory.
+  bool strict_pinned = false;
+  // The first byte of every device's fake UUID; byte 15 is the device index. Two processes with
+  // the same seed see the same devices, as two processes on one GPU host do.
+  uint8_t uuid_seed = 0xfa;
+};
+
+class FakeBackend : public DeviceBackend {
+ public:
+  // INVALID_ARGUMENT naming the field for a bad option.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<FakeBackend>> Create(
+      const FakeOptions& options);
+
+  // Fault injection. Each takes effect for later calls, from any thread.
+  // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.
+  virtual void FailNthAllocation(int n) = 0;
+  // The next copy a stream worker (or a synchronous call) runs fails with INTERNAL, like an
+  // illegal address on a GPU, and so does every later copy, kernel, enqueue and synchronize:
+  // the error is sticky for the backend's life.
+  virtual void InjectStickyCopyError() = 0;
+  // The next OpenIpc fails with INTERNAL.
+  virtual void FailNextIpcOpen() = 0;
+  // Changes FakeOptions::op_delay for operations enqueued from now on.
+  virtual void SetOpDelay(absl::Duration delay) = 0;
+  virtual void SetStrictPinned(bool strict) = 0;
+};
+
+}  // namespace granary::cuda

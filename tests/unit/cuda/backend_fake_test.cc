@@ -1,0 +1,351 @@
+// The fake device backend: the shared backend bodies (backend_conformance.h), and what only the
+// fake has: memory the CPU cannot touch, the delay knob, strict pinned mode, injected faults,
+// exporter death, and the backend choice from the environment.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cuda/device.h"
+#include "cuda/device_backend.h"
+#include "cuda/fake_backend.h"
+#include "tests/unit/cuda/backend_conformance.h"
+#include "tests/unit/cuda/backend_pattern.h"
+
+namespace granary::cuda {
+namespace {
+
+std::unique_ptr<FakeBackend> NewFake(const FakeOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<FakeBackend>> fake = FakeBackend::Create(options);
+  EXPECT_TRUE(fake.ok()) << fake.status();
+  return fake.ok() ? std::move(*fake) : nullptr;
+}
+
+struct FakeTraits {
+  static constexpr char kName[] = "fake";
+  static DeviceBackend* Make(std::unique_ptr<DeviceBackend>* owned) {
+    *owned = NewFake();
+    return owned->get();
+  }
+};
+
+INSTANTIATE_TYPED_TEST_SUITE_P(Fake, BackendTest, ::testing::Types<FakeTraits>);
+
+// An exporter in another process: a helper that allocates, fills with Pattern(seed), exports and
+// waits for commands on stdin.
+struct Exporter {
+  explicit Exporter(size_t bytes, uint8_t seed)
+      : child({GRANARY_BACKEND_IPC_HELPER, "export", "fake", std::to_string(bytes),
+               std::to_string(seed)}) {
+    std::string hex = child.ReadLine();
+    EXPECT_TRUE(testing::FromHex(hex, &blob)) << "helper said: " << hex;
+  }
+  testing::Child child;
+  std::string blob;
+};
+
+// The deliberately wrong path: a CPU memcpy out of a device pointer, which is what
+// RmaEngine::CopyMapped would do with one. On a GPU it faults; the fake must fault too.
+void CpuCopyFromDevicePointer(const void* device_ptr) {
+  unsigned char host[64];
+  std::memcpy(host, device_ptr, sizeof(host));
+  // Keep the copy from being optimized away.
+  asm volatile("" : : "r"(host) : "memory");
+}
+
+TEST(FakeBackendDeathTest, ACpuTouchOfDeviceMemoryCrashes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  // The backend itself reads it fine through its alias...
+  std::vector<unsigned char> out(64);
+  ASSERT_TRUE(fake->Copy(0, out.data(), *dev, 64, CopyKind::kDeviceToHost).ok());
+  // ...and the CPU faults on the device pointer.
+#if defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_ADDRESS_SANITIZER)
+  // The sanitizer catches the signal, reports it and exits.
+  EXPECT_DEATH(CpuCopyFromDevicePointer(*dev), "SEGV");
+#else
+  EXPECT_EXIT(CpuCopyFromDevicePointer(*dev), ::testing::KilledBySignal(SIGSEGV), "");
+#endif
+  fake->Free(0, *dev);
+}
+
+TEST(FakeBackend, TheDelayKnobKeepsAnEventPending) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  fake->SetOpDelay(absl::Milliseconds(200));
+  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> stream = fake->CreateStream(0);
+  absl::StatusOr<void*> event = fake->CreateEvent(0);
+  ASSERT_TRUE(dev.ok() && stream.ok() && event.ok());
+  const std::vector<unsigned char> fresh = testing::Pattern(4096, 5);
+  ASSERT_TRUE(fake->CopyAsync(*stream, *dev, fresh.data(), fresh.size()).ok());
+  ASSERT_TRUE(fake->RecordEvent(*event, *stream).ok());
+  absl::StatusOr<bool> done = fake->EventDone(*event);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done) << "a 200 ms delay elapsed between two calls";
+  ASSERT_TRUE(fake->WaitEvent(*event).ok());
+  done = fake->EventDone(*event);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  std::vector<unsigned char> back(4096);
+  ASSERT_TRUE(fake->Copy(0, back.data(), *dev, back.size(), CopyKind::kDeviceToHost).ok());
+  EXPECT_EQ(back, fresh);
+  fake->DestroyEvent(*event);
+  fake->DestroyStream(*stream);
+  fake->Free(0, *dev);
+}
+
+TEST(FakeBackend, StrictPinnedModeRefusesPageableMemoryOnStreams) {
+  FakeOptions options;
+  options.strict_pinned = true;
+  std::unique_ptr<FakeBackend> fake = NewFake(options);
+  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> stream = fake->CreateStream(0);
+  absl::StatusOr<void*> pinned = fake->HostAllocPinned(4096);
+  ASSERT_TRUE(dev.ok() && stream.ok() && pinned.ok());
+  std::vector<unsigned char> pageable(4096, 1);
+  absl::Status refused = fake->CopyAsync(*stream, *dev, pageable.data(), 4096);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "pageable")) << refused;
+  EXPECT_EQ(fake->CopyAsync(*stream, pageable.data(), *dev, 4096).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, *pinned, 4096).ok());
+  // Partly registered memory is still pageable where it matters.
+  ASSERT_TRUE(fake->HostRegister(pageable.data(), 2048).ok());
+  EXPECT_EQ(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 2048).ok());
+  ASSERT_TRUE(fake->HostUnregister(pageable.data()).ok());
+  ASSERT_TRUE(fake->HostRegister(pageable.data(), pageable.size()).ok());
+  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
+  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
+  ASSERT_TRUE(fake->HostUnregister(pageable.data()).ok());
+  // The synchronous setup copies keep accepting pageable memory.
+  EXPECT_TRUE(fake->Copy(0, *dev, pageable.data(), 4096, CopyKind::kHostToDevice).ok());
+  fake->SetStrictPinned(false);
+  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
+  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
+  fake->DestroyStream(*stream);
+  fake->HostFreePinned(*pinned);
+  fake->Free(0, *dev);
+}
+
+TEST(FakeBackend, TheNthAllocationFails) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  fake->FailNthAllocation(2);
+  absl::StatusOr<void*> first = fake->Alloc(0, 64);
+  absl::StatusOr<void*> second = fake->AllocManaged(0, 64);
+  absl::StatusOr<void*> third = fake->Alloc(0, 64);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+  ASSERT_TRUE(third.ok()) << third.status();
+  fake->Free(0, *first);
+  fake->Free(0, *third);
+}
+
+TEST(FakeBackend, AStickyCopyErrorBreaksEveryLaterCopy) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> stream = fake->CreateStream(0);
+  ASSERT_TRUE(dev.ok() && stream.ok());
+  std::vector<unsigned char> host(4096, 3);
+  ASSERT_TRUE(fake->CopyAsync(*stream, *dev, host.data(), 4096).ok());
+  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
+  fake->InjectStickyCopyError();
+  // Like an illegal address: the enqueue succeeds, the error shows at the synchronize...
+  ASSERT_TRUE(fake->CopyAsync(*stream, *dev, host.data(), 4096).ok());
+  absl::Status sync = fake->SynchronizeStream(*stream);
+  EXPECT_EQ(sync.code(), absl::StatusCode::kInternal) << sync;
+  EXPECT_TRUE(absl::StrContains(sync.message(), "illegal memory access")) << sync;
+  // ...and then everywhere, for good.
+  EXPECT_EQ(fake->CopyAsync(*stream, *dev, host.data(), 4096).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(fake->Copy(0, host.data(), *dev, 4096, CopyKind::kDeviceToHost).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(fake->SynchronizeStream(*stream).code(), absl::StatusCode::kInternal);
+  const int32_t id = 0;
+  PagedKvLayout l;
+  l.num_blocks = l.block_size = l.num_heads = l.head_dim = l.elem_bytes = 1;
+  EXPECT_EQ(
+      fake->GatherBlocks(0, l, *dev, *dev, &id, 1, static_cast<char*>(*dev) + 8, nullptr).code(),
+      absl::StatusCode::kInternal);
+  fake->DestroyStream(*stream);
+  fake->Free(0, *dev);
+}
+
+TEST(FakeBackend, AnInjectedIpcOpenFailureFailsOnce) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  Exporter exporter(5000, 40);
+  ASSERT_FALSE(exporter.blob.empty());
+  fake->FailNextIpcOpen();
+  absl::StatusOr<void*> failed = fake->OpenIpc(0, exporter.blob);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal) << failed.status();
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "injected")) << failed.status();
+  absl::StatusOr<void*> mapped = fake->OpenIpc(0, exporter.blob);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(fake->Classify(*mapped).kind, MemoryKind::kDevice);
+  std::vector<unsigned char> got(5000);
+  ASSERT_TRUE(fake->Copy(0, got.data(), *mapped, got.size(), CopyKind::kDeviceToHost).ok());
+  EXPECT_EQ(got, testing::Pattern(5000, 40));
+  // Writes through the mapping reach the exporter.
+  const std::vector<unsigned char> next = testing::Pattern(5000, 41);
+  ASSERT_TRUE(fake->Copy(0, *mapped, next.data(), next.size(), CopyKind::kHostToDevice).ok());
+  exporter.child.WriteLine("check 41");
+  EXPECT_EQ(exporter.child.ReadLine(), "ok");
+  ASSERT_TRUE(fake->CloseIpc(*mapped).ok());
+  EXPECT_EQ(fake->CloseIpc(*mapped).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(FakeBackend, OpeningTheHandleOfADeadExporterFails) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  std::string blob;
+  {
+    Exporter exporter(4096, 50);
+    blob = exporter.blob;
+    exporter.child.CloseStdin();
+    ASSERT_EQ(exporter.child.Wait(), 0);
+  }
+  ASSERT_FALSE(blob.empty());
+  absl::StatusOr<void*> mapped = fake->OpenIpc(0, blob);
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kUnavailable) << mapped.status();
+  EXPECT_TRUE(absl::StrContains(mapped.status().message(), "has exited")) << mapped.status();
+}
+
+TEST(FakeBackend, OpeningTheHandleOfAFreedAllocationFails) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  Exporter exporter(4096, 60);
+  ASSERT_FALSE(exporter.blob.empty());
+  exporter.child.WriteLine("free");
+  ASSERT_EQ(exporter.child.ReadLine(), "freed");
+  absl::StatusOr<void*> mapped = fake->OpenIpc(0, exporter.blob);
+  EXPECT_EQ(mapped.status().code(), absl::StatusCode::kUnavailable) << mapped.status();
+  EXPECT_TRUE(absl::StrContains(mapped.status().message(), "freed")) << mapped.status();
+}
+
+TEST(FakeBackend, AProcessCannotOpenItsOwnExport) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  ASSERT_TRUE(dev.ok());
+  absl::StatusOr<std::string> blob = fake->ExportIpc(*dev);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_EQ(fake->OpenIpc(0, *blob).status().code(), absl::StatusCode::kInvalidArgument);
+  fake->Free(0, *dev);
+}
+
+TEST(FakeBackend, DevicesHaveTheirOwnUuidsAndOptionsAreChecked) {
+  FakeOptions options;
+  options.device_count = 3;
+  std::unique_ptr<FakeBackend> fake = NewFake(options);
+  EXPECT_EQ(fake->DeviceCount(), 3);
+  absl::StatusOr<DeviceUuid> a = fake->DeviceUuidOf(0);
+  absl::StatusOr<DeviceUuid> c = fake->DeviceUuidOf(2);
+  ASSERT_TRUE(a.ok() && c.ok());
+  EXPECT_NE(*a, *c);
+  absl::StatusOr<void*> on_two = fake->Alloc(2, 64);
+  ASSERT_TRUE(on_two.ok());
+  EXPECT_EQ(fake->Classify(*on_two).device, 2);
+  fake->Free(2, *on_two);
+  options.device_count = 0;
+  absl::StatusOr<std::unique_ptr<FakeBackend>> bad = FakeBackend::Create(options);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "device_count")) << bad.status();
+}
+
+TEST(FakeBackend, TheFacadeRunsOnTheActiveBackend) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  DeviceBackend* previous = SetBackendForTesting(fake.get());
+  EXPECT_EQ(ActiveBackendName(), "fake");
+  EXPECT_TRUE(Available());
+  {
+    absl::StatusOr<DeviceBuffer> buf = DeviceBuffer::Create(0, 4096);
+    ASSERT_TRUE(buf.ok()) << buf.status();
+    EXPECT_TRUE(IsDevicePointer(buf->data()));
+    const std::vector<unsigned char> fresh = testing::Pattern(4096, 7);
+    ASSERT_TRUE(CopyHostToDevice(0, buf->data(), fresh.data(), fresh.size()).ok());
+    std::vector<unsigned char> back(4096);
+    ASSERT_TRUE(CopyDeviceToHost(0, back.data(), buf->data(), back.size()).ok());
+    EXPECT_EQ(back, fresh);
+    absl::StatusOr<Stream> stream = Stream::Create(0);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    const CopyRegion region{buf->data(), static_cast<char*>(buf->data()) + 2048, 2048};
+    ASSERT_TRUE(BatchCopyGpu(0, &region, 1, stream->handle()).ok());
+    ASSERT_TRUE(stream->Synchronize().ok());
+    // A copy in the wrong direction is refused: dst of CopyHostToDevice must be device memory.
+    EXPECT_EQ(CopyHostToDevice(0, back.data(), fresh.data(), 16).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  SetBackendForTesting(previous);
+  EXPECT_NE(ActiveBackendName(), "fake");
+}
+
+TEST(BackendChoice, FollowsTheEnvironmentValue) {
+  std::string detail;
+  EXPECT_EQ(internal::ChooseBackend("fake", &detail).Name(), "fake");
+  EXPECT_TRUE(absl::StrContains(detail, "GRANARY_DEVICE_BACKEND=fake")) << detail;
+  EXPECT_EQ(internal::ChooseBackend("none", &detail).Name(), "none");
+  // Without a usable device, neither the default nor "cuda" is ever the fake.
+  const bool cuda_usable = CudaBackend() != nullptr && CudaBackend()->DeviceCount() > 0;
+  EXPECT_EQ(internal::ChooseBackend(nullptr, &detail).Name(), cuda_usable ? "cuda" : "none")
+      << detail;
+  EXPECT_EQ(internal::ChooseBackend("", &detail).Name(), cuda_usable ? "cuda" : "none");
+  DeviceBackend& cuda = internal::ChooseBackend("cuda", &detail);
+  EXPECT_EQ(cuda.Name(), cuda_usable ? "cuda" : "none");
+  if (!cuda_usable) {
+    EXPECT_EQ(cuda.Alloc(0, 64).status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+
+  DeviceBackend& refused = internal::ChooseBackend("gpu", &detail);
+  EXPECT_TRUE(absl::StrContains(detail, "'gpu'")) << detail;
+  absl::StatusOr<void*> p = refused.Alloc(0, 64);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "GRANARY_DEVICE_BACKEND='gpu'"))
+      << p.status();
+  absl::StatusOr<void*> other = internal::ChooseBackend("Fake", &detail).Alloc(0, 64);
+  EXPECT_TRUE(absl::StrContains(other.status().message(), "'Fake'")) << other.status();
+}
+
+// The real thing, in fresh processes: the variable is read once, at first use, and logged.
+TEST(BackendChoice, AFreshProcessReadsAndLogsTheVariable) {
+  struct Case {
+    std::vector<std::string> env;
+    std::string name;
+    std::string alloc;  // a substring of Alloc(0, 64)'s status
+    std::string log;    // a substring of stderr
+  };
+  const bool cuda_usable = CudaBackend() != nullptr && CudaBackend()->DeviceCount() > 0;
+  const std::vector<Case> cases = {
+      {{"GRANARY_DEVICE_BACKEND=fake"}, "fake", "OK", "device backend: fake"},
+      {{"GRANARY_DEVICE_BACKEND=bogus"},
+       "none",
+       "GRANARY_DEVICE_BACKEND='bogus'",
+       "refused GRANARY_DEVICE_BACKEND='bogus'"},
+      {{},
+       cuda_usable ? "cuda" : "none",
+       cuda_usable ? "OK" : "FAILED_PRECONDITION",
+       "the default"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> env = c.env;
+    env.push_back("GRANARY_LOG_LEVEL=info");
+    testing::Child child({GRANARY_BACKEND_IPC_HELPER, "active"}, env);
+    ASSERT_TRUE(child.ok());
+    const std::string name = child.ReadLine();
+    const std::string alloc = child.ReadLine();
+    ASSERT_EQ(child.Wait(), 0);
+    const std::string log = child.ReadStderr();
+    SCOPED_TRACE(c.env.empty() ? "unset" : c.env[0]);
+    EXPECT_EQ(name, c.name);
+    EXPECT_TRUE(absl::StrContains(alloc, c.alloc)) << alloc;
+    EXPECT_TRUE(absl::StrContains(log, c.log)) << log;
+  }
+}
+
+}  // namespace
+}  // namespace granary::cuda
