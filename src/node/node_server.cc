@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/log.h"
+#include "cuda/device_backend.h"
 #include "common/size.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -72,6 +73,12 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->metrics_
       .Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
       ->Set(static_cast<double>(total));
+  // Which device backend this process runs on (cuda, none, or the CPU-only fake, which is only
+  // ever chosen explicitly): a fake in production shows here.
+  n->metrics_
+      .Gauge("granary_device_backend", "1 for the device backend this process uses",
+             {{"backend", std::string(cuda::ActiveBackendName())}})
+      ->Set(1);
   NodeServer* raw = n.get();
   n->http_.server().Get("/metrics", [raw](const httplib::Request&, httplib::Response& res) {
     res.set_content(raw->metrics_.Render(), "text/plain; version=0.0.4");

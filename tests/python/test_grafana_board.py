@@ -88,3 +88,6 @@ def test_every_queried_metric_exists_in_live_metrics():
     assert not missing, f"queried but not exported: {missing}"
     # The histogram the latency panels read has its buckets.
     assert "granary_master_request_seconds_bucket" in live
+    # The node says which device backend it runs; never the fake unless asked for.
+    backend = re.search(r'granary_device_backend\{backend="(\w+)"\} 1', text)
+    assert backend and backend.group(1) in ("cuda", "none"), text
