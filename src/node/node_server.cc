@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/log.h"
-#include "cuda/device_backend.h"
 #include "common/size.h"
 #include "common/status_macros.h"
 #include "common/util.h"
+#include "cuda/device_backend.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
