@@ -13,3 +13,5 @@ granary_test(NAME master_object_table_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/object_table_test.cc LIBS granary::master)
 granary_test(NAME master_placement_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc LIBS granary::master)
+granary_test(NAME master_inventory_restore_test LABELS unit tsan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/inventory_restore_test.cc LIBS granary::master)

@@ -74,9 +74,8 @@ HelloReply SampleHelloReply() {
 }
 HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
 MountSegmentRequest SampleMount() {
-  return {"seg-0",    "node-a", "10.0.0.1:4000", 0x7F0000001000ull,  48ull << 30,
-          Tier::kGpu, kBinary,  "pool-x",        "worker" + kBinary, "boot-id-1",
-          true};
+  return {"seg-0", "node-a", "10.0.0.1:4000",    0x7F0000001000ull, 48ull << 30, Tier::kGpu,
+          kBinary, "pool-x", "worker" + kBinary, "boot-id-1",       true};
 }
 MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
 UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
@@ -145,8 +144,8 @@ LookupPrefixReply SampleLookupPrefixReply() {
           30000};
 }
 InventoryRecord SampleRecord(InventoryOp op) {
-  return {op,        "tenant-b", "key" + kBinary, 0x1122334455667788ull, 4096, 4160, 4000,
-          0x00AB00CD00EF0012ull, kPutFlagHardPin, 1700000000123ull};
+  return {op,   "tenant-b", "key" + kBinary,       0x1122334455667788ull, 4096,
+          4160, 4000,       0x00AB00CD00EF0012ull, kPutFlagHardPin,       1700000000123ull};
 }
 InventorySyncReply SampleInventorySyncReply() {
   return {Ws(absl::StatusCode::kOk, ""),
@@ -319,16 +318,40 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
 // Every request and reply struct in messages.h, by the type a server decodes it as: the
 // round-trip and truncation cases above must name each one.
 TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
-  const std::vector<std::string> all = {
-      "HelloRequest",        "HelloReply",        "HeartbeatRequest",      "HeartbeatReply",
-      "MountSegmentRequest", "MountSegmentReply", "UnmountSegmentRequest", "StatusReply",
-      "ShmOfferRequest",     "ShmOfferReply",     "ShmAttachRequest",      "PutStartRequest",
-      "PutStartReply",       "KeyGenRequest",     "BatchStatusReply",      "KeysRequest",
-      "RemoveRequest",       "GetReply",          "ListRequest",           "ListReply",
-      "SegmentsRequest",     "SegmentsReply",     "CopyStartRequest",      "CopyStartReply",
-      "CopyEndRequest",      "FetchRequest",      "PushRequest",           "PushReply",
-      "LookupPrefixRequest", "LookupPrefixReply", "InventorySyncRequest", "InventorySyncReply",
-      "InventoryReportRequest", "InventoryReportReply"};
+  const std::vector<std::string> all = {"HelloRequest",
+                                        "HelloReply",
+                                        "HeartbeatRequest",
+                                        "HeartbeatReply",
+                                        "MountSegmentRequest",
+                                        "MountSegmentReply",
+                                        "UnmountSegmentRequest",
+                                        "StatusReply",
+                                        "ShmOfferRequest",
+                                        "ShmOfferReply",
+                                        "ShmAttachRequest",
+                                        "PutStartRequest",
+                                        "PutStartReply",
+                                        "KeyGenRequest",
+                                        "BatchStatusReply",
+                                        "KeysRequest",
+                                        "RemoveRequest",
+                                        "GetReply",
+                                        "ListRequest",
+                                        "ListReply",
+                                        "SegmentsRequest",
+                                        "SegmentsReply",
+                                        "CopyStartRequest",
+                                        "CopyStartReply",
+                                        "CopyEndRequest",
+                                        "FetchRequest",
+                                        "PushRequest",
+                                        "PushReply",
+                                        "LookupPrefixRequest",
+                                        "LookupPrefixReply",
+                                        "InventorySyncRequest",
+                                        "InventorySyncReply",
+                                        "InventoryReportRequest",
+                                        "InventoryReportReply"};
   std::vector<std::string> named;
   for (const Case& c : AllCases()) named.push_back(c.name);
   EXPECT_EQ(named.size(), all.size());
