@@ -26,15 +26,14 @@ absl::Status CheckRecord(const proto::InventoryRecord& r) {
   }
   if (r.key.empty()) return absl::InvalidArgumentError("empty key");
   if (r.value_length == 0 || r.value_length > proto::kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value length ", r.value_length,
-                                                   " of key '", r.key, "' is outside 1..",
+    return absl::InvalidArgumentError(absl::StrCat("value length ", r.value_length, " of key '",
+                                                   r.key, "' is outside 1..",
                                                    proto::kMaxValueBytes));
   }
   if (r.alloc_size != AllocBytes(r.value_length)) {
-    return absl::InvalidArgumentError(absl::StrCat("allocation of ", r.alloc_size, " bytes for a ",
-                                                   r.value_length, "-byte value of key '", r.key,
-                                                   "' (expected ", AllocBytes(r.value_length),
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "allocation of ", r.alloc_size, " bytes for a ", r.value_length, "-byte value of key '",
+        r.key, "' (expected ", AllocBytes(r.value_length), ")"));
   }
   if (r.generation == 0) return absl::InvalidArgumentError("generation 0");
   return absl::OkStatus();
@@ -88,8 +87,7 @@ absl::Status InventoryRestore::RestoreOne(uint64_t session, const proto::Invento
       conflicts_->Inc();
       if (out != nullptr) out->FreedReplica(tk, r.generation, reported);
       return absl::AlreadyExistsError(absl::StrCat("key '", r.key, "' has generation ",
-                                                   o.generation, " here; reported ",
-                                                   r.generation));
+                                                   o.generation, " here; reported ", r.generation));
     }
     if (o.generation == r.generation) {
       // Another replica of the same object (replica_num > 1), on a segment it is not on yet.
@@ -166,8 +164,8 @@ proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
       quarantined += segments_->FinishRestore(id, now);
     }
     quarantined_->Inc(quarantined);
-    LOG_INFO << "inventory of node session " << session << " restored; "
-             << FormatSize(quarantined) << " of unreported space quarantined";
+    LOG_INFO << "inventory of node session " << session << " restored; " << FormatSize(quarantined)
+             << " of unreported space quarantined";
   }
   return rep;
 }

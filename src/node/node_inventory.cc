@@ -20,8 +20,7 @@ proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) cons
   h.magic = std::atomic_ref<uint64_t>(*WordAt(s, offset, 0)).load(std::memory_order_acquire);
   h.generation = std::atomic_ref<uint64_t>(*WordAt(s, offset, 1)).load(std::memory_order_acquire);
   h.key_hash = std::atomic_ref<uint64_t>(*WordAt(s, offset, 2)).load(std::memory_order_acquire);
-  h.value_length =
-      std::atomic_ref<uint64_t>(*WordAt(s, offset, 3)).load(std::memory_order_acquire);
+  h.value_length = std::atomic_ref<uint64_t>(*WordAt(s, offset, 3)).load(std::memory_order_acquire);
   return h;
 }
 

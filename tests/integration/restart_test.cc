@@ -72,8 +72,8 @@ class RestartTest : public ::testing::Test {
     return body.ok() ? json::parse(*body)["data"] : json();
   }
   json Objects(const std::string& tenant) {
-    auto body = HttpGet(cluster_->master_http_port(),
-                        "/api/v1/objects?limit=100000&tenant_id=" + tenant);
+    auto body =
+        HttpGet(cluster_->master_http_port(), "/api/v1/objects?limit=100000&tenant_id=" + tenant);
     EXPECT_TRUE(body.ok()) << body.status();
     return body.ok() ? json::parse(*body)["data"] : json::array();
   }
@@ -146,8 +146,7 @@ void ExpectNoOverlap(const json& a, const json& b) {
 std::map<std::string, std::tuple<uint64_t, uint64_t, uint64_t>> ByKey(const json& list) {
   std::map<std::string, std::tuple<uint64_t, uint64_t, uint64_t>> out;
   for (const auto& o : list) {
-    out[o["key"].get<std::string>()] = {o["size"].get<uint64_t>(),
-                                        o["generation"].get<uint64_t>(),
+    out[o["key"].get<std::string>()] = {o["size"].get<uint64_t>(), o["generation"].get<uint64_t>(),
                                         o["replicas"].get<uint64_t>()};
   }
   return out;
@@ -172,8 +171,8 @@ TEST_F(RestartTest, KillNineOfTheMasterKeepsEveryObjectItsBytesAndEveryTenantsCh
   const uint64_t replicas = objs_a.size() + objs_b1.size() + 2 * objs_b2.size();
 
   // The records travel asynchronously: wait until the master has handed every one to a node.
-  ASSERT_TRUE(WaitForMetric("granary_master_inventory_records_sent_total",
-                            [&](double v) { return v >= replicas; }, 10))
+  ASSERT_TRUE(WaitForMetric(
+      "granary_master_inventory_records_sent_total", [&](double v) { return v >= replicas; }, 10))
       << "commit records did not reach the nodes";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the last reply is applied
   const json ta = Tenant("tenant-a"), tb = Tenant("tenant-b");
@@ -184,8 +183,8 @@ TEST_F(RestartTest, KillNineOfTheMasterKeepsEveryObjectItsBytesAndEveryTenantsCh
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(cluster_->RestartMaster().ok());
   ASSERT_TRUE(cluster_->WaitForSegments(2, 20).ok()) << "nodes did not re-mount";
-  ASSERT_TRUE(WaitForMetric("granary_master_inventory_restored_total",
-                            [&](double v) { return v >= replicas; }, 20))
+  ASSERT_TRUE(WaitForMetric(
+      "granary_master_inventory_restored_total", [&](double v) { return v >= replicas; }, 20))
       << "the nodes' inventories were not restored";
   const double rebuild_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
@@ -210,8 +209,8 @@ TEST_F(RestartTest, KillNineOfTheMasterKeepsEveryObjectItsBytesAndEveryTenantsCh
   ASSERT_NO_FATAL_FAILURE(ReadAll(b.get(), objs_b2));
 
   // Unreported space is quarantined for the write window, then allocatable again.
-  ASSERT_TRUE(WaitForMetric("granary_master_quarantined_bytes", [](double v) { return v == 0; },
-                            kPutTimeoutSec + 10));
+  ASSERT_TRUE(WaitForMetric(
+      "granary_master_quarantined_bytes", [](double v) { return v == 0; }, kPutTimeoutSec + 10));
   EXPECT_GT(*cluster_->Metric("granary_master_quarantined_bytes_total"), 0);
   std::vector<Stored> fresh;
   for (int i = 0; i < 1000; ++i) fresh.push_back({"tenant-a", absl::StrCat("new/", i), size(rng)});
@@ -226,8 +225,8 @@ TEST_F(RestartTest, PutInFlightAcrossTheRestartFailsRetryablyAndItsRetrySucceeds
   auto c = NewClient("tenant-a");
   ASSERT_TRUE(c);
   ASSERT_TRUE(c->Put("kept", MakeValue("kept", 1, 4096)).ok());
-  ASSERT_TRUE(WaitForMetric("granary_master_inventory_records_sent_total",
-                            [](double v) { return v >= 1; }, 10));
+  ASSERT_TRUE(WaitForMetric(
+      "granary_master_inventory_records_sent_total", [](double v) { return v >= 1; }, 10));
   // A put started at the old master: allocated, not committed.
   auto started = c->PutStart({"in-flight"}, {8192});
   ASSERT_TRUE(started.ok()) << started.status();

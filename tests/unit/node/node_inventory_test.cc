@@ -105,10 +105,10 @@ TEST_F(NodeInventoryTest, EveryKindOfHeaderMismatchIsDroppedAndCounted) {
     Write(0, kOffsets[i], "k" + std::to_string(i), 100 + i, 1000);
     ASSERT_TRUE(inv.Apply(0, Commit("k" + std::to_string(i), kOffsets[i], 100 + i)));
   }
-  HeaderAt(0, 4096).magic = 0;                  // never written, or invalidated
-  HeaderAt(0, 8192).generation = 999;           // overwritten by another put
-  HeaderAt(0, 12288).key_hash ^= 1;             // another key
-  HeaderAt(0, 16384).value_length = 1001;       // another length
+  HeaderAt(0, 4096).magic = 0;             // never written, or invalidated
+  HeaderAt(0, 8192).generation = 999;      // overwritten by another put
+  HeaderAt(0, 12288).key_hash ^= 1;        // another key
+  HeaderAt(0, 16384).value_length = 1001;  // another length
   auto all = Flat(inv.Report({7, 8}, 100, 1 << 20));
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].key, "k0");
@@ -156,8 +156,8 @@ TEST_F(NodeInventoryTest, ANewerCommitAtAnOffsetReplacesAnOlderOneAndNotTheRever
 TEST_F(NodeInventoryTest, RecordsOutsideTheSegmentOrUnalignedAreIgnored) {
   NodeInventory inv(&spans_);
   EXPECT_FALSE(inv.Apply(0, Commit("x", kSegBytes - 64, 1, 1000)));  // runs past the end
-  EXPECT_FALSE(inv.Apply(0, Commit("x", 100, 1)));                    // unaligned
-  EXPECT_FALSE(inv.Apply(2, Commit("x", 0, 1)));                      // no such segment
+  EXPECT_FALSE(inv.Apply(0, Commit("x", 100, 1)));                   // unaligned
+  EXPECT_FALSE(inv.Apply(2, Commit("x", 0, 1)));                     // no such segment
   EXPECT_FALSE(inv.Apply(0, Free(kSegBytes, 1)));
   EXPECT_EQ(inv.size(), 0u);
 }
