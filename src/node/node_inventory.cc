@@ -24,6 +24,12 @@ proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) cons
   return h;
 }
 
+void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) const {
+  uint64_t expected = generation;
+  std::atomic_ref<uint64_t>(*WordAt((*segments_)[index], offset, 1))
+      .compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
 uint32_t NodeInventory::TenantIdLocked(const std::string& tenant) {
   auto [it, fresh] = tenant_ids_.try_emplace(tenant, static_cast<uint32_t>(tenants_.size()));
   if (fresh) tenants_.push_back(tenant);
@@ -44,9 +50,7 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
     auto it = entries_.find(slot);
     if (it == entries_.end() || it->second.generation != r.generation) return false;
     entries_.erase(it);
-    uint64_t expected = r.generation;
-    std::atomic_ref<uint64_t>(*WordAt(s, r.offset, 1))
-        .compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+    InvalidateHeader(index, r.offset, r.generation);
     return true;
   }
   auto [it, fresh] = entries_.try_emplace(slot);

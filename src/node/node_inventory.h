@@ -71,7 +71,12 @@ class NodeInventory {
   using Slot = std::pair<uint32_t, uint64_t>;  // segment index, offset
 
   // The header at `offset` of segment `index`, read word by word (a writer may be writing it).
-  proto::AllocHeader ReadHeader(size_t index, uint64_t offset) const;
+  // These two are the only places the inventory touches segment memory, which clients write
+  // one-sided at any time; tests/tsan.supp names them for that reason (not inlined, so that
+  // their frames carry the qualified name the suppression matches).
+  [[gnu::noinline]] proto::AllocHeader ReadHeader(size_t index, uint64_t offset) const;
+  // Swaps the header's generation word to 0 if it still holds `generation`.
+  [[gnu::noinline]] void InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) const;
   uint32_t TenantIdLocked(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<SegmentSpan>* const segments_;
