@@ -44,6 +44,6 @@ add_dependencies(integration_engine_support_test granary_master granary_node)
 granary_test(NAME integration_embedded_node_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/embedded_node_test.cc LIBS granary_test_cluster granary::embedded)
 add_dependencies(integration_embedded_node_test granary_master)
-granary_test(NAME integration_restart_test LABELS integration TIMEOUT 300
+granary_test(NAME integration_restart_test LABELS integration tsan TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/restart_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_restart_test granary_master granary_node)
