@@ -68,6 +68,10 @@ void TryAll(absl::string_view body) {
   Try<PushReply>(body);
   Try<LookupPrefixRequest>(body);
   Try<LookupPrefixReply>(body);
+  Try<InventorySyncRequest>(body);
+  Try<InventorySyncReply>(body);
+  Try<InventoryReportRequest>(body);
+  Try<InventoryReportReply>(body);
 }
 
 // Decodes the body as the message(s) the header's type names, as the servers and the client do.
@@ -130,6 +134,12 @@ void Dispatch(uint16_t type, absl::string_view body) {
       break;
     case MsgType::kPush:
       reply ? Try<PushReply>(body) : Try<PushRequest>(body);
+      break;
+    case MsgType::kInventorySync:
+      reply ? Try<InventorySyncReply>(body) : Try<InventorySyncRequest>(body);
+      break;
+    case MsgType::kInventoryReport:
+      reply ? Try<InventoryReportReply>(body) : Try<InventoryReportRequest>(body);
       break;
     default:  // kStat has no message of its own; unknown types are answered with StatusReply
       break;

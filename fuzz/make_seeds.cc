@@ -171,6 +171,25 @@ int main(int argc, char** argv) {
   lp_rep.lease_ms = 5000;
   Emit("lookup_rep", MsgType::kLookupPrefix, true, lp_rep);
 
+  InventoryRecord rec;
+  rec.tenant = "tenant-a";
+  rec.key = "k1";
+  rec.segment_id = 3;
+  rec.offset = 4096;
+  rec.alloc_size = 4160;
+  rec.value_length = 4096;
+  rec.generation = 42;
+  rec.commit_ms = 1700000000000;
+  InventoryRecord freed = rec;
+  freed.op = InventoryOp::kFree;
+  freed.tenant.clear();
+  freed.key.clear();
+  Emit("inventory_sync", MsgType::kInventorySync, false, InventorySyncRequest{500});
+  Emit("inventory_sync_rep", MsgType::kInventorySync, true,
+       InventorySyncReply{WireStatus{}, {rec, freed}});
+  Emit("inventory_report", MsgType::kInventoryReport, false, InventoryReportRequest{{rec}, true});
+  Emit("inventory_report_rep", MsgType::kInventoryReport, true, InventoryReportReply{{}, 1, 0});
+
   Emit("unmount_status_rep", MsgType::kUnmountSegment, true,
        StatusReply{WireStatus::From(absl::InvalidArgumentError("bad segment"))});
   return 0;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <random>
 
@@ -75,6 +76,12 @@ uint64_t HashBytes(absl::string_view data, uint64_t seed) {
     h *= 1099511628211ULL;
   }
   return h;
+}
+
+uint64_t WallMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
 }
 
 }  // namespace granary

@@ -24,6 +24,10 @@ struct HostPort {
 // process and container on one host), or the hostname if that is unreadable.
 const std::string& HostId();
 
+// Wall-clock milliseconds since the Unix epoch (commit times in inventory records; ids that
+// must differ across restarts). Not for intervals: use the monotonic Clock.
+uint64_t WallMs();
+
 // 64-bit FNV-1a, used for the key hash in allocation headers (not for security).
 uint64_t HashBytes(absl::string_view data, uint64_t seed = 0);
 

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/util.h"
+#include "master/inventory_outbox.h"
 
 namespace granary::master {
 
@@ -174,11 +176,14 @@ bool CopyCoordinator::Commit(const std::string& tenant, const std::string& tk,
     Object& o = it->second;
     if (o.lease_count > 0) --o.lease_count;
     o.replicas.push_back(pc.dest);
+    InventoryOutbox* out = shards_->outbox();
+    if (out != nullptr) out->CommittedReplica(tk, o, pc.dest, WallMs());
     if (pc.move) {
       for (auto r = o.replicas.begin(); r != o.replicas.end(); ++r) {
         if (r->segment_id == pc.source.segment_id && r->offset == pc.source.offset) {
           o.replicas.erase(r);
           source_freed = true;
+          if (out != nullptr) out->FreedReplica(tk, o.generation, pc.source);
           break;
         }
       }

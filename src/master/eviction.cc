@@ -9,6 +9,7 @@
 #include "common/error_reason.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "master/inventory_outbox.h"
 #include "proto/alloc_header.h"
 
 namespace granary::master {
@@ -149,6 +150,16 @@ absl::Status Evictor::ChargeWithTenantEviction(const std::string& tenant, uint64
 absl::StatusOr<Placements> Evictor::AllocateWithEviction(const PlacementRequest& who,
                                                          uint64_t bytes, int replicas) {
   auto p = segments_->Allocate(who, bytes, replicas);
+  if (!p.ok() && absl::IsResourceExhausted(p.status()) && segments_->Fenced(who)) {
+    // After a master restart, space no inventory reported is quarantined for the write window
+    // (a late writer of the old master may still land there), and a re-mounted segment takes
+    // nothing until its report is in. Evicting restored objects for this put would destroy the
+    // cache that was just rebuilt: the put waits instead.
+    return absl::UnavailableError(
+        absl::StrCat(p.status().message(),
+                     "; space is quarantined or still being restored after a master restart: "
+                     "retry in a few seconds"));
+  }
   if (!p.ok() && absl::IsResourceExhausted(p.status())) {
     // Evict only if it could help: `replicas` distinct nodes must have a placeable segment at
     // least this large. Otherwise (too few nodes, a value larger than any segment) eviction
@@ -204,6 +215,7 @@ Placements Evictor::TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_acce
     return ps;
   }
   ps = it->second.replicas;
+  if (InventoryOutbox* out = shards_->outbox()) out->Freed(it->first, it->second.generation, ps);
   sh.objects.erase(it);
   return ps;
 }

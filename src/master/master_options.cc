@@ -11,6 +11,10 @@ absl::Status MasterOptions::Validate() const {
   if (put_start_timeout_ms < 100) {
     return bad("--put_start_timeout_sec must be positive, got ", put_start_timeout_ms, " ms");
   }
+  if (restart_quarantine_margin_ms < 0) {
+    return bad("--restart_quarantine_margin_ms must not be negative, got ",
+               restart_quarantine_margin_ms);
+  }
   if (kv_lease_ttl_ms <= 0)
     return bad("--default_kv_lease_ttl must be positive, got ", kv_lease_ttl_ms);
   if (!(eviction_high_watermark_ratio > 0 && eviction_high_watermark_ratio <= 1)) {

@@ -24,9 +24,13 @@ struct MasterOptions {
   std::string tenant_tokens_file;
   // When true, a client hello for a tenant with no expected token hash is refused.
   bool require_tenant_tokens = false;
-  int64_t client_ttl_ms = 10'000;              // a session silent this long is dead
-  int64_t put_start_timeout_ms = 30'000;       // an allocation not committed by then is freed
-  int64_t kv_lease_ttl_ms = 5'000;             // read lease granted by Get
+  int64_t client_ttl_ms = 10'000;         // a session silent this long is dead
+  int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
+  int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get
+  // After a restart, space of re-mounted segments that no node inventory reported stays out of
+  // allocation until start + put_start_timeout_ms (the write window of the previous master's
+  // clients) + this margin (clock drift, a scheduling stall of a writer).
+  int64_t restart_quarantine_margin_ms = 2'000;
   double eviction_high_watermark_ratio = 0.9;  // evict when used/capacity exceeds this
   double eviction_ratio = 0.05;                // fraction of capacity one eviction round frees
   int64_t tick_ms = 50;                        // timer resolution (deadlines, heartbeats)

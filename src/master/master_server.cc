@@ -176,6 +176,62 @@ void MasterServer::TickLoop() {
   while (!stopping_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(options_.tick_ms));
     for (SessionId dead : service_->Tick()) rpc_->Disconnect(dead);
+    // Records reach a node within one tick of the change (10-50 ms): the batching interval.
+    FlushPolls(/*all=*/false);
+  }
+  FlushPolls(/*all=*/true);
+}
+
+std::optional<std::string> MasterServer::HandleInventorySync(transport::RpcServer::ConnId conn,
+                                                             const proto::FrameView& f) {
+  const uint16_t reply_type = f.header.type | proto::kReplyBit;
+  auto req = Body<proto::InventorySyncRequest>(f);
+  proto::InventorySyncReply rep;
+  if (!req.ok()) {
+    bad_requests_->Inc();
+    rep.status = proto::WireStatus::From(req.status());
+    return proto::EncodeFrame(reply_type, f.header.request_id, rep);
+  }
+  auto records = service_->TakeInventory(conn);
+  if (!records.ok() || !records->empty() || req->wait_ms == 0) {
+    if (records.ok()) {
+      rep.records = std::move(*records);
+    } else {
+      rep.status = proto::WireStatus::From(records.status());
+    }
+    return proto::EncodeFrame(reply_type, f.header.request_id, rep);
+  }
+  granary::MutexLock lock(&polls_mu_);
+  polls_.push_back(ParkedPoll{conn, f.header.request_id, MonotonicUs() / 1000 + req->wait_ms});
+  return std::nullopt;
+}
+
+void MasterServer::FlushPolls(bool all) {
+  std::vector<ParkedPoll> due;
+  const int64_t now = MonotonicUs() / 1000;
+  {
+    granary::MutexLock lock(&polls_mu_);
+    for (auto it = polls_.begin(); it != polls_.end();) {
+      if (all || now >= it->deadline_ms || service_->InventoryPending(it->conn)) {
+        due.push_back(*it);
+        it = polls_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const uint16_t reply_type =
+      static_cast<uint16_t>(proto::MsgType::kInventorySync) | proto::kReplyBit;
+  for (const ParkedPoll& p : due) {
+    proto::InventorySyncReply rep;
+    auto records = service_->TakeInventory(p.conn);
+    if (records.ok()) {
+      rep.records = std::move(*records);
+    } else {
+      rep.status = proto::WireStatus::From(records.status());
+    }
+    // A poll of a connection that closed meanwhile is answered into the void.
+    rpc_->Reply(p.conn, proto::EncodeFrame(reply_type, p.request_id, rep));
   }
 }
 
@@ -202,6 +258,10 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
       GRANARY_HANDLE(proto::HeartbeatRequest, service_->Heartbeat(conn));
     case MsgType::kMountSegment:
       GRANARY_HANDLE(proto::MountSegmentRequest, service_->MountSegment(conn, *req));
+    case MsgType::kInventorySync:
+      return HandleInventorySync(conn, f);
+    case MsgType::kInventoryReport:
+      GRANARY_HANDLE(proto::InventoryReportRequest, service_->InventoryReport(conn, *req));
     case MsgType::kUnmountSegment:
       GRANARY_HANDLE(proto::UnmountSegmentRequest, service_->UnmountSegment(conn, *req));
     case MsgType::kPutStart:

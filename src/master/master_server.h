@@ -44,6 +44,11 @@ class MasterServer {
   MasterServer() = default;
   std::optional<std::string> Dispatch(transport::RpcServer::ConnId conn,
                                       const proto::FrameView& frame);
+  // InventorySync: answered at once when records are queued, else parked until some are (or
+  // its wait ends); FlushPolls answers parked polls, once per tick.
+  std::optional<std::string> HandleInventorySync(transport::RpcServer::ConnId conn,
+                                                 const proto::FrameView& frame);
+  void FlushPolls(bool all);
   void TickLoop();
 
   MasterOptions options_;
@@ -67,6 +72,14 @@ class MasterServer {
   // (index = MsgType; null for types the master does not serve). Filled before the RPC server
   // starts, read-only afterwards.
   std::vector<MetricHistogram*> request_seconds_;
+  struct ParkedPoll {
+    transport::RpcServer::ConnId conn = 0;
+    uint64_t request_id = 0;
+    int64_t deadline_ms = 0;
+  };
+  // Taken before the service's locks (FlushPolls asks it under this one), never under them.
+  granary::Mutex polls_mu_;
+  std::vector<ParkedPoll> polls_ ABSL_GUARDED_BY(polls_mu_);
 };
 
 }  // namespace granary::master

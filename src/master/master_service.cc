@@ -13,12 +13,6 @@ namespace granary::master {
 
 namespace {
 using proto::WireStatus;
-
-uint64_t WallMs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
 }  // namespace
 
 MasterService::MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics)
@@ -28,12 +22,22 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
       counters_(metrics),
       ledger_(options.enable_multi_tenants),
       deadlines_(options.tick_ms),
+      outbox_(metrics),
       shards_(WallMs()),
       sessions_(options_, clock, &counters_),
       evictor_(options_, clock, metrics, &counters_, &shards_, &segments_, &ledger_),
       objects_(options_, clock, &counters_, &shards_, &segments_, &ledger_, &deadlines_, &sessions_,
                &evictor_),
-      copies_(options_, clock, &shards_, &segments_, &ledger_, &deadlines_, &evictor_) {
+      copies_(options_, clock, &shards_, &segments_, &ledger_, &deadlines_, &evictor_),
+      restore_(options_, clock, metrics, &shards_, &segments_, &ledger_),
+      quarantined_bytes_(metrics->Gauge(
+          "granary_master_quarantined_bytes",
+          "Bytes of re-mounted segments out of allocation until the restart's write window ends")) {
+  shards_.set_outbox(&outbox_);
+  // Any write granted by a previous master ended by its put deadline: until then, space that
+  // no inventory reports may still be written by a late writer of that master.
+  segments_.SetQuarantineUntil(clock_->NowMs() + options_.put_start_timeout_ms +
+                               options_.restart_quarantine_margin_ms);
   ExportMasterGauges(
       metrics, [this] { return GetStats(); }, &ledger_, &segments_);
 }
@@ -84,7 +88,8 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   proto::MountSegmentReply rep;
   auto id = [&]() -> absl::StatusOr<uint64_t> {
     GRANARY_RETURN_IF_ERROR(sessions_.Touch(sid, /*need_node=*/true));
-    return segments_.Mount(req, sid);
+    // A resumed segment takes no new put until its report is in, for at most one write window.
+    return segments_.Mount(req, sid, clock_->NowMs() + options_.put_start_timeout_ms);
   }();
   if (!id.ok()) {
     rep.status = WireStatus::From(id.status());
@@ -93,8 +98,25 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   rep.segment_id = *id;
   ledger_.SetCapacity(capacity());
   LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id << " at "
-           << req.node_address << ": " << FormatSize(req.size);
+           << req.node_address << ": " << FormatSize(req.size)
+           << (req.resumed ? " (resumed: its inventory follows)" : "");
   return rep;
+}
+
+absl::StatusOr<std::vector<proto::InventoryRecord>> MasterService::TakeInventory(SessionId sid) {
+  GRANARY_RETURN_IF_ERROR(sessions_.Touch(sid, /*need_node=*/true));
+  // A batch stays well under the frame limit: at most kMaxInventoryBatch records and ~4 MiB.
+  return outbox_.Take(segments_.SegmentsOf(sid), proto::kMaxInventoryBatch, 4u << 20);
+}
+
+proto::InventoryReportReply MasterService::InventoryReport(
+    SessionId sid, const proto::InventoryReportRequest& req) {
+  if (absl::Status st = sessions_.Touch(sid, /*need_node=*/true); !st.ok()) {
+    proto::InventoryReportReply rep;
+    rep.status = WireStatus::From(st);
+    return rep;
+  }
+  return restore_.Report(sid, req);
 }
 
 proto::StatusReply MasterService::UnmountSegment(SessionId sid,
@@ -200,6 +222,11 @@ std::vector<SessionId> MasterService::Tick() {
     counters_.sessions_expired->Inc();
     SessionClosed(sid);
   }
+  if (uint64_t released = segments_.Expire(now); released > 0) {
+    LOG_INFO << "the restart's write window has passed: " << FormatSize(released)
+             << " of quarantined space is allocatable again";
+  }
+  quarantined_bytes_->Set(static_cast<double>(segments_.totals().quarantined));
   evictor_.EvictAboveWatermark();
   return dead;
 }

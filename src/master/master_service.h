@@ -10,6 +10,8 @@
 #include "common/metrics.h"
 #include "master/copy_coordinator.h"
 #include "master/eviction.h"
+#include "master/inventory_outbox.h"
+#include "master/inventory_restore.h"
 #include "master/master_metrics.h"
 #include "master/master_options.h"
 #include "master/object.h"
@@ -74,6 +76,18 @@ class MasterService {
   }
 
   proto::MountSegmentReply MountSegment(SessionId sid, const proto::MountSegmentRequest& req);
+  // Inventories (docs/architecture.md, "Node inventories and master restart"). A node's
+  // commit and free records, taken from the outbox (at most a batch; empty when none is
+  // queued), for its InventorySync long poll. FAILED_PRECONDITION for a session that is not a
+  // node's.
+  [[nodiscard]] absl::StatusOr<std::vector<proto::InventoryRecord>> TakeInventory(SessionId sid);
+  // Whether records are queued for the node's segments (the long poll's wake-up test).
+  bool InventoryPending(SessionId sid) const {
+    return outbox_.HasPending(segments_.SegmentsOf(sid));
+  }
+  // A re-mounted node's report: restores its objects (InventoryRestore).
+  proto::InventoryReportReply InventoryReport(SessionId sid,
+                                              const proto::InventoryReportRequest& req);
   proto::StatusReply UnmountSegment(SessionId sid, const proto::UnmountSegmentRequest& req);
 
   proto::PutStartReply PutStart(SessionId sid, const proto::PutStartRequest& req);
@@ -130,11 +144,14 @@ class MasterService {
   SegmentRegistry segments_;
   tenant::QuotaLedger ledger_;
   TimerWheel deadlines_;
+  InventoryOutbox outbox_;
   ObjectShards shards_;
   SessionTable sessions_;
   Evictor evictor_;
   ObjectStore objects_;
   CopyCoordinator copies_;
+  InventoryRestore restore_;
+  MetricGauge* quarantined_bytes_;
 };
 
 }  // namespace granary::master

@@ -14,6 +14,8 @@
 
 namespace granary::master {
 
+class InventoryOutbox;
+
 // The master's object table: kShards ObjectTables, each behind its own mutex, plus the two
 // counters that order its objects (generations and LRU access ordinals). Keys are table keys:
 // tenant + '\0' + key (TableKey).
@@ -35,7 +37,8 @@ class ObjectShards {
 
   // Generations are unique across master restarts: `wall_ms` (wall-clock milliseconds at start)
   // in the high bits.
-  explicit ObjectShards(uint64_t wall_ms) : next_generation_(wall_ms << 20) {}
+  explicit ObjectShards(uint64_t wall_ms)
+      : first_generation_(wall_ms << 20), next_generation_(wall_ms << 20) {}
 
   Shard& ShardOf(absl::string_view table_key) { return shards_[HashBytes(table_key) % kShards]; }
   const Shard& ShardOf(absl::string_view table_key) const {
@@ -45,11 +48,29 @@ class ObjectShards {
   const Shard& shard(size_t i) const { return shards_[i]; }
 
   uint64_t NextGeneration() { return next_generation_.fetch_add(1); }
+  // The first generation this master could grant: a lower one was granted by a previous master
+  // (a put in flight across a restart).
+  uint64_t first_generation() const { return first_generation_; }
   // Orders accesses for LRU; a millisecond clock would tie accesses within one millisecond.
   uint64_t NextAccess() { return access_clock_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  // Restore: later grants and accesses order after every restored generation and ordinal.
+  void RaiseGeneration(uint64_t at_least) { RaiseTo(next_generation_, at_least); }
+  void RaiseAccessClock(uint64_t at_least) { RaiseTo(access_clock_, at_least); }
+
+  // Where commit and free records go (null: nowhere, as in tests of one part). Set by the
+  // owner before the table is shared.
+  void set_outbox(InventoryOutbox* outbox) { outbox_ = outbox; }
+  InventoryOutbox* outbox() const { return outbox_; }
 
  private:
+  static void RaiseTo(std::atomic<uint64_t>& a, uint64_t v) {
+    uint64_t cur = a.load();
+    while (cur < v && !a.compare_exchange_weak(cur, v)) {
+    }
+  }
   std::array<Shard, kShards> shards_;
+  const uint64_t first_generation_;
+  InventoryOutbox* outbox_ = nullptr;
   std::atomic<uint64_t> next_generation_;
   std::atomic<uint64_t> access_clock_{0};
 };

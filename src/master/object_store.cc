@@ -9,6 +9,8 @@
 #include "common/error_reason.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/util.h"
+#include "master/inventory_outbox.h"
 #include "proto/alloc_header.h"
 
 namespace granary::master {
@@ -166,7 +168,14 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
     {
       granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
-      if (it == sh.objects.end() || it->second.generation != e.generation) {
+      if ((it == sh.objects.end() || it->second.generation != e.generation) &&
+          e.generation < shards_->first_generation()) {
+        // Granted by a master that has restarted since: this one never knew the allocation,
+        // and its space may be quarantined. A new put is the retry.
+        st = absl::UnavailableError(
+            absl::StrCat("the put of key '", e.key, "' generation ", e.generation,
+                         " was started at a master that has restarted since; retry the put"));
+      } else if (it == sh.objects.end() || it->second.generation != e.generation) {
         st = absl::NotFoundError(absl::StrCat("no put of key '", e.key, "' generation ",
                                               e.generation,
                                               " is in progress (it expired, was revoked, or "
@@ -179,6 +188,7 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
         created_ms = it->second.created_ms;
         // Commit what is still placed (a replica lost meanwhile was refunded already).
         ledger_->Commit(tenant, PlacedBytes(it->second.replicas));
+        if (InventoryOutbox* out = shards_->outbox()) out->Committed(tk, it->second, WallMs());
       }
     }
     if (writer != 0) {
@@ -352,6 +362,9 @@ proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
                         ErrorReason::kHasLease);
       } else {
         freed = it->second.replicas;
+        if (InventoryOutbox* out = shards_->outbox()) {
+          out->Freed(tk, it->second.generation, freed);
+        }
         sh.objects.erase(it);
       }
     }
@@ -435,7 +448,10 @@ proto::LookupPrefixReply ObjectStore::LookupPrefix(const std::string& tenant,
 
 void ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
   absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
-  for (uint64_t id : ids) segments_->Unmount(id);
+  for (uint64_t id : ids) {
+    segments_->Unmount(id);
+    if (InventoryOutbox* out = shards_->outbox()) out->Forget(id);
+  }
   uint64_t lost = 0;
   for (size_t s = 0; s < ObjectShards::kShards; ++s) {
     ObjectShards::Shard& sh = shards_->shard(s);

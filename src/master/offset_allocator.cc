@@ -100,6 +100,23 @@ void OffsetAllocator::RemoveFree(uint32_t index) {
   --free_block_count_;
 }
 
+uint32_t OffsetAllocator::SplitTail(uint32_t index, uint64_t rounded) {
+  if (nodes_[index].size <= rounded) return kNil;
+  // nodes_ is a deque: the references survive NewNode.
+  const uint32_t tail = NewNode();
+  Node& head = nodes_[index];
+  Node& rest = nodes_[tail];
+  rest.offset = head.offset + rounded;
+  rest.size = head.size - rounded;
+  rest.prev_phys = index;
+  rest.next_phys = head.next_phys;
+  if (head.next_phys != kNil) nodes_[head.next_phys].prev_phys = tail;
+  head.next_phys = tail;
+  head.size = rounded;
+  InsertFree(tail);
+  return tail;
+}
+
 std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t size) {
   if (size == 0 || size > capacity_) return std::nullopt;
   // size <= capacity_ <= 2^64 - 1; rounding up can still overflow for sizes near 2^64.
@@ -126,24 +143,70 @@ std::optional<OffsetAllocator::Allocation> OffsetAllocator::Allocate(uint64_t si
   if (index == kNil) return std::nullopt;
 
   RemoveFree(index);
-  if (nodes_[index].size > rounded) {
-    // Split: the tail stays free. NewNode may reallocate nodes_, so re-index after it.
-    const uint32_t tail = NewNode();
-    Node& head = nodes_[index];
-    Node& rest = nodes_[tail];
-    rest.offset = head.offset + rounded;
-    rest.size = head.size - rounded;
-    rest.prev_phys = index;
-    rest.next_phys = head.next_phys;
-    if (head.next_phys != kNil) nodes_[head.next_phys].prev_phys = tail;
-    head.next_phys = tail;
-    head.size = rounded;
-    InsertFree(tail);
-  }
+  SplitTail(index, rounded);
   const Node& node = nodes_[index];
   used_bytes_ += rounded;
   ++allocation_count_;
   return Allocation{node.offset, rounded, index};
+}
+
+std::optional<OffsetAllocator::Allocation> OffsetAllocator::AllocateAt(uint64_t offset,
+                                                                       uint64_t size) {
+  if (size == 0 || size > capacity_ || offset % alignment_ != 0) return std::nullopt;
+  if (size > std::numeric_limits<uint64_t>::max() - (alignment_ - 1)) return std::nullopt;
+  const uint64_t rounded = (size + alignment_ - 1) & ~(alignment_ - 1);
+  if (rounded > capacity_ || offset > capacity_ - rounded) return std::nullopt;
+  auto holds = [&](uint32_t i) {
+    const Node& n = nodes_[i];
+    return n.is_free && n.size > 0 && n.offset <= offset && offset - n.offset <= n.size &&
+           rounded <= n.size - (offset - n.offset);
+  };
+  uint32_t index = kNil;
+  if (at_hint_ != kNil && at_hint_ < nodes_.size() && holds(at_hint_)) {
+    index = at_hint_;
+  } else {
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      if (holds(i)) {
+        index = i;
+        break;
+      }
+    }
+  }
+  if (index == kNil) return std::nullopt;
+  RemoveFree(index);
+  if (nodes_[index].offset < offset) {
+    // The part before the range stays free. nodes_ is a deque: references survive NewNode.
+    const uint32_t head = NewNode();
+    Node& h = nodes_[head];
+    Node& n = nodes_[index];
+    h.offset = n.offset;
+    h.size = offset - n.offset;
+    h.prev_phys = n.prev_phys;
+    h.next_phys = index;
+    if (n.prev_phys != kNil) nodes_[n.prev_phys].next_phys = head;
+    n.prev_phys = head;
+    n.size -= h.size;
+    n.offset = offset;
+    InsertFree(head);
+  }
+  at_hint_ = SplitTail(index, rounded);
+  used_bytes_ += rounded;
+  ++allocation_count_;
+  return Allocation{offset, rounded, index};
+}
+
+std::vector<OffsetAllocator::Allocation> OffsetAllocator::TakeAllFree() {
+  std::vector<Allocation> out;
+  out.reserve(free_block_count_);
+  for (int bin = FindNonEmptyBin(0); bin >= 0; bin = FindNonEmptyBin(0)) {
+    const uint32_t index = bins_[bin];
+    RemoveFree(index);
+    used_bytes_ += nodes_[index].size;
+    ++allocation_count_;
+    out.push_back(Allocation{nodes_[index].offset, nodes_[index].size, index});
+  }
+  at_hint_ = kNil;
+  return out;
 }
 
 bool OffsetAllocator::IsLive(const Allocation& a) const {

@@ -60,6 +60,15 @@ class OffsetAllocator {
 
   // size 0 -> nullopt; no free block large enough -> nullopt.
   [[nodiscard]] std::optional<Allocation> Allocate(uint64_t size);
+  // Reserves exactly [offset, offset + size rounded up): the range a restored object already
+  // occupies (a master rebuilding from node inventories). nullopt when offset is not aligned,
+  // the range is outside the capacity, or any part of it is not free. O(1) when calls come in
+  // ascending offset order (the free tail the previous call left is tried first, which is how
+  // the node reports sorted records); otherwise a scan of the node pool, O(blocks).
+  [[nodiscard]] std::optional<Allocation> AllocateAt(uint64_t offset, uint64_t size);
+  // Reserves every free block as an allocation of its own and returns them (the quarantine of
+  // unreported space after a master restart; Free gives each back). O(free blocks).
+  std::vector<Allocation> TakeAllFree();
   // a must be a live allocation returned by Allocate (its handle and offset are checked);
   // anything else, a double free included, crashes (GRANARY_CHECK).
   void Free(const Allocation& a);
@@ -106,6 +115,9 @@ class OffsetAllocator {
   uint32_t NewNode();
   void ReleaseNode(uint32_t index);
   void InsertFree(uint32_t index);
+  // Shrinks block `index` (out of the bins) to `rounded` bytes; the rest becomes a free block
+  // after it, whose index is returned (kNil when nothing was left over).
+  uint32_t SplitTail(uint32_t index, uint64_t rounded);
   void RemoveFree(uint32_t index);
 
   uint64_t capacity_;
@@ -118,6 +130,7 @@ class OffsetAllocator {
   // allocations costs 32 bytes per node rather than up to 64 (measured by bench/master_memory.sh).
   std::deque<Node> nodes_;
   uint32_t node_free_list_ = kNil;  // Released nodes, chained through next_phys.
+  uint32_t at_hint_ = kNil;         // The free tail the last AllocateAt left (may be stale).
 
   uint64_t first_bitmap_ = 0;                       // Bit f: sub_bitmap_[f] != 0.
   std::array<uint16_t, kFirstCount> sub_bitmap_{};  // Bit s: bins_[f * 16 + s] non-empty.

@@ -26,7 +26,7 @@ SegmentRegistry::SegmentRegistry() {
 }
 
 absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest& req,
-                                                uint64_t session) {
+                                                uint64_t session, int64_t restore_deadline_ms) {
   if (req.size < proto::kAllocAlignment * 2) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' is ", req.size,
                                                    " bytes; the minimum is ",
@@ -73,8 +73,81 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.host_id = req.host_id;
   s.session = session;
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
+  s.restoring = req.resumed;
+  s.restore_deadline_ms = restore_deadline_ms;
   RebuildOrderLocked();
   return id;
+}
+
+void SegmentRegistry::SetQuarantineUntil(int64_t ms) {
+  granary::MutexLock lock(&mu_);
+  quarantine_until_ms_ = ms;
+}
+
+absl::StatusOr<Placement> SegmentRegistry::Reserve(uint64_t segment_id, uint64_t session,
+                                                   uint64_t offset, uint64_t size) {
+  granary::MutexLock lock(&mu_);
+  auto it = segments_.find(segment_id);
+  if (it == segments_.end() || it->second.session != session) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment ", segment_id, " is not mounted by this node"));
+  }
+  Segment& s = it->second;
+  if (size == 0 || offset % proto::kAllocAlignment != 0 || size > s.info.size ||
+      offset > s.info.size - size) {
+    return absl::InvalidArgumentError(absl::StrCat("range of ", size, " bytes at offset ", offset,
+                                                   " is unaligned or outside segment ", segment_id,
+                                                   " of ", s.info.size, " bytes"));
+  }
+  auto a = s.alloc->AllocateAt(offset, size);
+  if (!a.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat("range of ", size, " bytes at offset ",
+                                                      offset, " of segment ", segment_id,
+                                                      " overlaps space already taken"));
+  }
+  return Placement{segment_id, a->offset, a->size, a->handle};
+}
+
+uint64_t SegmentRegistry::FinishRestoreLocked(Segment& s, int64_t now_ms) {
+  if (!s.restoring) return 0;
+  s.restoring = false;
+  if (now_ms >= quarantine_until_ms_) return 0;
+  uint64_t bytes = 0;
+  for (const auto& a : s.alloc->TakeAllFree()) {
+    bytes += a.size;
+    s.quarantine.push_back(a);
+  }
+  s.quarantined += bytes;
+  return bytes;
+}
+
+uint64_t SegmentRegistry::FinishRestore(uint64_t segment_id, int64_t now_ms) {
+  granary::MutexLock lock(&mu_);
+  auto it = segments_.find(segment_id);
+  if (it == segments_.end()) return 0;
+  return FinishRestoreLocked(it->second, now_ms);
+}
+
+uint64_t SegmentRegistry::Expire(int64_t now_ms) {
+  granary::MutexLock lock(&mu_);
+  uint64_t released = 0;
+  for (auto& [id, s] : segments_) {
+    if (s.restoring && now_ms >= s.restore_deadline_ms) FinishRestoreLocked(s, now_ms);
+    if (s.quarantined == 0 || now_ms < quarantine_until_ms_) continue;
+    for (const auto& a : s.quarantine) s.alloc->Free(a);
+    released += s.quarantined;
+    s.quarantine.clear();
+    s.quarantined = 0;
+  }
+  return released;
+}
+
+bool SegmentRegistry::Fenced(const PlacementRequest& who) const {
+  granary::MutexLock lock(&mu_);
+  for (const auto& [id, s] : segments_) {
+    if (who.Allows(s.info) && (s.restoring || s.quarantined > 0)) return true;
+  }
+  return false;
 }
 
 void SegmentRegistry::RebuildOrderLocked() {
@@ -124,7 +197,7 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(const PlacementRequest& who
   };
   for (size_t i = 0; i < order.size() && static_cast<int>(out.size()) < replicas; ++i) {
     Segment* s = order[(start + i) % order.size()];
-    if (!who.Allows(s->info)) continue;
+    if (!who.Allows(s->info) || s->restoring) continue;
     if (replicas > 1 && used(s->info.node_id)) continue;
     auto a = s->alloc->Allocate(bytes);
     if (!a.has_value()) continue;
@@ -172,7 +245,7 @@ absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
   }
   bool usable = false;
   for (auto& [id, s] : segments_) {
-    if (s.info.node_id != node_id || !who.Allows(s.info)) continue;
+    if (s.info.node_id != node_id || !who.Allows(s.info) || s.restoring) continue;
     usable = true;
     auto a = s.alloc->Allocate(bytes);
     if (a.has_value()) return Placement{id, a->offset, a->size, a->handle};
@@ -224,7 +297,8 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
   Totals t;
   for (const auto& [id, s] : segments_) {
     t.capacity += s.info.size;
-    t.used += s.alloc->used_bytes();
+    t.used += s.alloc->used_bytes() - s.quarantined;
+    t.quarantined += s.quarantined;
   }
   t.segments = segments_.size();
   return t;
@@ -236,7 +310,8 @@ SegmentRegistry::Totals SegmentRegistry::CapacityOf(const PlacementRequest& who)
   for (const auto& [id, s] : segments_) {
     if (!who.Allows(s.info)) continue;
     t.capacity += s.info.size;
-    t.used += s.alloc->used_bytes();
+    t.used += s.alloc->used_bytes() - s.quarantined;
+    t.quarantined += s.quarantined;
     ++t.segments;
   }
   return t;
@@ -258,7 +333,7 @@ std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
   std::vector<proto::SegmentInfo> out;
   for (const auto& [id, s] : segments_) {
     out.push_back(s.info);
-    out.back().used = s.alloc->used_bytes();
+    out.back().used = s.alloc->used_bytes() - s.quarantined;
   }
   return out;
 }

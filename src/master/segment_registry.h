@@ -38,13 +38,38 @@ class SegmentRegistry {
   SegmentRegistry();
   struct Totals {
     uint64_t capacity = 0;
-    uint64_t used = 0;
+    uint64_t used = 0;         // held by objects and puts (quarantined space is not "used")
+    uint64_t quarantined = 0;  // unreported space of re-mounted segments, out of allocation
     size_t segments = 0;
   };
 
-  // Registers a segment owned by `session`. Rejects overlapping names on one node.
+  // Registers a segment owned by `session`. Rejects overlapping names on one node. A resumed
+  // segment (req.resumed: it may hold objects of a previous master session) is *restoring*:
+  // nothing is allocated in it until FinishRestore, or until restore_deadline_ms passes
+  // (Expire), so that no new put lands on an object its node is still reporting.
   [[nodiscard]] absl::StatusOr<uint64_t> Mount(const proto::MountSegmentRequest& req,
-                                               uint64_t session);
+                                               uint64_t session,
+                                               int64_t restore_deadline_ms = INT64_MAX);
+  // Space of restoring segments that no inventory reported stays out of allocation until this
+  // time (the master's start + the write window + a margin; 0: no quarantine). Set once, before
+  // anything mounts.
+  void SetQuarantineUntil(int64_t ms);
+
+  // --- Restore (a master rebuilding from node inventories).
+  // Reserves [offset, offset + size) of a segment that `session` mounted: the range a reported
+  // object occupies. INVALID_ARGUMENT for a segment that is not the session's, or a range that
+  // is outside it or unaligned; FAILED_PRECONDITION when part of it is already taken.
+  [[nodiscard]] absl::StatusOr<Placement> Reserve(uint64_t segment_id, uint64_t session,
+                                                  uint64_t offset, uint64_t size);
+  // The segment's report is complete: it is allocatable, and if now_ms is before the quarantine
+  // end, every range still free is quarantined until then. Returns the bytes quarantined.
+  uint64_t FinishRestore(uint64_t segment_id, int64_t now_ms);
+  // Ends the restore of segments past their deadline (as FinishRestore) and gives quarantined
+  // space back once the quarantine has ended. Returns the bytes given back. Once per tick.
+  uint64_t Expire(int64_t now_ms);
+  // Whether a segment `who` may use is restoring or holds quarantined space: a put that finds no
+  // room then gets UNAVAILABLE (retry), not an eviction of restored objects.
+  bool Fenced(const PlacementRequest& who) const;
   // Removes a segment; its space vanishes with it. Returns false if unknown.
   bool Unmount(uint64_t segment_id);
   // Segment ids owned by a session (a node).
@@ -89,7 +114,13 @@ class SegmentRegistry {
     proto::SegmentInfo info;
     uint64_t session = 0;
     std::unique_ptr<OffsetAllocator> alloc;
+    bool restoring = false;  // resumed, its inventory not yet complete: not allocatable
+    int64_t restore_deadline_ms = INT64_MAX;
+    std::vector<OffsetAllocator::Allocation> quarantine;  // until quarantine_until_ms_
+    uint64_t quarantined = 0;
   };
+  uint64_t FinishRestoreLocked(Segment& s, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t quarantine_until_ms_ ABSL_GUARDED_BY(mu_) = 0;
   mutable granary::Mutex mu_;
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
   // Segment ids are never reused, not even across master restarts (clients cache descriptors

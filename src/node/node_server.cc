@@ -21,7 +21,12 @@ namespace granary::node {
 
 namespace {
 constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
-}
+// How long the master parks an InventorySync with nothing to send; also the longest Shutdown
+// waits for the sync thread.
+constexpr uint32_t kSyncWaitMs = 500;
+// A report batch: bounded in records and key bytes, far below the frame limit.
+constexpr size_t kReportBatchBytes = 4u << 20;
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions& options) {
   GRANARY_RETURN_IF_ERROR(options.Validate());
@@ -45,6 +50,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
     GRANARY_RETURN_IF_ERROR(n->AddHostSegment(options.host_segment_name, &spans));
   }
   n->service_ = std::make_unique<NodeService>(std::move(spans));
+  n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
 
   // Clients connect here for Fetch (copy/move); data reads and writes need no request.
   n->rma_ = std::make_unique<transport::RmaEngine>(n->worker_.get());
@@ -68,6 +74,17 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
                                    "Times the node mounted its segments at a master");
   n->connected_ = n->metrics_.Gauge("granary_node_master_connected",
                                     "1 while the node has a live session with the master");
+  n->records_applied_ = n->metrics_.Counter(
+      "granary_node_inventory_records_total",
+      "Commit and free records from the master applied to the node's inventory");
+  n->records_reported_ =
+      n->metrics_.Counter("granary_node_inventory_reported_total",
+                          "Inventory entries reported to a master after a re-mount");
+  n->mismatches_ = n->metrics_.Counter(
+      "granary_node_inventory_mismatches_total",
+      "Inventory entries dropped because the allocation header in memory disagreed");
+  n->inventory_entries_ =
+      n->metrics_.Gauge("granary_node_inventory_entries", "Committed objects in the inventory");
   uint64_t total = 0;
   for (const auto& s : n->service_->segments()) total += s.size;
   n->metrics_
@@ -161,6 +178,11 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
 NodeServer::~NodeServer() {
   ScopedLogRoute route(&log_route_);  // closing connections may log
   Shutdown();
+  if (sync_.joinable()) sync_.join();
+  {
+    granary::MutexLock lock(&mu_);
+    sync_master_.reset();
+  }
   master_.reset();
   listener_.reset();
   rma_.reset();
@@ -266,7 +288,14 @@ void NodeServer::SleepFor(int64_t ms) {
 }
 
 absl::Status NodeServer::ConnectAndMount() {
+  {
+    granary::MutexLock lock(&mu_);
+    sync_master_.reset();  // no poll on a connection that is being replaced
+  }
   master_.reset();
+  // Mounted before, in this process: the segments may hold objects a (restarted) master should
+  // restore, and that master's clients may still be writing.
+  const bool resumed = mounts_->value() > 0;
   service_->BeginSession();
   GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(worker_.get(), options_.master));
   proto::HelloRequest hello;
@@ -289,17 +318,82 @@ absl::Status NodeServer::ConnectAndMount() {
     GRANARY_ASSIGN_OR_RETURN(
         proto::MountSegmentReply mr,
         (master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
-            proto::MsgType::kMountSegment, service_->MountRequest(i, who), kRpcTimeout)));
+            proto::MsgType::kMountSegment, service_->MountRequest(i, who, resumed), kRpcTimeout)));
     service_->SetMounted(i, mr.segment_id);
     LOG_INFO << "mounted " << service_->segments()[i].name << " at master " << options_.master
              << " as segment " << mr.segment_id << ", reachable at " << who.node_address;
   }
+  if (resumed) GRANARY_RETURN_IF_ERROR(ReportInventory());
   mounts_->Inc();
+  granary::MutexLock lock(&mu_);
+  sync_master_ = master_;
   return absl::OkStatus();
+}
+
+absl::Status NodeServer::ReportInventory() {
+  const uint64_t mismatches_before = inventory_->mismatches();
+  std::vector<std::vector<proto::InventoryRecord>> batches =
+      inventory_->Report(service_->MountedIds(), proto::kMaxInventoryBatch, kReportBatchBytes);
+  const uint64_t dropped = inventory_->mismatches() - mismatches_before;
+  mismatches_->Inc(dropped);
+  if (batches.empty()) batches.emplace_back();  // the report still ends, with `last`
+  uint64_t sent = 0, restored = 0, rejected = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    proto::InventoryReportRequest req;
+    req.records = std::move(batches[i]);
+    req.last = i + 1 == batches.size();
+    sent += req.records.size();
+    GRANARY_ASSIGN_OR_RETURN(
+        proto::InventoryReportReply rep,
+        (master_->Invoke<proto::InventoryReportRequest, proto::InventoryReportReply>(
+            proto::MsgType::kInventoryReport, req, kRpcTimeout)));
+    restored += rep.restored;
+    rejected += rep.rejected;
+  }
+  records_reported_->Inc(sent);
+  inventory_entries_->Set(static_cast<double>(inventory_->size()));
+  LOG_INFO << "reported " << sent << " inventory entr" << (sent == 1 ? "y" : "ies") << " to master "
+           << options_.master << ": " << restored << " restored, " << rejected << " refused; "
+           << dropped << " dropped here (header mismatch)";
+  return absl::OkStatus();
+}
+
+void NodeServer::SyncLoop() {
+  SetThreadLogRoute(&log_route_);
+  while (true) {
+    std::shared_ptr<transport::RpcClient> m;
+    {
+      granary::MutexLock lock(&mu_);
+      if (stopping_) break;
+      m = sync_master_;
+    }
+    if (m == nullptr || m->broken()) {
+      SleepFor(50);
+      continue;
+    }
+    auto rep = m->Invoke<proto::InventorySyncRequest, proto::InventorySyncReply>(
+        proto::MsgType::kInventorySync, proto::InventorySyncRequest{kSyncWaitMs},
+        absl::Milliseconds(kSyncWaitMs) + kRpcTimeout);
+    if (!rep.ok()) {
+      // The session thread notices a broken connection and reconnects; records of the session
+      // that broke are moot (its master dropped these segments, or is gone).
+      LOG_DEBUG << "inventory poll failed: " << rep.status();
+      SleepFor(50);
+      continue;
+    }
+    uint64_t applied = 0;
+    for (const proto::InventoryRecord& r : rep->records) {
+      std::optional<size_t> index = service_->IndexOf(r.segment_id);
+      if (index.has_value() && inventory_->Apply(*index, r)) ++applied;
+    }
+    records_applied_->Inc(applied);
+    if (!rep->records.empty()) inventory_entries_->Set(static_cast<double>(inventory_->size()));
+  }
 }
 
 void NodeServer::Run() {
   SetThreadLogRoute(&log_route_);
+  sync_ = std::thread([this] { SyncLoop(); });
   int64_t backoff = 100;
   bool warned = false;
   while (true) {
@@ -334,6 +428,7 @@ void NodeServer::Run() {
       }
     }
   }
+  if (sync_.joinable()) sync_.join();
   UnmountAll();
   connected_->Set(0);
 }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -12,6 +13,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "node/host_segment.h"
+#include "node/node_inventory.h"
 #include "node/node_options.h"
 #include "node/node_service.h"
 #include "transport/context.h"
@@ -26,7 +28,9 @@ namespace granary::node {
 // The granary_node process minus flag parsing. Owns its segments (allocated and registered in
 // Create, before anything connects), a UCX listener that clients read and write through, and a
 // session with the master that it keeps alive: heartbeats, and reconnect + re-mount when the
-// master restarts. Run() blocks until Shutdown(), which unmounts gracefully. Thread-safe.
+// master restarts, followed by the report of its inventory (NodeInventory), which a second
+// thread keeps up to date from the master's commit and free records (the InventorySync long
+// poll). Run() blocks until Shutdown(), which unmounts gracefully. Thread-safe.
 // The UCX adapter of NodeService, which holds the mount state and the range checks.
 class NodeServer {
  public:
@@ -61,6 +65,10 @@ class NodeServer {
   // Push: writes values into a client's registered buffer and answers with their headers.
   std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
                                         const proto::FrameView& frame);
+  // After a re-mount: the inventory, checked against the headers, in batches.
+  [[nodiscard]] absl::Status ReportInventory();
+  // The sync thread: polls the published connection for records and applies them.
+  void SyncLoop();
   void UnmountAll();
   void SleepFor(int64_t ms);
 
@@ -76,13 +84,22 @@ class NodeServer {
   // Progress-thread state: the clients (RmaEngine peer names) each connection pushed to.
   absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
   std::vector<Segment> segments_;
-  std::unique_ptr<NodeService> service_;  // set in Create, after the segments
-  std::unique_ptr<transport::RpcClient> master_;
+  std::unique_ptr<NodeService> service_;      // set in Create, after the segments
+  std::unique_ptr<NodeInventory> inventory_;  // over service_'s segments
+  // The session thread's connection; published to the sync thread (sync_master_) once the
+  // segments are mounted and the inventory reported.
+  std::shared_ptr<transport::RpcClient> master_;
   uint32_t heartbeat_ms_ = 1000;
   HttpServer http_;
   granary::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<transport::RpcClient> sync_master_ ABSL_GUARDED_BY(mu_);
+  std::thread sync_;
   MetricCounter* mounts_ = nullptr;
+  MetricCounter* records_applied_ = nullptr;
+  MetricCounter* records_reported_ = nullptr;
+  MetricCounter* mismatches_ = nullptr;
+  MetricGauge* inventory_entries_ = nullptr;
   MetricGauge* connected_ = nullptr;
 };
 

@@ -26,7 +26,8 @@ void NodeService::BeginSession() {
   for (uint64_t& id : master_ids_) id = 0;
 }
 
-proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountIdentity& who) const {
+proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountIdentity& who,
+                                                     bool resumed) const {
   GRANARY_CHECK(index < segments_.size()) << index;
   const SegmentSpan& s = segments_[index];
   proto::MountSegmentRequest m;
@@ -40,7 +41,22 @@ proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountId
   m.pool = who.pool;
   m.worker_address = who.worker_address;
   m.host_id = who.host_id;
+  m.resumed = resumed;
   return m;
+}
+
+std::optional<size_t> NodeService::IndexOf(uint64_t segment_id) const {
+  if (segment_id == 0) return std::nullopt;
+  granary::MutexLock lock(&mu_);
+  for (size_t i = 0; i < master_ids_.size(); ++i) {
+    if (master_ids_[i] == segment_id) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<uint64_t> NodeService::MountedIds() const {
+  granary::MutexLock lock(&mu_);
+  return master_ids_;
 }
 
 void NodeService::SetMounted(size_t index, uint64_t segment_id) {

@@ -57,12 +57,19 @@ class NodeService {
   // A new master session starts: every segment is not mounted.
   void BeginSession();
   // The MountSegment request for segment `index`.
-  proto::MountSegmentRequest MountRequest(size_t index, const MountIdentity& who) const;
+  // `resumed`: this node process mounted the segment at a master before (it may hold objects,
+  // and the inventory report follows).
+  proto::MountSegmentRequest MountRequest(size_t index, const MountIdentity& who,
+                                          bool resumed = false) const;
   // The master mounted segment `index` as `segment_id` in the current session (0 = not
   // mounted, as before).
   void SetMounted(size_t index, uint64_t segment_id);
   // The id of segment `index` in the current session; 0 while not mounted.
   uint64_t segment_id(size_t index) const;
+  // The segment the master knows as `segment_id` in the current session.
+  std::optional<size_t> IndexOf(uint64_t segment_id) const;
+  // Per segment (in segment order): its id in the current session, 0 while not mounted.
+  std::vector<uint64_t> MountedIds() const;
   // The ids of the mounted segments, in segment order; they are not mounted afterwards (a
   // graceful unmount ends them whether or not the master answers).
   std::vector<uint64_t> TakeMounted();

@@ -128,6 +128,7 @@ void Encode(const MountSegmentRequest& m, Writer& w) {
   w.Str(m.pool);
   w.Str(m.worker_address);
   w.Str(m.host_id);
+  w.Bool(m.resumed);
 }
 absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->name = r.Str("name", kMaxNameBytes);
@@ -140,6 +141,7 @@ absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->pool = r.Str("pool", kMaxTenantIdBytes);
   m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
   m->host_id = r.Str("host_id", kMaxNameBytes);
+  m->resumed = r.Bool("resumed");
   return r.status();
 }
 void Encode(const MountSegmentReply& m, Writer& w) {
@@ -541,6 +543,85 @@ absl::Status Decode(Reader& r, SegmentsReply* m) {
   uint32_t n = r.Count("segments", kMaxBatch, 61);
   m->segments.resize(n);
   for (auto& s : m->segments) GetSegment(r, &s);
+  return r.status();
+}
+
+namespace {
+// u8 op, two string lengths, five u64s, a u32 and a u64: 61 bytes at least.
+constexpr size_t kMinInventoryRecordBytes = 1 + 4 + 4 + 5 * 8 + 4 + 8;
+void PutRecords(const std::vector<InventoryRecord>& v, Writer& w) {
+  w.U32(static_cast<uint32_t>(v.size()));
+  for (const auto& e : v) {
+    w.U8(static_cast<uint8_t>(e.op));
+    w.Str(e.tenant);
+    w.Str(e.key);
+    w.U64(e.segment_id);
+    w.U64(e.offset);
+    w.U64(e.alloc_size);
+    w.U64(e.value_length);
+    w.U64(e.generation);
+    w.U32(e.flags);
+    w.U64(e.commit_ms);
+  }
+}
+void GetRecords(Reader& r, std::vector<InventoryRecord>* v) {
+  uint32_t n = r.Count("records", kMaxInventoryBatch, kMinInventoryRecordBytes);
+  v->resize(n);
+  for (auto& e : *v) {
+    uint8_t op = r.U8("record.op");
+    if (r.ok() && op > 1) {
+      r.Fail(absl::InvalidArgumentError(absl::StrCat("unknown inventory op ", op)));
+    }
+    e.op = static_cast<InventoryOp>(op);
+    e.tenant = r.Str("record.tenant", kMaxTenantIdBytes);
+    e.key = r.Str("record.key", kMaxKeyBytes);
+    e.segment_id = r.U64("record.segment_id");
+    e.offset = r.U64("record.offset");
+    e.alloc_size = r.U64("record.alloc_size");
+    e.value_length = r.U64("record.value_length");
+    e.generation = r.U64("record.generation");
+    e.flags = r.U32("record.flags");
+    e.commit_ms = r.U64("record.commit_ms");
+  }
+}
+}  // namespace
+
+void Encode(const InventorySyncRequest& m, Writer& w) { w.U32(m.wait_ms); }
+absl::Status Decode(Reader& r, InventorySyncRequest* m) {
+  m->wait_ms = r.U32("wait_ms");
+  if (r.ok() && m->wait_ms > kMaxInventoryWaitMs) {
+    r.Fail(absl::InvalidArgumentError(
+        absl::StrCat("inventory wait_ms ", m->wait_ms, " is over ", kMaxInventoryWaitMs)));
+  }
+  return r.status();
+}
+void Encode(const InventorySyncReply& m, Writer& w) {
+  Put(m.status, w);
+  PutRecords(m.records, w);
+}
+absl::Status Decode(Reader& r, InventorySyncReply* m) {
+  Get(r, &m->status);
+  GetRecords(r, &m->records);
+  return r.status();
+}
+void Encode(const InventoryReportRequest& m, Writer& w) {
+  PutRecords(m.records, w);
+  w.Bool(m.last);
+}
+absl::Status Decode(Reader& r, InventoryReportRequest* m) {
+  GetRecords(r, &m->records);
+  m->last = r.Bool("last");
+  return r.status();
+}
+void Encode(const InventoryReportReply& m, Writer& w) {
+  Put(m.status, w);
+  w.U32(m.restored);
+  w.U32(m.rejected);
+}
+absl::Status Decode(Reader& r, InventoryReportReply* m) {
+  Get(r, &m->status);
+  m->restored = r.U32("restored");
+  m->rejected = r.U32("rejected");
   return r.status();
 }
 

@@ -25,6 +25,10 @@ inline constexpr size_t kMaxNameBytes = 512;
 inline constexpr size_t kMaxMessageBytes = 4096;
 inline constexpr uint64_t kMaxValueBytes = 1ull << 40;  // 1 TB
 inline constexpr uint32_t kMaxListLimit = 100000;
+// Records in one InventorySync reply or InventoryReport request.
+inline constexpr uint32_t kMaxInventoryBatch = 16384;
+// InventorySyncRequest.wait_ms: the longest a poll may be parked at the master.
+inline constexpr uint32_t kMaxInventoryWaitMs = 60000;
 
 // Message types. A reply's type is the request's type | kReplyBit.
 enum class MsgType : uint16_t {
@@ -51,6 +55,10 @@ enum class MsgType : uint16_t {
   kFetch = 21,  // client -> destination node: read a replica from the source node
   kLookupPrefix = 22,
   kPush = 23,  // client -> node: write values into the client's registered buffer (tcp reads)
+  // node -> master: a long poll for the commit and free records of the node's segments.
+  kInventorySync = 24,
+  // node -> master, after re-mounting: the committed objects the node holds (a restart).
+  kInventoryReport = 25,
   // Transport-level, answered by the RPC server itself: a control connection moving onto
   // shared memory (see transport/rpc_server.h).
   kShmOffer = 0x7E01,
@@ -119,6 +127,10 @@ struct MountSegmentRequest {
   std::string pool;            // tenant of a dedicated pool; empty = shared
   std::string worker_address;  // the node's UCX worker address (data endpoints connect to it)
   std::string host_id;         // identifies the machine (boot id): same-host peers use shm
+  // The segment was mounted at a master before (by this node process): it may hold committed
+  // objects, which an InventoryReport follows with, and may still be written by that master's
+  // clients. The master allocates nothing in it until the report is done.
+  bool resumed = false;
   bool operator==(const MountSegmentRequest&) const = default;
 };
 struct MountSegmentReply {
@@ -367,6 +379,48 @@ struct LookupPrefixReply {
   bool operator==(const LookupPrefixReply&) const = default;
 };
 
+// Inventories (docs/architecture.md, "Node inventories and master restart"). The master tells
+// each replica's node what was committed and freed in its segments; a node never learns it from
+// clients. A record names one allocation: the 64-byte AllocHeader at `offset` in the segment.
+enum class InventoryOp : uint8_t { kCommit = 0, kFree = 1 };
+struct InventoryRecord {
+  InventoryOp op = InventoryOp::kCommit;
+  std::string tenant;  // kCommit only (empty in a kFree record)
+  std::string key;     // kCommit only
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;      // of the allocation (its header) inside the segment
+  uint64_t alloc_size = 0;  // header + value, aligned: what the allocator reserved
+  uint64_t value_length = 0;
+  uint64_t generation = 0;
+  uint32_t flags = 0;      // kPutFlag* pins
+  uint64_t commit_ms = 0;  // wall clock at commit (seeds LRU order after a restart)
+  bool operator==(const InventoryRecord&) const = default;
+};
+// The long poll: answered as soon as records are queued for the node's segments, or with none
+// after wait_ms (at most kMaxInventoryWaitMs).
+struct InventorySyncRequest {
+  uint32_t wait_ms = 1000;
+  bool operator==(const InventorySyncRequest&) const = default;
+};
+struct InventorySyncReply {
+  WireStatus status;
+  std::vector<InventoryRecord> records;  // in the order the master queued them, per segment
+  bool operator==(const InventorySyncReply&) const = default;
+};
+// A re-mounted node's committed objects (kCommit records naming the segment ids of this
+// session), in batches; `last` ends the report and lets the master allocate in the segments.
+struct InventoryReportRequest {
+  std::vector<InventoryRecord> records;
+  bool last = false;
+  bool operator==(const InventoryReportRequest&) const = default;
+};
+struct InventoryReportReply {
+  WireStatus status;
+  uint32_t restored = 0;  // records the master took
+  uint32_t rejected = 0;  // records it refused (out of range, overlap, a newer generation...)
+  bool operator==(const InventoryReportReply&) const = default;
+};
+
 // Encode/Decode for every message. Decode reads the whole body or fails naming the field.
 #define GRANARY_DECLARE_CODEC(T)      \
   void Encode(const T& m, Writer& w); \
@@ -401,6 +455,10 @@ GRANARY_DECLARE_CODEC(PushRequest)
 GRANARY_DECLARE_CODEC(PushReply)
 GRANARY_DECLARE_CODEC(LookupPrefixRequest)
 GRANARY_DECLARE_CODEC(LookupPrefixReply)
+GRANARY_DECLARE_CODEC(InventorySyncRequest)
+GRANARY_DECLARE_CODEC(InventorySyncReply)
+GRANARY_DECLARE_CODEC(InventoryReportRequest)
+GRANARY_DECLARE_CODEC(InventoryReportReply)
 #undef GRANARY_DECLARE_CODEC
 
 // Builds a whole frame for message m.

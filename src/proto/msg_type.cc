@@ -50,6 +50,10 @@ const char* MsgTypeName(uint16_t type) {
       return "LookupPrefix";
     case MsgType::kPush:
       return "Push";
+    case MsgType::kInventorySync:
+      return "InventorySync";
+    case MsgType::kInventoryReport:
+      return "InventoryReport";
     case MsgType::kShmOffer:
       return "ShmOffer";
     case MsgType::kShmAttach:

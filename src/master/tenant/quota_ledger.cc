@@ -228,6 +228,28 @@ void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "CommitBytes", tenant);
 }
 
+void QuotaLedger::Restore(absl::string_view tenant, uint64_t bytes, bool new_entry) {
+  if (IsReserved(tenant)) return;
+  {
+    granary::ReaderMutexLock lock(&mu_);
+    auto it = accounts_.find(tenant);
+    if (it != accounts_.end()) {
+      it->second->charged.fetch_add(bytes, kRelaxed);
+      if (new_entry) it->second->entries.fetch_add(1, kRelaxed);
+      return;
+    }
+  }
+  granary::MutexLock lock(&mu_);
+  std::unique_ptr<Account>& slot = accounts_[tenant];
+  if (slot == nullptr) {
+    slot = std::make_unique<Account>();
+    slot->tenant_id = std::string(tenant);
+    slot->admission_closed = enforce_;
+  }
+  slot->charged.fetch_add(bytes, kRelaxed);
+  if (new_entry) slot->entries.fetch_add(1, kRelaxed);
+}
+
 void QuotaLedger::Refund(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return;
   GiveBack(tenant, "Refund", /*inflight_bytes=*/bytes, /*charged_bytes=*/bytes, /*entries=*/0);

@@ -366,3 +366,68 @@ TEST(OffsetAllocatorDeathTest, BadAlignmentCrashes) {
 
 }  // namespace
 }  // namespace granary::master
+
+namespace granary::master {
+namespace {
+
+TEST(OffsetAllocatorAt, ReservesExactRangesInAnyOrderAndRefusesOverlaps) {
+  OffsetAllocator a(64 * kKiB, 64);
+  // Ascending (the hint path), then one below the last (the scan path).
+  auto r1 = a.AllocateAt(4096, 100);
+  ASSERT_TRUE(r1.has_value());
+  EXPECT_EQ(r1->offset, 4096u);
+  EXPECT_EQ(r1->size, 128u);
+  auto r2 = a.AllocateAt(8192, 4096);
+  ASSERT_TRUE(r2.has_value());
+  auto r0 = a.AllocateAt(0, 64);
+  ASSERT_TRUE(r0.has_value());
+  EXPECT_EQ(a.used_bytes(), 128u + 4096u + 64u);
+  EXPECT_EQ(a.allocation_count(), 3u);
+  // Overlaps with each reserved range, unaligned offsets and ranges past the end are refused.
+  EXPECT_FALSE(a.AllocateAt(4096, 64).has_value());
+  EXPECT_FALSE(a.AllocateAt(4032, 128).has_value());
+  EXPECT_FALSE(a.AllocateAt(8192 + 4032, 128).has_value());
+  EXPECT_FALSE(a.AllocateAt(100, 64).has_value());
+  EXPECT_FALSE(a.AllocateAt(64 * kKiB - 64, 128).has_value());
+  EXPECT_FALSE(a.AllocateAt(64 * kKiB, 64).has_value());
+  // Allocate never hands out a reserved byte.
+  std::vector<OffsetAllocator::Allocation> more;
+  while (auto x = a.Allocate(64)) more.push_back(*x);
+  for (const auto& x : more) {
+    for (const auto& r : {*r0, *r1, *r2}) {
+      EXPECT_TRUE(x.offset + x.size <= r.offset || r.offset + r.size <= x.offset)
+          << x.offset << " overlaps " << r.offset;
+    }
+  }
+  EXPECT_EQ(a.free_bytes(), 0u);
+  // Freeing everything coalesces back to one block of the whole capacity.
+  for (const auto& x : more) a.Free(x);
+  a.Free(*r1);
+  a.Free(*r0);
+  a.Free(*r2);
+  EXPECT_EQ(a.used_bytes(), 0u);
+  EXPECT_EQ(a.free_block_count(), 1u);
+  EXPECT_EQ(a.largest_free_block(), 64 * kKiB);
+}
+
+TEST(OffsetAllocatorAt, TakeAllFreeLeavesNothingAllocatableUntilGivenBack) {
+  OffsetAllocator a(1 * kMiB, 64);
+  auto kept = a.AllocateAt(512 * kKiB, 64 * kKiB);
+  ASSERT_TRUE(kept.has_value());
+  auto taken = a.TakeAllFree();
+  EXPECT_EQ(taken.size(), 2u);  // below and above the kept range
+  EXPECT_EQ(a.free_bytes(), 0u);
+  EXPECT_FALSE(a.Allocate(64).has_value());
+  // Freeing the kept object makes exactly its range allocatable again.
+  a.Free(*kept);
+  auto again = a.Allocate(64 * kKiB);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->offset, 512 * kKiB);
+  for (const auto& t : taken) a.Free(t);
+  a.Free(*again);
+  EXPECT_EQ(a.free_block_count(), 1u);
+  EXPECT_EQ(a.largest_free_block(), 1 * kMiB);
+}
+
+}  // namespace
+}  // namespace granary::master

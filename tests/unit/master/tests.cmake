@@ -17,3 +17,5 @@ granary_test(NAME master_dashboard_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/dashboard_test.cc LIBS granary::master_server)
 target_compile_definitions(master_dashboard_test PRIVATE
   GRANARY_DASHBOARD_HTML="${PROJECT_SOURCE_DIR}/src/master/dashboard.html")
+granary_test(NAME master_inventory_restore_test LABELS unit tsan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/inventory_restore_test.cc LIBS granary::master)

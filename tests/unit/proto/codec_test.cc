@@ -74,8 +74,8 @@ HelloReply SampleHelloReply() {
 }
 HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
 MountSegmentRequest SampleMount() {
-  return {"seg-0",    "node-a", "10.0.0.1:4000", 0x7F0000001000ull,  48ull << 30,
-          Tier::kGpu, kBinary,  "pool-x",        "worker" + kBinary, "boot-id-1"};
+  return {"seg-0", "node-a", "10.0.0.1:4000",    0x7F0000001000ull, 48ull << 30, Tier::kGpu,
+          kBinary, "pool-x", "worker" + kBinary, "boot-id-1",       true};
 }
 MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
 UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
@@ -142,6 +142,20 @@ LookupPrefixReply SampleLookupPrefixReply() {
           2,
           {{4096, 5, "10.0.0.1:4000"}, {1ull << 40, ~0ull, kBinary}},
           30000};
+}
+InventoryRecord SampleRecord(InventoryOp op) {
+  return {op,   "tenant-b", "key" + kBinary,       0x1122334455667788ull, 4096,
+          4160, 4000,       0x00AB00CD00EF0012ull, kPutFlagHardPin,       1700000000123ull};
+}
+InventorySyncReply SampleInventorySyncReply() {
+  return {Ws(absl::StatusCode::kOk, ""),
+          {SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kFree)}};
+}
+InventoryReportRequest SampleInventoryReport() {
+  return {{SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kCommit)}, true};
+}
+InventoryReportReply SampleInventoryReportReply() {
+  return {Ws(absl::StatusCode::kFailedPrecondition, "not a node"), 17, 3};
 }
 
 PushRequest SamplePush() {
@@ -261,7 +275,13 @@ std::vector<Case> AllCases() {
       MakeCase("CopyEndRequest", Type(MsgType::kCopyEnd), SampleCopyEnd()),
       MakeCase("FetchRequest", Type(MsgType::kFetch), SampleFetch()),
       MakeCase("LookupPrefixRequest", Type(MsgType::kLookupPrefix), SampleLookupPrefix()),
-      MakeCase("LookupPrefixReply", Type(MsgType::kLookupPrefix, true), SampleLookupPrefixReply())};
+      MakeCase("LookupPrefixReply", Type(MsgType::kLookupPrefix, true), SampleLookupPrefixReply()),
+      MakeCase("InventorySyncRequest", Type(MsgType::kInventorySync), InventorySyncRequest{750}),
+      MakeCase("InventorySyncReply", Type(MsgType::kInventorySync, true),
+               SampleInventorySyncReply()),
+      MakeCase("InventoryReportRequest", Type(MsgType::kInventoryReport), SampleInventoryReport()),
+      MakeCase("InventoryReportReply", Type(MsgType::kInventoryReport, true),
+               SampleInventoryReportReply())};
 }
 
 // An exact-size heap copy, so that AddressSanitizer reports any read past the end.
@@ -298,15 +318,40 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
 // Every request and reply struct in messages.h, by the type a server decodes it as: the
 // round-trip and truncation cases above must name each one.
 TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
-  const std::vector<std::string> all = {
-      "HelloRequest",        "HelloReply",        "HeartbeatRequest",      "HeartbeatReply",
-      "MountSegmentRequest", "MountSegmentReply", "UnmountSegmentRequest", "StatusReply",
-      "ShmOfferRequest",     "ShmOfferReply",     "ShmAttachRequest",      "PutStartRequest",
-      "PutStartReply",       "KeyGenRequest",     "BatchStatusReply",      "KeysRequest",
-      "RemoveRequest",       "GetReply",          "ListRequest",           "ListReply",
-      "SegmentsRequest",     "SegmentsReply",     "CopyStartRequest",      "CopyStartReply",
-      "CopyEndRequest",      "FetchRequest",      "PushRequest",           "PushReply",
-      "LookupPrefixRequest", "LookupPrefixReply"};
+  const std::vector<std::string> all = {"HelloRequest",
+                                        "HelloReply",
+                                        "HeartbeatRequest",
+                                        "HeartbeatReply",
+                                        "MountSegmentRequest",
+                                        "MountSegmentReply",
+                                        "UnmountSegmentRequest",
+                                        "StatusReply",
+                                        "ShmOfferRequest",
+                                        "ShmOfferReply",
+                                        "ShmAttachRequest",
+                                        "PutStartRequest",
+                                        "PutStartReply",
+                                        "KeyGenRequest",
+                                        "BatchStatusReply",
+                                        "KeysRequest",
+                                        "RemoveRequest",
+                                        "GetReply",
+                                        "ListRequest",
+                                        "ListReply",
+                                        "SegmentsRequest",
+                                        "SegmentsReply",
+                                        "CopyStartRequest",
+                                        "CopyStartReply",
+                                        "CopyEndRequest",
+                                        "FetchRequest",
+                                        "PushRequest",
+                                        "PushReply",
+                                        "LookupPrefixRequest",
+                                        "LookupPrefixReply",
+                                        "InventorySyncRequest",
+                                        "InventorySyncReply",
+                                        "InventoryReportRequest",
+                                        "InventoryReportReply"};
   std::vector<std::string> named;
   for (const Case& c : AllCases()) named.push_back(c.name);
   EXPECT_EQ(named.size(), all.size());
@@ -319,7 +364,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x04\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x05\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }
@@ -412,6 +457,10 @@ TEST(MessageCodec, CountClaimingMoreEntriesThanBytesFailsWithoutSizingByIt) {
       {"GetReply", ok_status + big, &DecodeAs<GetReply>},
       {"ListReply", ok_status + count_then_4(kMaxListLimit), &DecodeAs<ListReply>},
       {"SegmentsReply", ok_status + big, &DecodeAs<SegmentsReply>},
+      {"InventorySyncReply", ok_status + count_then_4(kMaxInventoryBatch),
+       &DecodeAs<InventorySyncReply>},
+      {"InventoryReportRequest", count_then_4(kMaxInventoryBatch),
+       &DecodeAs<InventoryReportRequest>},
       {"GetReply.replicas", ok_status + Bytes([&](Writer& w) {
                               w.U32(1);
                               w.Raw(ok_status.data(), ok_status.size());
@@ -534,6 +583,19 @@ TEST(MessageCodec, UnknownObjectStateIsRejected) {
   ListReply m = SampleListReply();
   m.objects[0].state = static_cast<ObjectState>(2);
   ExpectInvalid(DecodeAs<ListReply>(Body(m)), "unknown object state 2");
+}
+
+TEST(MessageCodec, UnknownInventoryOpIsRejected) {
+  InventoryReportRequest m = SampleInventoryReport();
+  std::string body = Body(m);
+  body[4] = 2;  // the first record's op, after the u32 count
+  ExpectInvalid(DecodeAs<InventoryReportRequest>(body), "unknown inventory op 2");
+}
+
+TEST(MessageCodec, InventoryWaitOverTheLimitIsRejectedAndTheLimitItselfIsAccepted) {
+  EXPECT_TRUE(DecodeAs<InventorySyncRequest>(Body(InventorySyncRequest{kMaxInventoryWaitMs})).ok());
+  ExpectInvalid(DecodeAs<InventorySyncRequest>(Body(InventorySyncRequest{kMaxInventoryWaitMs + 1})),
+                "wait_ms");
 }
 
 TEST(MessageCodec, ListLimitOutsideOneToMaxIsRejected) {

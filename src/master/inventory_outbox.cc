@@ -1,0 +1,107 @@
+#include "master/inventory_outbox.h"
+
+#include "master/object_shards.h"
+#include "master/tenant/quota_ledger.h"
+
+namespace granary::master {
+namespace {
+
+bool Reserved(absl::string_view table_key) {
+  return tenant::QuotaLedger::IsReserved(table_key.substr(0, table_key.find('\0')));
+}
+
+uint32_t FlagsOf(uint8_t pin) {
+  return pin == kPinHard ? kPutFlagHardPin : pin == kPinSoft ? kPutFlagSoftPin : 0u;
+}
+
+}  // namespace
+
+InventoryOutbox::InventoryOutbox(MetricsRegistry* metrics)
+    : sent_(metrics->Counter("granary_master_inventory_records_sent_total",
+                             "Commit and free records handed to nodes (InventorySync)")),
+      overflow_(metrics->Counter(
+          "granary_master_inventory_records_overflow_total",
+          "Records dropped because a segment's queue was full (its node did not poll)")) {}
+
+void InventoryOutbox::Push(uint64_t segment_id, proto::InventoryRecord r) {
+  std::deque<proto::InventoryRecord>& q = queues_[segment_id];
+  if (q.size() >= kMaxQueued) {
+    q.pop_front();
+    overflow_->Inc();
+  }
+  q.push_back(std::move(r));
+}
+
+void InventoryOutbox::CommittedReplica(absl::string_view tk, const Object& o, const Placement& p,
+                                       uint64_t commit_ms) {
+  if (Reserved(tk)) return;
+  const size_t sep = tk.find('\0');
+  proto::InventoryRecord r;
+  r.op = proto::InventoryOp::kCommit;
+  r.tenant = std::string(tk.substr(0, sep));
+  r.key = std::string(tk.substr(sep + 1));
+  r.segment_id = p.segment_id;
+  r.offset = p.offset;
+  r.alloc_size = p.size;
+  r.value_length = o.size;
+  r.generation = o.generation;
+  r.flags = FlagsOf(o.pin);
+  r.commit_ms = commit_ms;
+  granary::MutexLock lock(&mu_);
+  Push(p.segment_id, std::move(r));
+}
+
+void InventoryOutbox::Committed(absl::string_view tk, const Object& o, uint64_t commit_ms) {
+  for (const Placement& p : o.replicas) CommittedReplica(tk, o, p, commit_ms);
+}
+
+void InventoryOutbox::FreedReplica(absl::string_view tk, uint64_t generation, const Placement& p) {
+  if (Reserved(tk)) return;
+  proto::InventoryRecord r;
+  r.op = proto::InventoryOp::kFree;
+  r.segment_id = p.segment_id;
+  r.offset = p.offset;
+  r.alloc_size = p.size;
+  r.generation = generation;
+  granary::MutexLock lock(&mu_);
+  Push(p.segment_id, std::move(r));
+}
+
+void InventoryOutbox::Freed(absl::string_view tk, uint64_t generation, const Placements& ps) {
+  for (const Placement& p : ps) FreedReplica(tk, generation, p);
+}
+
+std::vector<proto::InventoryRecord> InventoryOutbox::Take(const std::vector<uint64_t>& segment_ids,
+                                                          size_t max_records, size_t max_bytes) {
+  std::vector<proto::InventoryRecord> out;
+  size_t bytes = 0;
+  granary::MutexLock lock(&mu_);
+  for (uint64_t id : segment_ids) {
+    auto it = queues_.find(id);
+    if (it == queues_.end()) continue;
+    std::deque<proto::InventoryRecord>& q = it->second;
+    while (!q.empty() && out.size() < max_records && bytes < max_bytes) {
+      bytes += 64 + q.front().tenant.size() + q.front().key.size();
+      out.push_back(std::move(q.front()));
+      q.pop_front();
+    }
+  }
+  sent_->Inc(out.size());
+  return out;
+}
+
+bool InventoryOutbox::HasPending(const std::vector<uint64_t>& segment_ids) const {
+  granary::MutexLock lock(&mu_);
+  for (uint64_t id : segment_ids) {
+    auto it = queues_.find(id);
+    if (it != queues_.end() && !it->second.empty()) return true;
+  }
+  return false;
+}
+
+void InventoryOutbox::Forget(uint64_t segment_id) {
+  granary::MutexLock lock(&mu_);
+  queues_.erase(segment_id);
+}
+
+}  // namespace granary::master

@@ -1,0 +1,123 @@
+#include "node/node_inventory.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "common/util.h"
+
+namespace granary::node {
+namespace {
+
+uint64_t* WordAt(const SegmentSpan& s, uint64_t offset, size_t word) {
+  return reinterpret_cast<uint64_t*>(s.base + offset) + word;
+}
+
+}  // namespace
+
+proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) const {
+  const SegmentSpan& s = (*segments_)[index];
+  proto::AllocHeader h;
+  h.magic = std::atomic_ref<uint64_t>(*WordAt(s, offset, 0)).load(std::memory_order_acquire);
+  h.generation = std::atomic_ref<uint64_t>(*WordAt(s, offset, 1)).load(std::memory_order_acquire);
+  h.key_hash = std::atomic_ref<uint64_t>(*WordAt(s, offset, 2)).load(std::memory_order_acquire);
+  h.value_length = std::atomic_ref<uint64_t>(*WordAt(s, offset, 3)).load(std::memory_order_acquire);
+  return h;
+}
+
+void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) const {
+  uint64_t expected = generation;
+  std::atomic_ref<uint64_t>(*WordAt((*segments_)[index], offset, 1))
+      .compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
+uint32_t NodeInventory::TenantIdLocked(const std::string& tenant) {
+  auto [it, fresh] = tenant_ids_.try_emplace(tenant, static_cast<uint32_t>(tenants_.size()));
+  if (fresh) tenants_.push_back(tenant);
+  return it->second;
+}
+
+bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
+  if (index >= segments_->size()) return false;
+  const SegmentSpan& s = (*segments_)[index];
+  // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
+  if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
+      r.alloc_size > s.size || r.offset > s.size - r.alloc_size) {
+    return false;
+  }
+  const Slot slot{static_cast<uint32_t>(index), r.offset};
+  granary::MutexLock lock(&mu_);
+  if (r.op == proto::InventoryOp::kFree) {
+    auto it = entries_.find(slot);
+    if (it == entries_.end() || it->second.generation != r.generation) return false;
+    entries_.erase(it);
+    InvalidateHeader(index, r.offset, r.generation);
+    return true;
+  }
+  auto [it, fresh] = entries_.try_emplace(slot);
+  if (!fresh && it->second.generation > r.generation) return false;
+  Entry& e = it->second;
+  e.key = r.key;
+  e.alloc_size = r.alloc_size;
+  e.value_length = r.value_length;
+  e.generation = r.generation;
+  e.commit_ms = r.commit_ms;
+  e.flags = r.flags;
+  e.tenant = TenantIdLocked(r.tenant);
+  return true;
+}
+
+std::vector<std::vector<proto::InventoryRecord>> NodeInventory::Report(
+    const std::vector<uint64_t>& ids, size_t max_records, size_t max_bytes) {
+  std::vector<std::vector<proto::InventoryRecord>> batches;
+  granary::MutexLock lock(&mu_);
+  // Per segment, in ascending offset order: the master's allocator reserves those in O(1).
+  std::vector<std::vector<uint64_t>> offsets(segments_->size());
+  for (const auto& [slot, e] : entries_) offsets[slot.first].push_back(slot.second);
+  size_t bytes = 0;
+  for (size_t index = 0; index < offsets.size(); ++index) {
+    std::vector<uint64_t>& v = offsets[index];
+    std::sort(v.begin(), v.end());
+    const uint64_t id = index < ids.size() ? ids[index] : 0;
+    for (uint64_t offset : v) {
+      auto it = entries_.find(Slot{static_cast<uint32_t>(index), offset});
+      const Entry& e = it->second;
+      const proto::AllocHeader h = ReadHeader(index, offset);
+      if (!proto::CheckAllocHeader(h, e.generation, HashBytes(e.key), e.value_length).ok()) {
+        ++mismatches_;
+        entries_.erase(it);
+        continue;
+      }
+      if (id == 0) continue;
+      if (batches.empty() || batches.back().size() >= max_records || bytes >= max_bytes) {
+        batches.emplace_back();
+        bytes = 0;
+      }
+      proto::InventoryRecord r;
+      r.op = proto::InventoryOp::kCommit;
+      r.tenant = tenants_[e.tenant];
+      r.key = e.key;
+      r.segment_id = id;
+      r.offset = offset;
+      r.alloc_size = e.alloc_size;
+      r.value_length = e.value_length;
+      r.generation = e.generation;
+      r.flags = e.flags;
+      r.commit_ms = e.commit_ms;
+      bytes += 64 + r.tenant.size() + r.key.size();
+      batches.back().push_back(std::move(r));
+    }
+  }
+  return batches;
+}
+
+size_t NodeInventory::size() const {
+  granary::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+uint64_t NodeInventory::mismatches() const {
+  granary::MutexLock lock(&mu_);
+  return mismatches_;
+}
+
+}  // namespace granary::node

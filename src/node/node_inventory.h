@@ -1,0 +1,90 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "common/mutex.h"
+#include "node/node_service.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+
+namespace granary::node {
+
+// The committed objects this node holds, as the master's commit and free records describe them
+// (docs/architecture.md, "Node inventories and master restart"): what a restarted master
+// rebuilds its object table from. It lives in RAM only, as the bytes do; records come from the
+// master's InventorySync replies, never from clients.
+//
+// - Apply(commit) records the allocation at (segment, offset); a newer generation at the same
+//   offset replaces an older one, an older one is ignored.
+// - Apply(free) forgets it and invalidates its header in memory: the header's generation word
+//   is swapped to 0 by an atomic compare-and-swap, only while it still holds the freed
+//   generation. A CAS, and not "magic = 0", because the master may already have given the space
+//   to a new put whose writer is writing its own header there: the swap then fails and the new
+//   header stays whole. A reader that fetched the header before the swap saw a header that was
+//   valid for the bytes it read with it (the one-sided read fetches both at once); one after it
+//   sees generation 0, which matches no grant (UNAVAILABLE, retry). So no read returns wrong
+//   bytes.
+// - Report() lists every entry for a re-mount, each checked against the 64-byte AllocHeader in
+//   this node's memory (magic, generation, key hash, value length); a mismatch (the space was
+//   overwritten, or its free record was lost) is dropped and counted.
+//
+// Owned by NodeServer, with the segment list of its NodeService (which must outlive it).
+// Thread-safe: one mutex over the table (the sync thread applies, the session thread reports).
+// Cost: Apply is one hash lookup plus, for a free, one CAS on segment memory; an entry costs
+// about 80 bytes plus its key (tenant names are kept once, in a dictionary). Report sorts each
+// segment's entries by offset (O(n log n)) so that the master reserves them in ascending order.
+class NodeInventory {
+ public:
+  explicit NodeInventory(const std::vector<SegmentSpan>* segments) : segments_(segments) {}
+  NodeInventory(const NodeInventory&) = delete;
+  NodeInventory& operator=(const NodeInventory&) = delete;
+
+  // Applies one of the master's records to segment `index`. Returns whether it changed the
+  // inventory: false for a commit outside the segment or older than what the offset holds, and
+  // for a free of an allocation the inventory does not hold at that generation.
+  bool Apply(size_t index, const proto::InventoryRecord& r);
+  // The inventory as report batches for a re-mount: ids[i] is segment i's id at the master now
+  // (0: not mounted, not reported). Each batch has at most max_records records and about
+  // max_bytes of keys; every record passed the header check. Entries that failed it are
+  // dropped from the inventory and counted in mismatches().
+  std::vector<std::vector<proto::InventoryRecord>> Report(const std::vector<uint64_t>& ids,
+                                                          size_t max_records, size_t max_bytes);
+  size_t size() const;
+  uint64_t mismatches() const;
+
+ private:
+  struct Entry {
+    std::string key;
+    uint64_t alloc_size = 0;
+    uint64_t value_length = 0;
+    uint64_t generation = 0;
+    uint64_t commit_ms = 0;
+    uint32_t flags = 0;
+    uint32_t tenant = 0;  // index into tenants_
+  };
+  using Slot = std::pair<uint32_t, uint64_t>;  // segment index, offset
+
+  // The header at `offset` of segment `index`, read word by word (a writer may be writing it).
+  // These two are the only places the inventory touches segment memory, which clients write
+  // one-sided at any time; tests/tsan.supp names them for that reason (not inlined, so that
+  // their frames carry the qualified name the suppression matches).
+  [[gnu::noinline]] proto::AllocHeader ReadHeader(size_t index, uint64_t offset) const;
+  // Swaps the header's generation word to 0 if it still holds `generation`.
+  [[gnu::noinline]] void InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) const;
+  uint32_t TenantIdLocked(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::vector<SegmentSpan>* const segments_;
+  mutable granary::Mutex mu_;
+  absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> tenants_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> tenant_ids_ ABSL_GUARDED_BY(mu_);
+  uint64_t mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace granary::node

@@ -1,0 +1,182 @@
+// NodeInventory: the master's commit and free records applied to real memory (a heap buffer
+// stands in for a segment), and the report a re-mounted node sends, checked against the
+// allocation headers in that memory.
+#include "node/node_inventory.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/util.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+
+namespace granary::node {
+namespace {
+
+using proto::AllocHeader;
+using proto::InventoryOp;
+using proto::InventoryRecord;
+
+constexpr uint64_t kSegBytes = 1 << 20;
+
+class NodeInventoryTest : public ::testing::Test {
+ protected:
+  NodeInventoryTest() {
+    for (int i = 0; i < 2; ++i) {
+      memory_[i] = std::make_unique<uint64_t[]>(kSegBytes / 8);
+      spans_.push_back({"host" + std::to_string(i), reinterpret_cast<uint64_t>(memory_[i].get()),
+                        kSegBytes, proto::Tier::kHost, "rkey"});
+    }
+  }
+  AllocHeader& HeaderAt(int seg, uint64_t offset) {
+    return *reinterpret_cast<AllocHeader*>(spans_[seg].base + offset);
+  }
+  // What a client writes: the header of (key, generation, length) at offset.
+  void Write(int seg, uint64_t offset, const std::string& key, uint64_t gen, uint64_t len) {
+    AllocHeader h;
+    h.generation = gen;
+    h.key_hash = HashBytes(key);
+    h.value_length = len;
+    std::memcpy(&HeaderAt(seg, offset), &h, sizeof(h));
+  }
+  static InventoryRecord Commit(const std::string& key, uint64_t offset, uint64_t gen,
+                                uint64_t len = 1000, const std::string& tenant = "t") {
+    InventoryRecord r;
+    r.op = InventoryOp::kCommit;
+    r.tenant = tenant;
+    r.key = key;
+    r.segment_id = 99;  // the session's id; Apply is given the index
+    r.offset = offset;
+    r.alloc_size = (proto::kAllocHeaderSize + len + 63) / 64 * 64;
+    r.value_length = len;
+    r.generation = gen;
+    r.commit_ms = 1234;
+    return r;
+  }
+  static InventoryRecord Free(uint64_t offset, uint64_t gen) {
+    InventoryRecord r;
+    r.op = InventoryOp::kFree;
+    r.offset = offset;
+    r.alloc_size = 1088;
+    r.generation = gen;
+    return r;
+  }
+  std::vector<InventoryRecord> Flat(const std::vector<std::vector<InventoryRecord>>& batches) {
+    std::vector<InventoryRecord> out;
+    for (const auto& b : batches) out.insert(out.end(), b.begin(), b.end());
+    return out;
+  }
+
+  std::unique_ptr<uint64_t[]> memory_[2];
+  std::vector<SegmentSpan> spans_;
+};
+
+TEST_F(NodeInventoryTest, CommittedObjectsWithMatchingHeadersAreReportedInOffsetOrder) {
+  NodeInventory inv(&spans_);
+  Write(0, 8192, "k2", 20, 1000);
+  Write(0, 0, "k1", 10, 1000);
+  Write(1, 4096, "k3", 30, 500);
+  EXPECT_TRUE(inv.Apply(0, Commit("k2", 8192, 20)));
+  EXPECT_TRUE(inv.Apply(0, Commit("k1", 0, 10)));
+  EXPECT_TRUE(inv.Apply(1, Commit("k3", 4096, 30, 500, "other")));
+  EXPECT_EQ(inv.size(), 3u);
+  auto all = Flat(inv.Report({7, 8}, 100, 1 << 20));
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].key, "k1");  // segment 0 by offset, then segment 1
+  EXPECT_EQ(all[1].key, "k2");
+  EXPECT_EQ(all[2].key, "k3");
+  EXPECT_EQ(all[0].segment_id, 7u);  // the id of this session, not the one in the record
+  EXPECT_EQ(all[2].segment_id, 8u);
+  EXPECT_EQ(all[2].tenant, "other");
+  EXPECT_EQ(all[0].commit_ms, 1234u);
+  EXPECT_EQ(all[0].op, InventoryOp::kCommit);
+  EXPECT_EQ(inv.mismatches(), 0u);
+}
+
+TEST_F(NodeInventoryTest, EveryKindOfHeaderMismatchIsDroppedAndCounted) {
+  NodeInventory inv(&spans_);
+  const uint64_t kOffsets[] = {0, 4096, 8192, 12288, 16384};
+  for (int i = 0; i < 5; ++i) {
+    Write(0, kOffsets[i], "k" + std::to_string(i), 100 + i, 1000);
+    ASSERT_TRUE(inv.Apply(0, Commit("k" + std::to_string(i), kOffsets[i], 100 + i)));
+  }
+  HeaderAt(0, 4096).magic = 0;             // never written, or invalidated
+  HeaderAt(0, 8192).generation = 999;      // overwritten by another put
+  HeaderAt(0, 12288).key_hash ^= 1;        // another key
+  HeaderAt(0, 16384).value_length = 1001;  // another length
+  auto all = Flat(inv.Report({7, 8}, 100, 1 << 20));
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].key, "k0");
+  EXPECT_EQ(inv.mismatches(), 4u);
+  EXPECT_EQ(inv.size(), 1u);  // dropped, not reported again
+  EXPECT_EQ(Flat(inv.Report({7, 8}, 100, 1 << 20)).size(), 1u);
+  EXPECT_EQ(inv.mismatches(), 4u);
+}
+
+TEST_F(NodeInventoryTest, FreeForgetsTheEntryAndInvalidatesOnlyItsOwnHeader) {
+  NodeInventory inv(&spans_);
+  Write(0, 0, "a", 10, 1000);
+  ASSERT_TRUE(inv.Apply(0, Commit("a", 0, 10)));
+  // A free of another generation, or of an offset not held, changes nothing.
+  EXPECT_FALSE(inv.Apply(0, Free(0, 11)));
+  EXPECT_FALSE(inv.Apply(0, Free(4096, 10)));
+  EXPECT_EQ(HeaderAt(0, 0).generation, 10u);
+  EXPECT_TRUE(inv.Apply(0, Free(0, 10)));
+  EXPECT_EQ(inv.size(), 0u);
+  // A reader's check now fails: generation 0 matches no grant.
+  EXPECT_FALSE(proto::CheckAllocHeader(HeaderAt(0, 0), 10, HashBytes("a"), 1000).ok());
+  EXPECT_EQ(HeaderAt(0, 0).magic, AllocHeader::kMagic);  // the rest of the header is untouched
+
+  // The space was given to a new put whose writer got there before the free record: its header
+  // survives the free of the old generation.
+  Write(0, 4096, "b", 20, 1000);
+  ASSERT_TRUE(inv.Apply(0, Commit("b", 4096, 20)));
+  Write(0, 4096, "c", 21, 1000);  // b freed at the master, c written there, records late
+  EXPECT_TRUE(inv.Apply(0, Free(4096, 20)));
+  EXPECT_TRUE(proto::CheckAllocHeader(HeaderAt(0, 4096), 21, HashBytes("c"), 1000).ok());
+}
+
+TEST_F(NodeInventoryTest, ANewerCommitAtAnOffsetReplacesAnOlderOneAndNotTheReverse) {
+  NodeInventory inv(&spans_);
+  Write(0, 0, "new", 50, 1000);
+  EXPECT_TRUE(inv.Apply(0, Commit("old", 0, 40)));
+  EXPECT_TRUE(inv.Apply(0, Commit("new", 0, 50)));
+  EXPECT_FALSE(inv.Apply(0, Commit("old", 0, 40)));  // a late record of the older object
+  auto all = Flat(inv.Report({7, 8}, 100, 1 << 20));
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].key, "new");
+  EXPECT_EQ(all[0].generation, 50u);
+}
+
+TEST_F(NodeInventoryTest, RecordsOutsideTheSegmentOrUnalignedAreIgnored) {
+  NodeInventory inv(&spans_);
+  EXPECT_FALSE(inv.Apply(0, Commit("x", kSegBytes - 64, 1, 1000)));  // runs past the end
+  EXPECT_FALSE(inv.Apply(0, Commit("x", 100, 1)));                   // unaligned
+  EXPECT_FALSE(inv.Apply(2, Commit("x", 0, 1)));                     // no such segment
+  EXPECT_FALSE(inv.Apply(0, Free(kSegBytes, 1)));
+  EXPECT_EQ(inv.size(), 0u);
+}
+
+TEST_F(NodeInventoryTest, ReportIsBatchedAndSkipsSegmentsNotMountedNow) {
+  NodeInventory inv(&spans_);
+  for (uint64_t i = 0; i < 10; ++i) {
+    Write(0, i * 4096, "k" + std::to_string(i), 100 + i, 1000);
+    ASSERT_TRUE(inv.Apply(0, Commit("k" + std::to_string(i), i * 4096, 100 + i)));
+  }
+  Write(1, 0, "other", 7, 1000);
+  ASSERT_TRUE(inv.Apply(1, Commit("other", 0, 7)));
+  auto batches = inv.Report({7, 0}, 4, 1 << 20);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].size(), 4u);
+  EXPECT_EQ(batches[2].size(), 2u);
+  EXPECT_EQ(Flat(batches).size(), 10u);  // segment 1 is not mounted: not reported, still held
+  EXPECT_EQ(inv.size(), 11u);
+}
+
+}  // namespace
+}  // namespace granary::node
