@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Formats every tracked C++ and CUDA source with clang-format (.clang-format: Google, 100
-# columns). With --check, changes nothing and fails, listing the files, when any would change.
+# Formats every C++ and CUDA source git knows of or would add (tracked, and untracked but not
+# ignored: a new file is checked before its first commit) with clang-format (.clang-format:
+# Google, 100 columns). With --check, changes nothing and fails, listing the files, when any
+# would change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t FILES < <(git ls-files '*.h' '*.cc' '*.cpp' '*.cu' '*.cuh')
+mapfile -t FILES < <(git ls-files --cached --others --exclude-standard \
+  '*.h' '*.cc' '*.cpp' '*.cu' '*.cuh' | sort -u | while read -r f; do [[ -f "$f" ]] && echo "$f"; done)
 if [[ "${1:-}" == "--check" ]]; then
   log=$(mktemp)
   trap 'rm -f "$log"' EXIT
