@@ -371,10 +371,13 @@ int RunPut(granary::Client& c, const std::vector<std::string>& args) {
 }
 
 int RunGet(granary::Client& c, const std::vector<std::string>& args) {
-  // The size first (one metadata call), so that a large value gets its progress line.
-  auto info = c.Stat(args[0]);
+  // On a terminal, the size first (one metadata call), so that a large value gets its
+  // progress line; elsewhere no line is drawn, and the call is not made.
   std::optional<Progress> progress;
-  if (info.ok() && info->size >= kProgressBytes) progress.emplace("get " + args[0], info->size);
+  if (isatty(2) == 1) {
+    auto info = c.Stat(args[0]);
+    if (info.ok() && info->size >= kProgressBytes) progress.emplace("get " + args[0], info->size);
+  }
   int64_t t0 = granary::MonotonicUs();
   auto v =
       progress ? progress->Around("receiving", [&] { return c.Get(args[0]); }) : c.Get(args[0]);

@@ -57,7 +57,6 @@ void MetricHistogram::Observe(double v) {
   // The first bound >= v: Prometheus buckets are "less than or equal to le".
   size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin();
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
   double cur = sum_.load(std::memory_order_relaxed);
   while (!sum_.compare_exchange_weak(cur, cur + v, std::memory_order_relaxed)) {
   }
@@ -67,6 +66,12 @@ std::vector<uint64_t> MetricHistogram::bucket_counts() const {
   std::vector<uint64_t> out(bounds_.size() + 1);
   for (size_t i = 0; i < out.size(); ++i) out[i] = buckets_[i].load(std::memory_order_relaxed);
   return out;
+}
+
+uint64_t MetricHistogram::count() const {
+  uint64_t n = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) n += buckets_[i].load(std::memory_order_relaxed);
+  return n;
 }
 
 std::vector<double> LatencyBucketsSeconds() {

@@ -43,9 +43,9 @@ class MetricGauge {
 
 // A distribution of observations over fixed bucket bounds, exported as a Prometheus histogram
 // (cumulative _bucket{le=...} series, _sum and _count). Observe is lock-free: one relaxed
-// atomic add on the bucket, the count and the sum (a CAS loop), so a hot path can afford it
-// (about 20 ns uncontended). A scrape reads the buckets one by one, so it may see an
-// observation in _count before its bucket; Prometheus tolerates that skew.
+// atomic add on the bucket and one on the sum (a CAS loop), so a hot path can afford it
+// (about 20 ns uncontended). _count is the sum of the buckets as a scrape reads them, one by one;
+// _sum may include an observation whose bucket that scrape missed (Prometheus tolerates it).
 class MetricHistogram {
  public:
   // `bounds`: the buckets' upper bounds, strictly increasing; +Inf is implied.
@@ -54,13 +54,13 @@ class MetricHistogram {
   const std::vector<double>& bounds() const { return bounds_; }
   // Per bucket, not cumulative: bounds().size() + 1 counts, the last one above every bound.
   std::vector<uint64_t> bucket_counts() const;
-  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+  // The sum of the buckets (no counter of its own: one atomic fewer per observation).
+  uint64_t count() const;
   double sum() const { return sum_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<double> bounds_;
   std::unique_ptr<std::atomic<uint64_t>[]> buckets_;
-  std::atomic<uint64_t> count_{0};
   std::atomic<double> sum_{0};
 };
 
