@@ -367,13 +367,20 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
       return;
     }
     uint64_t found = 0;
-    for (const auto& got : *get_replies) {
-      if (got.ok()) {
-        for (const auto& r : got->results) found += r.status.code == 0;
+    for (int l = 0; l < lanes; ++l) {
+      const auto& got = (*get_replies)[l];
+      if (!got.ok()) continue;
+      // The leases go back (each with its token) without waiting for the answer, as the
+      // client's reads do.
+      proto::KeyGenRequest release;
+      for (size_t i = 0; i < got->results.size() && i < keys[l].size(); ++i) {
+        const proto::GetResult& r = got->results[i];
+        if (r.status.code != 0) continue;
+        ++found;
+        release.entries.push_back({keys[l][i], r.generation, r.lease_token});
       }
+      c.ReleaseLeasesAsync(release);
     }
-    // The leases go back without waiting for the answer, as the client's reads do.
-    for (const auto& commit : commits) c.ReleaseLeasesAsync(commit);
     int64_t t2 = granary::MonotonicUs();
     get->batch_us.push_back(static_cast<double>(t2 - t1));
     get->keys += found;

@@ -97,9 +97,13 @@ int main(int argc, char** argv) {
   g.size = 4096;
   g.generation = 9;
   g.lease_ms = 5000;
+  g.lease_token = 1'700'000'005'000;
   g.replicas = {{3, 0x1000, 4160}};
   get_rep.results = {g};
   Emit("get_rep", MsgType::kGet, true, get_rep);
+  KeyGenRequest ends;
+  ends.entries = {{"k1", 9, 1'700'000'005'000}};
+  Emit("getend_req", MsgType::kGetEnd, false, ends);
 
   ListRequest list;
   list.prefix = "kv1/";

@@ -95,7 +95,7 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
       (*out)[i] = st;
       continue;
     }
-    plan->release.entries.push_back({keys[i], res.generation});
+    plan->release.entries.push_back({keys[i], res.generation, res.lease_token});
     auto where = dest(i, res.size);
     if (!where.ok()) {
       (*out)[i] = where.status();

@@ -44,22 +44,21 @@ absl::Status CopyCoordinator::LeaseForCopy(const std::string& tk, const std::str
   }
   // Lease it for the copy, so that neither eviction nor Remove takes it meanwhile.
   Object& o = it->second;
-  if (o.lease_until_ms <= now) o.lease_count = 0;
-  ++o.lease_count;
-  o.lease_until_ms = std::max(o.lease_until_ms, deadline);
+  TakeLease(o, now, deadline);
   *replicas = o.replicas;
   *size = o.size;
   *object_generation = o.generation;
   return absl::OkStatus();
 }
 
-void CopyCoordinator::ReleaseLease(const std::string& tk, uint64_t object_generation) {
+void CopyCoordinator::ReleaseLease(const std::string& tk, uint64_t object_generation,
+                                   int64_t lease_until) {
+  const int64_t now = clock_->NowMs();
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
   granary::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
-  if (it != sh.objects.end() && it->second.generation == object_generation &&
-      it->second.lease_count > 0) {
-    --it->second.lease_count;
+  if (it != sh.objects.end() && it->second.generation == object_generation) {
+    EndLease(it->second, now, lease_until);
   }
 }
 
@@ -99,13 +98,14 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
     }
     auto dest = PlaceDest(tenant, e.target, size, replicas);
     if (!dest.ok()) {
-      ReleaseLease(tk, object_generation);
+      ReleaseLease(tk, object_generation, deadline);
       fail(dest.status());
       continue;
     }
     PendingCopy pc;
     pc.generation = shards_->NextGeneration();
     pc.object_generation = object_generation;
+    pc.lease_until = deadline;
     pc.source = replicas[0];
     pc.dest = *dest;
     pc.move = move;
@@ -142,7 +142,7 @@ bool CopyCoordinator::AbortCopy(const std::string& tk, uint64_t generation, cons
   }
   segments_->Free(pc.dest);
   ledger_->Refund(TenantOfKey(tk), pc.dest.size);
-  ReleaseLease(tk, pc.object_generation);
+  ReleaseLease(tk, pc.object_generation, pc.lease_until);
   LOG_DEBUG << "copy aborted (" << why << ")";
   return true;
 }
@@ -174,7 +174,7 @@ bool CopyCoordinator::Commit(const std::string& tenant, const std::string& tk,
       return false;
     }
     Object& o = it->second;
-    if (o.lease_count > 0) --o.lease_count;
+    EndLease(o, clock_->NowMs(), pc.lease_until);
     o.replicas.push_back(pc.dest);
     InventoryOutbox* out = shards_->outbox();
     if (out != nullptr) out->CommittedReplica(tk, o, pc.dest, WallMs());

@@ -55,6 +55,7 @@ class CopyCoordinator {
     // The object's generation when the copy began: a forced Remove and a new Put of the key
     // meanwhile make another object, which the copy must neither join nor release a lease of.
     uint64_t object_generation = 0;
+    int64_t lease_until = 0;  // the end of the copy's read lease on the object (EndLease)
     Placement source;
     Placement dest;
     bool move = false;
@@ -66,8 +67,9 @@ class CopyCoordinator {
   [[nodiscard]] absl::Status LeaseForCopy(const std::string& table_key, const std::string& key,
                                           int64_t now, int64_t deadline, Placements* replicas,
                                           uint64_t* size, uint64_t* object_generation);
-  // Drops the copy's lease, if the object of that generation is still there.
-  void ReleaseLease(const std::string& table_key, uint64_t object_generation);
+  // Ends the copy's lease, which ends at `lease_until` (EndLease in object.h), if the object of
+  // that generation is still there.
+  void ReleaseLease(const std::string& table_key, uint64_t object_generation, int64_t lease_until);
   // Places and charges the destination on `target`.
   [[nodiscard]] absl::StatusOr<Placement> PlaceDest(const std::string& tenant,
                                                     const std::string& target, uint64_t size,

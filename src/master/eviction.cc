@@ -68,7 +68,7 @@ uint64_t Scan(ObjectShards& shards, const std::string* only_tenant, int64_t now,
       }
       const uint64_t b = PlacedBytes(o.replicas);
       last->bytes += b;
-      if (o.pin == kPinHard || (o.lease_count > 0 && o.lease_until_ms > now)) return;
+      if (o.pin == kPinHard || Leased(o, now)) return;
       last->cands[o.pin == kPinSoft ? 1 : 0].push_back(Candidate{o.last_access, b, s, slot});
     });
   }
@@ -210,8 +210,7 @@ Placements Evictor::TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_acce
   // Re-check: it may have been read, leased, removed or replaced since the scan (a slot reused
   // by another object holds another access ordinal).
   if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
-      it->second.last_access != last_access ||
-      (it->second.lease_count > 0 && it->second.lease_until_ms > now)) {
+      it->second.last_access != last_access || Leased(it->second, now)) {
     return ps;
   }
   ps = it->second.replicas;

@@ -159,6 +159,7 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   auto got = service_->Get(probe_session_, proto::KeysRequest{{key}});
   st = got.results.empty() ? absl::InternalError("empty Get") : got.results[0].status.ToStatus();
   if (st.ok()) st = transfer(false);
+  if (!got.results.empty()) kg.entries[0].lease_token = got.results[0].lease_token;
   service_->GetEnd(probe_session_, kg);
   service_->Remove(probe_session_, proto::RemoveRequest{{key}, /*force=*/true});
   if (!st.ok()) {

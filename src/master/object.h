@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "master/segment_registry.h"
@@ -35,5 +36,32 @@ struct Object {
   Placements replicas;
 };
 static_assert(sizeof(Object) <= 88, "Object grew: it is the master's per-key memory");
+
+// Read leases are a count and one end time, lease_until_ms, which only grows while the object is
+// complete. A lease is named by its own end: TakeLease returns it (a Get sends it to the client
+// as GetResult::lease_token, a copy keeps it), and EndLease counts the lease off only while it
+// has not run out. That makes a late end harmless: once the count may have been reset (a
+// TakeLease after every lease ran out), each lease taken before the reset has ended (a reset
+// needs lease_until_ms <= now, and lease_until_ms >= every earlier lease's end), so its
+// EndLease comes at or past its end and changes nothing. A lease that runs out uncounted
+// leaves the count high only until the newer leases' end, lease_until_ms, has passed too.
+
+// Takes one more read lease, ending at `until` (or later, if another lease ends later).
+inline int64_t TakeLease(Object& o, int64_t now, int64_t until) {
+  if (o.lease_until_ms <= now) o.lease_count = 0;  // stale leases have run out
+  ++o.lease_count;
+  o.lease_until_ms = std::max(o.lease_until_ms, until);
+  return until;
+}
+
+// Ends the lease TakeLease returned `until` for; nothing once it has run out (see above).
+inline void EndLease(Object& o, int64_t now, int64_t until) {
+  if (until > now && o.lease_count > 0) --o.lease_count;
+}
+
+// Whether a lease holds the object now.
+inline bool Leased(const Object& o, int64_t now) {
+  return o.lease_count > 0 && o.lease_until_ms > now;
+}
 
 }  // namespace granary::master

@@ -33,13 +33,6 @@ absl::Status CheckKey(const std::string& key) {
 uint8_t PinOf(uint32_t flags) {
   return (flags & kPutFlagHardPin) ? kPinHard : (flags & kPutFlagSoftPin) ? kPinSoft : kPinNone;
 }
-
-// Takes one more read lease on a complete object, until now + ttl_ms.
-void Lease(Object& o, int64_t now, int64_t ttl_ms) {
-  if (o.lease_until_ms <= now) o.lease_count = 0;  // stale leases have run out
-  ++o.lease_count;
-  o.lease_until_ms = now + ttl_ms;
-}
 }  // namespace
 
 ObjectStore::ObjectStore(const MasterOptions& options, Clock* clock, MasterCounters* counters,
@@ -284,7 +277,7 @@ proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysReq
       }
       Object& o = it->second;
       o.last_access = shards_->NextAccess();
-      Lease(o, now, options_.kv_lease_ttl_ms);
+      res.lease_token = static_cast<uint64_t>(TakeLease(o, now, now + options_.kv_lease_ttl_ms));
       res.size = o.size;
       res.generation = o.generation;
       res.lease_ms = static_cast<uint32_t>(options_.kv_lease_ttl_ms);
@@ -298,6 +291,7 @@ proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysReq
 proto::BatchStatusReply ObjectStore::GetEnd(const std::string& tenant,
                                             const proto::KeyGenRequest& req) {
   proto::BatchStatusReply rep;
+  const int64_t now = clock_->NowMs();
   rep.results.resize(req.entries.size());
   std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.entries.size(); ++i) {
@@ -311,8 +305,7 @@ proto::BatchStatusReply ObjectStore::GetEnd(const std::string& tenant,
           absl::StrCat("key '", e.key, "' generation ", e.generation, " not found")));
       continue;
     }
-    Object& o = it->second;
-    if (o.lease_count > 0 && --o.lease_count == 0) o.lease_until_ms = 0;
+    EndLease(it->second, now, static_cast<int64_t>(e.lease_token));
   }
   return rep;
 }
@@ -355,7 +348,7 @@ proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
       } else if (it->second.state != ObjectState::kComplete) {
         st = absl::FailedPreconditionError(
             absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
-      } else if (!req.force && it->second.lease_count > 0 && it->second.lease_until_ms > now) {
+      } else if (!req.force && Leased(it->second, now)) {
         st = WithReason(absl::FailedPreconditionError(absl::StrCat(
                             "key '", key, "' is being read (lease for ",
                             it->second.lease_until_ms - now, " ms more); retry later")),
@@ -431,7 +424,7 @@ proto::LookupPrefixReply ObjectStore::LookupPrefix(const std::string& tenant,
       }
       Object& o = it->second;
       o.last_access = shards_->NextAccess();
-      if (req.lease) Lease(o, now, options_.kv_lease_ttl_ms);
+      if (req.lease) TakeLease(o, now, now + options_.kv_lease_ttl_ms);  // runs out by itself
       hint.size = o.size;
       hint.generation = o.generation;
       ps = o.replicas;

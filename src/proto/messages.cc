@@ -232,14 +232,16 @@ void Encode(const KeyGenRequest& m, Writer& w) {
   for (const auto& e : m.entries) {
     w.Str(e.key);
     w.U64(e.generation);
+    w.U64(e.lease_token);
   }
 }
 absl::Status Decode(Reader& r, KeyGenRequest* m) {
-  uint32_t n = r.Count("entries", kMaxBatch, 12);
+  uint32_t n = r.Count("entries", kMaxBatch, 20);
   m->entries.resize(n);
   for (auto& e : m->entries) {
     e.key = r.Str("key", kMaxKeyBytes);
     e.generation = r.U64("generation");
+    e.lease_token = r.U64("lease_token");
   }
   return r.status();
 }
@@ -288,18 +290,20 @@ void Encode(const GetReply& m, Writer& w) {
     w.U64(res.size);
     w.U64(res.generation);
     w.U32(res.lease_ms);
+    w.U64(res.lease_token);
     PutReplicas(res.replicas, w);
   }
 }
 absl::Status Decode(Reader& r, GetReply* m) {
   Get(r, &m->status);
-  uint32_t n = r.Count("results", kMaxBatch, 30);
+  uint32_t n = r.Count("results", kMaxBatch, 38);
   m->results.resize(n);
   for (auto& res : m->results) {
     Get(r, &res.status);
     res.size = r.U64("size");
     res.generation = r.U64("generation");
     res.lease_ms = r.U32("lease_ms");
+    res.lease_token = r.U64("lease_token");
     GetReplicas(r, &res.replicas);
   }
   return r.status();

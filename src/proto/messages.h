@@ -197,10 +197,13 @@ struct PutStartReply {
   bool operator==(const PutStartReply&) const = default;
 };
 
-// PutEnd, PutRevoke and GetEnd name an object version by key and generation.
+// PutEnd, PutRevoke and GetEnd name an object version by key and generation. GetEnd also
+// echoes the lease token of the Get that took the lease (GetResult::lease_token); PutEnd and
+// PutRevoke leave it 0.
 struct KeyGen {
   std::string key;
   uint64_t generation = 0;
+  uint64_t lease_token = 0;
   bool operator==(const KeyGen&) const = default;
 };
 struct KeyGenRequest {
@@ -232,6 +235,9 @@ struct GetResult {
   uint64_t size = 0;
   uint64_t generation = 0;
   uint32_t lease_ms = 0;
+  // Names this read lease to the master: GetEnd echoes it, so a reader that ends after its
+  // lease ran out never ends a later reader's lease. Opaque to clients.
+  uint64_t lease_token = 0;
   std::vector<ReplicaDesc> replicas;  // complete replicas only
   bool operator==(const GetResult&) const = default;
 };

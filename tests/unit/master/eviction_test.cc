@@ -67,7 +67,8 @@ class EvictionTest : public ::testing::Test {
     clock_.AdvanceMs(1);
     auto g = svc_->Get(s, proto::KeysRequest{{key}});
     ASSERT_EQ(g.results[0].status.code, 0) << key;
-    svc_->GetEnd(s, proto::KeyGenRequest{{{key, g.results[0].generation}}});
+    svc_->GetEnd(s,
+                 proto::KeyGenRequest{{{key, g.results[0].generation, g.results[0].lease_token}}});
   }
   double Evictions(const std::string& tenant, const std::string& reason) {
     return static_cast<double>(metrics_

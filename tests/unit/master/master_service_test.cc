@@ -122,11 +122,11 @@ class MasterServiceTest : public ::testing::Test {
     return KeyGenOp(&MasterService::PutRevoke, sid, key, gen);
   }
   WireStatus GetEnd(SessionId sid, const std::string& key, uint64_t gen) {
-    return KeyGenOp(&MasterService::GetEnd, sid, key, gen);
+    return test_calls::KeyGenOp(svc(), &MasterService::GetEnd, sid, key, gen, leases_.Of(sid, key));
   }
 
   proto::GetResult Get(SessionId sid, const std::string& key) {
-    return test_calls::Get(svc(), sid, key);
+    return leases_.Took(sid, key, test_calls::Get(svc(), sid, key));
   }
   WireStatus KeysOp(proto::BatchStatusReply (MasterService::*op)(SessionId,
                                                                  const proto::KeysRequest&),
@@ -182,6 +182,7 @@ class MasterServiceTest : public ::testing::Test {
   std::unique_ptr<MasterService> svc_;
   SessionId next_sid_ = 1;
   uint64_t next_base_ = 1;
+  test_calls::LeaseTokens leases_;  // what each session's GetEnd echoes
   std::map<uint64_t, uint64_t> segment_base_, segment_size_;
   std::map<uint64_t, std::string> segment_node_;
 };
@@ -918,12 +919,10 @@ TEST_F(MasterServiceTest, LeaseRunsOutWithoutGetEnd) {
   EXPECT_EQ(svc().GetStats().used, 0u);
 }
 
-// KNOWN BUG, disabled until leases carry an identity: leases are a bare count per object, and a
-// Get after the lease ran out resets that count. So a reader whose lease ran out, ending late,
-// cancels the lease of a reader who came after it, and the object can be removed (or evicted)
-// under the second reader. Fixing it needs a per-lease id (Get reply -> GetEnd) or a lease epoch
-// in Object, i.e. changes to master_service.h and the protocol.
-TEST_F(MasterServiceTest, DISABLED_LateGetEndDoesNotCancelAnotherReadersLease) {
+// A Get after every lease ran out starts the count afresh; the reader whose lease ran out, ending
+// late, must not end the lease of the reader who came after it (GetEnd echoes its own lease's
+// token, and a lease past its end is not counted off).
+TEST_F(MasterServiceTest, LateGetEndDoesNotCancelAnotherReadersLease) {
   opts_.kv_lease_ttl_ms = 5'000;
   NodeWith("n1", kMiB);
   SessionId slow = Client();
@@ -933,8 +932,54 @@ TEST_F(MasterServiceTest, DISABLED_LateGetEndDoesNotCancelAnotherReadersLease) {
   clock_.AdvanceMs(6'000);  // slow's lease ran out
   ASSERT_EQ(Code(Get(later, "k").status), absl::StatusCode::kOk);
   ASSERT_EQ(Code(GetEnd(slow, "k", gen)), absl::StatusCode::kOk);  // slow ends late
-  // later's lease (until +5 s) must still hold.
+  // later's lease (until +5 s) still holds, against Remove and eviction alike.
+  auto rm = Remove(slow, "k");
+  EXPECT_EQ(Code(rm), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rm.reason, ErrorReason::kHasLease);
+  clock_.AdvanceMs(1'000);
   EXPECT_EQ(Code(Remove(slow, "k")), absl::StatusCode::kFailedPrecondition);
+  // later's own GetEnd ends it at once.
+  ASSERT_EQ(Code(GetEnd(later, "k", gen)), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Remove(slow, "k")), absl::StatusCode::kOk);
+}
+
+// The same when the late reader's lease ran out while the other reader's was held: the late end
+// changes nothing, the live reader's end frees the object.
+TEST_F(MasterServiceTest, LateGetEndAmongOverlappingLeases) {
+  opts_.kv_lease_ttl_ms = 5'000;
+  NodeWith("n1", kMiB);
+  SessionId a = Client();
+  SessionId b = Client();
+  uint64_t gen = Put(a, "k", 100);
+  ASSERT_EQ(Code(Get(a, "k").status), absl::StatusCode::kOk);  // until 5 s
+  clock_.AdvanceMs(3'000);
+  ASSERT_EQ(Code(Get(b, "k").status), absl::StatusCode::kOk);  // until 8 s
+  clock_.AdvanceMs(3'000);                                     // a's ran out, b's holds
+  ASSERT_EQ(Code(GetEnd(a, "k", gen)), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Remove(a, "k")), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(Code(GetEnd(b, "k", gen)), absl::StatusCode::kOk);
+  // a's lease was never counted off: the object is free once b's end (8 s) has passed.
+  clock_.AdvanceMs(2'001);
+  EXPECT_EQ(Code(Remove(a, "k")), absl::StatusCode::kOk);
+}
+
+// A read of an object being copied must not shorten the copy's lease (which runs to the copy's
+// deadline, past the read lease's end).
+TEST_F(MasterServiceTest, ReadDoesNotShortenACopysLease) {
+  opts_.kv_lease_ttl_ms = 5'000;
+  opts_.put_start_timeout_ms = 30'000;
+  NodeWith("n1", kMiB);
+  NodeWith("n2", kMiB);
+  SessionId c = Client();
+  uint64_t gen = Put(c, "k", 100);
+  proto::CopyStartRequest cr;
+  cr.entries.push_back({"k", "n2"});
+  auto cs = test_calls::OnlyResult(svc().CopyStart(c, cr, /*move=*/false));
+  ASSERT_EQ(Code(cs.status), absl::StatusCode::kOk) << cs.status.message;
+  ASSERT_EQ(Code(Get(c, "k").status), absl::StatusCode::kOk);
+  ASSERT_EQ(Code(GetEnd(c, "k", gen)), absl::StatusCode::kOk);
+  clock_.AdvanceMs(6'000);  // past the read lease, before the copy's deadline
+  EXPECT_EQ(Code(Remove(c, "k")), absl::StatusCode::kFailedPrecondition);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1188,7 +1233,8 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
     threads.emplace_back([&, t] {
       std::mt19937_64 rng(1234 + t);
       SessionId sid = sessions[t];
-      std::vector<std::pair<std::string, uint64_t>> puts, reads;
+      std::vector<std::pair<std::string, uint64_t>> puts;
+      std::vector<proto::KeyGen> reads;  // the leases taken, as GetEnd echoes them
       auto key = [&] { return absl::StrCat("key", rng() % kKeys); };
       for (int i = 0; i < kOps; ++i) {
         switch (rng() % 8) {
@@ -1228,14 +1274,14 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
               break;
             }
             if (rep.results[0].status.code == 0) {
-              reads.emplace_back(r.keys[0], rep.results[0].generation);
+              reads.push_back({r.keys[0], rep.results[0].generation, rep.results[0].lease_token});
             }
             break;
           }
           case 5:
             if (!reads.empty()) {
               proto::KeyGenRequest r;
-              r.entries.push_back({reads.back().first, reads.back().second});
+              r.entries.push_back(reads.back());
               reads.pop_back();
               s.GetEnd(sid, r);
             }

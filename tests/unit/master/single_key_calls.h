@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "master/master_service.h"
 #include "proto/messages.h"
@@ -41,13 +43,13 @@ inline proto::PutStartResult PutStart(MasterService& svc, SessionId sid, const s
   return OnlyResult(svc.PutStart(sid, r));
 }
 
-// PutEnd, PutRevoke, GetEnd.
+// PutEnd, PutRevoke, GetEnd (which echoes the Get's lease token).
 inline proto::WireStatus KeyGenOp(
     MasterService& svc,
     proto::BatchStatusReply (MasterService::*op)(SessionId, const proto::KeyGenRequest&),
-    SessionId sid, const std::string& key, uint64_t gen) {
+    SessionId sid, const std::string& key, uint64_t gen, uint64_t lease_token = 0) {
   proto::KeyGenRequest r;
-  r.entries.push_back({key, gen});
+  r.entries.push_back({key, gen, lease_token});
   return OnlyResult((svc.*op)(sid, r));
 }
 
@@ -67,5 +69,22 @@ inline proto::WireStatus Remove(MasterService& svc, SessionId sid, const std::st
 inline proto::GetResult Get(MasterService& svc, SessionId sid, const std::string& key) {
   return OnlyResult(svc.Get(sid, proto::KeysRequest{{key}}));
 }
+
+// The lease token of each session's last Get of a key, which its GetEnd sends back, as a client
+// does: a fixture's Get records it, its GetEnd looks it up (0, no lease, when there was no Get).
+class LeaseTokens {
+ public:
+  const proto::GetResult& Took(SessionId sid, const std::string& key, const proto::GetResult& g) {
+    tokens_[{sid, key}] = g.lease_token;
+    return g;
+  }
+  uint64_t Of(SessionId sid, const std::string& key) const {
+    auto it = tokens_.find({sid, key});
+    return it == tokens_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::map<std::pair<SessionId, std::string>, uint64_t> tokens_;
+};
 
 }  // namespace granary::master::test_calls

@@ -92,7 +92,7 @@ PutStartReply SamplePutStartReply() {
   for (uint32_t i = 0; i < kMaxReplicaNum; ++i) m.results[2].replicas.push_back({i, i * 64, 64});
   return m;
 }
-KeyGenRequest SampleKeyGen() { return {{{"a", 1}, {kBinary, ~0ull}}}; }
+KeyGenRequest SampleKeyGen() { return {{{"a", 1, 0}, {kBinary, ~0ull, 0x123456789ull}}}; }
 BatchStatusReply SampleBatchStatus() {
   return {Ws(absl::StatusCode::kOk, ""),
           {Ws(absl::StatusCode::kOk, ""), Ws(absl::StatusCode::kNotFound, "gone"),
@@ -103,8 +103,8 @@ KeysRequest SampleKeys() { return {{"x", "", kBinary}}; }
 RemoveRequest SampleRemove() { return {{"x", kBinary}, true}; }
 GetReply SampleGetReply() {
   return {Ws(absl::StatusCode::kAborted, "partial"),
-          {{Ws(absl::StatusCode::kOk, ""), 4096, 17, 30000, {{5, 0x40, 4160}}},
-           {Ws(absl::StatusCode::kNotFound, "missing"), 0, 0, 0, {}}}};
+          {{Ws(absl::StatusCode::kOk, ""), 4096, 17, 30000, 0x1234567890ull, {{5, 0x40, 4160}}},
+           {Ws(absl::StatusCode::kNotFound, "missing"), 0, 0, 0, 0, {}}}};
 }
 ListRequest SampleList() { return {"pre/", "pre/m", kMaxListLimit}; }
 ListReply SampleListReply() {
@@ -364,7 +364,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x05\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x06\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }
@@ -467,6 +467,7 @@ TEST(MessageCodec, CountClaimingMoreEntriesThanBytesFailsWithoutSizingByIt) {
                               w.U64(1);
                               w.U64(2);
                               w.U32(3);
+                              w.U64(4);
                             }) + count_then_4(kMaxReplicaNum),
        &DecodeAs<GetReply>},
   };

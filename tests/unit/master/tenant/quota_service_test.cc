@@ -133,10 +133,10 @@ class QuotaServiceTest : public ::testing::Test {
     return KeyGenOp(&MasterService::PutRevoke, sid, key, gen);
   }
   WireStatus GetEnd(SessionId sid, const std::string& key, uint64_t gen) {
-    return KeyGenOp(&MasterService::GetEnd, sid, key, gen);
+    return test_calls::KeyGenOp(svc(), &MasterService::GetEnd, sid, key, gen, leases_.Of(sid, key));
   }
   proto::GetResult Get(SessionId sid, const std::string& key) {
-    return test_calls::Get(svc(), sid, key);
+    return leases_.Took(sid, key, test_calls::Get(svc(), sid, key));
   }
   WireStatus KeysOp(proto::BatchStatusReply (MasterService::*op)(SessionId,
                                                                  const proto::KeysRequest&),
@@ -175,6 +175,7 @@ class QuotaServiceTest : public ::testing::Test {
   std::unique_ptr<MasterService> svc_;
   SessionId next_sid_ = 1;
   uint64_t next_base_ = 1;
+  test_calls::LeaseTokens leases_;  // what each session's GetEnd echoes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -806,7 +807,8 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
       // Start together, so that the threads really overlap.
       ready.fetch_add(1);
       while (ready.load() < kThreads) std::this_thread::yield();
-      std::vector<std::pair<std::string, uint64_t>> puts, reads;
+      std::vector<std::pair<std::string, uint64_t>> puts;
+      std::vector<proto::KeyGen> reads;  // the leases taken, as GetEnd echoes them
       auto key = [&] { return absl::StrCat("k", rng() % kKeys); };
       for (int i = 0; i < kOps; ++i) {
         switch (rng() % 12) {
@@ -862,14 +864,14 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
             r.keys.push_back(key());
             auto rep = s.Get(sid, r);
             if (rep.results.size() == 1 && rep.results[0].status.code == 0) {
-              reads.emplace_back(r.keys[0], rep.results[0].generation);
+              reads.push_back({r.keys[0], rep.results[0].generation, rep.results[0].lease_token});
             }
             break;
           }
           case 8:
             if (!reads.empty()) {
               proto::KeyGenRequest r;
-              r.entries.push_back({reads.back().first, reads.back().second});
+              r.entries.push_back(reads.back());
               reads.pop_back();
               s.GetEnd(sid, r);
             }
