@@ -33,6 +33,9 @@ class ObjectShards {
   struct Shard {
     mutable granary::Mutex mu;
     ObjectTable objects ABSL_GUARDED_BY(mu);
+    // How many of `objects` are kProcessing, kept as they change (so that /metrics never walks
+    // the table): +1 at InsertProcessing, -1 when PutEnd completes one or one is erased.
+    uint64_t processing ABSL_GUARDED_BY(mu) = 0;
   };
 
   // Generations are unique across master restarts: `wall_ms` (wall-clock milliseconds at start)

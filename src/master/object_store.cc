@@ -65,6 +65,7 @@ bool ObjectStore::InsertProcessing(const std::string& tk, SessionId sid, uint64_
   granary::MutexLock lock(&sh.mu);
   auto [it, fresh] = sh.objects.try_emplace(tk);
   if (!fresh) return false;
+  ++sh.processing;
   Object& o = it->second;
   o.size = e.size;
   o.generation = generation;
@@ -175,6 +176,7 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
                                               "its node was lost)"));
       } else if (it->second.state == ObjectState::kProcessing) {
         it->second.state = ObjectState::kComplete;
+        --sh.processing;
         it->second.last_access = shards_->NextAccess();
         writer = it->second.writer;
         it->second.lease_until_ms = 0;  // the writer's slot now holds the read leases' end
@@ -209,6 +211,7 @@ bool ObjectStore::AbortPut(const std::string& tk, uint64_t generation, const cha
     freed = it->second.replicas;
     writer = it->second.writer;
     sh.objects.erase(it);
+    --sh.processing;
   }
   segments_->Free(freed);
   ledger_->Refund(TenantOfKey(tk), PlacedBytes(freed));
@@ -246,6 +249,7 @@ void ObjectStore::FreeInFlight(SessionId sid, const std::vector<std::string>& ta
       }
       freed = it->second.replicas;
       sh.objects.erase(it);
+      --sh.processing;
     }
     segments_->Free(freed);
     ledger_->Refund(TenantOfKey(k), PlacedBytes(freed));
@@ -469,6 +473,7 @@ void ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
       }
       if (r.empty()) {
         ++lost;
+        if (o.state == ObjectState::kProcessing) --sh.processing;
         sh.objects.erase(it++);
       } else {
         ++it;
@@ -486,7 +491,7 @@ void ObjectStore::Count(uint64_t* objects, uint64_t* processing) const {
     const ObjectShards::Shard& sh = shards_->shard(s);
     granary::MutexLock lock(&sh.mu);
     *objects += sh.objects.size();
-    for (const auto& [k, o] : sh.objects) *processing += o.state == ObjectState::kProcessing;
+    *processing += sh.processing;
   }
 }
 
