@@ -27,6 +27,7 @@
 #include "common/mutex.h"
 #include "common/size.h"
 #include "granary/client.h"
+#include "granary/error_reason.h"
 
 DEFINE_string(master, "",
               "Master address host:port (default: config file, GRANARY_MASTER, "
@@ -44,6 +45,9 @@ DEFINE_string(model, "", "kvkey/lookup: model name");
 DEFINE_string(hash_scheme, "", "kvkey/lookup: prefix hash scheme (e.g. sha256)");
 DEFINE_string(adapter_id, "", "kvkey/lookup: LoRA adapter id (empty = none)");
 DEFINE_bool(lease, false, "lookup: lease the present blocks");
+DEFINE_bool(force, false,
+            "rm: remove even a key a read lease holds (its reader then gets NOT_FOUND, never "
+            "wrong bytes); a put in progress is refused all the same");
 DEFINE_string(to, "", "copy/move: the destination node (node id or host:port from 'segments')");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
 DEFINE_string(admin, "",
@@ -391,10 +395,15 @@ int RunGet(granary::Client& c, const std::vector<std::string>& args) {
 }
 
 int RunRemove(granary::Client& c, const std::vector<std::string>& args) {
-  auto results = c.BatchRemove(args);
+  auto results = c.BatchRemove(args, FLAGS_force);
   int rc = kOk;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (!results[i].ok()) rc = std::max(rc, Fail("rm '" + args[i] + "'", results[i]));
+    if (results[i].ok()) continue;
+    rc = std::max(rc, Fail("rm '" + args[i] + "'", results[i]));
+    if (granary::ErrorReasonOf(results[i]) == granary::ErrorReason::kHasLease) {
+      std::cerr << "granary: (HAS_LEASE: rm --force removes it anyway; its reader then gets "
+                   "NOT_FOUND, never wrong bytes)\n";
+    }
   }
   return rc;
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "tests/integration/cluster.h"
 
 namespace granary::testing {
@@ -90,6 +91,27 @@ TEST_F(CliTest, ExitStatusesAndMessagesNameWhatFailed) {
   EXPECT_NE(out_.find(absl::StrCat("127.0.0.1:", dead)), std::string::npos) << out_;
   EXPECT_EQ(Run({"--master=nonsense", "ls"}, false), 2);
   EXPECT_NE(out_.find("'nonsense'"), std::string::npos) << out_;
+}
+
+// A key a read lease holds (here lookup --lease's) is refused by rm, naming the lease, and
+// removed by rm --force.
+TEST_F(CliTest, RmForceRemovesALeasedKey) {
+  const std::vector<std::string> kv = {"--model=m", "--hash_scheme=sha256"};
+  std::vector<std::string> encode = kv;
+  encode.insert(encode.end(), {"kvkey", "encode", "h0"});
+  ASSERT_EQ(Run(encode), 0) << out_;
+  const std::string key(absl::StripAsciiWhitespace(out_));
+  std::string in = cluster_->dir() + "/kv.bin";
+  std::ofstream(in) << "block 0";
+  ASSERT_EQ(Run({"put", key, in}), 0) << out_;
+  std::vector<std::string> lookup = kv;
+  lookup.insert(lookup.end(), {"--lease", "lookup", "h0"});
+  ASSERT_EQ(Run(lookup), 0) << out_;
+  EXPECT_EQ(Run({"rm", key}), 1) << out_;
+  EXPECT_NE(out_.find("HAS_LEASE"), std::string::npos) << out_;
+  EXPECT_EQ(Run({"exists", key}), 0) << out_;
+  EXPECT_EQ(Run({"--force", "rm", key}), 0) << out_;
+  EXPECT_EQ(Run({"exists", key}), 1) << out_;
 }
 
 TEST_F(CliTest, TenantsDoNotSeeEachOthersKeys) {
