@@ -70,8 +70,13 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   c->pushed_reads_ = c->metrics_.Counter(
       "granary_client_pushed_reads_total",
       "Values a node wrote into a registered buffer for a read over tcp (Push)");
-  GRANARY_ASSIGN_OR_RETURN(c->session_,
-                           MasterSession::Create(options, c->worker_.get(), &c->log_route_));
+  GRANARY_ASSIGN_OR_RETURN(
+      c->session_,
+      MasterSession::Create(
+          options, c->worker_.get(), &c->log_route_,
+          c->metrics_.Counter("granary_client_master_connect_failures_total",
+                              "Failed reconnects to the master (then calls fail fast until a "
+                              "jittered exponential back-off has passed)")));
   return c;
 }
 

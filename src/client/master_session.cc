@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 
@@ -10,8 +11,10 @@ namespace granary::client {
 
 absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const ClientOptions& options,
                                                                      transport::Worker* worker,
-                                                                     const LogRoute* log_route) {
+                                                                     const LogRoute* log_route,
+                                                                     MetricCounter* failures) {
   std::unique_ptr<MasterSession> s(new MasterSession(options, worker, log_route));
+  s->connect_failures_ = failures;
   GRANARY_RETURN_IF_ERROR(s->Connection().status());
   s->heartbeat_ = std::thread([raw = s.get()] { raw->HeartbeatLoop(); });
   return s;
@@ -30,8 +33,32 @@ MasterSession::~MasterSession() {
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Connection() {
   granary::MutexLock lock(&mu_);
   if (master_ && !master_->broken()) return master_;
-  ScopedLogRoute route(log_route_);  // reconnecting may log, on the caller's thread
   master_.reset();
+  const int64_t now = MonotonicUs();
+  if (now < next_attempt_us_) {
+    // The last attempt's answer (its code and reason), and when the next is due.
+    absl::Status st(last_connect_error_.code(),
+                    absl::StrCat(last_connect_error_.message(), " (", reconnect_.failures(),
+                                 " attempt(s) in a row failed; the next in ",
+                                 (next_attempt_us_ - now + 999) / 1000, " ms)"));
+    last_connect_error_.ForEachPayload(
+        [&st](absl::string_view url, const absl::Cord& payload) { st.SetPayload(url, payload); });
+    return st;
+  }
+  auto m = Reconnect();
+  if (m.ok()) {
+    reconnect_.Reset();
+    next_attempt_us_ = 0;
+    return m;
+  }
+  if (connect_failures_ != nullptr) connect_failures_->Inc();
+  last_connect_error_ = m.status();
+  next_attempt_us_ = MonotonicUs() + reconnect_.NextMs() * 1000;
+  return m.status();
+}
+
+absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect() {
+  ScopedLogRoute route(log_route_);  // reconnecting may log, on the caller's thread
   GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m,
                            transport::RpcClient::Create(worker_, options_.master_server_address));
   proto::HelloRequest hello;

@@ -9,7 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/mutex.h"
 #include "granary/client_options.h"
 #include "proto/messages.h"
@@ -31,13 +33,18 @@ class MasterSession {
  public:
   // Connects now, so that a wrong address or tenant fails here and not at the first request,
   // then starts the heartbeat thread. Lines it logs go by `log_route`, which must outlive it.
+  // Each failed reconnect counts in `connect_failures` (may be null).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MasterSession>> Create(
-      const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route);
+      const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route,
+      MetricCounter* connect_failures = nullptr);
   ~MasterSession();
   MasterSession(const MasterSession&) = delete;
   MasterSession& operator=(const MasterSession&) = delete;
 
-  // The live connection, reconnecting (and saying hello) when the last one broke.
+  // The live connection, reconnecting (and saying hello) when the last one broke. After a
+  // failed reconnect, calls fail fast with UNAVAILABLE (naming the master, the last error and
+  // when the next attempt is due) until a jittered, exponentially growing back-off (50 ms, up
+  // to 2 s) has passed: callers that retry at once never turn into a tight connect loop.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> Connection();
   // Any control request, with one reconnect on a broken session.
   template <typename Req, typename Rep>
@@ -58,6 +65,10 @@ class MasterSession {
  private:
   MasterSession(const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route)
       : options_(options), worker_(worker), log_route_(log_route) {}
+  static constexpr int64_t kReconnectInitialMs = 50, kReconnectMaxMs = 2000;
+  // One attempt: connect and say hello.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> Reconnect()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   [[nodiscard]] absl::Status RefreshSegments();
   void HeartbeatLoop();
 
@@ -69,6 +80,10 @@ class MasterSession {
   std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(mu_);
   uint32_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;
   std::string master_id_ ABSL_GUARDED_BY(mu_);
+  Backoff reconnect_ ABSL_GUARDED_BY(mu_){kReconnectInitialMs, kReconnectMaxMs};
+  int64_t next_attempt_us_ ABSL_GUARDED_BY(mu_) = 0;  // MonotonicUs; 0: try now
+  absl::Status last_connect_error_ ABSL_GUARDED_BY(mu_);
+  MetricCounter* connect_failures_ = nullptr;
 
   granary::Mutex seg_mu_;  // after mu_ when both are held
   absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_

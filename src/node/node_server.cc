@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/size.h"
 #include "common/status_macros.h"
@@ -74,6 +75,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
                                    "Times the node mounted its segments at a master");
   n->connected_ = n->metrics_.Gauge("granary_node_master_connected",
                                     "1 while the node has a live session with the master");
+  n->connect_failures_ = n->metrics_.Counter(
+      "granary_node_master_connect_failures_total",
+      "Failed attempts to register with the master (retried with jittered exponential back-off)");
   n->records_applied_ = n->metrics_.Counter(
       "granary_node_inventory_records_total",
       "Commit and free records from the master applied to the node's inventory");
@@ -394,8 +398,7 @@ void NodeServer::SyncLoop() {
 void NodeServer::Run() {
   SetThreadLogRoute(&log_route_);
   sync_ = std::thread([this] { SyncLoop(); });
-  int64_t backoff = 100;
-  bool warned = false;
+  Backoff backoff(100, options_.reconnect_backoff_max_ms);
   while (true) {
     {
       granary::MutexLock lock(&mu_);
@@ -405,17 +408,18 @@ void NodeServer::Run() {
       connected_->Set(0);
       absl::Status st = ConnectAndMount();
       if (!st.ok()) {
-        if (!warned)
+        connect_failures_->Inc();
+        const int64_t wait = backoff.NextMs();
+        if (backoff.failures() == 1) {
           LOG_WARN << "cannot register with master " << options_.master << ": " << st
-                   << "; retrying";
-        warned = true;
+                   << "; retrying with back-off (up to " << options_.reconnect_backoff_max_ms
+                   << " ms apart)";
+        }
         master_.reset();
-        SleepFor(backoff);
-        backoff = std::min(backoff * 2, options_.reconnect_backoff_max_ms);
+        SleepFor(wait);
         continue;
       }
-      warned = false;
-      backoff = 100;
+      backoff.Reset();
       connected_->Set(1);
     }
     SleepFor(heartbeat_ms_);

@@ -101,6 +101,7 @@ class NodeServer {
   MetricCounter* mismatches_ = nullptr;
   MetricGauge* inventory_entries_ = nullptr;
   MetricGauge* connected_ = nullptr;
+  MetricCounter* connect_failures_ = nullptr;
 };
 
 }  // namespace granary::node

@@ -84,5 +84,50 @@ TEST_F(LifecycleTest, NodesRemountAndClientsReconnectAfterMasterRestart) {
   }
 }
 
+// While the master is down, a client's calls fail fast with UNAVAILABLE, and it tries to
+// reconnect only after a jittered exponential back-off, not once per call; it comes back once
+// the master does.
+TEST_F(LifecycleTest, ClientsBackOffWhileTheMasterIsDown) {
+  auto c = Cluster::Start(Cluster::Options{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  cluster_ = std::move(*c);
+  auto client = cluster_->NewClient();
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Exist("k").ok());
+  cluster_->master()->Kill(SIGKILL);
+  cluster_->master()->Wait();
+  auto attempts = [&] {
+    const std::string text = (*client)->MetricsText();
+    const std::string name = "\ngranary_client_master_connect_failures_total ";
+    size_t at = text.find(name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size()));
+  };
+  int calls = 0;
+  absl::Status last;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < end) {
+    last = (*client)->Exist("k").status();
+    ASSERT_FALSE(last.ok());
+    ++calls;
+  }
+  EXPECT_TRUE(absl::IsUnavailable(last)) << last;
+  EXPECT_NE(last.message().find(cluster_->master_address()), std::string::npos) << last;
+  EXPECT_NE(last.message().find("the next in"), std::string::npos) << last;
+  // 25-50 ms, then doubling up to 2 s: at most a handful of attempts in 1.5 s, however many
+  // calls were made.
+  const double failed = attempts();
+  EXPECT_GE(failed, 2) << calls << " calls";
+  EXPECT_LE(failed, 8) << calls << " calls";
+  EXPECT_GT(calls, 10 * failed);
+  ASSERT_TRUE(cluster_->RestartMaster().ok());
+  absl::Status st;
+  for (int i = 0; i < 60; ++i) {  // the back-off is at most 2 s
+    st = (*client)->Exist("k").status();
+    if (st.ok() || absl::IsNotFound(st)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(st.ok() || absl::IsNotFound(st)) << st;
+}
+
 }  // namespace
 }  // namespace granary::testing
