@@ -72,6 +72,20 @@ HelloReply SampleHelloReply() {
   return {Ws(absl::StatusCode::kNotFound, "no such tenant"), 0x0123456789ABCDEFull, 5000,
           "master-1"};
 }
+HeartbeatRequest SampleHeartbeatWithCgroup() {
+  HeartbeatRequest m;
+  m.has_cgroup = true;
+  m.cgroup = NodeCgroupReport{"/sys/fs/cgroup/memory/granary-a",
+                              "v1",
+                              1ull << 34,
+                              1ull << 33,
+                              123456789,
+                              987654321,
+                              7,
+                              0,
+                              1};
+  return m;
+}
 HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
 MountSegmentRequest SampleMount() {
   return {"seg-0", "node-a", "10.0.0.1:4000",    0x7F0000001000ull, 48ull << 30, Tier::kGpu,
@@ -247,7 +261,7 @@ std::vector<Case> AllCases() {
   return {
       MakeCase("HelloRequest", Type(MsgType::kHello), SampleHelloRequest()),
       MakeCase("HelloReply", Type(MsgType::kHello, true), SampleHelloReply()),
-      MakeCase("HeartbeatRequest", Type(MsgType::kHeartbeat), HeartbeatRequest{}),
+      MakeCase("HeartbeatRequest", Type(MsgType::kHeartbeat), SampleHeartbeatWithCgroup()),
       MakeCase("HeartbeatReply", Type(MsgType::kHeartbeat, true), SampleHeartbeatReply()),
       MakeCase("MountSegmentRequest", Type(MsgType::kMountSegment), SampleMount()),
       MakeCase("MountSegmentReply", Type(MsgType::kMountSegment, true), SampleMountReply()),
@@ -360,11 +374,18 @@ TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
   }
 }
 
+// A client's heartbeat (and a node's outside --cgroup) is one byte: no cgroup figures.
+TEST(MessageCodec, AHeartbeatWithoutCgroupIsOneByte) {
+  EXPECT_EQ(Body(HeartbeatRequest{}), std::string(1, '\0'));
+  EXPECT_EQ(RoundTrip(Type(MsgType::kHeartbeat), HeartbeatRequest{}), HeartbeatRequest{});
+  ExpectInvalid(DecodeAs<HeartbeatRequest>(std::string(1, '\2')), "has_cgroup");
+}
+
 TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x05\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x06\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }
