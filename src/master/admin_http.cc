@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -60,6 +61,20 @@ void SendStatus(httplib::Response& res, const absl::Status& st) {
       break;
   }
   SendError(res, http, code, std::string(st.message()));
+}
+
+// A node's memory cgroup as its last heartbeat reported it (the names the dashboard reads).
+json CgroupJson(const proto::NodeCgroupReport& c) {
+  return {{"path", c.path},
+          {"version", c.version},
+          {"memory_limit_bytes", c.limit},
+          {"memory_effective_limit_bytes", c.effective_limit},
+          {"memory_usage_bytes", c.usage},
+          {"memory_peak_bytes", c.peak},
+          {"headroom_bytes", c.effective_limit > c.usage ? c.effective_limit - c.usage : 0},
+          {"limit_hits", c.limit_hits},
+          {"oom", c.oom},
+          {"oom_kills", c.oom_kill}};
 }
 
 json PoolJson(const SegmentRegistry::PoolTotals& p) {
@@ -151,6 +166,11 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
     res.set_content(body, "text/plain");
   });
   s.Get("/api/v1/segments", [=](const httplib::Request&, httplib::Response& res) {
+    // The cgroup of each node that reports one (the dashboard's cgroup column).
+    std::map<std::string, json> cgroups;
+    for (const auto& n : service->ListNodes()) {
+      if (n.session.cgroup.has_value()) cgroups[n.session.node_id] = CgroupJson(*n.session.cgroup);
+    }
     json arr = json::array();
     for (const auto& seg : service->ListSegments()) {
       arr.push_back({{"segment_id", seg.segment_id},
@@ -161,6 +181,8 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                      {"pool", seg.pool},
                      {"size_bytes", seg.size},
                      {"used_bytes", seg.used}});
+      if (auto it = cgroups.find(seg.node_id); it != cgroups.end())
+        arr.back()["cgroup"] = it->second;
     }
     json pools = json::array();
     for (const auto& p : service->ListPools()) pools.push_back(PoolJson(p));
@@ -190,21 +212,7 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                    {"capacity_bytes", capacity},
                    {"used_bytes", used},
                    {"last_heartbeat_ms_ago", std::max<int64_t>(0, now - n.session.last_seen_ms)}};
-      node["cgroup"] = nullptr;
-      if (n.session.cgroup.has_value()) {
-        const proto::NodeCgroupReport& c = *n.session.cgroup;
-        node["cgroup"] = {
-            {"path", c.path},
-            {"version", c.version},
-            {"limit_bytes", c.limit},
-            {"effective_limit_bytes", c.effective_limit},
-            {"usage_bytes", c.usage},
-            {"peak_bytes", c.peak},
-            {"headroom_bytes", c.effective_limit > c.usage ? c.effective_limit - c.usage : 0},
-            {"limit_hits", c.limit_hits},
-            {"oom", c.oom},
-            {"oom_kills", c.oom_kill}};
-      }
+      node["cgroup"] = n.session.cgroup.has_value() ? CgroupJson(*n.session.cgroup) : json(nullptr);
       arr.push_back(std::move(node));
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}});

@@ -156,14 +156,22 @@ TEST_F(CgroupNodeTest, APooledNodeReportsItsCgroupFiguresToTheMaster) {
   EXPECT_EQ(cg["path"], dir) << found;
   auto layout = node::DetectCgroupLayout(node::CgroupPaths{});
   EXPECT_EQ(cg["version"], layout->version == node::CgroupVersion::kV1 ? "v1" : "v2");
-  EXPECT_EQ(cg["limit_bytes"], 256u << 20) << found;
-  EXPECT_LE(cg["effective_limit_bytes"].get<uint64_t>(), 256u << 20) << found;
-  EXPECT_GE(cg["usage_bytes"].get<uint64_t>(), 128u << 20) << found;
-  EXPECT_GE(cg["peak_bytes"].get<uint64_t>(), cg["usage_bytes"].get<uint64_t>() / 2) << found;
+  EXPECT_EQ(cg["memory_limit_bytes"], 256u << 20) << found;
+  EXPECT_LE(cg["memory_effective_limit_bytes"].get<uint64_t>(), 256u << 20) << found;
+  EXPECT_GE(cg["memory_usage_bytes"].get<uint64_t>(), 128u << 20) << found;
+  EXPECT_GE(cg["memory_peak_bytes"].get<uint64_t>(), cg["memory_usage_bytes"].get<uint64_t>() / 2)
+      << found;
   EXPECT_EQ(cg["oom_kills"], 0u) << found;
   EXPECT_TRUE(cg.contains("limit_hits")) << found;
   EXPECT_TRUE(cg.contains("oom")) << found;
   EXPECT_EQ(found["capacity_bytes"], 128u << 20) << found;
+  // The node's segments carry the same figures (the dashboard's cgroup column).
+  auto segs = HttpGet(cluster_->master_http_port(), "/api/v1/segments");
+  ASSERT_TRUE(segs.ok()) << segs.status();
+  const nlohmann::json seg_list = nlohmann::json::parse(*segs);
+  ASSERT_EQ(seg_list["data"].size(), 1u) << *segs;
+  EXPECT_EQ(seg_list["data"][0]["cgroup"]["path"], dir) << *segs;
+  EXPECT_EQ(seg_list["data"][0]["pool"], "tenant-p") << *segs;
   node->Kill(SIGTERM);
   EXPECT_EQ(node->Wait(), 0) << node->Log();
   if (layout->version == node::CgroupVersion::kV1) {
