@@ -9,9 +9,9 @@ namespace granary::master {
 
 using nlohmann::json;
 
-// Reads {"requested_quota_bytes": N, "max_entries": M?}; names the bad field.
-absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
-                            std::optional<uint64_t>* max_entries) {
+// Reads {"requested_quota_bytes": N, "max_entries": M?, "pool_spill": B?}; names the bad field.
+absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body) {
+  QuotaBody out;
   json j;
   try {
     j = json::parse(body);
@@ -20,10 +20,11 @@ absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
   }
   if (!j.is_object()) return absl::InvalidArgumentError("body must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() != "requested_quota_bytes" && it.key() != "max_entries") {
+    if (it.key() != "requested_quota_bytes" && it.key() != "max_entries" &&
+        it.key() != "pool_spill") {
       return absl::InvalidArgumentError(absl::StrCat("unknown field '", it.key(),
                                                      "' (expected requested_quota_bytes, "
-                                                     "max_entries)"));
+                                                     "max_entries, pool_spill)"));
     }
   }
   auto positive = [](const json& v, const char* name, uint64_t* out) -> absl::Status {
@@ -46,16 +47,24 @@ absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
   if (!j.contains("requested_quota_bytes")) {
     return absl::InvalidArgumentError("requested_quota_bytes is required");
   }
-  if (absl::Status st = positive(j["requested_quota_bytes"], "requested_quota_bytes", quota);
+  if (absl::Status st = positive(j["requested_quota_bytes"], "requested_quota_bytes", &out.quota);
       !st.ok()) {
     return st;
   }
   if (j.contains("max_entries") && !j["max_entries"].is_null()) {
     uint64_t m = 0;
     if (absl::Status st = positive(j["max_entries"], "max_entries", &m); !st.ok()) return st;
-    *max_entries = m;
+    out.max_entries = m;
   }
-  return absl::OkStatus();
+  if (j.contains("pool_spill")) {
+    const json& v = j["pool_spill"];
+    if (!v.is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pool_spill must be true or false, got ", v.dump()));
+    }
+    out.pool_spill = v.get<bool>();
+  }
+  return out;
 }
 
 }  // namespace granary::master

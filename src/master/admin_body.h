@@ -4,16 +4,20 @@
 #include <optional>
 #include <string>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace granary::master {
 
-// Parses the admin API's PUT /api/v1/tenant_quotas body:
-//   {"requested_quota_bytes": N, "max_entries": M?}
-// N (and M, when present and not null) must be integers in 1..2^63-1. Unknown fields,
-// non-objects and malformed JSON are INVALID_ARGUMENT naming the bad field. On error the
-// outputs may be partially written; callers use them only on OK.
-[[nodiscard]] absl::Status ParseQuotaBody(const std::string& body, uint64_t* quota,
-                                          std::optional<uint64_t>* max_entries);
+// The admin API's PUT /api/v1/tenant_quotas body.
+struct QuotaBody {
+  uint64_t quota = 0;
+  std::optional<uint64_t> max_entries;  // absent or null: none
+  std::optional<bool> pool_spill;       // absent: the tenant keeps what it has (false if new)
+};
+
+// Parses {"requested_quota_bytes": N, "max_entries": M?, "pool_spill": B?}. N (and M, when
+// present and not null) must be integers in 1..2^63-1; B true or false. Unknown fields,
+// non-objects and malformed JSON are INVALID_ARGUMENT naming the bad field and value.
+[[nodiscard]] absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body);
 
 }  // namespace granary::master

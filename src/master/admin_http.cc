@@ -2,7 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -61,9 +63,38 @@ void SendStatus(httplib::Response& res, const absl::Status& st) {
   SendError(res, http, code, std::string(st.message()));
 }
 
+// A node's memory cgroup as its last heartbeat reported it (the names the dashboard reads).
+json CgroupJson(const proto::NodeCgroupReport& c) {
+  return {{"path", c.path},
+          {"version", c.version},
+          {"memory_limit_bytes", c.limit},
+          {"memory_effective_limit_bytes", c.effective_limit},
+          {"memory_usage_bytes", c.usage},
+          {"memory_peak_bytes", c.peak},
+          {"headroom_bytes", c.effective_limit > c.usage ? c.effective_limit - c.usage : 0},
+          {"limit_hits", c.limit_hits},
+          {"oom", c.oom},
+          {"oom_kills", c.oom_kill}};
+}
+
+json PoolJson(const SegmentRegistry::PoolTotals& p) {
+  return {{"tenant_id", p.tenant},
+          {"capacity_bytes", p.totals.capacity},
+          {"used_bytes", p.totals.used},
+          {"segments", p.totals.segments}};
+}
+
+// The tenant's mounted pool (placement.h), or null.
+json PoolOf(const std::vector<SegmentRegistry::PoolTotals>& pools, const std::string& tenant) {
+  for (const auto& p : pools) {
+    if (p.tenant == tenant) return PoolJson(p);
+  }
+  return nullptr;
+}
+
 // has_token: whether the tenant's clients must present a token. The hash itself is never
-// shown.
-json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
+// shown. `pool`: its pool's figures, or null.
+json Snapshot(const tenant::TenantSnapshot& s, bool has_token, json pool) {
   json j = {{"tenant_id", s.tenant_id},
             {"requested_quota_bytes", s.requested_quota_bytes},
             {"effective_quota_bytes", s.effective_quota_bytes},
@@ -75,8 +106,10 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token) {
             {"admission_closed", s.admission_closed},
             {"over_quota", s.over_quota},
             {"has_explicit_policy", s.has_explicit_policy},
-            {"has_token", has_token}};
+            {"has_token", has_token},
+            {"pool_spill", s.pool_spill}};
   j["max_entries"] = s.max_entries.has_value() ? json(*s.max_entries) : json(nullptr);
+  j["pool"] = std::move(pool);
   return j;
 }
 
@@ -133,6 +166,11 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
     res.set_content(body, "text/plain");
   });
   s.Get("/api/v1/segments", [=](const httplib::Request&, httplib::Response& res) {
+    // The cgroup of each node that reports one (the dashboard's cgroup column).
+    std::map<std::string, json> cgroups;
+    for (const auto& n : service->ListNodes()) {
+      if (n.session.cgroup.has_value()) cgroups[n.session.node_id] = CgroupJson(*n.session.cgroup);
+    }
     json arr = json::array();
     for (const auto& seg : service->ListSegments()) {
       arr.push_back({{"segment_id", seg.segment_id},
@@ -143,6 +181,39 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                      {"pool", seg.pool},
                      {"size_bytes", seg.size},
                      {"used_bytes", seg.used}});
+      if (auto it = cgroups.find(seg.node_id); it != cgroups.end())
+        arr.back()["cgroup"] = it->second;
+    }
+    json pools = json::array();
+    for (const auto& p : service->ListPools()) pools.push_back(PoolJson(p));
+    SendJson(res, 200, {{"success", true}, {"data", arr}, {"pools", pools}});
+  });
+
+  // The nodes with a session: their segments (capacity, usage, pool) and, for a node under
+  // --cgroup, the figures of its memory cgroup as its last heartbeat reported them.
+  s.Get("/api/v1/nodes", [=](const httplib::Request&, httplib::Response& res) {
+    const int64_t now = service->NowMs();
+    json arr = json::array();
+    for (const auto& n : service->ListNodes()) {
+      uint64_t capacity = 0, used = 0;
+      std::string address, pool;
+      json segs = json::array();
+      for (const auto& seg : n.segments) {
+        capacity += seg.size;
+        used += seg.used;
+        address = seg.node_address;
+        if (!seg.pool.empty()) pool = seg.pool;
+        segs.push_back(seg.segment_id);
+      }
+      json node = {{"node_id", n.session.node_id},
+                   {"node_address", address},
+                   {"pool", pool},
+                   {"segments", segs},
+                   {"capacity_bytes", capacity},
+                   {"used_bytes", used},
+                   {"last_heartbeat_ms_ago", std::max<int64_t>(0, now - n.session.last_seen_ms)}};
+      node["cgroup"] = n.session.cgroup.has_value() ? CgroupJson(*n.session.cgroup) : json(nullptr);
+      arr.push_back(std::move(node));
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}});
   });
@@ -240,10 +311,12 @@ void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
     std::string id;
     if (!guard(req, res, false, &id)) return;
     tenant::QuotaLedger* ledger = service->ledger();
+    const std::vector<SegmentRegistry::PoolTotals> pools = service->ListPools();
     if (!req.has_param("tenant_id")) {
       json arr = json::array();
       for (const auto& snap : ledger->SnapshotAll()) {
-        arr.push_back(Snapshot(snap, service->TenantHasToken(snap.tenant_id)));
+        arr.push_back(
+            Snapshot(snap, service->TenantHasToken(snap.tenant_id), PoolOf(pools, snap.tenant_id)));
       }
       SendJson(res, 200, {{"success", true}, {"data", arr}});
       return;
@@ -255,15 +328,16 @@ void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
                             ErrorReason::kTenantNotFound));
       return;
     }
-    SendJson(res, 200, {{"success", true}, {"data", Snapshot(*snap, service->TenantHasToken(id))}});
+    SendJson(res, 200,
+             {{"success", true},
+              {"data", Snapshot(*snap, service->TenantHasToken(id), PoolOf(pools, id))}});
   });
   s.Put("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
     std::string id;
     if (!guard(req, res, true, &id)) return;
-    uint64_t quota = 0;
-    std::optional<uint64_t> max_entries;
-    absl::Status st = ParseQuotaBody(req.body, &quota, &max_entries);
-    if (st.ok()) st = tenants->Upsert(id, quota, max_entries);
+    absl::StatusOr<QuotaBody> body = ParseQuotaBody(req.body);
+    absl::Status st = body.status();
+    if (st.ok()) st = tenants->Upsert(id, body->quota, body->max_entries, body->pool_spill);
     if (!st.ok()) {
       SendStatus(res, st);
       return;
@@ -271,7 +345,9 @@ void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
     auto snap = service->ledger()->Snapshot(id);
     SendJson(res, 200,
              {{"success", true},
-              {"data", snap ? Snapshot(*snap, service->TenantHasToken(id)) : json(nullptr)}});
+              {"data",
+               snap ? Snapshot(*snap, service->TenantHasToken(id), PoolOf(service->ListPools(), id))
+                    : json(nullptr)}});
   });
   s.Delete("/api/v1/tenant_quotas", [=](const httplib::Request& req, httplib::Response& res) {
     std::string id;

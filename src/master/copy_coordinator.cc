@@ -65,9 +65,12 @@ void CopyCoordinator::ReleaseLease(const std::string& tk, uint64_t object_genera
 absl::StatusOr<Placement> CopyCoordinator::PlaceDest(const std::string& tenant,
                                                      const std::string& target, uint64_t size,
                                                      const Placements& replicas) {
+  // A tenant with a pool that may not spill keeps every replica in it (placement.h).
+  const bool confined =
+      segments_->PoolOf(tenant, proto::Tier::kHost).seen && !ledger_->PoolSpill(tenant);
   GRANARY_ASSIGN_OR_RETURN(
       Placement dest,
-      segments_->AllocateOn(target, PlacementRequest::Copy(tenant, proto::Tier::kHost),
+      segments_->AllocateOn(target, PlacementRequest::Copy(tenant, proto::Tier::kHost, !confined),
                             AllocBytes(size), replicas));
   if (absl::Status st = evictor_->ChargeWithTenantEviction(tenant, dest.size); !st.ok()) {
     segments_->Free(dest);

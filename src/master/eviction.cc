@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -15,6 +16,8 @@
 namespace granary::master {
 
 namespace {
+
+using SegmentIds = absl::flat_hash_set<uint64_t>;
 
 // One scan gathers every evictable object (complete, unleased, not hard-pinned) per tenant, and
 // every tenant's bytes. Then victims are taken one at a time, each tenant's oldest access first
@@ -45,10 +48,19 @@ struct TenantState {
 };
 using TenantStates = absl::flat_hash_map<std::string, TenantState>;
 
-// The scan: every complete object's bytes per tenant and its evictable ones as candidates.
-// Returns the objects scanned.
-uint64_t Scan(ObjectShards& shards, const std::string* only_tenant, int64_t now,
-              TenantStates* tenants) {
+// Whether an object has a replica on one of `on` (null: on every segment).
+bool OnSegments(const Object& o, const SegmentIds* on) {
+  if (on == nullptr) return true;
+  for (const Placement& p : o.replicas) {
+    if (on->contains(p.segment_id)) return true;
+  }
+  return false;
+}
+
+// The scan: every complete object's bytes per tenant and its evictable ones as candidates,
+// among the objects with a replica on `on` (null: all). Returns the objects scanned.
+uint64_t Scan(ObjectShards& shards, const std::string* only_tenant, const SegmentIds* on,
+              int64_t now, TenantStates* tenants) {
   // Consecutive objects mostly belong to one tenant: the last lookup is kept. Only a lookup
   // inserts, and it refreshes the pointer, so the pointer never outlives a rehash.
   std::string last_name;
@@ -61,6 +73,7 @@ uint64_t Scan(ObjectShards& shards, const std::string* only_tenant, int64_t now,
       if (o.state != ObjectState::kComplete) return;
       const absl::string_view name = tk.substr(0, tk.find('\0'));
       if (only_tenant != nullptr && (name.size() == tk.size() || name != *only_tenant)) return;
+      if (!OnSegments(o, on)) return;
       ++scanned;
       if (last == nullptr || name != last_name) {
         last = &(*tenants)[name];
@@ -150,39 +163,102 @@ absl::Status Evictor::ChargeWithTenantEviction(const std::string& tenant, uint64
 absl::StatusOr<Placements> Evictor::AllocateWithEviction(const PlacementRequest& who,
                                                          uint64_t bytes, int replicas) {
   auto p = segments_->Allocate(who, bytes, replicas);
-  if (!p.ok() && absl::IsResourceExhausted(p.status()) && segments_->Fenced(who)) {
-    // After a master restart, space no inventory reported is quarantined for the write window
-    // (a late writer of the old master may still land there), and a re-mounted segment takes
-    // nothing until its report is in. Evicting restored objects for this put would destroy the
-    // cache that was just rebuilt: the put waits instead.
-    return absl::UnavailableError(
-        absl::StrCat(p.status().message(),
-                     "; space is quarantined or still being restored after a master restart: "
-                     "retry in a few seconds"));
-  }
-  if (!p.ok() && absl::IsResourceExhausted(p.status())) {
-    // Evict only if it could help: `replicas` distinct nodes must have a placeable segment at
-    // least this large. Otherwise (too few nodes, a value larger than any segment) eviction
-    // would destroy cached objects and the put would fail anyway.
-    const uint64_t need =
-        (bytes + proto::kAllocAlignment - 1) / proto::kAllocAlignment * proto::kAllocAlignment;
-    const size_t nodes = segments_->NodesThatHold(who, need);
-    if (nodes < static_cast<size_t>(replicas)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(p.status().message(), "; eviction cannot help: ", nodes,
-                       " node(s) have a segment that holds ", FormatSize(need)));
-    }
-  }
+  if (absl::Status st = CheckEvictionHelps(who, bytes, replicas, p.status()); !st.ok()) return st;
+  if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
+  // Objects only in pools are not evicted for a shared put: that frees no shared space, and
+  // would take a pooled tenant's data for another tenant.
+  const std::optional<SegmentIds> shared = segments_->SegmentIdsFor(who);
   for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status());
        ++attempt) {
     auto totals = SharedCapacity(who.tier());
     if (totals.segments == 0) break;
     uint64_t target = std::max<uint64_t>(
         bytes * replicas, static_cast<uint64_t>(options_.eviction_ratio * totals.capacity));
-    if (Evict(target, "space") == 0) break;
+    if (EvictObjects(target, "space", nullptr, UINT64_MAX, shared ? &*shared : nullptr) == 0) {
+      break;
+    }
     p = segments_->Allocate(who, bytes, replicas);
   }
   return p;
+}
+
+absl::Status Evictor::CheckEvictionHelps(const PlacementRequest& who, uint64_t bytes, int replicas,
+                                         const absl::Status& allocated) const {
+  if (allocated.ok() || !absl::IsResourceExhausted(allocated)) return absl::OkStatus();
+  if (segments_->Fenced(who)) {
+    // After a master restart, space no inventory reported is quarantined for the write window
+    // (a late writer of the old master may still land there), and a re-mounted segment takes
+    // nothing until its report is in. Evicting restored objects for this put would destroy the
+    // cache that was just rebuilt: the put waits instead.
+    return absl::UnavailableError(
+        absl::StrCat(allocated.message(),
+                     "; space is quarantined or still being restored after a master restart: "
+                     "retry in a few seconds"));
+  }
+  // Evict only if it could help: `replicas` distinct nodes must have a placeable segment at
+  // least this large. Otherwise (too few nodes, a value larger than any segment) eviction
+  // would destroy cached objects and the put would fail anyway.
+  const uint64_t need =
+      (bytes + proto::kAllocAlignment - 1) / proto::kAllocAlignment * proto::kAllocAlignment;
+  const size_t nodes = segments_->NodesThatHold(who, need);
+  if (nodes < static_cast<size_t>(replicas)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(allocated.message(), "; eviction cannot help: ", nodes,
+                     " node(s) have a segment that holds ", FormatSize(need)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Placements> Evictor::AllocateInPool(const std::string& tenant, proto::Tier tier,
+                                                   uint64_t bytes, int replicas) {
+  const PlacementRequest pool = PlacementRequest::Pool(tenant, tier);
+  auto p = segments_->Allocate(pool, bytes, replicas);
+  if (absl::Status st = CheckEvictionHelps(pool, bytes, replicas, p.status()); !st.ok()) return st;
+  const std::optional<SegmentIds> ids = segments_->SegmentIdsFor(pool);
+  for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status());
+       ++attempt) {
+    const uint64_t capacity = segments_->CapacityOf(pool).capacity;
+    const uint64_t target = std::max<uint64_t>(
+        bytes * replicas, static_cast<uint64_t>(options_.eviction_ratio * capacity));
+    // Only the tenant's own objects with a replica in its pool: no other tenant's are there.
+    if (EvictObjects(target, "pool", &tenant, UINT64_MAX, ids ? &*ids : nullptr) == 0) break;
+    p = segments_->Allocate(pool, bytes, replicas);
+  }
+  return p;
+}
+
+absl::Status Evictor::PoolError(const std::string& tenant, const absl::Status& st) {
+  if (!absl::IsResourceExhausted(st)) return st;
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "pool of tenant '", tenant, "' is full and none of its objects there can be evicted (",
+      st.message(), "); pool_spill is false, so nothing is placed on shared segments"));
+}
+
+absl::StatusOr<Placements> Evictor::AllocateForPut(const std::string& tenant, bool pool_spill,
+                                                   proto::Tier tier, uint64_t bytes, int replicas) {
+  const SegmentRegistry::PoolState state = segments_->PoolOf(tenant, tier);
+  const PutRoute route = PutRoute::For(state.mounted, state.seen, pool_spill);
+  const PlacementRequest shared = PlacementRequest::Put(tenant, tier);
+  if (route.pool_down) {
+    return absl::UnavailableError(absl::StrCat(
+        "pool of tenant '", tenant,
+        "' has no segment mounted (its node is down or restarting) "
+        "and pool_spill is false: retry once it is back, or set pool_spill: true to place on "
+        "shared segments meanwhile"));
+  }
+  if (!route.pool) return AllocateWithEviction(shared, bytes, replicas);
+  auto p = segments_->Allocate(PlacementRequest::Pool(tenant, tier), bytes, replicas);
+  if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
+  if (route.shared) {
+    p = AllocateWithEviction(shared, bytes, replicas);
+    if (p.ok() || !absl::IsResourceExhausted(p.status())) return p;
+  }
+  absl::StatusOr<Placements> in_pool = AllocateInPool(tenant, tier, bytes, replicas);
+  if (in_pool.ok()) return in_pool;
+  if (!route.shared) return PoolError(tenant, in_pool.status());
+  return absl::ResourceExhaustedError(
+      absl::StrCat("no room in the pool of tenant '", tenant, "' (", in_pool.status().message(),
+                   ") nor on shared segments (", p.status().message(), ")"));
 }
 
 void Evictor::EnforceMaxEntries(const std::string& tenant) {
@@ -198,7 +274,11 @@ void Evictor::EvictAboveWatermark() {
   auto t = SharedCapacity(proto::Tier::kHost);
   if (t.capacity > 0 &&
       static_cast<double>(t.used) > options_.eviction_high_watermark_ratio * t.capacity) {
-    Evict(static_cast<uint64_t>(options_.eviction_ratio * t.capacity), "watermark");
+    // Shared space only: objects held only in pools free none of it.
+    const std::optional<SegmentIds> shared =
+        segments_->SegmentIdsFor(PlacementRequest::SharedCapacity(proto::Tier::kHost));
+    EvictObjects(static_cast<uint64_t>(options_.eviction_ratio * t.capacity), "watermark", nullptr,
+                 UINT64_MAX, shared ? &*shared : nullptr);
   }
 }
 
@@ -220,12 +300,12 @@ Placements Evictor::TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_acce
 }
 
 uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,
-                               uint64_t max_objects) {
+                               uint64_t max_objects, const SegmentIds* on) {
   granary::MutexLock round(&round_mu_);
   const int64_t now = clock_->NowMs();
   const int64_t started_us = MonotonicUs();
   TenantStates tenants;
-  const uint64_t scanned = Scan(*shards_, only_tenant, now, &tenants);
+  const uint64_t scanned = Scan(*shards_, only_tenant, on, now, &tenants);
   for (auto& [name, ts] : tenants) {
     for (auto& v : ts.cands) std::make_heap(v.begin(), v.end(), Later);
     auto snap = ledger_->Snapshot(name);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -44,9 +45,19 @@ class Evictor {
   // Charges a tenant; over its quota, evicts the tenant's own oldest objects and retries, at
   // most twice.
   [[nodiscard]] absl::Status ChargeWithTenantEviction(const std::string& tenant, uint64_t bytes);
-  // SegmentRegistry::Allocate; when full, evicts globally (at most twice) if that could help.
+  // SegmentRegistry::Allocate; when full, evicts (at most twice) if that could help, among the
+  // objects with a replica on a segment `who` may use (objects only in pools are never evicted
+  // for a shared put).
   [[nodiscard]] absl::StatusOr<Placements> AllocateWithEviction(const PlacementRequest& who,
                                                                 uint64_t bytes, int replicas);
+  // A new object's replicas for `tenant`, along its PutRoute (placement.h): its pool when it
+  // has one, shared segments when it has none or may spill (pool_spill), and last its own
+  // least recently used objects in the pool evicted. RESOURCE_EXHAUSTED naming the pool when
+  // the pool is full, it may not spill and nothing of it can be evicted there; UNAVAILABLE
+  // when its pool is down and it may not spill.
+  [[nodiscard]] absl::StatusOr<Placements> AllocateForPut(const std::string& tenant,
+                                                          bool pool_spill, proto::Tier tier,
+                                                          uint64_t bytes, int replicas);
   // After a commit: a tenant past its max_entries loses its oldest entries (never rejected).
   void EnforceMaxEntries(const std::string& tenant);
 
@@ -64,8 +75,20 @@ class Evictor {
   uint64_t TenantRound(uint64_t cap) const;
   // Evict, limited to one tenant's objects when only_tenant is set; stops after `bytes` or
   // `max_objects`, whichever comes first.
+  // When `on` is set, only objects with a replica on one of those segments are candidates.
   uint64_t EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,
-                        uint64_t max_objects = UINT64_MAX);
+                        uint64_t max_objects = UINT64_MAX,
+                        const absl::flat_hash_set<uint64_t>* on = nullptr);
+  // Allocation failed with `allocated`: UNAVAILABLE when the space `who` may use is fenced
+  // after a restart, RESOURCE_EXHAUSTED when no eviction could make room; OK otherwise.
+  [[nodiscard]] absl::Status CheckEvictionHelps(const PlacementRequest& who, uint64_t bytes,
+                                                int replicas, const absl::Status& allocated) const;
+  // The tenant's pool, evicting its own least recently used objects there (at most twice).
+  [[nodiscard]] absl::StatusOr<Placements> AllocateInPool(const std::string& tenant,
+                                                          proto::Tier tier, uint64_t bytes,
+                                                          int replicas);
+  // A pool's RESOURCE_EXHAUSTED, reworded to name the pool and say why nothing spilled.
+  static absl::Status PoolError(const std::string& tenant, const absl::Status& st);
   // Erases the object a scan saw in (shard, slot) if it is still that object and still
   // evictable; returns its placements (empty when it is not).
   Placements TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_access, int64_t now);

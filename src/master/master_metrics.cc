@@ -81,6 +81,13 @@ void ExportMasterGauges(MetricsRegistry* metrics, std::function<MasterStats()> s
     w.Gauge("granary_master_segments", "Mounted segments", {}, s.segments);
     w.Gauge("granary_master_sessions", "Live sessions", {}, s.sessions);
     WriteTenantGauges(w, *ledger);
+    for (const auto& p : segments->Pools()) {
+      MetricLabels l = {{"tenant", p.tenant}};
+      w.Gauge("granary_pool_capacity_bytes", "Bytes of the segments dedicated to a tenant (--pool)",
+              l, p.totals.capacity);
+      w.Gauge("granary_pool_used_bytes", "Allocated bytes of a tenant's pool", l, p.totals.used);
+      w.Gauge("granary_pool_segments", "Mounted segments of a tenant's pool", l, p.totals.segments);
+    }
     w.Gauge("granary_master_allocator_fragmentation",
             "Mean over segments of 1 - largest free block / free bytes", {},
             segments->MeanFragmentation());

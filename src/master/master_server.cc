@@ -256,7 +256,7 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
     case MsgType::kHello:
       GRANARY_HANDLE(proto::HelloRequest, service_->Hello(conn, *req));
     case MsgType::kHeartbeat:
-      GRANARY_HANDLE(proto::HeartbeatRequest, service_->Heartbeat(conn));
+      GRANARY_HANDLE(proto::HeartbeatRequest, service_->Heartbeat(conn, *req));
     case MsgType::kMountSegment:
       GRANARY_HANDLE(proto::MountSegmentRequest, service_->MountSegment(conn, *req));
     case MsgType::kInventorySync:

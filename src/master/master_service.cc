@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -53,10 +54,24 @@ Reply MasterService::ForTenant(SessionId sid, F&& f) {
   return f(*tenant);
 }
 
-proto::HeartbeatReply MasterService::Heartbeat(SessionId sid) {
+proto::HeartbeatReply MasterService::Heartbeat(SessionId sid, const proto::HeartbeatRequest& req) {
   proto::HeartbeatReply rep;
-  if (absl::Status st = sessions_.Touch(sid); !st.ok()) rep.status = WireStatus::From(st);
+  if (absl::Status st = sessions_.Heartbeat(sid, req); !st.ok()) rep.status = WireStatus::From(st);
   return rep;
+}
+
+std::vector<MasterService::NodeInfo> MasterService::ListNodes() const {
+  std::vector<proto::SegmentInfo> segments = segments_.List();
+  std::vector<NodeInfo> out;
+  for (SessionTable::NodeView& n : sessions_.Nodes()) {
+    NodeInfo info;
+    info.session = std::move(n);
+    for (const proto::SegmentInfo& s : segments) {
+      if (s.node_id == info.session.node_id) info.segments.push_back(s);
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 void MasterService::SessionClosed(SessionId sid) {
@@ -80,7 +95,13 @@ void MasterService::SessionClosed(SessionId sid) {
 
 void MasterService::DropSegments(const std::vector<uint64_t>& segment_ids) {
   objects_.DropSegments(segment_ids);
-  ledger_.SetCapacity(capacity());
+  RescaleQuotas();
+}
+
+void MasterService::RescaleQuotas() {
+  absl::flat_hash_set<std::string> pooled;
+  for (const auto& p : segments_.Pools()) pooled.insert(p.tenant);
+  ledger_.SetCapacity(capacity(), std::move(pooled));
 }
 
 proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
@@ -96,7 +117,7 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     return rep;
   }
   rep.segment_id = *id;
-  ledger_.SetCapacity(capacity());
+  RescaleQuotas();
   LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id << " at "
            << req.node_address << ": " << FormatSize(req.size)
            << (req.resumed ? " (resumed: its inventory follows)" : "");

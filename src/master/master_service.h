@@ -66,7 +66,8 @@ class MasterService {
   void SetTokenCheck(tenant::TokenCheck check) { sessions_.SetTokenCheck(std::move(check)); }
   // Whether a client of this tenant must present a token (the admin API's has_token).
   bool TenantHasToken(const std::string& tenant) const { return sessions_.TenantHasToken(tenant); }
-  proto::HeartbeatReply Heartbeat(SessionId sid);
+  // A node's heartbeat may carry its cgroup figures (shown by ListNodes).
+  proto::HeartbeatReply Heartbeat(SessionId sid, const proto::HeartbeatRequest& req = {});
   // The connection closed or failed: frees the session's in-flight allocations at once, and for a
   // node unmounts its segments (dropping the replicas on them).
   void SessionClosed(SessionId sid);
@@ -117,10 +118,19 @@ class MasterService {
 
   Stats GetStats() const;
   std::vector<proto::SegmentInfo> ListSegments() const { return segments_.List(); }
+  // The nodes with a session: their segments and what their heartbeats report.
+  struct NodeInfo {
+    SessionTable::NodeView session;
+    std::vector<proto::SegmentInfo> segments;  // used filled in, as ListSegments
+  };
+  std::vector<NodeInfo> ListNodes() const;
+  // The mounted tenant pools (placement.h), by tenant.
+  std::vector<SegmentRegistry::PoolTotals> ListPools() const { return segments_.Pools(); }
   // Frees `bytes` (at least) by evicting least-recently-used complete, unleased objects;
   // tenants over quota or closed to admission first. Returns the bytes freed.
   uint64_t Evict(uint64_t bytes, const char* reason) { return evictor_.Evict(bytes, reason); }
   const MasterOptions& options() const { return options_; }
+  int64_t NowMs() const { return clock_->NowMs(); }
   // Per-tenant byte accounting. The TenantManager applies policies to it.
   tenant::QuotaLedger* ledger() { return &ledger_; }
   // The shared host capacity (placement.h): what quotas are scaled against.
@@ -134,6 +144,8 @@ class MasterService {
   Reply ForTenant(SessionId sid, F&& f);
   // Unmounts segments, drops their replicas and rescales the quotas.
   void DropSegments(const std::vector<uint64_t>& segment_ids);
+  // After a mount or unmount: the shared capacity and the pooled tenants to the ledger.
+  void RescaleQuotas();
 
   // Declaration order is construction order: the shared state first, then the parts that
   // point into it.

@@ -15,6 +15,10 @@ OffsetAllocator::Allocation AllocationOf(const Placement& p) {
   return OffsetAllocator::Allocation{p.offset, p.size, p.alloc_handle};
 }
 
+std::string PoolKey(absl::string_view tenant, proto::Tier tier) {
+  return absl::StrCat(tenant, absl::string_view("\0", 1), static_cast<int>(tier));
+}
+
 }  // namespace
 
 SegmentRegistry::SegmentRegistry() {
@@ -75,6 +79,7 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
   s.restoring = req.resumed;
   s.restore_deadline_ms = restore_deadline_ms;
+  if (!req.pool.empty()) pools_seen_.insert(PoolKey(req.pool, req.tier));
   RebuildOrderLocked();
   return id;
 }
@@ -244,16 +249,30 @@ absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
     }
   }
   bool usable = false;
+  std::string pool;  // a pool the node's segments belong to, for the refusal
+  bool shared = false;
   for (auto& [id, s] : segments_) {
-    if (s.info.node_id != node_id || !who.Allows(s.info) || s.restoring) continue;
+    if (s.info.node_id != node_id) continue;
+    if (s.info.pool.empty()) {
+      shared = true;
+    } else {
+      pool = s.info.pool;
+    }
+    if (!who.Allows(s.info) || s.restoring) continue;
     usable = true;
     auto a = s.alloc->Allocate(bytes);
     if (a.has_value()) return Placement{id, a->offset, a->size, a->handle};
   }
   if (!usable) {
+    std::string why =
+        !pool.empty() && pool != who.tenant()
+            ? absl::StrCat("it is tenant '", pool, "''s pool, and no other tenant's bytes go there")
+        : shared ? std::string(
+                       "its segments are shared, and the tenant is confined "
+                       "to its own pool (pool_spill is false)")
+                 : std::string("its segments are of another tier");
     return absl::FailedPreconditionError(
-        absl::StrCat("node '", target, "' has no segment for ", who.ToString(),
-                     ": its segments are another tenant's pool or another tier"));
+        absl::StrCat("node '", target, "' has no segment for ", who.ToString(), ": ", why));
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("node '", target, "' has no free block of ", FormatSize(bytes)));
@@ -304,15 +323,18 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
   return t;
 }
 
+void SegmentRegistry::AddLocked(const Segment& s, Totals* t) const {
+  t->capacity += s.info.size;
+  t->used += s.alloc->used_bytes() - s.quarantined;
+  t->quarantined += s.quarantined;
+  ++t->segments;
+}
+
 SegmentRegistry::Totals SegmentRegistry::CapacityOf(const PlacementRequest& who) const {
   granary::MutexLock lock(&mu_);
   Totals t;
   for (const auto& [id, s] : segments_) {
-    if (!who.Allows(s.info)) continue;
-    t.capacity += s.info.size;
-    t.used += s.alloc->used_bytes() - s.quarantined;
-    t.quarantined += s.quarantined;
-    ++t.segments;
+    if (who.Allows(s.info)) AddLocked(s, &t);
   }
   return t;
 }
@@ -335,6 +357,43 @@ std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
     out.push_back(s.info);
     out.back().used = s.alloc->used_bytes() - s.quarantined;
   }
+  return out;
+}
+
+SegmentRegistry::PoolState SegmentRegistry::PoolOf(absl::string_view tenant,
+                                                   proto::Tier tier) const {
+  PoolState st;
+  granary::MutexLock lock(&mu_);
+  if (pools_seen_.empty()) return st;  // the common case: no pool at all, no key built
+  st.seen = pools_seen_.contains(PoolKey(tenant, tier));
+  if (!st.seen) return st;
+  for (const auto& [id, s] : segments_) {
+    if (s.info.tier == tier && s.info.pool == tenant) st.mounted = true;
+  }
+  return st;
+}
+
+std::optional<absl::flat_hash_set<uint64_t>> SegmentRegistry::SegmentIdsFor(
+    const PlacementRequest& who) const {
+  granary::MutexLock lock(&mu_);
+  absl::flat_hash_set<uint64_t> ids;
+  for (const auto& [id, s] : segments_) {
+    if (who.Allows(s.info)) ids.insert(id);
+  }
+  if (ids.size() == segments_.size()) return std::nullopt;
+  return ids;
+}
+
+std::vector<SegmentRegistry::PoolTotals> SegmentRegistry::Pools() const {
+  granary::MutexLock lock(&mu_);
+  std::map<std::string, Totals> by_tenant;
+  for (const auto& [id, s] : segments_) {
+    if (s.info.pool.empty()) continue;
+    AddLocked(s, &by_tenant[s.info.pool]);
+  }
+  std::vector<PoolTotals> out;
+  out.reserve(by_tenant.size());
+  for (auto& [tenant, t] : by_tenant) out.push_back(PoolTotals{tenant, t});
   return out;
 }
 

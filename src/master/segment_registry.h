@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
@@ -106,6 +107,22 @@ class SegmentRegistry {
   // The nodes with a segment `who` may use whose aligned size holds `aligned_bytes`.
   size_t NodesThatHold(const PlacementRequest& who, uint64_t aligned_bytes) const;
   std::vector<proto::SegmentInfo> List() const;
+
+  // --- Pools (placement.h).
+  struct PoolState {
+    bool mounted = false;  // a segment of the tenant's pool (of the tier) is mounted now
+    bool seen = false;     // one was mounted since this registry started (it may be down now)
+  };
+  PoolState PoolOf(absl::string_view tenant, proto::Tier tier) const;
+  // The ids of the segments `who` may use, or nullopt when that is every mounted segment (no
+  // filter needed: eviction then scans without one).
+  std::optional<absl::flat_hash_set<uint64_t>> SegmentIdsFor(const PlacementRequest& who) const;
+  struct PoolTotals {
+    std::string tenant;
+    Totals totals;  // every tier
+  };
+  // The mounted pools, by tenant (sorted).
+  std::vector<PoolTotals> Pools() const;
   // Bytes of free space in the largest free block over all segments, and mean fragmentation.
   double MeanFragmentation() const;
 
@@ -120,6 +137,8 @@ class SegmentRegistry {
     uint64_t quarantined = 0;
   };
   uint64_t FinishRestoreLocked(Segment& s, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds one segment's figures to `t`.
+  void AddLocked(const Segment& s, Totals* t) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t quarantine_until_ms_ ABSL_GUARDED_BY(mu_) = 0;
   mutable granary::Mutex mu_;
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
@@ -127,6 +146,9 @@ class SegmentRegistry {
   // by id): they start from the wall clock in milliseconds, shifted.
   uint64_t next_id_ ABSL_GUARDED_BY(mu_);
   size_t rotor_ ABSL_GUARDED_BY(mu_) = 0;
+  // "tenant\0tier" of every pool mounted since start (PoolState::seen). Grows with the pools
+  // an operator starts: a few names.
+  absl::flat_hash_set<std::string> pools_seen_ ABSL_GUARDED_BY(mu_);
   // segments_ in id order (std::map keeps the Segments in place), rebuilt on Mount and
   // Unmount, so that Allocate does not build it per call.
   std::vector<Segment*> order_ ABSL_GUARDED_BY(mu_);

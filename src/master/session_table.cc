@@ -90,6 +90,36 @@ absl::Status SessionTable::Touch(SessionId sid, bool need_node) {
   return absl::OkStatus();
 }
 
+absl::Status SessionTable::Heartbeat(SessionId sid, const proto::HeartbeatRequest& req) {
+  granary::MutexLock lock(&mu_);
+  auto it = sessions_.find(sid);
+  if (it == sessions_.end()) return NoSession();
+  Session& s = it->second;
+  s.last_seen_ms = clock_->NowMs();
+  if (s.role != proto::Role::kNode) return absl::OkStatus();  // a client has no cgroup to tell
+  if (req.has_cgroup) {
+    s.cgroup = req.cgroup;
+  } else {
+    s.cgroup.reset();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<SessionTable::NodeView> SessionTable::Nodes() const {
+  std::vector<NodeView> out;
+  {
+    granary::MutexLock lock(&mu_);
+    for (const auto& [sid, s] : sessions_) {
+      if (s.role == proto::Role::kNode) {
+        out.push_back(NodeView{sid, s.client_id, s.last_seen_ms, s.cgroup});
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const NodeView& a, const NodeView& b) { return a.sid < b.sid; });
+  return out;
+}
+
 absl::StatusOr<std::string> SessionTable::TenantOf(SessionId sid, bool touch) {
   granary::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);

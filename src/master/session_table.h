@@ -36,6 +36,15 @@ class SessionTable {
     int64_t last_seen_ms = 0;
     bool internal = false;                       // the master's own session: never expires
     absl::flat_hash_set<std::string> in_flight;  // table keys with a put in progress
+    // A node's: its cgroup as its last heartbeat reported it (none outside --cgroup).
+    std::optional<proto::NodeCgroupReport> cgroup;
+  };
+  // A node session, for the admin API's /api/v1/nodes.
+  struct NodeView {
+    SessionId sid = 0;
+    std::string node_id;
+    int64_t last_seen_ms = 0;
+    std::optional<proto::NodeCgroupReport> cgroup;
   };
 
   SessionTable(const MasterOptions& options, Clock* clock, MasterCounters* counters);
@@ -56,6 +65,10 @@ class SessionTable {
   // Marks the session alive. FAILED_PRECONDITION when it never said Hello, or (when
   // `need_node`) is not a node's.
   [[nodiscard]] absl::Status Touch(SessionId sid, bool need_node = false);
+  // A heartbeat: Touch, and for a node the cgroup figures it carries (kept until the next).
+  [[nodiscard]] absl::Status Heartbeat(SessionId sid, const proto::HeartbeatRequest& req);
+  // The node sessions, by session id.
+  std::vector<NodeView> Nodes() const;
   // Validates a client session (touching it when `touch`) and returns its tenant.
   [[nodiscard]] absl::StatusOr<std::string> TenantOf(SessionId sid, bool touch = true);
 

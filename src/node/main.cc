@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
       LOG_WARN << *warning;
     }
     granary::node::ExportCgroupMetrics(cgroup.get(), &(*node)->metrics());
+    (*node)->SetCgroup(cgroup.get());
   }
   std::thread([&set, n = node->get()] {
     int sig = 0;

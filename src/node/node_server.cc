@@ -425,7 +425,7 @@ void NodeServer::Run() {
     SleepFor(heartbeat_ms_);
     if (master_ && !master_->broken()) {
       auto hb = master_->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
-          proto::MsgType::kHeartbeat, proto::HeartbeatRequest{}, kRpcTimeout);
+          proto::MsgType::kHeartbeat, MakeHeartbeat(), kRpcTimeout);
       if (!hb.ok()) {
         LOG_WARN << "heartbeat to master failed: " << hb.status() << "; reconnecting";
         master_.reset();
@@ -435,6 +435,21 @@ void NodeServer::Run() {
   if (sync_.joinable()) sync_.join();
   UnmountAll();
   connected_->Set(0);
+}
+
+proto::HeartbeatRequest NodeServer::MakeHeartbeat() const {
+  proto::HeartbeatRequest req;
+  if (cgroup_ == nullptr) return req;
+  absl::StatusOr<CgroupFigures> f = cgroup_->Read();
+  if (!f.ok()) {
+    LOG_DEBUG << "cgroup figures for the heartbeat: " << f.status();
+    return req;
+  }
+  req.has_cgroup = true;
+  req.cgroup = proto::NodeCgroupReport{
+      cgroup_->dir(), cgroup_->version_name(), f->limit, f->effective_limit, f->usage,
+      f->peak,        f->limit_hits,           f->oom,   f->oom_kill};
+  return req;
 }
 
 void NodeServer::UnmountAll() {

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
+#include "node/cgroup.h"
 #include "node/host_segment.h"
 #include "node/node_inventory.h"
 #include "node/node_options.h"
@@ -44,6 +45,9 @@ class NodeServer {
   uint16_t http_port() const { return http_.port(); }  // 0 without serve_http
   // The registry /metrics renders; main adds the cgroup's figures to it.
   MetricsRegistry& metrics() { return metrics_; }
+  // The node's memory cgroup (--cgroup): its figures go in every heartbeat, for the master's
+  // /api/v1/nodes. Call before Run; `cgroup` must outlive Run.
+  void SetCgroup(const NodeCgroup* cgroup) { cgroup_ = cgroup; }
   // Whether the node has a live session with the master and its segments are mounted.
   bool connected() const { return connected_->value() > 0; }
   const std::string& node_id() const { return node_id_; }
@@ -65,6 +69,8 @@ class NodeServer {
   // Push: writes values into a client's registered buffer and answers with their headers.
   std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
                                         const proto::FrameView& frame);
+  // The heartbeat, with the cgroup's figures when there is one (and they could be read).
+  proto::HeartbeatRequest MakeHeartbeat() const;
   // After a re-mount: the inventory, checked against the headers, in batches.
   [[nodiscard]] absl::Status ReportInventory();
   // The sync thread: polls the published connection for records and applies them.
@@ -90,6 +96,7 @@ class NodeServer {
   // segments are mounted and the inventory reported.
   std::shared_ptr<transport::RpcClient> master_;
   uint32_t heartbeat_ms_ = 1000;
+  const NodeCgroup* cgroup_ = nullptr;  // set before Run; read by the session thread
   HttpServer http_;
   granary::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -109,8 +109,32 @@ absl::Status Decode(Reader& r, HelloReply* m) {
   return r.status();
 }
 
-void Encode(const HeartbeatRequest&, Writer&) {}
-absl::Status Decode(Reader& r, HeartbeatRequest*) { return r.status(); }
+void Encode(const HeartbeatRequest& m, Writer& w) {
+  w.Bool(m.has_cgroup);
+  if (!m.has_cgroup) return;
+  const NodeCgroupReport& c = m.cgroup;
+  w.Str(c.path);
+  w.Str(c.version);
+  for (uint64_t v :
+       {c.limit, c.effective_limit, c.usage, c.peak, c.limit_hits, c.oom, c.oom_kill}) {
+    w.U64(v);
+  }
+}
+absl::Status Decode(Reader& r, HeartbeatRequest* m) {
+  m->has_cgroup = r.Bool("has_cgroup");
+  if (!m->has_cgroup) return r.status();
+  NodeCgroupReport& c = m->cgroup;
+  c.path = r.Str("cgroup.path", kMaxNameBytes);
+  c.version = r.Str("cgroup.version", kMaxNameBytes);
+  c.limit = r.U64("cgroup.limit");
+  c.effective_limit = r.U64("cgroup.effective_limit");
+  c.usage = r.U64("cgroup.usage");
+  c.peak = r.U64("cgroup.peak");
+  c.limit_hits = r.U64("cgroup.limit_hits");
+  c.oom = r.U64("cgroup.oom");
+  c.oom_kill = r.U64("cgroup.oom_kill");
+  return r.status();
+}
 void Encode(const HeartbeatReply& m, Writer& w) { Put(m.status, w); }
 absl::Status Decode(Reader& r, HeartbeatReply* m) {
   Get(r, &m->status);

@@ -108,7 +108,26 @@ struct HelloReply {
   bool operator==(const HelloReply&) const = default;
 };
 
+// A node's memory cgroup (granary_node --cgroup; node/cgroup.h CgroupFigures), in its
+// heartbeats so that the master's /api/v1/nodes shows it. Bytes and counts as the kernel gives
+// them; 0 where the kernel lacks the file (v1 has no "oom" count, older kernels no peak).
+struct NodeCgroupReport {
+  std::string path;     // the cgroup's directory
+  std::string version;  // "v1" or "v2"
+  uint64_t limit = 0;
+  uint64_t effective_limit = 0;  // the smallest limit up the tree
+  uint64_t usage = 0;
+  uint64_t peak = 0;
+  uint64_t limit_hits = 0;  // v1 memory.failcnt, v2 memory.events "max"
+  uint64_t oom = 0;         // v2 memory.events "oom"
+  uint64_t oom_kill = 0;
+  bool operator==(const NodeCgroupReport&) const = default;
+};
+
 struct HeartbeatRequest {
+  // A node under --cgroup sets it; clients and other nodes leave it out (one byte: absent).
+  bool has_cgroup = false;
+  NodeCgroupReport cgroup;
   bool operator==(const HeartbeatRequest&) const = default;
 };
 struct HeartbeatReply {

@@ -2,15 +2,21 @@
 // the development and CI machines, v2 where the host has it): a limit below the segment refuses
 // the start naming both numbers; a limit with room runs, the cgroup is charged for the segment,
 // the node's /metrics shows the figures, puts and gets work, and SIGTERM leaves no cgroup
-// behind (v1; on v2 the empty cgroup stays for the next start, which reuses it).
+// behind (v1; on v2 the empty cgroup stays for the next start, which reuses it). A pooled node
+// under a cgroup reports the cgroup's figures in its heartbeats: the master's /api/v1/nodes shows
+// them.
 #include "node/cgroup.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/integration/cluster.h"
@@ -60,12 +66,15 @@ class CgroupNodeTest : public ::testing::Test {
     if (HasFailure() && cluster_) cluster_->DumpLogs();
     if (!name_.empty()) rmdir(CgroupDir(name_).c_str());  // v2 leaves it; so may a failure
   }
-  std::unique_ptr<Process> StartNode(const std::string& limit, uint16_t metrics_port) {
-    auto p =
-        Process::Start({BinDir() + "/granary_node", "--master=" + cluster_->master_address(),
-                        "--host_segment_size=128MB", "--cgroup=" + name_, "--memory_limit=" + limit,
-                        absl::StrCat("--metrics_port=", metrics_port), "--log_level=info"},
-                       {}, absl::StrCat(cluster_->dir(), "/node-", limit, ".log"));
+  std::unique_ptr<Process> StartNode(const std::string& limit, uint16_t metrics_port,
+                                     const std::string& pool = "") {
+    std::vector<std::string> argv = {
+        BinDir() + "/granary_node",  "--master=" + cluster_->master_address(),
+        "--host_segment_size=128MB", "--cgroup=" + name_,
+        "--memory_limit=" + limit,   absl::StrCat("--metrics_port=", metrics_port),
+        "--log_level=info"};
+    if (!pool.empty()) argv.push_back("--pool=" + pool);
+    auto p = Process::Start(argv, {}, absl::StrCat(cluster_->dir(), "/node-", limit, ".log"));
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? std::move(*p) : nullptr;
   }
@@ -119,6 +128,52 @@ TEST_F(CgroupNodeTest, ALimitWithRoomRunsChargedAndCleansUp) {
   node->Kill(SIGTERM);
   EXPECT_EQ(node->Wait(), 0) << node->Log();
   auto layout = node::DetectCgroupLayout(node::CgroupPaths{});
+  if (layout->version == node::CgroupVersion::kV1) {
+    EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " is left behind";
+  }
+}
+
+TEST_F(CgroupNodeTest, APooledNodeReportsItsCgroupFiguresToTheMaster) {
+  auto node = StartNode("256MB", 0, "tenant-p");
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(cluster_->WaitForSegments(1, 30).ok()) << node->Log();
+  const std::string dir = CgroupDir(name_);
+  // The first heartbeat follows the mount within a heartbeat interval (client_ttl / 4).
+  nlohmann::json found;
+  std::string last;
+  for (int i = 0; i < 100 && found.is_null(); ++i) {
+    auto body = HttpGet(cluster_->master_http_port(), "/api/v1/nodes");
+    ASSERT_TRUE(body.ok()) << body.status();
+    last = *body;
+    const nlohmann::json nodes = nlohmann::json::parse(*body);
+    for (const auto& n : nodes["data"]) {
+      if (n["pool"] == "tenant-p" && n["cgroup"].is_object()) found = n;
+    }
+    if (found.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(found.is_object()) << "no cgroup figures in /api/v1/nodes: " << last;
+  const nlohmann::json& cg = found["cgroup"];
+  EXPECT_EQ(cg["path"], dir) << found;
+  auto layout = node::DetectCgroupLayout(node::CgroupPaths{});
+  EXPECT_EQ(cg["version"], layout->version == node::CgroupVersion::kV1 ? "v1" : "v2");
+  EXPECT_EQ(cg["memory_limit_bytes"], 256u << 20) << found;
+  EXPECT_LE(cg["memory_effective_limit_bytes"].get<uint64_t>(), 256u << 20) << found;
+  EXPECT_GE(cg["memory_usage_bytes"].get<uint64_t>(), 128u << 20) << found;
+  EXPECT_GE(cg["memory_peak_bytes"].get<uint64_t>(), cg["memory_usage_bytes"].get<uint64_t>() / 2)
+      << found;
+  EXPECT_EQ(cg["oom_kills"], 0u) << found;
+  EXPECT_TRUE(cg.contains("limit_hits")) << found;
+  EXPECT_TRUE(cg.contains("oom")) << found;
+  EXPECT_EQ(found["capacity_bytes"], 128u << 20) << found;
+  // The node's segments carry the same figures (the dashboard's cgroup column).
+  auto segs = HttpGet(cluster_->master_http_port(), "/api/v1/segments");
+  ASSERT_TRUE(segs.ok()) << segs.status();
+  const nlohmann::json seg_list = nlohmann::json::parse(*segs);
+  ASSERT_EQ(seg_list["data"].size(), 1u) << *segs;
+  EXPECT_EQ(seg_list["data"][0]["cgroup"]["path"], dir) << *segs;
+  EXPECT_EQ(seg_list["data"][0]["pool"], "tenant-p") << *segs;
+  node->Kill(SIGTERM);
+  EXPECT_EQ(node->Wait(), 0) << node->Log();
   if (layout->version == node::CgroupVersion::kV1) {
     EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " is left behind";
   }

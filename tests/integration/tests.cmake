@@ -47,6 +47,9 @@ add_dependencies(integration_embedded_node_test granary_master)
 granary_test(NAME integration_cgroup_test LABELS integration cgroup TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cgroup_test.cc LIBS granary_test_cluster granary::node)
 add_dependencies(integration_cgroup_test granary_master granary_node)
+granary_test(NAME integration_pool_test LABELS integration TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/pool_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_pool_test granary_master granary_node)
 granary_test(NAME integration_restart_test LABELS integration tsan TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/restart_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_restart_test granary_master granary_node)

@@ -3,7 +3,9 @@ defaults, %i = tenant-a) and every container command in deploy/k8s/ is run again
 binaries on loopback, with only values changed (ports, sizes, file paths, the master's
 address), never a flag dropped. A flag the binary does not have fails gflags' parse, so each
 flag is checked by running it; the master answers /health, each node mounts its segment and
-stops cleanly on SIGTERM. systemd-analyze verify checks the units where systemd is installed."""
+stops cleanly on SIGTERM. The etcd StatefulSet's command runs against the etcd on PATH (as one
+member on loopback; skipped where etcd is not installed) and a master keeps its policy there.
+systemd-analyze verify checks the units where systemd is installed."""
 
 import glob
 import os
@@ -24,6 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 UNITS = sorted(glob.glob(os.path.join(ROOT, "deploy", "systemd", "*.service")))
 MANIFESTS = sorted(glob.glob(os.path.join(ROOT, "deploy", "k8s", "*.yaml")))
 INSTANCE = "tenant-a"
+
+
+GRANARY_BINARIES = {"granary_master", "granary_node"}
+ETCD = shutil.which("etcd")
 
 
 def unit_command(path):
@@ -131,18 +137,83 @@ def flag_names(args):
 
 
 def known_flags(binary):
+    """The flags a binary lists, as "-name": gflags' --helpfull ("  -name (...)"), etcd's --help
+    ("  --name 'default'")."""
+    if binary == "etcd":
+        text = subprocess.run([ETCD, "--help"], capture_output=True, text=True)
+        return {"-" + f for f in re.findall(r"^\s+--([\w-]+)", text.stdout + text.stderr, re.M)}
     text = subprocess.run([os.path.join(bin_dir(), binary), "--helpfull"], capture_output=True,
                           text=True).stdout
     return set(re.findall(r"^\s+(-\w+)", text, re.M))
 
 
+def etcd_loopback(args, tmp):
+    """The etcd StatefulSet's argv as one member on loopback: every URL, the name, the cluster
+    and the data dir changed, no flag dropped. Returns (argv, client port)."""
+    client, peer = free_port(), free_port()
+    values = {
+        "--name": "deploy-test",
+        "--data-dir": os.path.join(tmp, "etcd-data"),
+        "--listen-client-urls": f"http://127.0.0.1:{client}",
+        "--advertise-client-urls": f"http://127.0.0.1:{client}",
+        "--listen-peer-urls": f"http://127.0.0.1:{peer}",
+        "--initial-advertise-peer-urls": f"http://127.0.0.1:{peer}",
+        "--initial-cluster": f"deploy-test=http://127.0.0.1:{peer}",
+    }
+    out = []
+    for a in args:
+        name = a.partition("=")[0]
+        out.append(f"{name}={values[name]}" if name in values else a)
+    return [ETCD] + out, client
+
+
 def test_every_flag_in_the_deploy_files_exists():
     cmds = all_commands()
-    assert {b for _, b, _ in cmds} == {"granary_master", "granary_node"}, cmds
-    known = {b: known_flags(b) for b in ("granary_master", "granary_node")}
+    assert {b for _, b, _ in cmds} == GRANARY_BINARIES | {"etcd"}, cmds
+    binaries = sorted(GRANARY_BINARIES) + (["etcd"] if ETCD else [])
+    known = {b: known_flags(b) for b in binaries}
     for where, binary, args in cmds:
+        if binary not in known:
+            continue  # etcd not installed here: its command is not checked
         missing = {f for f in flag_names(args) if "-" + f.lstrip("-") not in known[binary]}
         assert not missing, f"{where}: {binary} has no flag {sorted(missing)}"
+
+
+@pytest.mark.skipif(ETCD is None, reason="etcd is not installed")
+def test_the_etcd_statefulset_command_serves_a_masters_policy(tmp_path):
+    [(where, args)] = [(w, a) for w, b, a in all_commands() if b == "etcd"]
+    argv, client = etcd_loopback(args, str(tmp_path))
+    procs = []
+    try:
+        etcd_log = open(tmp_path / "etcd.log", "w")
+        etcd = subprocess.Popen(argv, stdout=etcd_log, stderr=subprocess.STDOUT)
+        procs.append(etcd)
+        wait(lambda: get(client, "/health") is not None or etcd.poll() is not None,
+             f"{where} to answer /health")
+        assert etcd.poll() is None, open(tmp_path / "etcd.log").read()
+        # The master's etcd connector (master.yaml's commented lines) keeps the policy there.
+        http = free_port()
+        master_log = open(tmp_path / "master.log", "w")
+        master = subprocess.Popen(
+            [os.path.join(bin_dir(), "granary_master"), f"--rpc_port={free_port()}",
+             f"--metrics_port={http}", "--metrics_host=127.0.0.1", "--enable_multi_tenants=true",
+             "--tenant_quota_connector_type=etcd",
+             f"--tenant_quota_connector_uri=127.0.0.1:{client}"],
+            stdout=master_log, stderr=subprocess.STDOUT)
+        procs.append(master)
+        wait(lambda: get(http, "/health") is not None or master.poll() is not None,
+             "the master on etcd to answer /health")
+        assert master.poll() is None, open(tmp_path / "master.log").read()
+        assert '"policy_store_ok":true' in get(http, "/health"), get(http, "/health")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 def get(port, path):
@@ -177,7 +248,7 @@ def test_every_deploy_command_starts_and_mounts_on_loopback():
             procs.append(p)
             return p, log.name
 
-        cmds = all_commands()
+        cmds = all_commands()  # etcd's runs in its own test
         masters = [(w, a) for w, b, a in cmds if b == "granary_master"]
         nodes = [(w, a) for w, b, a in cmds if b == "granary_node"]
         assert masters and nodes

@@ -142,6 +142,21 @@ absl::StatusOr<std::string> ParseTokenSha256(const YAML::Node& node, absl::strin
   return *hex;
 }
 
+// A YAML boolean: true or false (also True/TRUE/False/FALSE), nothing else: "yes", "on" and 1
+// are refused rather than read as YAML 1.1 would.
+absl::StatusOr<bool> ParsePoolSpill(const YAML::Node& node, absl::string_view who) {
+  if (!node.IsScalar()) {
+    return FieldError(who, "pool_spill", node,
+                      absl::StrCat("expected true or false, got ", KindName(node)));
+  }
+  const std::string& text = node.Scalar();
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return FieldError(
+      who, "pool_spill", node,
+      absl::StrCat("'", Printable(text), "' is not a boolean; expected true or false"));
+}
+
 // One entry of `tenants`. `index` is its position, used to name it when the name is bad.
 absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   std::string at_index = absl::StrCat("tenants[", index, "]");
@@ -162,7 +177,8 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   tenant.name = name.Scalar();
   std::string who = absl::StrCat("tenant '", Printable(tenant.name), "' (", at_index, ")");
 
-  GRANARY_RETURN_IF_ERROR(CheckKeys(node, {"name", "quota", "max_entries", "token_sha256"}, who));
+  GRANARY_RETURN_IF_ERROR(
+      CheckKeys(node, {"name", "quota", "max_entries", "token_sha256", "pool_spill"}, who));
   const YAML::Node quota = node["quota"];
   if (!quota) {
     return FieldError(who, "quota", node, absl::StrCat("missing; expected ", kSizeUnitsHelp));
@@ -173,6 +189,9 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   }
   if (const YAML::Node token = node["token_sha256"]) {
     GRANARY_ASSIGN_OR_RETURN(tenant.token_sha256, ParseTokenSha256(token, who));
+  }
+  if (const YAML::Node spill = node["pool_spill"]) {
+    GRANARY_ASSIGN_OR_RETURN(tenant.pool_spill, ParsePoolSpill(spill, who));
   }
   return tenant;
 }
@@ -372,6 +391,7 @@ std::string SerializePolicy(const Policy& policy) {
     if (!t->token_sha256.empty()) {
       absl::StrAppend(&out, "    token_sha256: \"", t->token_sha256, "\"\n");
     }
+    if (t->pool_spill) absl::StrAppend(&out, "    pool_spill: true\n");
   }
   return out;
 }

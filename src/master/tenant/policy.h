@@ -20,6 +20,11 @@ struct TenantPolicy {
   // (the master never stores tokens). When set, a client hello for this tenant must carry a
   // token that hashes to it. Empty: no token is expected (unless --require_tenant_tokens).
   std::string token_sha256;
+  // With a pool of its own (a node started with --pool=<name>): whether its puts may go to
+  // shared segments once the pool is full. false: they stay in the pool (evicting the tenant's
+  // own oldest objects there) and fail when nothing can be evicted, so its bytes never sit in
+  // memory that other tenants' read keys cover. No effect without a pool.
+  bool pool_spill = false;
   bool operator==(const TenantPolicy&) const = default;
 };
 
@@ -30,6 +35,7 @@ struct TenantPolicy {
 //       quota: 200GB          # positive integer, optional unit B, KB, MB, GB, TB (1 KB = 1024 B)
 //       max_entries: 200000   # optional
 //       token_sha256: ba78…ad # optional: sha256 of the client token, 64 hex characters
+//       pool_spill: false     # optional, default false: see TenantPolicy::pool_spill
 // Tenants are kept sorted by name.
 struct Policy {
   std::vector<TenantPolicy> tenants;
@@ -52,12 +58,12 @@ struct Policy {
 // and the field for: a version other than 1; a bad, duplicated or reserved name; a quota that
 // is not a positive integer with an optional unit or that overflows 2^63-1; a max_entries that
 // is not a positive integer; a token_sha256 that is not 64 hex digits (upper case is accepted
-// and stored lower case); unknown keys at any level; YAML syntax errors (with line).
-// An empty document is an error; `tenants: []` is an empty policy.
+// and stored lower case); a pool_spill that is not true or false; unknown keys at any level; YAML
+// syntax errors (with line). An empty document is an error; `tenants: []` is an empty policy.
 [[nodiscard]] absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
 
 // Serializes a policy to YAML that ParsePolicy reads back to an equal Policy. Quotas are
-// written as plain byte counts; token_sha256 is written when set.
+// written as plain byte counts; token_sha256 is written when set, pool_spill when true.
 std::string SerializePolicy(const Policy& policy);
 
 }  // namespace granary::master::tenant

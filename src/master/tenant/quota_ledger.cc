@@ -69,15 +69,25 @@ std::map<std::string, uint64_t> QuotaLedger::ComputeEffective(
   return effective;
 }
 
+bool QuotaLedger::ConfinedToPoolLocked(const Account& account) const {
+  return !account.pool_spill && pooled_.contains(account.tenant_id);
+}
+
 void QuotaLedger::RecomputeEffectiveLocked() {
   std::map<std::string, uint64_t> requested;
   for (const auto& [name, account] : accounts_) {
-    if (account->has_explicit_policy) requested[name] = account->requested_quota_bytes;
+    if (account->has_explicit_policy && !ConfinedToPoolLocked(*account)) {
+      requested[name] = account->requested_quota_bytes;
+    }
   }
   std::map<std::string, uint64_t> effective = ComputeEffective(requested, capacity_bytes_);
   for (auto& [name, account] : accounts_) {
     auto it = effective.find(name);
     account->effective_quota_bytes = it == effective.end() ? 0 : it->second;
+    // Its own pool bounds it, and it takes no shared space: its request stands as it is.
+    if (account->has_explicit_policy && ConfinedToPoolLocked(*account)) {
+      account->effective_quota_bytes = account->requested_quota_bytes;
+    }
   }
 }
 
@@ -100,6 +110,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
         account.has_explicit_policy = false;
         account.requested_quota_bytes = 0;
         account.max_entries.reset();
+        account.pool_spill = false;
         // Without enforcement nothing is ever closed: the account is a plain on-demand one.
         account.admission_closed = enforce_;
       }
@@ -122,6 +133,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
       }
       slot->requested_quota_bytes = tp->quota_bytes;
       slot->max_entries = tp->max_entries;
+      slot->pool_spill = tp->pool_spill;
       slot->has_explicit_policy = true;
       slot->admission_closed = false;
     }
@@ -130,9 +142,11 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
   RecomputeEffectiveLocked();
 }
 
-void QuotaLedger::SetCapacity(uint64_t capacity_bytes) {
+void QuotaLedger::SetCapacity(uint64_t capacity_bytes,
+                              std::optional<absl::flat_hash_set<std::string>> pooled) {
   granary::MutexLock lock(&mu_);
   capacity_bytes_ = capacity_bytes;
+  if (pooled.has_value()) pooled_ = std::move(*pooled);
   RecomputeEffectiveLocked();
 }
 
@@ -317,6 +331,7 @@ TenantSnapshot QuotaLedger::MakeSnapshot(const Account& account) const {
   s.inflight_bytes = account.inflight.load(kRelaxed);
   s.entries = account.entries.load(kRelaxed);
   s.max_entries = account.max_entries;
+  s.pool_spill = account.pool_spill;
   s.admission_closed = account.admission_closed;
   s.over_quota = enforce_ && s.charged_bytes > s.effective_quota_bytes;
   s.has_explicit_policy = account.has_explicit_policy;
@@ -354,6 +369,12 @@ bool QuotaLedger::IsOverQuota(absl::string_view tenant) const {
   auto it = accounts_.find(tenant);
   if (it == accounts_.end()) return false;
   return it->second->charged.load(kRelaxed) > it->second->effective_quota_bytes;
+}
+
+bool QuotaLedger::PoolSpill(absl::string_view tenant) const {
+  granary::ReaderMutexLock lock(&mu_);
+  auto it = accounts_.find(tenant);
+  return it != accounts_.end() && it->second->pool_spill;
 }
 
 uint64_t QuotaLedger::capacity() const {

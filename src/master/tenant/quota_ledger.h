@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
@@ -26,6 +27,7 @@ struct TenantSnapshot {
   uint64_t inflight_bytes = 0;  // charged for allocations not yet committed
   uint64_t entries = 0;         // committed objects
   std::optional<uint64_t> max_entries;
+  bool pool_spill = false;  // the policy's pool_spill (placement.h)
   bool admission_closed = false;
   bool over_quota = false;  // charged > effective (after a quota was lowered)
   bool has_explicit_policy = false;
@@ -81,8 +83,12 @@ class QuotaLedger {
   // on-demand accounts without charge or entries are dropped here. Recomputes effective quotas
   // against `capacity_bytes`.
   void ApplyPolicy(const Policy& policy, uint64_t capacity_bytes);
-  // Recomputes effective quotas after segments were mounted or unmounted.
-  void SetCapacity(uint64_t capacity_bytes);
+  // Recomputes effective quotas after segments were mounted or unmounted. `capacity_bytes` is
+  // the shared capacity; `pooled`, when given, replaces the set of tenants with a pool mounted
+  // (placement.h). Such a tenant whose policy does not allow pool_spill takes no shared space:
+  // it is left out of the scaling and its effective quota is its request (its pool bounds it).
+  void SetCapacity(uint64_t capacity_bytes,
+                   std::optional<absl::flat_hash_set<std::string>> pooled = std::nullopt);
 
   // Admission: charges `bytes` as in flight. Errors (RESOURCE_EXHAUSTED with an ErrorReason,
   // whose name also starts the message, for people): kTenantNotRegistered (strict mode, unknown
@@ -121,6 +127,9 @@ class QuotaLedger {
   std::vector<TenantSnapshot> SnapshotAll() const;  // sorted by tenant id
   // charged > effective with enforcement on; always false without it.
   bool IsOverQuota(absl::string_view tenant) const;
+  // The policy's pool_spill for the tenant (false without an account or policy entry). One
+  // shared acquire of `mu_` and a lookup.
+  bool PoolSpill(absl::string_view tenant) const;
   bool enforce() const { return enforce_; }
   uint64_t capacity() const;
   // Sum of the requested quotas of the policy's tenants (saturates at 2^64-1).
@@ -151,6 +160,7 @@ class QuotaLedger {
     uint64_t requested_quota_bytes = 0;
     uint64_t effective_quota_bytes = 0;
     std::optional<uint64_t> max_entries;
+    bool pool_spill = false;
     bool has_explicit_policy = false;
     bool admission_closed = false;
     std::atomic<uint64_t> charged{0};  // committed + in flight
@@ -179,11 +189,13 @@ class QuotaLedger {
   // Removes `tenant` if it is closed and holds nothing (takes `mu_` exclusively).
   void ForgetIfClosedAndEmpty(absl::string_view tenant) ABSL_LOCKS_EXCLUDED(mu_);
   void RecomputeEffectiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ConfinedToPoolLocked(const Account& account) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const bool enforce_;
   mutable granary::Mutex mu_;
   AccountMap accounts_ ABSL_GUARDED_BY(mu_);
   uint64_t capacity_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<std::string> pooled_ ABSL_GUARDED_BY(mu_);  // tenants with a pool mounted
 
   // Rejects of tenants without an account. Lock order: mu_ (shared or exclusive), then
   // unregistered_mu_.

@@ -1,6 +1,7 @@
 #include "master/tenant/tenant_manager.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -127,7 +128,8 @@ absl::Status TenantManager::RefreshBeforeWrite() {
 }
 
 absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_bytes,
-                                   std::optional<uint64_t> max_entries) {
+                                   std::optional<uint64_t> max_entries,
+                                   std::optional<bool> pool_spill) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
   if (absl::Status st = ValidateTenantId(tenant); !st.ok()) return st;
   if (quota_bytes == 0 || quota_bytes > static_cast<uint64_t>(INT64_MAX)) {
@@ -145,7 +147,9 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
     if (e.name == tenant) t = &e;
   }
   if (t == nullptr) {
-    next.tenants.push_back(TenantPolicy{tenant, 0, std::nullopt});
+    TenantPolicy fresh;
+    fresh.name = tenant;
+    next.tenants.push_back(std::move(fresh));
     std::sort(next.tenants.begin(), next.tenants.end(),
               [](const TenantPolicy& a, const TenantPolicy& b) { return a.name < b.name; });
     for (auto& e : next.tenants) {
@@ -154,6 +158,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   }
   t->quota_bytes = quota_bytes;
   t->max_entries = max_entries;
+  if (pool_spill.has_value()) t->pool_spill = *pool_spill;
   absl::Status st = SaveAndApply(next);
   if (st.ok()) {
     LOG_INFO << "tenant '" << tenant << "' quota set to " << FormatSize(quota_bytes);

@@ -16,6 +16,7 @@
 #include "master/master_service.h"
 #include "master/tenant/policy.h"
 #include "proto/alloc_header.h"
+#include "tests/unit/master/single_key_calls.h"
 
 namespace granary::master {
 namespace {
@@ -42,23 +43,12 @@ class EvictionTest : public ::testing::Test {
     ASSERT_EQ(svc_->MountSegment(1, m).status.code, 0);
   }
   SessionId Client(const std::string& tenant) {
-    proto::HelloRequest h;
-    h.role = proto::Role::kClient;
-    h.client_id = tenant;
-    h.tenant_id = tenant;
-    EXPECT_EQ(svc_->Hello(next_, h).status.code, 0);
+    EXPECT_EQ(test_calls::Hello(*svc_, next_, proto::Role::kClient, tenant).code, 0);
     return next_++;
   }
   absl::Status Put(SessionId s, const std::string& key, uint32_t flags = 0) {
     clock_.AdvanceMs(1);  // distinct access times
-    proto::PutStartRequest req;
-    req.entries.push_back({key, kObj});
-    req.flags = flags;
-    auto rep = svc_->PutStart(s, req);
-    if (rep.status.code != 0) return rep.status.ToStatus();
-    if (rep.results[0].status.code != 0) return rep.results[0].status.ToStatus();
-    auto end = svc_->PutEnd(s, proto::KeyGenRequest{{{key, rep.results[0].generation}}});
-    return end.results[0].ToStatus();
+    return test_calls::PutCommitted(*svc_, s, key, kObj, flags);
   }
   bool Exists(SessionId s, const std::string& key) {
     return svc_->Exist(s, proto::KeysRequest{{key}}).results[0].code == 0;

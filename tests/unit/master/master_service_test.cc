@@ -1388,10 +1388,10 @@ TEST_F(PoolTest, CopyAndMoveNeverLandOnAnotherTenantsPool) {
 
 TEST_F(PoolTest, CopyLandsOnTheTenantsOwnPool) {
   NodeWith("shared", kMiB);
+  SessionId acme = Client("acme");
+  Put(acme, "k", ValueFor(64 * kKiB));  // before the pool exists: on the shared segment
   uint64_t pool_seg = 0;
   NodeWith("acme-node", kMiB, &pool_seg, "acme");
-  SessionId acme = Client("acme");
-  Put(acme, "k", ValueFor(64 * kKiB));
   auto cs = CopyStart(acme, "k", "acme-node", /*move=*/false);
   ASSERT_EQ(Code(cs.status), absl::StatusCode::kOk) << cs.status.message;
   EXPECT_EQ(cs.dest.segment_id, pool_seg);
@@ -1401,10 +1401,16 @@ TEST_F(PoolTest, CopyLandsOnTheTenantsOwnPool) {
   EXPECT_EQ(Get(acme, "k").replicas.size(), 2u);
 }
 
-TEST_F(PoolTest, PutNeverPlacesOnAPool) {
-  NodeWith("acme-node", kMiB, nullptr, "acme");
+TEST_F(PoolTest, PutPlacesOnlyTheOwnersObjectsOnAPool) {
+  uint64_t pool_seg = 0;
+  NodeWith("acme-node", kMiB, &pool_seg, "acme");
   SessionId acme = Client("acme");
-  EXPECT_EQ(Code(PutStart(acme, "k", ValueFor(64 * kKiB)).status),
+  auto own = PutStart(acme, "k", ValueFor(64 * kKiB));
+  ASSERT_EQ(Code(own.status), absl::StatusCode::kOk) << own.status.message;
+  ASSERT_EQ(own.replicas.size(), 1u);
+  EXPECT_EQ(own.replicas[0].segment_id, pool_seg);
+  // Another tenant finds no segment it may use.
+  EXPECT_EQ(Code(PutStart(Client("beta"), "k", ValueFor(64 * kKiB)).status),
             absl::StatusCode::kResourceExhausted);
 }
 

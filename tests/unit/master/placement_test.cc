@@ -22,7 +22,7 @@ TEST(PlacementRequestTest, PutUsesSharedSegmentsOfItsTierOnly) {
   const auto put = PlacementRequest::Put("acme", Tier::kHost);
   EXPECT_TRUE(put.Allows(Tier::kHost, ""));
   EXPECT_FALSE(put.Allows(Tier::kGpu, ""));
-  EXPECT_FALSE(put.Allows(Tier::kHost, "acme"));  // not into pools yet, not even its own
+  EXPECT_FALSE(put.Allows(Tier::kHost, "acme"));  // its pool is Pool's, not Put's
   EXPECT_FALSE(put.Allows(Tier::kHost, "beta"));
   const auto gpu = PlacementRequest::Put("acme", Tier::kGpu);
   EXPECT_TRUE(gpu.Allows(Tier::kGpu, ""));
@@ -36,6 +36,51 @@ TEST(PlacementRequestTest, CopyUsesSharedSegmentsAndTheTenantsOwnPool) {
   EXPECT_FALSE(copy.Allows(Tier::kHost, "beta"));
   EXPECT_FALSE(copy.Allows(Tier::kHost, "acme2"));  // a whole name, not a prefix
   EXPECT_FALSE(copy.Allows(Tier::kGpu, "acme"));
+}
+
+TEST(PlacementRequestTest, PoolUsesOnlyTheTenantsOwnPoolOfItsTier) {
+  const auto pool = PlacementRequest::Pool("acme", Tier::kHost);
+  EXPECT_TRUE(pool.Allows(Tier::kHost, "acme"));
+  EXPECT_FALSE(pool.Allows(Tier::kHost, ""));
+  EXPECT_FALSE(pool.Allows(Tier::kHost, "beta"));
+  EXPECT_FALSE(pool.Allows(Tier::kHost, "acm"));
+  EXPECT_FALSE(pool.Allows(Tier::kGpu, "acme"));
+}
+
+TEST(PlacementRequestTest, ACopyConfinedToItsPoolSkipsSharedSegments) {
+  const auto copy = PlacementRequest::Copy("acme", Tier::kHost, /*shared=*/false);
+  EXPECT_FALSE(copy.Allows(Tier::kHost, ""));
+  EXPECT_TRUE(copy.Allows(Tier::kHost, "acme"));
+  EXPECT_FALSE(copy.Allows(Tier::kHost, "beta"));
+  EXPECT_EQ(copy.ToString(), "tenant 'acme' (host tier, copy, confined to its pool)");
+}
+
+TEST(PutRouteTest, PoolFirstSpillOnlyWithPoolSpillAndNeverSharedWhenThePoolIsDown) {
+  // No pool: shared segments, whatever pool_spill says.
+  for (bool spill : {false, true}) {
+    PutRoute r = PutRoute::For(/*pool_mounted=*/false, /*pool_seen=*/false, spill);
+    EXPECT_FALSE(r.pool);
+    EXPECT_TRUE(r.shared);
+    EXPECT_FALSE(r.pool_evict);
+    EXPECT_FALSE(r.pool_down);
+  }
+  // A pool: it first, its own eviction last; shared in between only with pool_spill.
+  PutRoute confined = PutRoute::For(true, true, false);
+  EXPECT_TRUE(confined.pool);
+  EXPECT_FALSE(confined.shared);
+  EXPECT_TRUE(confined.pool_evict);
+  PutRoute spills = PutRoute::For(true, true, true);
+  EXPECT_TRUE(spills.pool);
+  EXPECT_TRUE(spills.shared);
+  EXPECT_TRUE(spills.pool_evict);
+  // The pool's node is down: shared only with pool_spill, else nowhere.
+  PutRoute down = PutRoute::For(false, true, false);
+  EXPECT_TRUE(down.pool_down);
+  EXPECT_FALSE(down.shared);
+  EXPECT_FALSE(down.pool);
+  PutRoute down_spill = PutRoute::For(false, true, true);
+  EXPECT_FALSE(down_spill.pool_down);
+  EXPECT_TRUE(down_spill.shared);
 }
 
 TEST(PlacementRequestTest, SharedCapacityCountsSharedSegmentsOfTheTier) {
@@ -93,10 +138,60 @@ TEST_F(RegistryPlacementTest, AllocateOnRefusesAnotherTenantsPool) {
   auto p = reg_.AllocateOn("beta-node", PlacementRequest::Copy("acme", Tier::kHost), 4096, {});
   EXPECT_TRUE(absl::IsFailedPrecondition(p.status())) << p.status();
   EXPECT_NE(p.status().message().find("acme"), std::string::npos) << p.status();
+  EXPECT_NE(p.status().message().find("tenant 'beta''s pool"), std::string::npos) << p.status();
   auto own =
       reg_.AllocateOn("beta-node:7000", PlacementRequest::Copy("beta", Tier::kHost), 4096, {});
   ASSERT_TRUE(own.ok()) << own.status();
   EXPECT_EQ(own->segment_id, beta);
+}
+
+TEST_F(RegistryPlacementTest, PoolAllocationUsesOnlyThePool) {
+  const uint64_t acme = Mount("acme-node", "acme");
+  Mount("beta-node", "beta");
+  Mount("shared-node", "");
+  for (int i = 0; i < 8; ++i) {
+    auto p = reg_.Allocate(PlacementRequest::Pool("acme", Tier::kHost), 4096, 1);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)[0].segment_id, acme);
+  }
+  auto none = reg_.Allocate(PlacementRequest::Pool("gamma", Tier::kHost), 4096, 1);
+  EXPECT_TRUE(absl::IsResourceExhausted(none.status())) << none.status();
+}
+
+TEST_F(RegistryPlacementTest, PoolOfRemembersAPoolWhoseNodeWentAway) {
+  EXPECT_FALSE(reg_.PoolOf("acme", Tier::kHost).seen);
+  const uint64_t id = Mount("acme-node", "acme");
+  EXPECT_TRUE(reg_.PoolOf("acme", Tier::kHost).mounted);
+  EXPECT_TRUE(reg_.PoolOf("acme", Tier::kHost).seen);
+  EXPECT_FALSE(reg_.PoolOf("acme", Tier::kGpu).seen);
+  EXPECT_FALSE(reg_.PoolOf("beta", Tier::kHost).seen);
+  ASSERT_TRUE(reg_.Unmount(id));
+  EXPECT_FALSE(reg_.PoolOf("acme", Tier::kHost).mounted);
+  EXPECT_TRUE(reg_.PoolOf("acme", Tier::kHost).seen);
+}
+
+TEST_F(RegistryPlacementTest, SegmentIdsForFiltersOnlyWhenSomeSegmentIsExcluded) {
+  const uint64_t shared = Mount("shared-node", "");
+  EXPECT_FALSE(reg_.SegmentIdsFor(PlacementRequest::SharedCapacity(Tier::kHost)).has_value());
+  const uint64_t pool = Mount("acme-node", "acme");
+  auto s = reg_.SegmentIdsFor(PlacementRequest::SharedCapacity(Tier::kHost));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(*s, (absl::flat_hash_set<uint64_t>{shared}));
+  auto p = reg_.SegmentIdsFor(PlacementRequest::Pool("acme", Tier::kHost));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(*p, (absl::flat_hash_set<uint64_t>{pool}));
+}
+
+TEST_F(RegistryPlacementTest, AllocateOnAConfinedTenantRefusesSharedNodes) {
+  Mount("shared-node", "");
+  const uint64_t own = Mount("acme-node", "acme");
+  const auto confined = PlacementRequest::Copy("acme", Tier::kHost, /*shared=*/false);
+  auto p = reg_.AllocateOn("shared-node", confined, 4096, {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(p.status())) << p.status();
+  EXPECT_NE(p.status().message().find("pool_spill is false"), std::string::npos) << p.status();
+  auto q = reg_.AllocateOn("acme-node", confined, 4096, {});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->segment_id, own);
 }
 
 TEST_F(RegistryPlacementTest, CapacityOfCountsOnlyAllowedSegments) {

@@ -35,6 +35,16 @@ auto OnlyResult(const Reply& rep) {
   return rep.results.at(0);
 }
 
+// Hello as a client of tenant `name`, or as node `name` (role kNode); the client id is `name`.
+inline proto::WireStatus Hello(MasterService& svc, SessionId sid, proto::Role role,
+                               const std::string& name) {
+  proto::HelloRequest h;
+  h.role = role;
+  h.client_id = name;
+  if (role == proto::Role::kClient) h.tenant_id = name;
+  return svc.Hello(sid, h).status;
+}
+
 inline proto::PutStartResult PutStart(MasterService& svc, SessionId sid, const std::string& key,
                                       uint64_t size, int replicas = 1) {
   proto::PutStartRequest r;
@@ -64,6 +74,18 @@ inline proto::WireStatus KeysOp(
 inline proto::WireStatus Remove(MasterService& svc, SessionId sid, const std::string& key,
                                 bool force = false) {
   return OnlyResult(svc.Remove(sid, proto::RemoveRequest{{key}, force}));
+}
+
+// PutStart then PutEnd of one key with `flags` (pins): OK once it is committed, else the first
+// error.
+inline absl::Status PutCommitted(MasterService& svc, SessionId sid, const std::string& key,
+                                 uint64_t size, uint32_t flags = 0) {
+  proto::PutStartRequest req;
+  req.entries.push_back({key, size});
+  req.flags = flags;
+  proto::PutStartResult started = OnlyResult(svc.PutStart(sid, req));
+  if (Code(started.status) != absl::StatusCode::kOk) return started.status.ToStatus();
+  return OnlyResult(svc.PutEnd(sid, proto::KeyGenRequest{{{key, started.generation}}})).ToStatus();
 }
 
 inline proto::GetResult Get(MasterService& svc, SessionId sid, const std::string& key) {

@@ -13,6 +13,8 @@ granary_test(NAME master_object_table_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/object_table_test.cc LIBS granary::master)
 granary_test(NAME master_placement_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc LIBS granary::master)
+granary_test(NAME master_pool_placement_test LABELS unit tsan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/pool_placement_test.cc LIBS granary::master)
 granary_test(NAME master_dashboard_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/dashboard_test.cc LIBS granary::master_server)
 target_compile_definitions(master_dashboard_test PRIVATE

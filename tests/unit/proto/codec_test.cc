@@ -72,6 +72,20 @@ HelloReply SampleHelloReply() {
   return {Ws(absl::StatusCode::kNotFound, "no such tenant"), 0x0123456789ABCDEFull, 5000,
           "master-1"};
 }
+HeartbeatRequest SampleHeartbeatWithCgroup() {
+  HeartbeatRequest m;
+  m.has_cgroup = true;
+  m.cgroup = NodeCgroupReport{"/sys/fs/cgroup/memory/granary-a",
+                              "v1",
+                              1ull << 34,
+                              1ull << 33,
+                              123456789,
+                              987654321,
+                              7,
+                              0,
+                              1};
+  return m;
+}
 HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
 MountSegmentRequest SampleMount() {
   return {"seg-0", "node-a", "10.0.0.1:4000",    0x7F0000001000ull, 48ull << 30, Tier::kGpu,
@@ -247,7 +261,7 @@ std::vector<Case> AllCases() {
   return {
       MakeCase("HelloRequest", Type(MsgType::kHello), SampleHelloRequest()),
       MakeCase("HelloReply", Type(MsgType::kHello, true), SampleHelloReply()),
-      MakeCase("HeartbeatRequest", Type(MsgType::kHeartbeat), HeartbeatRequest{}),
+      MakeCase("HeartbeatRequest", Type(MsgType::kHeartbeat), SampleHeartbeatWithCgroup()),
       MakeCase("HeartbeatReply", Type(MsgType::kHeartbeat, true), SampleHeartbeatReply()),
       MakeCase("MountSegmentRequest", Type(MsgType::kMountSegment), SampleMount()),
       MakeCase("MountSegmentReply", Type(MsgType::kMountSegment, true), SampleMountReply()),
@@ -358,6 +372,13 @@ TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
   for (const std::string& name : all) {
     EXPECT_NE(std::find(named.begin(), named.end(), name), named.end()) << name;
   }
+}
+
+// A client's heartbeat (and a node's outside --cgroup) is one byte: no cgroup figures.
+TEST(MessageCodec, AHeartbeatWithoutCgroupIsOneByte) {
+  EXPECT_EQ(Body(HeartbeatRequest{}), std::string(1, '\0'));
+  EXPECT_EQ(RoundTrip(Type(MsgType::kHeartbeat), HeartbeatRequest{}), HeartbeatRequest{});
+  ExpectInvalid(DecodeAs<HeartbeatRequest>(std::string(1, '\2')), "has_cgroup");
 }
 
 TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {

@@ -145,7 +145,7 @@ class AdminApiTest : public ::testing::Test {
     client_->set_read_timeout(10);
   }
 
-  SessionId AddNode(const std::string& node_id, uint64_t size) {
+  SessionId AddNode(const std::string& node_id, uint64_t size, const std::string& pool = "") {
     SessionId n = next_sid_++;
     proto::HelloRequest h;
     h.role = proto::Role::kNode;
@@ -160,6 +160,7 @@ class AdminApiTest : public ::testing::Test {
     m.rkey = "rkey";
     m.worker_address = "worker-" + node_id;
     m.host_id = "host";
+    m.pool = pool;
     auto rep = svc_->MountSegment(n, m);
     EXPECT_EQ(rep.status.code, 0) << rep.status.message;
     return n;
@@ -283,7 +284,9 @@ const char* const kSnapshotFields[] = {"tenant_id",
                                        "max_entries",
                                        "has_token",
                                        "evicted_objects",
-                                       "evicted_bytes"};
+                                       "evicted_bytes",
+                                       "pool_spill",
+                                       "pool"};
 
 // ---------------------------------------------------------------------------------------------
 // GET
@@ -472,6 +475,12 @@ TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
       {R"({"requested_quota_bytes": 100, "max_entries": -1})", "max_entries -1"},
       {"{}", "requested_quota_bytes is required"},
       {R"({"max_entries": 5})", "requested_quota_bytes is required"},
+      {R"({"requested_quota_bytes": 100, "pool_spill": "yes"})",
+       "pool_spill must be true or false, got \"yes\""},
+      {R"({"requested_quota_bytes": 100, "pool_spill": 1})",
+       "pool_spill must be true or false, got 1"},
+      {R"({"requested_quota_bytes": 100, "pool_spill": null})",
+       "pool_spill must be true or false, got null"},
   };
   for (const Case& c : cases) {
     for (const std::string& tenant : {std::string("tenant-a"), std::string("tenant-new")}) {
@@ -483,6 +492,53 @@ TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
   EXPECT_EQ(GetOne("tenant-a")["requested_quota_bytes"], 1000u);
   ExpectError(Get(Of("tenant-new")), 404, "TENANT_NOT_FOUND");
   EXPECT_EQ(ReadFile(path_), before);
+}
+
+// pool_spill: set by PUT, saved to the policy file, kept by a PUT that leaves it out, shown by
+// GET with the tenant's pool (its capacity and usage) once a node mounts one.
+TEST_F(AdminApiTest, PutSetsPoolSpillAndGetShowsThePool) {
+  Start();
+  json d = Upsert("tenant-a", R"({"requested_quota_bytes": 4096, "pool_spill": true})");
+  EXPECT_EQ(d["pool_spill"], true) << d;
+  EXPECT_TRUE(d["pool"].is_null()) << d;  // no pool mounted yet
+  ASSERT_NE(FilePolicy().Find("tenant-a"), nullptr);
+  EXPECT_TRUE(FilePolicy().Find("tenant-a")->pool_spill);
+  Upsert("tenant-a", Quota(8192));  // no pool_spill: kept
+  EXPECT_EQ(GetOne("tenant-a")["pool_spill"], true);
+  Upsert("tenant-a", R"({"requested_quota_bytes": 8192, "pool_spill": false})");
+  EXPECT_EQ(GetOne("tenant-a")["pool_spill"], false);
+  EXPECT_FALSE(FilePolicy().Find("tenant-a")->pool_spill);
+  EXPECT_EQ(GetOne("tenant-a")["pool_spill"], false);
+
+  AddNode("pool-a", 2 * kMiB, "tenant-a");
+  Put(Client("tenant-a"), "k", 1000);  // lands in the pool: 1088 bytes
+  json pool = GetOne("tenant-a")["pool"];
+  ASSERT_TRUE(pool.is_object()) << pool;
+  EXPECT_EQ(pool["tenant_id"], "tenant-a");
+  EXPECT_EQ(pool["capacity_bytes"], 2 * kMiB);
+  EXPECT_EQ(pool["used_bytes"], 1088u);
+  EXPECT_EQ(pool["segments"], 1u);
+
+  Reply segs = Get("/api/v1/segments");
+  ASSERT_EQ(segs.status, 200) << segs;
+  ASSERT_EQ(segs.body["pools"].size(), 1u) << segs;
+  EXPECT_EQ(segs.body["pools"][0]["tenant_id"], "tenant-a");
+  EXPECT_EQ(segs.body["pools"][0]["used_bytes"], 1088u);
+  bool found = false;
+  for (const json& seg : segs.body["data"]) {
+    if (seg["pool"] == "tenant-a") {
+      found = true;
+      EXPECT_EQ(seg["used_bytes"], 1088u) << seg;
+    }
+  }
+  EXPECT_TRUE(found) << segs;
+
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(
+      Has(m->body, absl::StrCat("granary_pool_capacity_bytes{tenant=\"tenant-a\"} ", 2 * kMiB)))
+      << m->body;
+  EXPECT_TRUE(Has(m->body, "granary_pool_used_bytes{tenant=\"tenant-a\"} 1088")) << m->body;
 }
 
 TEST_F(AdminApiTest, PutAndDeleteWithoutTenantIdAre400) {

@@ -298,6 +298,46 @@ TEST(ParsePolicyTest, TokenSha256NotAScalar) {
   ExpectInvalid(WithToken(""), {"tenant 't1'", "'token_sha256'", "nothing"});
 }
 
+std::string WithPoolSpill(absl::string_view value) {
+  return absl::StrCat("version: 1\ntenants:\n  - name: t1\n    quota: 1GB\n    pool_spill: ", value,
+                      "\n");
+}
+
+TEST(ParsePolicyTest, PoolSpill) {
+  for (const char* yes : {"true", "True", "TRUE"}) {
+    absl::StatusOr<Policy> p = ParsePolicy(WithPoolSpill(yes));
+    ASSERT_TRUE(p.ok()) << yes << ": " << p.status();
+    EXPECT_TRUE(p->tenants[0].pool_spill) << yes;
+  }
+  absl::StatusOr<Policy> no = ParsePolicy(WithPoolSpill("false"));
+  ASSERT_TRUE(no.ok()) << no.status();
+  EXPECT_FALSE(no->tenants[0].pool_spill);
+  absl::StatusOr<Policy> absent = ParsePolicy(WithQuota("1GB"));
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_FALSE(absent->tenants[0].pool_spill);  // the default
+}
+
+TEST(ParsePolicyTest, PoolSpillNotABoolean) {
+  ExpectInvalid(WithPoolSpill("yes"), {"tenant 't1'", "'pool_spill'", "line 5", "'yes'",
+                                       "not a boolean", "true or false"});
+  ExpectInvalid(WithPoolSpill("1"), {"'pool_spill'", "'1'", "not a boolean"});
+  ExpectInvalid(WithPoolSpill("\"\""), {"'pool_spill'", "''", "not a boolean"});
+  ExpectInvalid(WithPoolSpill("[true]"), {"'pool_spill'", "a list"});
+  ExpectInvalid(WithPoolSpill(""), {"'pool_spill'", "nothing"});
+}
+
+TEST(SerializePolicyTest, PoolSpillRoundTrips) {
+  Policy policy;
+  policy.tenants.push_back(TenantPolicy{"a", 100, std::nullopt, "", true});
+  policy.tenants.push_back(TenantPolicy{"b", 200, 5});
+  const std::string yaml = SerializePolicy(policy);
+  EXPECT_NE(yaml.find("pool_spill: true"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("pool_spill: false"), std::string::npos) << yaml;  // the default is left out
+  absl::StatusOr<Policy> back = ParsePolicy(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, policy);
+}
+
 TEST(SerializePolicyTest, TokenSha256RoundTrips) {
   Policy policy{{{"a", 1, std::nullopt, kAbcSha256},
                  {"b", 2, 3, std::string(64, '0')},
