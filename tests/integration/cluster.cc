@@ -234,6 +234,7 @@ absl::Status Cluster::StartNode(int replace_index) {
                                    "--metrics_port=0",
                                    "--metrics_host=127.0.0.1",
                                    "--local_hostname=127.0.0.1"};
+  argv.insert(argv.end(), options_.node_flags.begin(), options_.node_flags.end());
   auto p = Process::Start(argv, options_.env, absl::StrCat(dir_, "/node", seq, ".log"));
   if (!p.ok()) return p.status();
   if (replace_index >= 0) {
