@@ -97,6 +97,9 @@ absl::Status MasterSession::RefreshSegments() {
     r->worker_address = std::move(s.worker_address);
     r->base = s.base;
     r->size = s.size;
+    r->gpu = s.tier == proto::Tier::kGpu;
+    r->gpu_ipc = std::move(s.gpu_ipc);
+    r->gpu_uuid = std::move(s.gpu_uuid);
     transport::SetHostInfo(r.get(), s.host_id);
     segments_[s.segment_id] = std::move(r);
   }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -134,6 +135,11 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
   });
   s.Get("/api/v1/segments", [=](const httplib::Request&, httplib::Response& res) {
     json arr = json::array();
+    // Capacity and use per tier, every tier listed (zero when none of it is mounted).
+    json tiers = json::object();
+    for (proto::Tier t : {proto::Tier::kHost, proto::Tier::kGpu}) {
+      tiers[TierName(t)] = {{"segments", 0}, {"size_bytes", 0}, {"used_bytes", 0}};
+    }
     for (const auto& seg : service->ListSegments()) {
       arr.push_back({{"segment_id", seg.segment_id},
                      {"name", seg.name},
@@ -143,8 +149,15 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                      {"pool", seg.pool},
                      {"size_bytes", seg.size},
                      {"used_bytes", seg.used}});
+      if (seg.tier == proto::Tier::kGpu) {
+        arr.back()["gpu_uuid"] = absl::BytesToHexString(seg.gpu_uuid);
+      }
+      json& t = tiers[TierName(seg.tier)];
+      t["segments"] = t["segments"].get<uint64_t>() + 1;
+      t["size_bytes"] = t["size_bytes"].get<uint64_t>() + seg.size;
+      t["used_bytes"] = t["used_bytes"].get<uint64_t>() + seg.used;
     }
-    SendJson(res, 200, {{"success", true}, {"data", arr}});
+    SendJson(res, 200, {{"success", true}, {"data", arr}, {"tiers", tiers}});
   });
 
   // Objects of one tenant: tenant_id is required (no cross-tenant listing), prefix and limit

@@ -93,7 +93,8 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
   }
   const int64_t now = clock_->NowMs();
   const int64_t deadline = now + options_.put_start_timeout_ms;
-  const PlacementRequest where = PlacementRequest::Put(tenant, proto::Tier::kHost);
+  const PlacementRequest where = PlacementRequest::Put(
+      tenant, (req.flags & proto::kPutFlagTierGpu) != 0 ? proto::Tier::kGpu : proto::Tier::kHost);
   rep.results.resize(req.entries.size());
   std::vector<std::string> started;
   for (size_t i = 0; i < req.entries.size(); ++i) {

@@ -41,7 +41,15 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
                                                    " with size ", req.size,
                                                    " wraps the address space"));
   }
-  if (req.rkey.empty()) {
+  if (req.tier == proto::Tier::kGpu) {
+    // Reached through its IPC handle (no rkey: device memory is not handed to a UCX without
+    // CUDA support).
+    if (req.gpu_ipc.empty() || req.gpu_uuid.size() != proto::kGpuUuidBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPU segment '", req.name, "' needs an IPC handle and a ", proto::kGpuUuidBytes,
+          "-byte device UUID (got ", req.gpu_ipc.size(), " and ", req.gpu_uuid.size(), " bytes)"));
+    }
+  } else if (req.rkey.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no remote key"));
   }
   if (req.worker_address.empty()) {
@@ -71,6 +79,8 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.rkey = req.rkey;
   s.info.worker_address = req.worker_address;
   s.info.host_id = req.host_id;
+  s.info.gpu_ipc = req.gpu_ipc;
+  s.info.gpu_uuid = req.gpu_uuid;
   s.session = session;
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
   s.restoring = req.resumed;
@@ -301,6 +311,19 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
     t.quarantined += s.quarantined;
   }
   t.segments = segments_.size();
+  return t;
+}
+
+SegmentRegistry::Totals SegmentRegistry::totals(proto::Tier tier) const {
+  granary::MutexLock lock(&mu_);
+  Totals t;
+  for (const auto& [id, s] : segments_) {
+    if (s.info.tier != tier) continue;
+    t.capacity += s.info.size;
+    t.used += s.alloc->used_bytes() - s.quarantined;
+    t.quarantined += s.quarantined;
+    ++t.segments;
+  }
   return t;
 }
 

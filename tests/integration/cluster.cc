@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   if (!st.ok()) return st;
   for (int i = 0; i < o.nodes && st.ok(); ++i) st = c->StartNode();
   if (!st.ok()) return st;
-  st = c->WaitForSegments(o.nodes);
+  st = c->WaitForSegments(o.nodes * o.segments_per_node);
   if (!st.ok()) {
     c->DumpLogs();
     return st;

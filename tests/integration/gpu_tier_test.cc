@@ -5,6 +5,7 @@
 // /proc/<pid>/fd. Runs on machines without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,18 +18,69 @@
 #include "cuda/fake_backend.h"
 #include "granary/device_pointer.h"
 #include "granary/error_reason.h"
+#include "node/node_server.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
 #include "tests/integration/cluster.h"
 
 namespace granary::testing {
 namespace {
 
+// GRANARY_TEST_DEVICE_BACKEND=cuda (the ctest label gpu) runs the same bodies on the CUDA
+// runtime, skipping without a device; the fault-injection cases need the fake and skip there.
+bool OnCuda() {
+  const char* v = std::getenv("GRANARY_TEST_DEVICE_BACKEND");
+  return v != nullptr && std::string(v) == "cuda";
+}
+
 class GpuTierTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (OnCuda()) {
+      cuda::DeviceBackend* cuda_backend = cuda::CudaBackend();
+      if (cuda_backend == nullptr || cuda_backend->DeviceCount() == 0) {
+        GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+      }
+      backend_ = cuda_backend;
+      cuda::SetBackendForTesting(backend_);
+      return;
+    }
     auto fake = cuda::FakeBackend::Create(cuda::FakeOptions{});
     ASSERT_TRUE(fake.ok()) << fake.status();
     fake_ = std::move(*fake);
+    backend_ = fake_.get();
     cuda::SetBackendForTesting(fake_.get());
+  }
+  std::string BackendEnv() const {
+    return absl::StrCat("GRANARY_DEVICE_BACKEND=", OnCuda() ? "cuda" : "fake");
+  }
+  // A cluster whose node has a 16 MB GPU segment beside its host segment.
+  void StartWithGpu(int get_retries = 3) {
+    Start({"--gpu_segment_size=16MB"}, /*segments_per_node=*/2, get_retries);
+  }
+  // The segments the master lists, by tier.
+  std::vector<proto::SegmentInfo> SegmentsOf(proto::Tier tier) {
+    auto rep = client_->Call<proto::SegmentsRequest, proto::SegmentsReply>(
+        proto::MsgType::kSegments, proto::SegmentsRequest{});
+    EXPECT_TRUE(rep.ok()) << rep.status();
+    std::vector<proto::SegmentInfo> out;
+    if (!rep.ok()) return out;
+    for (const auto& s : rep->segments) {
+      if (s.tier == tier) out.push_back(s);
+    }
+    return out;
+  }
+  // The replicas the master holds for `key` (segment id and offset).
+  std::vector<proto::ReplicaDesc> ReplicasOf(const std::string& key) {
+    proto::ListRequest req;
+    req.prefix = key;
+    auto rep = client_->Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req);
+    EXPECT_TRUE(rep.ok()) << rep.status();
+    if (!rep.ok()) return {};
+    for (const auto& o : rep->objects) {
+      if (o.key == key) return o.replicas;
+    }
+    return {};
   }
   void TearDown() override {
     if (HasFailure() && cluster_) cluster_->DumpLogs();
@@ -36,16 +88,20 @@ class GpuTierTest : public ::testing::Test {
     cluster_.reset();
     cuda::SetBackendForTesting(nullptr);
   }
-  void Start(std::vector<std::string> node_flags = {}) {
+  void Start(std::vector<std::string> node_flags = {}, int segments_per_node = 1,
+             int get_retries = 3) {
     Cluster::Options o;
     o.nodes = 1;
     o.node_segment_size = "32MB";
-    o.env = {"GRANARY_DEVICE_BACKEND=fake"};
+    o.env = {BackendEnv()};
     o.node_flags = std::move(node_flags);
+    o.segments_per_node = segments_per_node;
     auto c = Cluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);
-    auto client = client::ClientImpl::Create(cluster_->ClientOpts());
+    ClientOptions co = cluster_->ClientOpts();
+    co.get_retries = get_retries;
+    auto client = client::ClientImpl::Create(co);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
   }
@@ -61,7 +117,8 @@ class GpuTierTest : public ::testing::Test {
     EXPECT_TRUE(absl::StrContains(st.message(), hex)) << "want " << hex << " in: " << st;
   }
 
-  std::unique_ptr<cuda::FakeBackend> fake_;
+  cuda::DeviceBackend* backend_ = nullptr;
+  std::unique_ptr<cuda::FakeBackend> fake_;  // null on the cuda backend
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<client::ClientImpl> client_;
 };
@@ -69,10 +126,10 @@ class GpuTierTest : public ::testing::Test {
 // Point 2 of the GPU tier: every buffer is classified through the device backend, so fake device
 // memory (PROT_NONE to the CPU: any CPU copy would crash this test) is refused with the device
 // pointer error on every call, and nothing is stored or charged.
-TEST_F(GpuTierTest, FakeDeviceBuffersAreRefusedUntouchedAndNothingIsCharged) {
-  Start();
+TEST_F(GpuTierTest, DeviceBuffersAreRefusedUntouchedAndNothingIsCharged) {
+  ASSERT_NO_FATAL_FAILURE(Start());
   constexpr size_t kBytes = 64 << 10;
-  auto dev = fake_->Alloc(0, kBytes);
+  auto dev = backend_->Alloc(0, kBytes);
   ASSERT_TRUE(dev.ok()) << dev.status();
   char* device = static_cast<char*>(*dev);
   ASSERT_TRUE(IsDevicePointer(device, kBytes));
@@ -108,12 +165,210 @@ TEST_F(GpuTierTest, FakeDeviceBuffersAreRefusedUntouchedAndNothingIsCharged) {
             Metric("granary_master_used_bytes{tier=\"host\"}") - used);
   // The device bytes are unchanged (read back through the backend, never by the CPU).
   std::vector<char> back(kBytes, '\x55');
-  ASSERT_TRUE(fake_->Memset(0, device, 0x7e, kBytes).ok());
+  ASSERT_TRUE(backend_->Memset(0, device, 0x7e, kBytes).ok());
   ExpectDevicePointer(client_->PutFrom("d", device, kBytes), device);
-  ASSERT_TRUE(fake_->Copy(0, back.data(), device, kBytes, cuda::CopyKind::kDeviceToHost).ok());
+  ASSERT_TRUE(backend_->Copy(0, back.data(), device, kBytes, cuda::CopyKind::kDeviceToHost).ok());
   EXPECT_EQ(back, std::vector<char>(kBytes, '\x7e'));
-  fake_->Free(0, device);
+  backend_->Free(0, device);
 }
 
+// Point 3: a node with a GPU segment and a same-host client. Puts that ask for the GPU tier land
+// on the GPU segment, the others on the host segment; every value reads back byte-exact through
+// the IPC mapping (device-to-host and host-to-device copies on a backend stream), and the
+// allocation headers in device memory are the ones the client wrote.
+TEST_F(GpuTierTest, GpuPutsLandOnTheGpuSegmentAndReadBackByteExactThroughIpc) {
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  const std::vector<proto::SegmentInfo> gpu = SegmentsOf(proto::Tier::kGpu);
+  const std::vector<proto::SegmentInfo> host = SegmentsOf(proto::Tier::kHost);
+  ASSERT_EQ(gpu.size(), 1u);
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_TRUE(gpu[0].rkey.empty()) << "a GPU segment must never be mapped with UCX";
+  EXPECT_FALSE(gpu[0].gpu_ipc.empty());
+  EXPECT_EQ(gpu[0].gpu_uuid.size(), 16u);
+  EXPECT_EQ(gpu[0].size, 16u << 20);
+  EXPECT_EQ(Metric("granary_master_capacity_bytes{tier=\"gpu\"}"), 16 << 20);
+  auto api = HttpGet(cluster_->master_http_port(), "/api/v1/segments");
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_TRUE(absl::StrContains(*api, "\"tier\":\"gpu\"")) << *api;
+
+  const std::vector<size_t> sizes = {1, 63, 64, 4096, 65537, (1 << 20) + 7};
+  std::vector<std::string> keys, values;
+  std::vector<absl::string_view> views;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    keys.push_back(absl::StrCat("g", i));
+    values.push_back(MakeValue(keys.back(), 1, sizes[i]));
+  }
+  for (const auto& v : values) views.push_back(v);
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  for (const absl::Status& st : client_->BatchPutWith(keys, views, on_gpu)) {
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  ASSERT_TRUE(client_->Put("h0", MakeValue("h0", 1, 5000)).ok());  // host: the default
+  PutOptions on_host;
+  on_host.tier = StorageTier::kHost;
+  ASSERT_TRUE(client_->BatchPutWith({"h1"}, {MakeValue("h1", 1, 700)}, on_host)[0].ok());
+  for (const std::string& k : keys) {
+    auto r = ReplicasOf(k);
+    ASSERT_EQ(r.size(), 1u) << k;
+    EXPECT_EQ(r[0].segment_id, gpu[0].segment_id) << k;
+  }
+  for (const std::string k : {"h0", "h1"}) {
+    auto r = ReplicasOf(k);
+    ASSERT_EQ(r.size(), 1u) << k;
+    EXPECT_EQ(r[0].segment_id, host[0].segment_id) << k;
+  }
+  EXPECT_GT(Metric("granary_master_used_bytes{tier=\"gpu\"}"), 0);
+
+  // Reads: Get, BatchGet and GetInto a host buffer.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = client_->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status();
+    EXPECT_TRUE(*got == values[i]) << keys[i] << " differs";
+  }
+  auto batch = client_->BatchGet({keys[3], "h0", keys[5], "h1"});
+  ASSERT_EQ(batch.size(), 4u);
+  for (const auto& b : batch) ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(*batch[0] == values[3]);
+  EXPECT_TRUE(*batch[1] == MakeValue("h0", 1, 5000));
+  EXPECT_TRUE(*batch[2] == values[5]);
+  std::vector<char> into(sizes[4], '\0');
+  auto n = client_->GetInto(keys[4], into.data(), into.size());
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, sizes[4]);
+  EXPECT_TRUE(std::string(into.data(), into.size()) == values[4]);
+  EXPECT_EQ(Metric("granary_master_objects"), keys.size() + 2);
+
+  // The headers in device memory, read through a mapping of this process's own (device to host).
+  auto mapped = backend_->OpenIpc(0, gpu[0].gpu_ipc);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto r = ReplicasOf(keys[i]);
+    ASSERT_EQ(r.size(), 1u);
+    proto::AllocHeader h;
+    const uint64_t at = r[0].address;  // List gives the allocation's offset in the segment
+    ASSERT_TRUE(backend_
+                    ->Copy(0, &h, static_cast<char*>(*mapped) + at, sizeof(h),
+                           cuda::CopyKind::kDeviceToHost)
+                    .ok());
+    EXPECT_EQ(h.magic, proto::AllocHeader::kMagic) << keys[i];
+    EXPECT_EQ(h.value_length, sizes[i]) << keys[i];
+  }
+  ASSERT_TRUE(backend_->CloseIpc(*mapped).ok());
+  EXPECT_EQ(client_->Remove(keys[0]).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(client_->Get(keys[0]).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A node asked for a GPU segment where there is none refuses to start and names what is missing.
+TEST_F(GpuTierTest, ANodeRefusesAGpuSegmentWithoutGpuSupportOrWithoutTheDevice) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  struct Case {
+    std::string backend, device, want;
+  };
+  const std::vector<Case> cases = {
+      {"GRANARY_DEVICE_BACKEND=none", "0", "--gpu_segment_size=16MB on --gpu_device=0: no CUDA"},
+      {"GRANARY_DEVICE_BACKEND=fake", "7",
+       "--gpu_device=7: no such device (the fake device "
+       "backend has 1 device: 0..0)"},
+  };
+  for (const Case& c : cases) {
+    auto p = Process::Start(
+        {BinDir() + "/granary_node", "--master=" + cluster_->master_address(),
+         "--host_segment_size=8MB", "--gpu_segment_size=16MB", "--gpu_device=" + c.device,
+         "--metrics_port=0", "--metrics_host=127.0.0.1", "--local_hostname=127.0.0.1"},
+        {c.backend}, absl::StrCat(cluster_->dir(), "/refused", c.device, ".log"));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)->Wait(), 1) << (*p)->Log();
+    EXPECT_TRUE(absl::StrContains((*p)->Log(), c.want)) << "want '" << c.want << "' in:\n"
+                                                        << (*p)->Log();
+  }
+  EXPECT_EQ(Metric("granary_master_segments"), 1);  // nothing of them was mounted
+}
+
+// Injected: the node's allocation fails (in-process node on this test's fake).
+TEST_F(GpuTierTest, ANodeRefusesToStartWhenTheGpuAllocationFails) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  node::NodeOptions o;
+  o.host_segment_size = 0;
+  o.gpu_segment_size = 16 << 20;
+  o.gpu_segment_size_flag = "16MB";
+  o.serve_http = false;
+  fake_->FailNthAllocation(1);
+  auto n = node::NodeServer::Create(o);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted) << n.status();
+  EXPECT_TRUE(absl::StrContains(n.status().message(),
+                                "--gpu_segment_size=16MB on --gpu_device=0: allocation failed"))
+      << n.status();
+}
+
+// Injected: a sticky copy error in the client's backend fails the transfers with a clear
+// status; a failed put stores nothing and leaves no charge; a failed get returns no bytes.
+TEST_F(GpuTierTest, ACopyErrorFailsTheTransferAndLeaksNoCharge) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu(/*get_retries=*/0));
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string value = MakeValue("kept", 1, 10000);
+  ASSERT_TRUE(client_->BatchPutWith({"kept"}, {value}, on_gpu)[0].ok());
+  const double charged = Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}");
+  const double used = Metric("granary_master_used_bytes{tier=\"gpu\"}");
+  fake_->InjectStickyCopyError();
+  absl::Status put = client_->BatchPutWith({"lost"}, {MakeValue("lost", 1, 5000)}, on_gpu)[0];
+  EXPECT_EQ(put.code(), absl::StatusCode::kInternal) << put;
+  EXPECT_TRUE(absl::StrContains(put.message(), "device copy of GPU segment")) << put;
+  EXPECT_FALSE(*client_->Exist("lost"));
+  std::vector<char> into(10000, '\x5a');
+  auto got = client_->GetInto("kept", into.data(), into.size());
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "device copy")) << got.status();
+  EXPECT_EQ(into, std::vector<char>(10000, '\x5a')) << "a failed get wrote into the buffer";
+  EXPECT_EQ(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}"), charged);
+  EXPECT_EQ(Metric("granary_master_used_bytes{tier=\"gpu\"}"), used);
+  // The host tier does not go through the device backend: still fine.
+  ASSERT_TRUE(client_->Put("host", "bytes").ok());
+  EXPECT_EQ(*client_->Get("host"), "bytes");
+}
+
+// Injected: the IPC open fails, so the get fails with a clear status (no remote path to fall
+// back to yet); the next get opens the handle and succeeds.
+TEST_F(GpuTierTest, AnIpcOpenFailureFailsTheGetClearlyAndTheNextOpenWorks) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu(/*get_retries=*/0));
+  fake_->FailNextIpcOpen();
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  absl::Status put = client_->BatchPutWith({"k"}, {MakeValue("k", 1, 3000)}, on_gpu)[0];
+  EXPECT_EQ(put.code(), absl::StatusCode::kUnavailable) << put;
+  EXPECT_TRUE(absl::StrContains(put.message(), "opening its IPC handle")) << put;
+  EXPECT_FALSE(*client_->Exist("k"));
+  ASSERT_TRUE(client_->BatchPutWith({"k"}, {MakeValue("k", 1, 3000)}, on_gpu)[0].ok());
+  // A fresh client, whose first open fails on the get.
+  client_.reset();
+  ClientOptions co = cluster_->ClientOpts();
+  co.get_retries = 0;
+  auto c = client::ClientImpl::Create(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  client_ = std::move(*c);
+  fake_->FailNextIpcOpen();
+  auto got = client_->Get("k");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "IPC")) << got.status();
+  auto again = client_->Get("k");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again == MakeValue("k", 1, 3000));
+}
+
+// A GPU-tier put with no GPU segment mounted is refused for lack of room, not placed on host.
+TEST_F(GpuTierTest, AGpuPutWithoutAGpuSegmentIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  absl::Status st = client_->BatchPutWith({"k"}, {MakeValue("k", 1, 100)}, on_gpu)[0];
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_FALSE(*client_->Exist("k"));
+}
 }  // namespace
 }  // namespace granary::testing

@@ -74,8 +74,19 @@ HelloReply SampleHelloReply() {
 }
 HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
 MountSegmentRequest SampleMount() {
-  return {"seg-0", "node-a", "10.0.0.1:4000",    0x7F0000001000ull, 48ull << 30, Tier::kGpu,
-          kBinary, "pool-x", "worker" + kBinary, "boot-id-1",       true};
+  return {"seg-0",
+          "node-a",
+          "10.0.0.1:4000",
+          0x7F0000001000ull,
+          48ull << 30,
+          Tier::kGpu,
+          kBinary,
+          "pool-x",
+          "worker" + kBinary,
+          "boot-id-1",
+          true,
+          "ipc" + kBinary,
+          std::string(16, '\xfa')};
 }
 MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
 UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
@@ -117,7 +128,8 @@ SegmentsReply SampleSegmentsReply() {
   SegmentsReply m{Ws(absl::StatusCode::kOk, ""), {}};
   m.segments.push_back(
       {1, "seg-0", "node-a", "h:1", 0x1000, 1 << 20, 4096, Tier::kHost, "", kBinary, "w1", "boot"});
-  m.segments.push_back({~0ull, "seg-1", "node-b", "h:2", 0, 0, 0, Tier::kGpu, "pool", "", "", ""});
+  m.segments.push_back({~0ull, "seg-1", "node-b", "h:2", 0, 0, 0, Tier::kGpu, "pool", "", "", "",
+                        "ipc" + kBinary, std::string(16, '\x01')});
   return m;
 }
 
@@ -364,7 +376,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x05\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x06\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }
