@@ -32,10 +32,11 @@ GpuSegments::GpuSegments(MetricsRegistry* metrics)
 
 GpuSegments::~GpuSegments() {
   std::vector<Stream> idle;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped;  // closed outside the lock
   {
     granary::MutexLock lock(&mu_);
     idle.swap(idle_);
-    mapped_.clear();
+    mapped.swap(mapped_);
   }
   for (Stream& s : idle) s.backend->DestroyStream(s.handle);
 }
@@ -65,14 +66,19 @@ absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceBackend& backend,
 absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
     const transport::RemoteSegment& seg) {
   cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  std::shared_ptr<Mapping> stale;  // closed outside the lock, once no batch holds it
   {
     granary::MutexLock lock(&mu_);
     auto it = mapped_.find(seg.segment_id);
     if (it != mapped_.end() && it->second->ipc == seg.gpu_ipc && it->second->backend == &backend) {
       return it->second;
     }
-    if (it != mapped_.end()) mapped_.erase(it);  // closed once no batch holds it
+    if (it != mapped_.end()) {
+      stale = std::move(it->second);
+      mapped_.erase(it);
+    }
   }
+  stale.reset();
   const std::string where =
       absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
   if (!seg.same_host) {
@@ -82,9 +88,10 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
                      "(through IPC); the remote GPU path (node bounce) is not built yet"));
   }
   absl::StatusOr<int> device = LocalDevice(backend, seg.gpu_uuid);
-  if (!device.ok())
+  if (!device.ok()) {
     return absl::Status(device.status().code(),
                         absl::StrCat(where, ": ", device.status().message()));
+  }
   absl::StatusOr<void*> base = backend.OpenIpc(*device, seg.gpu_ipc);
   if (!base.ok()) {
     return absl::UnavailableError(absl::StrCat(where, ": opening its IPC handle on device ",
@@ -97,9 +104,9 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
   m->base = static_cast<unsigned char*>(*base);
   opened_->Inc();
   LOG_DEBUG << "mapped " << where << " (" << seg.size << " bytes) on device " << *device;
-  granary::MutexLock lock(&mu_);
+  granary::MutexLock lock(&mu_);  // destroyed before `m`: a losing `m` closes unlocked
   auto [it, fresh] = mapped_.try_emplace(seg.segment_id, m);
-  if (!fresh) return it->second;  // another thread won; ours closes as `m` goes
+  if (!fresh) return it->second;  // another thread opened it first
   return m;
 }
 

@@ -173,6 +173,14 @@ absl::StatusOr<Placements> Evictor::AllocateWithEviction(const PlacementRequest&
                        " node(s) have a segment that holds ", FormatSize(need)));
     }
   }
+  if (!p.ok() && who.tier() != proto::Tier::kHost) {
+    // Victims are picked by recency over every object, whatever its tier: evicting them could
+    // free only host space, destroying cached objects for nothing. No eviction within the GPU
+    // tier yet.
+    return absl::Status(p.status().code(),
+                        absl::StrCat(p.status().message(), "; the ", TierName(who.tier()),
+                                     " tier is not evicted into (not built yet)"));
+  }
   for (int attempt = 0; attempt < 2 && !p.ok() && absl::IsResourceExhausted(p.status());
        ++attempt) {
     auto totals = SharedCapacity(who.tier());

@@ -361,6 +361,22 @@ TEST_F(GpuTierTest, AnIpcOpenFailureFailsTheGetClearlyAndTheNextOpenWorks) {
   EXPECT_TRUE(*again == MakeValue("k", 1, 3000));
 }
 
+// A full GPU tier refuses the put and evicts nothing: eviction picks victims over every tier,
+// so it would destroy host objects without freeing GPU space.
+TEST_F(GpuTierTest, AFullGpuTierRefusesThePutAndEvictsNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  ASSERT_TRUE(client_->Put("host", MakeValue("host", 1, 1 << 20)).ok());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string big = MakeValue("big", 1, 10 << 20);
+  ASSERT_TRUE(client_->BatchPutWith({"big"}, {big}, on_gpu)[0].ok());
+  absl::Status st = client_->BatchPutWith({"big2"}, {big}, on_gpu)[0];
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_TRUE(*client_->Exist("host"));
+  EXPECT_TRUE(*client_->Exist("big"));
+  EXPECT_FALSE(*client_->Exist("big2"));
+}
+
 // A GPU-tier put with no GPU segment mounted is refused for lack of room, not placed on host.
 TEST_F(GpuTierTest, AGpuPutWithoutAGpuSegmentIsRefused) {
   ASSERT_NO_FATAL_FAILURE(Start());
