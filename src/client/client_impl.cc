@@ -73,6 +73,11 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
       "Values a node wrote into a registered buffer for a read over tcp (Push)");
   GRANARY_ASSIGN_OR_RETURN(c->session_,
                            MasterSession::Create(options, c->worker_.get(), &c->log_route_));
+  // The session is destroyed before gpu_, so the listener never outlives it.
+  c->session_->SetSegmentsListener(
+      [gpu = c->gpu_.get()](const absl::flat_hash_set<uint64_t>& mounted) {
+        gpu->Retain(mounted);
+      });
   return c;
 }
 

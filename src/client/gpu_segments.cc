@@ -41,6 +41,19 @@ GpuSegments::~GpuSegments() {
   for (Stream& s : idle) s.backend->DestroyStream(s.handle);
 }
 
+void GpuSegments::Retain(const absl::flat_hash_set<uint64_t>& mounted) {
+  std::vector<std::shared_ptr<Mapping>> gone;  // closed outside the lock
+  granary::MutexLock lock(&mu_);
+  for (auto it = mapped_.begin(); it != mapped_.end();) {
+    if (mounted.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    gone.push_back(std::move(it->second));
+    mapped_.erase(it++);
+  }
+}
+
 bool GpuSegments::AnyGpu(const std::vector<transport::RmaOp>& ops) {
   for (const transport::RmaOp& op : ops) {
     if (op.segment->gpu) return true;

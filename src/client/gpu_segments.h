@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
@@ -50,6 +51,10 @@ class GpuSegments {
   //                        header changed during the read (retry);
   //   INTERNAL             a device copy failed (the backend's error in the message).
   [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops);
+
+  // Closes the mappings of segments not in `mounted` (unmounted at the master), each once no
+  // batch holds it. Thread-safe.
+  void Retain(const absl::flat_hash_set<uint64_t>& mounted);
 
  private:
   struct Mapping;

@@ -87,6 +87,9 @@ void MasterSession::HeartbeatLoop() {
 absl::Status MasterSession::RefreshSegments() {
   GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::SegmentsRequest, proto::SegmentsReply>(
                                          proto::MsgType::kSegments, proto::SegmentsRequest{})));
+  absl::flat_hash_set<uint64_t> mounted;
+  for (const auto& s : rep.segments) mounted.insert(s.segment_id);
+  if (listener_) listener_(mounted);
   granary::MutexLock lock(&seg_mu_);
   segments_.clear();
   for (auto& s : rep.segments) {

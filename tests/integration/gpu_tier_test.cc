@@ -5,10 +5,14 @@
 // /proc/<pid>/fd. Runs on machines without a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -359,6 +363,51 @@ TEST_F(GpuTierTest, AnIpcOpenFailureFailsTheGetClearlyAndTheNextOpenWorks) {
   auto again = client_->Get("k");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(*again == MakeValue("k", 1, 3000));
+}
+
+// The fake device mappings open in this process (each IPC mapping holds its memfd open).
+int OpenFakeMappings() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && absl::StrContains(target, "granary-fake-device")) ++n;
+  }
+  return n;
+}
+
+// The client maps a GPU segment once, and closes the mapping when the segment is unmounted: a
+// node restarted in place mounts a new segment, which the client maps instead of the old one.
+TEST_F(GpuTierTest, TheClientMapsASegmentOnceAndClosesItWhenTheSegmentIsGone) {
+  if (fake_ == nullptr) GTEST_SKIP() << "counts the fake's mappings";
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  EXPECT_EQ(OpenFakeMappings(), 0);
+  for (int i = 0; i < 5; ++i) {
+    const std::string k = absl::StrCat("k", i);
+    ASSERT_TRUE(client_->BatchPutWith({k}, {MakeValue(k, 1, 1000)}, on_gpu)[0].ok());
+    auto got = client_->Get(k);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == MakeValue(k, 1, 1000));
+  }
+  EXPECT_EQ(OpenFakeMappings(), 1);
+  cluster_->node(0)->Kill(SIGKILL);
+  cluster_->node(0)->Wait();
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitForSegments(2).ok());
+  std::string value = MakeValue("after", 1, 2000);
+  absl::Status st;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // until the master dropped the dead node
+    st = client_->BatchPutWith({"after"}, {value}, on_gpu)[0];
+    if (st.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(st.ok()) << st;
+  auto got = client_->Get("after");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == value);
+  EXPECT_EQ(OpenFakeMappings(), 1) << "the dead node's segment is still mapped";
 }
 
 // A full GPU tier refuses the put and evicts nothing: eviction picks victims over every tier,
