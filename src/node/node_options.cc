@@ -44,10 +44,6 @@ absl::Status NodeOptions::Validate() const {
       }
     }
   }
-  if (!gpu_devices.empty() && gpu_segment_size == 0) {
-    return absl::InvalidArgumentError(
-        "--gpu_device needs --gpu_segment_size (the size of each device's GPU segment)");
-  }
   if (gpu_segment_size != 0 && gpu_segment_size < 1024 * 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu_segment_size ", gpu_segment_size, " is below the 1 MB minimum"));

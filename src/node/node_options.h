@@ -16,7 +16,8 @@ struct NodeOptions {
   // with devices (cuda, or the CPU-only fake): the node refuses to start otherwise.
   uint64_t gpu_segment_size = 0;
   // The devices that each contribute one GPU segment of gpu_segment_size (--gpu_device,
-  // repeatable); empty: device 0. Distinct, >= 0.
+  // repeatable); empty: device 0. Distinct, >= 0. Unused while gpu_segment_size is 0 (the
+  // systemd units always pass --gpu_device, with --gpu_segment_size=0 by default).
   std::vector<int> gpu_devices;
   // How --gpu_segment_size was written, for messages (empty: the byte count).
   std::string gpu_segment_size_flag;
