@@ -6,7 +6,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -103,7 +106,7 @@ class FakeBackendImpl final : public FakeBackend {
     region.bytes = bytes;
     region.owned_host = true;
     MutexLock lock(&mu_);
-    regions_.emplace(reinterpret_cast<uintptr_t>(p), std::move(region));
+    InsertLocked(reinterpret_cast<uintptr_t>(p), std::move(region));
     return p;
   }
 
@@ -136,7 +139,7 @@ class FakeBackendImpl final : public FakeBackend {
     Region region;
     region.kind = MemoryKind::kPinnedHost;
     region.bytes = n;
-    regions_.emplace(start, std::move(region));
+    InsertLocked(start, std::move(region));
     return absl::OkStatus();
   }
 
@@ -152,7 +155,15 @@ class FakeBackendImpl final : public FakeBackend {
     return absl::OkStatus();
   }
 
+  // Cost: for an address outside the span of every range the fake ever knew (the usual host
+  // buffer of a process with no fake memory), two atomic loads and no lock; otherwise a lock and
+  // a map lookup.
   PointerInfo Classify(const void* p) override {
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    if (addr < span_begin_.load(std::memory_order_acquire) ||
+        addr >= span_end_.load(std::memory_order_acquire)) {
+      return {};
+    }
     MutexLock lock(&mu_);
     auto it = FindLocked(p);
     if (it == regions_.end()) return {};
@@ -396,7 +407,7 @@ class FakeBackendImpl final : public FakeBackend {
     region.map = *map;
     void* p = map->view;
     MutexLock lock(&mu_);
-    regions_.emplace(reinterpret_cast<uintptr_t>(p), std::move(region));
+    InsertLocked(reinterpret_cast<uintptr_t>(p), std::move(region));
     return p;
   }
 
@@ -410,6 +421,19 @@ class FakeBackendImpl final : public FakeBackend {
   }
 
   // The region holding p, or regions_.end().
+  // Adds a range and widens the span Classify checks first (never narrowed: a stale span only
+  // costs a lookup).
+  void InsertLocked(uintptr_t start, Region region) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uintptr_t end = start + std::max<size_t>(region.bytes, region.map.mapped);
+    regions_.emplace(start, std::move(region));
+    if (start < span_begin_.load(std::memory_order_relaxed)) {
+      span_begin_.store(start, std::memory_order_release);
+    }
+    if (end > span_end_.load(std::memory_order_relaxed)) {
+      span_end_.store(end, std::memory_order_release);
+    }
+  }
+
   std::map<uintptr_t, Region>::const_iterator FindLocked(const void* p) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const auto addr = reinterpret_cast<uintptr_t>(p);
@@ -578,6 +602,10 @@ class FakeBackendImpl final : public FakeBackend {
   Mutex mu_;
   // Keyed by start address; ranges never overlap.
   std::map<uintptr_t, Region> regions_ ABSL_GUARDED_BY(mu_);
+  // [span_begin_, span_end_) covers every range ever in regions_; written under mu_, read
+  // without it by Classify.
+  std::atomic<uintptr_t> span_begin_{UINTPTR_MAX};
+  std::atomic<uintptr_t> span_end_{0};
   std::map<void*, std::unique_ptr<FakeStream>> streams_ ABSL_GUARDED_BY(mu_);
   std::map<void*, std::shared_ptr<FakeEvent>> events_ ABSL_GUARDED_BY(mu_);
   int alloc_countdown_ ABSL_GUARDED_BY(mu_) = 0;
@@ -648,7 +676,7 @@ absl::StatusOr<void*> FakeBackendImpl::OpenIpc(int device, absl::string_view blo
   region.ipc_offset = handle->offset;
   void* mapped = static_cast<unsigned char*>(map->view) + handle->offset;
   MutexLock lock(&mu_);
-  regions_.emplace(reinterpret_cast<uintptr_t>(map->view), std::move(region));
+  InsertLocked(reinterpret_cast<uintptr_t>(map->view), std::move(region));
   return mapped;
 }
 

@@ -52,10 +52,20 @@ struct PrefixLookup {
   uint32_t lease_ms = 0;      // with lease: the blocks are leased this long
 };
 
+// The memory tier of a segment (a node's --host_segment_size or --gpu_segment_size).
+enum class StorageTier {
+  kHost,  // host memory: readable by every client, same-host or remote
+  kGpu,   // a node's GPU memory: today read and written by same-host clients only (through the
+          // device backend's IPC); a client on another host gets FAILED_PRECONDITION
+};
+
 // Options of one put.
 struct PutOptions {
   bool soft_pin = false;  // evicted only when nothing unpinned is left
   bool hard_pin = false;  // never evicted (still removable, still charged)
+  // The tier every replica is placed on (only that tier: RESOURCE_EXHAUSTED when it has no
+  // room). Host by default, so a put that does not ask never lands in GPU memory.
+  StorageTier tier = StorageTier::kHost;
 };
 
 struct ListResult {

@@ -5,16 +5,19 @@
 namespace granary {
 
 // Whether any byte of [p, p + n) is CUDA device or managed memory, which a CPU copy must never
-// touch. Asks the CUDA driver (libcuda.so.1, opened with dlopen on the first call and kept; the
-// library neither links CUDA nor initialises it) for the memory type of the first and the last
-// byte. False when n is 0, when the driver is absent, and when it answers with an error (not
-// initialised in this process, or memory it does not know: plain host memory). Pinned host
-// memory (cudaHostAlloc, cuMemHostRegister) is host memory: false.
+// touch. Asks the process's device backend (GRANARY_DEVICE_BACKEND: cuda, fake or none; chosen
+// once, at the first call) to classify the first and the last byte: device and managed memory
+// count, pinned and pageable host memory do not. With the `none` backend (a build without CUDA,
+// or no usable device) it asks the CUDA driver instead (libcuda.so.1, opened with dlopen on the
+// first call and kept; neither linked nor initialised by the library): false when the driver is
+// absent or answers with an error (plain host memory). False when n is 0.
 //
 // Also true for a range that overlaps one added with testing::AddFakeDeviceRange.
 //
-// Thread-safe. Cost: with no fake range and no driver, one atomic load and a static's guard
-// check; with the driver, up to four driver calls (memory type and managed flag, two bytes).
+// Thread-safe. Cost per call on host memory: with no fake range, one atomic load and a virtual
+// call, then per byte asked: cuda, one cudaPointerGetAttributes (no system call); fake, two
+// atomic loads (a lock only for an address inside the span of its fake memory); none, up to two
+// driver calls, or nothing without a driver. No allocation.
 bool IsDevicePointer(const void* p, size_t n);
 
 namespace testing {

@@ -64,6 +64,7 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   // The progress thread logs through this client's route for as long as it runs.
   c->worker_->Post([route = &c->log_route_] { SetThreadLogRoute(route); });
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
+  c->gpu_ = std::make_unique<GpuSegments>(&c->metrics_);
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
       c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
@@ -77,6 +78,11 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
           c->metrics_.Counter("granary_client_master_connect_failures_total",
                               "Failed reconnects to the master (then calls fail fast until a "
                               "jittered exponential back-off has passed)")));
+  // The session is destroyed before gpu_, so the listener never outlives it.
+  c->session_->SetSegmentsListener(
+      [gpu = c->gpu_.get()](const absl::flat_hash_set<uint64_t>& mounted) {
+        gpu->Retain(mounted);
+      });
   return c;
 }
 
@@ -88,12 +94,15 @@ ClientImpl::~ClientImpl() {
     node_clients_.clear();
   }
   rma_.reset();
+  gpu_.reset();
   registrations_.reset();
   worker_.reset();
   ctx_.reset();
 }
 
 absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
+  // GPU segments: device copies through the backend, never UCX, never a CPU copy.
+  if (GpuSegments::AnyGpu(ops)) GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops));
   rma_->CopyMapped(&ops);  // same-host shared memory: plain copies, here
   if (ops.empty()) return absl::OkStatus();
   std::vector<std::string> nodes;
@@ -226,7 +235,8 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
     sizes.push_back(v.size());
   }
   uint32_t flags = (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
-                   (options.hard_pin ? proto::kPutFlagHardPin : 0u);
+                   (options.hard_pin ? proto::kPutFlagHardPin : 0u) |
+                   (options.tier == StorageTier::kGpu ? proto::kPutFlagTierGpu : 0u);
   return PutImpl(keys, data, sizes, flags);
 }
 
@@ -352,7 +362,9 @@ absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint
   hdr.length = kAllocHeaderSize;
   hdr.remote_addr = replica.address;
   hdr.segment = std::move(seg);
+  hdr.header = true;
   transport::RmaOp body = hdr;
+  body.header = false;
   body.local = value.data();
   body.length = size;
   body.remote_addr = replica.address + kAllocHeaderSize;

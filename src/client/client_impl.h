@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "client/gpu_segments.h"
 #include "client/master_session.h"
 #include "client/planner.h"
 #include "client/registrations.h"
@@ -134,6 +135,7 @@ class ClientImpl : public Client {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<Registrations> registrations_;
   std::unique_ptr<transport::RmaEngine> rma_;
+  std::unique_ptr<GpuSegments> gpu_;  // same-host GPU segments (IPC mappings, streams)
   std::unique_ptr<MasterSession> session_;
 
   granary::Mutex nodes_mu_;  // control connections to nodes (Fetch, Push)

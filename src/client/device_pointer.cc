@@ -1,4 +1,5 @@
-// granary::IsDevicePointer: the CUDA driver asked through dlopen, plus the tests' fake ranges.
+// granary::IsDevicePointer: the active device backend's Classify (cuda/device_backend.h), the
+// CUDA driver through dlopen when that backend is `none`, plus the tests' fake ranges.
 #include "granary/device_pointer.h"
 
 #include <dlfcn.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "cuda/device_backend.h"
 
 namespace granary {
 
@@ -69,9 +71,19 @@ bool IsDevicePointer(const void* p, size_t n) {
   const auto begin = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = n > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + n;
   if (Fakes().any.load(std::memory_order_acquire) && OverlapsFake(begin, end)) return true;
+  const void* last = reinterpret_cast<const void*>(end - 1);
+  cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  if (backend.Name() != "none") {
+    auto device = [&backend](const void* q) {
+      const cuda::MemoryKind kind = backend.Classify(q).kind;
+      return kind == cuda::MemoryKind::kDevice || kind == cuda::MemoryKind::kManaged;
+    };
+    return device(p) || (n > 1 && device(last));
+  }
+  // No usable backend in this process (a build without CUDA, or none chosen): the memory may
+  // still be the engine's own CUDA memory, so ask the driver directly.
   PointerGetAttributeFn get = Driver();
   if (get == nullptr) return false;
-  const void* last = reinterpret_cast<const void*>(end - 1);
   return DriverSaysDevice(get, p) || (n > 1 && DriverSaysDevice(get, last));
 }
 

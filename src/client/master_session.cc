@@ -114,6 +114,9 @@ void MasterSession::HeartbeatLoop() {
 absl::Status MasterSession::RefreshSegments() {
   GRANARY_ASSIGN_OR_RETURN(auto rep, (Call<proto::SegmentsRequest, proto::SegmentsReply>(
                                          proto::MsgType::kSegments, proto::SegmentsRequest{})));
+  absl::flat_hash_set<uint64_t> mounted;
+  for (const auto& s : rep.segments) mounted.insert(s.segment_id);
+  if (listener_) listener_(mounted);
   granary::MutexLock lock(&seg_mu_);
   segments_.clear();
   for (auto& s : rep.segments) {
@@ -124,6 +127,9 @@ absl::Status MasterSession::RefreshSegments() {
     r->worker_address = std::move(s.worker_address);
     r->base = s.base;
     r->size = s.size;
+    r->gpu = s.tier == proto::Tier::kGpu;
+    r->gpu_ipc = std::move(s.gpu_ipc);
+    r->gpu_uuid = std::move(s.gpu_uuid);
     transport::SetHostInfo(r.get(), s.host_id);
     segments_[s.segment_id] = std::move(r);
   }

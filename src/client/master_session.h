@@ -1,12 +1,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
@@ -61,6 +63,11 @@ class MasterSession {
   // The descriptor of a mounted segment, asking the master once when it is not cached.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(
       uint64_t id);
+  // Called with the ids of the mounted segments each time the master lists them (on a lookup
+  // miss), outside every lock of this class; the client closes what it mapped of the others.
+  // Set once, before the session is used from other threads.
+  using SegmentsListener = std::function<void(const absl::flat_hash_set<uint64_t>& mounted)>;
+  void SetSegmentsListener(SegmentsListener listener) { listener_ = std::move(listener); }
 
  private:
   MasterSession(const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route)
@@ -88,6 +95,8 @@ class MasterSession {
   granary::Mutex seg_mu_;  // after mu_ when both are held
   absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_
       ABSL_GUARDED_BY(seg_mu_);
+
+  SegmentsListener listener_;  // set before use, then only read
 
   granary::Mutex hb_mu_;
   bool stopping_ ABSL_GUARDED_BY(hb_mu_) = false;

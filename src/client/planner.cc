@@ -45,6 +45,7 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
       hdr.length = kAllocHeaderSize;
       hdr.memh = nullptr;
       hdr.remote_addr = r.address;
+      hdr.header = true;
       plan->ops.push_back(std::move(hdr));
     }
     if (!(*out)[i].ok()) {
@@ -114,7 +115,8 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     const RegisteredRange reg = inputs->Registered(*where, res.size);
     // A retry reads one-sided: it works against any node, one that refused the Push too.
     const std::string& node = (*seg)->node_address;
-    if (attempt == 0 && reg.registered() && inputs->TcpOnly(node)) {
+    // A GPU segment is never read over UCX, so never pushed from either.
+    if (attempt == 0 && !(*seg)->gpu && reg.registered() && inputs->TcpOnly(node)) {
       AddToPush(i, node, r, *where, res.size, reg, inputs, plan);
       continue;
     }
@@ -123,8 +125,10 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     hdr.length = kAllocHeaderSize;
     hdr.remote_addr = r.address;
     hdr.segment = *seg;
+    hdr.header = true;
     plan->ops.push_back(hdr);
     transport::RmaOp value = std::move(hdr);
+    value.header = false;
     value.local = *where;
     value.length = res.size;
     value.memh = reg.memh;

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -172,6 +173,11 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
       if (n.session.cgroup.has_value()) cgroups[n.session.node_id] = CgroupJson(*n.session.cgroup);
     }
     json arr = json::array();
+    // Capacity and use per tier, every tier listed (zero when none of it is mounted).
+    json tiers = json::object();
+    for (proto::Tier t : {proto::Tier::kHost, proto::Tier::kGpu}) {
+      tiers[TierName(t)] = {{"segments", 0}, {"size_bytes", 0}, {"used_bytes", 0}};
+    }
     for (const auto& seg : service->ListSegments()) {
       arr.push_back({{"segment_id", seg.segment_id},
                      {"name", seg.name},
@@ -183,10 +189,17 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                      {"used_bytes", seg.used}});
       if (auto it = cgroups.find(seg.node_id); it != cgroups.end())
         arr.back()["cgroup"] = it->second;
+      if (seg.tier == proto::Tier::kGpu) {
+        arr.back()["gpu_uuid"] = absl::BytesToHexString(seg.gpu_uuid);
+      }
+      json& t = tiers[TierName(seg.tier)];
+      t["segments"] = t["segments"].get<uint64_t>() + 1;
+      t["size_bytes"] = t["size_bytes"].get<uint64_t>() + seg.size;
+      t["used_bytes"] = t["used_bytes"].get<uint64_t>() + seg.used;
     }
     json pools = json::array();
     for (const auto& p : service->ListPools()) pools.push_back(PoolJson(p));
-    SendJson(res, 200, {{"success", true}, {"data", arr}, {"pools", pools}});
+    SendJson(res, 200, {{"success", true}, {"data", arr}, {"pools", pools}, {"tiers", tiers}});
   });
 
   // The nodes with a session: their segments (capacity, usage, pool) and, for a node under

@@ -206,6 +206,14 @@ absl::Status Evictor::CheckEvictionHelps(const PlacementRequest& who, uint64_t b
         absl::StrCat(allocated.message(), "; eviction cannot help: ", nodes,
                      " node(s) have a segment that holds ", FormatSize(need)));
   }
+  if (who.tier() != proto::Tier::kHost) {
+    // Victims are picked by recency over every object, whatever its tier: evicting them could
+    // free only host space, destroying cached objects for nothing. No eviction within the GPU
+    // tier yet.
+    return absl::Status(allocated.code(),
+                        absl::StrCat(allocated.message(), "; the ", TierName(who.tier()),
+                                     " tier is not evicted into (not built yet)"));
+  }
   return absl::OkStatus();
 }
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "master/placement.h"
+
 namespace granary::master {
 
 MasterCounters::MasterCounters(MetricsRegistry* metrics) {
@@ -75,9 +77,13 @@ void ExportMasterGauges(MetricsRegistry* metrics, std::function<MasterStats()> s
     w.Gauge("granary_master_objects", "Objects in the table", {}, s.objects);
     w.Gauge("granary_master_objects_processing", "Objects with a put in progress", {},
             s.processing);
-    w.Gauge("granary_master_capacity_bytes", "Mounted segment bytes", {{"tier", "host"}},
-            s.capacity);
-    w.Gauge("granary_master_used_bytes", "Allocated segment bytes", {{"tier", "host"}}, s.used);
+    for (proto::Tier tier : {proto::Tier::kHost, proto::Tier::kGpu}) {
+      const SegmentRegistry::Totals t = segments->totals(tier);
+      const MetricLabels l = {{"tier", TierName(tier)}};
+      w.Gauge("granary_master_capacity_bytes", "Mounted segment bytes", l, t.capacity);
+      w.Gauge("granary_master_used_bytes", "Allocated segment bytes", l, t.used);
+      w.Gauge("granary_master_tier_segments", "Mounted segments of the tier", l, t.segments);
+    }
     w.Gauge("granary_master_segments", "Mounted segments", {}, s.segments);
     w.Gauge("granary_master_sessions", "Live sessions", {}, s.sessions);
     WriteTenantGauges(w, *ledger);

@@ -88,6 +88,8 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
   const int64_t now = clock_->NowMs();
   const int64_t deadline = now + options_.put_start_timeout_ms;
   const bool pool_spill = ledger_->PoolSpill(tenant);
+  const proto::Tier tier =
+      (req.flags & proto::kPutFlagTierGpu) != 0 ? proto::Tier::kGpu : proto::Tier::kHost;
   rep.results.resize(req.entries.size());
   std::vector<std::string> started;
   for (size_t i = 0; i < req.entries.size(); ++i) {
@@ -117,7 +119,7 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
       res.status = Err(st);
       continue;
     }
-    auto placed = evictor_->AllocateForPut(tenant, pool_spill, proto::Tier::kHost,
+    auto placed = evictor_->AllocateForPut(tenant, pool_spill, tier,
                                            proto::kAllocHeaderSize + e.size, req.replica_num);
     if (!placed.ok()) {
       ledger_->Refund(tenant, charge);

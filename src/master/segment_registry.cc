@@ -45,7 +45,15 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
                                                    " with size ", req.size,
                                                    " wraps the address space"));
   }
-  if (req.rkey.empty()) {
+  if (req.tier == proto::Tier::kGpu) {
+    // Reached through its IPC handle (no rkey: device memory is not handed to a UCX without
+    // CUDA support).
+    if (req.gpu_ipc.empty() || req.gpu_uuid.size() != proto::kGpuUuidBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPU segment '", req.name, "' needs an IPC handle and a ", proto::kGpuUuidBytes,
+          "-byte device UUID (got ", req.gpu_ipc.size(), " and ", req.gpu_uuid.size(), " bytes)"));
+    }
+  } else if (req.rkey.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no remote key"));
   }
   if (req.worker_address.empty()) {
@@ -75,6 +83,8 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.rkey = req.rkey;
   s.info.worker_address = req.worker_address;
   s.info.host_id = req.host_id;
+  s.info.gpu_ipc = req.gpu_ipc;
+  s.info.gpu_uuid = req.gpu_uuid;
   s.session = session;
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
   s.restoring = req.resumed;
@@ -328,6 +338,15 @@ void SegmentRegistry::AddLocked(const Segment& s, Totals* t) const {
   t->used += s.alloc->used_bytes() - s.quarantined;
   t->quarantined += s.quarantined;
   ++t->segments;
+}
+
+SegmentRegistry::Totals SegmentRegistry::totals(proto::Tier tier) const {
+  granary::MutexLock lock(&mu_);
+  Totals t;
+  for (const auto& [id, s] : segments_) {
+    if (s.info.tier == tier) AddLocked(s, &t);
+  }
+  return t;
 }
 
 SegmentRegistry::Totals SegmentRegistry::CapacityOf(const PlacementRequest& who) const {

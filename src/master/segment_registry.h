@@ -101,6 +101,8 @@ class SegmentRegistry {
   std::vector<proto::ReplicaDesc> Describe(const Placements& ps) const;
   // Every mounted segment (statistics: what the nodes lent).
   Totals totals() const;
+  // The same over the segments of one tier (every pool).
+  Totals totals(proto::Tier tier) const;
   // The segments `who` may use: SharedCapacity(tier) for what Puts fill (the watermark, fair
   // share and quota scaling).
   Totals CapacityOf(const PlacementRequest& who) const;

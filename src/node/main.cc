@@ -6,8 +6,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/size.h"
@@ -17,8 +23,11 @@
 DEFINE_string(master, "127.0.0.1:50051", "Master address host:port");
 DEFINE_string(host_segment_size, "1GB",
               "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
-DEFINE_string(gpu_segment_size, "0", "GPU memory to contribute (needs CUDA)");
-DEFINE_int32(gpu_device, 0, "CUDA device for the GPU segment");
+DEFINE_string(gpu_segment_size, "0",
+              "GPU memory to contribute on each --gpu_device (needs a device backend with GPUs)");
+DEFINE_string(gpu_device, "",
+              "Device of a GPU segment; repeat the flag (or list them: 0,1) for one segment per "
+              "device (default 0)");
 DEFINE_uint32(rpc_port, 0, "UCX listener port clients connect to (0 = any free port)");
 DEFINE_string(local_hostname, "",
               "Address clients reach this node at (default: the local "
@@ -42,7 +51,26 @@ DEFINE_string(segment_memory, "ucx",
               "with loads and stores; mmap when UCX cannot) or mmap (anonymous, 2 MiB pages)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
+namespace {
+
+// Every value of --gpu_device on the command line, in order (gflags keeps only the last of a
+// repeated flag); each value may itself be a comma list.
+std::vector<std::string> GpuDeviceValues(int argc, char** argv) {
+  std::vector<std::string> values;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view a = argv[i];
+    for (absl::string_view prefix : {"--gpu_device=", "-gpu_device="}) {
+      if (absl::StartsWith(a, prefix)) values.emplace_back(a.substr(prefix.size()));
+    }
+    if ((a == "--gpu_device" || a == "-gpu_device") && i + 1 < argc) values.emplace_back(argv[++i]);
+  }
+  return values;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  const std::vector<std::string> gpu_device_values = GpuDeviceValues(argc, argv);
   gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   granary::ConfigureMutexDeadlockDetection();
@@ -90,7 +118,16 @@ int main(int argc, char** argv) {
   auto gpu = granary::ParseSize(FLAGS_gpu_segment_size);
   if (!gpu.ok()) return fail("--gpu_segment_size: " + std::string(gpu.status().message()));
   o.gpu_segment_size = *gpu;
-  o.gpu_device = FLAGS_gpu_device;
+  o.gpu_segment_size_flag = FLAGS_gpu_segment_size;
+  for (const std::string& value : gpu_device_values) {
+    for (absl::string_view d : absl::StrSplit(value, ',')) {
+      int device = 0;
+      if (!absl::SimpleAtoi(d, &device)) {
+        return fail("--gpu_device='" + std::string(d) + "' is not a device number");
+      }
+      o.gpu_devices.push_back(device);
+    }
+  }
   if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) return fail("ports must be 0..65535");
   o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
   o.local_hostname = FLAGS_local_hostname;

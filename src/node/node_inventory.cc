@@ -39,6 +39,9 @@ uint32_t NodeInventory::TenantIdLocked(const std::string& tenant) {
 bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   if (index >= segments_->size()) return false;
   const SegmentSpan& s = (*segments_)[index];
+  // A GPU segment's headers are device memory, which the CPU must not load or CAS: its objects
+  // are not kept in the inventory (a restarted master does not restore them yet).
+  if (s.tier == proto::Tier::kGpu) return false;
   // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
   if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
       r.alloc_size > s.size || r.offset > s.size - r.alloc_size) {

@@ -30,6 +30,7 @@ namespace granary::node {
 //   valid for the bytes it read with it (the one-sided read fetches both at once); one after it
 //   sees generation 0, which matches no grant (UNAVAILABLE, retry). So no read returns wrong
 //   bytes.
+// - GPU segments (tier gpu) are not kept: their headers are device memory the CPU must not touch.
 // - Report() lists every entry for a re-mount, each checked against the 64-byte AllocHeader in
 //   this node's memory (magic, generation, key hash, value length); a mismatch (the space was
 //   overwritten, or its free record was lost) is dropped and counted.

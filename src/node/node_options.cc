@@ -32,8 +32,21 @@ absl::Status NodeOptions::Validate() const {
   if (log_level < -1 || log_level > static_cast<int>(LogLevel::kFatal)) {
     return absl::InvalidArgumentError(absl::StrCat("log level ", log_level, " is not a LogLevel"));
   }
-  if (gpu_device < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--gpu_device ", gpu_device, " is negative"));
+  for (size_t i = 0; i < gpu_devices.size(); ++i) {
+    if (gpu_devices[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu_device=", gpu_devices[i], " is negative"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (gpu_devices[j] == gpu_devices[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--gpu_device=", gpu_devices[i], " is given twice (one GPU segment per device)"));
+      }
+    }
+  }
+  if (gpu_segment_size != 0 && gpu_segment_size < 1024 * 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpu_segment_size ", gpu_segment_size, " is below the 1 MB minimum"));
   }
   return absl::OkStatus();
 }

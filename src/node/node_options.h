@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -11,8 +12,15 @@ namespace granary::node {
 struct NodeOptions {
   std::string master = "127.0.0.1:50051";   // host:port of the master
   uint64_t host_segment_size = 1ull << 30;  // pinned host memory to contribute (bytes)
-  uint64_t gpu_segment_size = 0;            // GPU memory to contribute (bytes; needs CUDA)
-  int gpu_device = 0;
+  // GPU memory to contribute per device in gpu_devices (bytes; 0: none). Needs a device backend
+  // with devices (cuda, or the CPU-only fake): the node refuses to start otherwise.
+  uint64_t gpu_segment_size = 0;
+  // The devices that each contribute one GPU segment of gpu_segment_size (--gpu_device,
+  // repeatable); empty: device 0. Distinct, >= 0. Unused while gpu_segment_size is 0 (the
+  // systemd units always pass --gpu_device, with --gpu_segment_size=0 by default).
+  std::vector<int> gpu_devices;
+  // How --gpu_segment_size was written, for messages (empty: the byte count).
+  std::string gpu_segment_size_flag;
   uint16_t rpc_port = 0;         // UCX listener that clients read from (0 = any)
   std::string local_hostname;    // address clients use to reach this node
   uint16_t metrics_port = 9103;  // HTTP /metrics (0 = any)

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
@@ -36,10 +37,6 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->log_route_.level = options.log_level;
   ScopedLogRoute route(&n->log_route_);
   n->node_id_ = RandomId();
-  if (options.gpu_segment_size > 0) {
-    return absl::UnimplementedError(
-        "--gpu_segment_size: GPU segments are not implemented in this build yet");
-  }
   GRANARY_ASSIGN_OR_RETURN(n->ctx_, transport::Context::Create("granary_node"));
   GRANARY_ASSIGN_OR_RETURN(n->worker_,
                            transport::Worker::Create(n->ctx_.get(), "node", &n->metrics_));
@@ -49,6 +46,11 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   std::vector<SegmentSpan> spans;
   if (options.host_segment_size > 0) {
     GRANARY_RETURN_IF_ERROR(n->AddHostSegment(options.host_segment_name, &spans));
+  }
+  if (options.gpu_segment_size > 0) {
+    const std::vector<int> devices =
+        options.gpu_devices.empty() ? std::vector<int>{0} : options.gpu_devices;
+    for (int device : devices) GRANARY_RETURN_IF_ERROR(n->AddGpuSegment(device, &spans));
   }
   n->service_ = std::make_unique<NodeService>(std::move(spans));
   n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
@@ -89,11 +91,15 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
       "Inventory entries dropped because the allocation header in memory disagreed");
   n->inventory_entries_ =
       n->metrics_.Gauge("granary_node_inventory_entries", "Committed objects in the inventory");
-  uint64_t total = 0;
-  for (const auto& s : n->service_->segments()) total += s.size;
+  uint64_t host_bytes = 0, gpu_bytes = 0;
+  for (const auto& s : n->service_->segments()) {
+    (s.tier == proto::Tier::kGpu ? gpu_bytes : host_bytes) += s.size;
+  }
   n->metrics_
       .Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
-      ->Set(static_cast<double>(total));
+      ->Set(static_cast<double>(host_bytes));
+  n->metrics_.Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "gpu"}})
+      ->Set(static_cast<double>(gpu_bytes));
   // Which device backend this process runs on (cuda, none, or the CPU-only fake, which is only
   // ever chosen explicitly): a fake in production shows here.
   n->metrics_
@@ -179,6 +185,37 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
   return absl::OkStatus();
 }
 
+absl::Status NodeServer::AddGpuSegment(int device, std::vector<SegmentSpan>* spans) {
+  const std::string name = absl::StrCat("gpu", device);
+  const std::string flag = options_.gpu_segment_size_flag.empty()
+                               ? absl::StrCat(options_.gpu_segment_size)
+                               : options_.gpu_segment_size_flag;
+  Segment seg;
+  GRANARY_ASSIGN_OR_RETURN(
+      seg.gpu, GpuSegment::Create(&cuda::ActiveBackend(), device, options_.gpu_segment_size, flag));
+  SegmentSpan span;
+  span.name = name;
+  span.base = reinterpret_cast<uint64_t>(seg.gpu->base());
+  span.size = seg.gpu->size();
+  span.tier = proto::Tier::kGpu;
+  span.gpu_ipc = seg.gpu->ipc();
+  span.gpu_uuid.assign(reinterpret_cast<const char*>(seg.gpu->uuid().data()),
+                       seg.gpu->uuid().size());
+  // Never mapped with UCX (no rkey): Debian's UCX has no CUDA memory support and would touch
+  // device memory from the CPU; the thin branch for a CUDA UCX (GPU.md section 1) is not built.
+  LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device " << device
+           << " (" << cuda::ActiveBackendName() << " backend, UUID "
+           << absl::BytesToHexString(span.gpu_uuid)
+           << "), exported for same-host IPC; not mapped with UCX ("
+           << (ctx_->SupportsCudaMemory()
+                   ? "this UCX supports CUDA memory, but the direct UCX path is not built"
+                   : "this UCX has no CUDA memory support")
+           << "), so remote clients cannot reach it yet";
+  spans->push_back(std::move(span));
+  segments_.push_back(std::move(seg));
+  return absl::OkStatus();
+}
+
 NodeServer::~NodeServer() {
   ScopedLogRoute route(&log_route_);  // closing connections may log
   Shutdown();
@@ -190,7 +227,10 @@ NodeServer::~NodeServer() {
   master_.reset();
   listener_.reset();
   rma_.reset();
-  for (auto& s : segments_) s.region.reset();
+  for (auto& s : segments_) {
+    s.region.reset();
+    s.gpu.reset();
+  }
   worker_.reset();
   ctx_.reset();
 }

@@ -13,6 +13,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "node/cgroup.h"
+#include "node/gpu_segment.h"
 #include "node/host_segment.h"
 #include "node/node_inventory.h"
 #include "node/node_options.h"
@@ -57,11 +58,14 @@ class NodeServer {
   struct Segment {
     std::unique_ptr<HostSegment> memory;  // mmap segments only; null when UCX allocated it
     std::unique_ptr<transport::MemoryRegion> region;  // declared after memory: unmapped first
+    std::unique_ptr<GpuSegment> gpu;  // a GPU segment (then memory and region are null)
   };
   NodeServer() = default;
   // Allocates and registers the host segment `name` (UCX-allocated or mmap, as options say).
   [[nodiscard]] absl::Status AddHostSegment(const std::string& name,
                                             std::vector<SegmentSpan>* spans);
+  // Allocates and exports the GPU segment of `device` through the device backend.
+  [[nodiscard]] absl::Status AddGpuSegment(int device, std::vector<SegmentSpan>* spans);
   [[nodiscard]] absl::Status ConnectAndMount();
   // Fetch: reads a replica one-sided from another node into this node's segment (Copy/Move).
   std::optional<std::string> HandleRequest(transport::RpcServer::ConnId conn,

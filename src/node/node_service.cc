@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "proto/alloc_header.h"
 
 namespace granary::node {
@@ -42,6 +43,8 @@ proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountId
   m.worker_address = who.worker_address;
   m.host_id = who.host_id;
   m.resumed = resumed;
+  m.gpu_ipc = s.gpu_ipc;
+  m.gpu_uuid = s.gpu_uuid;
   return m;
 }
 
@@ -92,12 +95,22 @@ std::optional<size_t> NodeService::SegmentHolding(uint64_t address, uint64_t len
   return std::nullopt;
 }
 
+absl::Status NodeService::CheckNotGpu(size_t index, const char* what) const {
+  if (segments_[index].tier != proto::Tier::kGpu) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " touches GPU segment ", segments_[index].name,
+      ": device memory is never handed to UCX, and the node bounce (pinned staging) that "
+      "would serve it is not built yet; same-host clients reach it through IPC"));
+}
+
 absl::Status NodeService::CheckFetch(const proto::FetchRequest& req) const {
-  if (!SegmentHolding(req.dest_address, req.length).has_value()) {
+  std::optional<size_t> dest = SegmentHolding(req.dest_address, req.length);
+  if (!dest.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("fetch of ", req.length, " bytes to address ",
                                                    req.dest_address,
                                                    " is outside this node's segments"));
   }
+  GRANARY_RETURN_IF_ERROR(CheckNotGpu(*dest, "a fetch"));
   if (req.source.worker_address.empty() || req.source.rkey.empty()) {
     return absl::InvalidArgumentError("fetch without a source worker address and rkey");
   }
@@ -119,6 +132,7 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
                                                      e.source_address,
                                                      " is outside this node's segments"));
     }
+    GRANARY_RETURN_IF_ERROR(CheckNotGpu(*src, "a push"));
     if (e.dest_address < dest.base || e.length > dest.size ||
         e.dest_address - dest.base > dest.size - e.length) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -128,10 +142,12 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
     sources->push_back(*src);
   }
   for (uint64_t h : req.headers) {
-    if (!SegmentHolding(h, proto::kAllocHeaderSize).has_value()) {
+    std::optional<size_t> in = SegmentHolding(h, proto::kAllocHeaderSize);
+    if (!in.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("header at address ", h, " is outside this node's segments"));
     }
+    GRANARY_RETURN_IF_ERROR(CheckNotGpu(*in, "a push"));
   }
   return absl::OkStatus();
 }

@@ -20,7 +20,9 @@ struct SegmentSpan {
   uint64_t base = 0;  // address of byte 0 (the segment's remote address too)
   uint64_t size = 0;
   proto::Tier tier = proto::Tier::kHost;
-  std::string rkey;  // packed remote key
+  std::string rkey;      // packed remote key; empty for a GPU segment (never mapped with UCX)
+  std::string gpu_ipc;   // tier kGpu: the device backend's IPC export of byte 0
+  std::string gpu_uuid;  // tier kGpu: the device's 16-byte UUID
 };
 
 // Who the node is, for its MountSegment requests in one master session.
@@ -80,16 +82,22 @@ class NodeService {
   // does or length is 0. No overflow: address + length is never computed.
   std::optional<size_t> SegmentHolding(uint64_t address, uint64_t length) const;
   // A Fetch writes req.length bytes at req.dest_address: that must lie inside one segment, and
-  // the source must name a worker address and rkey. INVALID_ARGUMENT naming the range otherwise.
+  // the source must name a worker address and rkey. INVALID_ARGUMENT naming the range otherwise;
+  // FAILED_PRECONDITION when the destination is a GPU segment (device memory is never handed to
+  // UCX; the node bounce that would stage it is not built yet).
   [[nodiscard]] absl::Status CheckFetch(const proto::FetchRequest& req) const;
   // A Push reads each entry's source (inside one segment), writes it at its destination (inside
   // the client's buffer req.dest) and then reads each header (inside one segment). On success
   // `sources` (cleared first) holds, per entry, the index of the segment its source lies in.
-  // INVALID_ARGUMENT naming the first range that is outside otherwise.
+  // INVALID_ARGUMENT naming the first range that is outside otherwise; FAILED_PRECONDITION for a
+  // source or header on a GPU segment (as CheckFetch).
   [[nodiscard]] absl::Status CheckPush(const proto::PushRequest& req,
                                        std::vector<size_t>* sources) const;
 
  private:
+  // FAILED_PRECONDITION when segment `index` is a GPU segment; `what` names the request.
+  [[nodiscard]] absl::Status CheckNotGpu(size_t index, const char* what) const;
+
   const std::vector<SegmentSpan> segments_;
   mutable granary::Mutex mu_;
   // Per segment: its id in the current master session, 0 while not mounted.

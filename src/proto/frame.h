@@ -16,7 +16,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 4: Remove carries RemoveRequest (keys + force); reasons HAS_LEASE and DEVICE_POINTER.
 // 5: kInventorySync and kInventoryReport; MountSegmentRequest.resumed.
 // 6: GetResult.lease_token, echoed in KeyGen.lease_token by GetEnd; HeartbeatRequest carries
-//    a node's cgroup figures (has_cgroup, NodeCgroupReport).
+//    a node's cgroup figures (has_cgroup, NodeCgroupReport); MountSegmentRequest and
+//    SegmentInfo .gpu_ipc and .gpu_uuid (GPU segments); PutStartRequest flags kPutFlagTierGpu.
 inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;

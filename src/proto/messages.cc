@@ -153,6 +153,8 @@ void Encode(const MountSegmentRequest& m, Writer& w) {
   w.Str(m.worker_address);
   w.Str(m.host_id);
   w.Bool(m.resumed);
+  w.Str(m.gpu_ipc);
+  w.Str(m.gpu_uuid);
 }
 absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->name = r.Str("name", kMaxNameBytes);
@@ -166,6 +168,8 @@ absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
   m->host_id = r.Str("host_id", kMaxNameBytes);
   m->resumed = r.Bool("resumed");
+  m->gpu_ipc = r.Str("gpu_ipc", kMaxGpuIpcBytes);
+  m->gpu_uuid = r.Str("gpu_uuid", kGpuUuidBytes);
   return r.status();
 }
 void Encode(const MountSegmentReply& m, Writer& w) {
@@ -393,6 +397,8 @@ void PutSegment(const SegmentInfo& s, Writer& w) {
   w.Str(s.rkey);
   w.Str(s.worker_address);
   w.Str(s.host_id);
+  w.Str(s.gpu_ipc);
+  w.Str(s.gpu_uuid);
 }
 void GetSegment(Reader& r, SegmentInfo* s) {
   s->segment_id = r.U64("segment_id");
@@ -407,6 +413,8 @@ void GetSegment(Reader& r, SegmentInfo* s) {
   s->rkey = r.Str("rkey", kMaxRkeyBytes);
   s->worker_address = r.Str("worker_address", kMaxRkeyBytes);
   s->host_id = r.Str("host_id", kMaxNameBytes);
+  s->gpu_ipc = r.Str("gpu_ipc", kMaxGpuIpcBytes);
+  s->gpu_uuid = r.Str("gpu_uuid", kGpuUuidBytes);
 }
 }  // namespace
 

@@ -23,6 +23,9 @@ inline constexpr uint32_t kMaxReplicaNum = 8;
 inline constexpr size_t kMaxRkeyBytes = 64 << 10;
 inline constexpr size_t kMaxNameBytes = 512;
 inline constexpr size_t kMaxMessageBytes = 4096;
+// A GPU segment's IPC handle (an opaque blob of the node's device backend) and device UUID.
+inline constexpr size_t kMaxGpuIpcBytes = 1024;
+inline constexpr size_t kGpuUuidBytes = 16;
 inline constexpr uint64_t kMaxValueBytes = 1ull << 40;  // 1 TB
 inline constexpr uint32_t kMaxListLimit = 100000;
 // Records in one InventorySync reply or InventoryReport request.
@@ -88,6 +91,9 @@ enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
 // PutStartRequest.flags bits: how the object is pinned against eviction (granary::PutOptions).
 inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;  // evicted only when nothing else is left
 inline constexpr uint32_t kPutFlagHardPin = 1u << 1;  // never evicted (still removable)
+// The tier the replicas are placed on (granary::PutOptions::tier): without the bit, host
+// segments only; with it, GPU segments only.
+inline constexpr uint32_t kPutFlagTierGpu = 1u << 2;
 
 struct HelloRequest {
   Role role = Role::kClient;
@@ -150,6 +156,12 @@ struct MountSegmentRequest {
   // objects, which an InventoryReport follows with, and may still be written by that master's
   // clients. The master allocates nothing in it until the report is done.
   bool resumed = false;
+  // Tier kGpu only (empty otherwise): the segment's device memory exported by the node's device
+  // backend (DeviceBackend::ExportIpc of byte 0, at most kMaxGpuIpcBytes), which same-host
+  // clients open once per segment, and the 16-byte UUID of its device. A GPU segment has no
+  // rkey on a UCX without CUDA support: device memory is never handed to such a UCX.
+  std::string gpu_ipc;
+  std::string gpu_uuid;
   bool operator==(const MountSegmentRequest&) const = default;
 };
 struct MountSegmentReply {
@@ -306,6 +318,8 @@ struct SegmentInfo {
   std::string rkey;
   std::string worker_address;
   std::string host_id;
+  std::string gpu_ipc;   // MountSegmentRequest::gpu_ipc
+  std::string gpu_uuid;  // MountSegmentRequest::gpu_uuid
   bool operator==(const SegmentInfo&) const = default;
 };
 struct SegmentsReply {

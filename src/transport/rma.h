@@ -28,6 +28,12 @@ struct RemoteSegment {
   int pid = 0;                 // the node's process id when on this host, else 0
   uint64_t base = 0;           // the segment's remote address range, when known (size > 0):
   uint64_t size = 0;           // what a same-host mapping (RmaEngine::CopyMapped) may touch
+  // A GPU segment (tier gpu): device memory that neither UCX nor a CPU copy may touch. The
+  // client moves its bytes through the device backend (client/gpu_segments.h), never through
+  // this engine.
+  bool gpu = false;
+  std::string gpu_ipc;   // the node's IPC export of byte 0 (proto::SegmentInfo::gpu_ipc)
+  std::string gpu_uuid;  // the device's UUID
 };
 
 // The host id a node reports: this machine's HostId() and the process id.
@@ -45,6 +51,7 @@ struct RmaOp {
   ucp_mem_h memh = nullptr;  // registration of `local`, or null (UCX then handles it)
   uint64_t remote_addr = 0;
   std::shared_ptr<const RemoteSegment> segment;
+  bool header = false;  // the op moves the 64-byte allocation header (set by the planners)
 };
 
 // Runs batches of one-sided puts and gets on one worker, keeping one endpoint per node and one

@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   if (!st.ok()) return st;
   for (int i = 0; i < o.nodes && st.ok(); ++i) st = c->StartNode();
   if (!st.ok()) return st;
-  st = c->WaitForSegments(o.nodes);
+  st = c->WaitForSegments(o.nodes * o.segments_per_node);
   if (!st.ok()) {
     c->DumpLogs();
     return st;
@@ -234,6 +234,7 @@ absl::Status Cluster::StartNode(int replace_index) {
                                    "--metrics_port=0",
                                    "--metrics_host=127.0.0.1",
                                    "--local_hostname=127.0.0.1"};
+  argv.insert(argv.end(), options_.node_flags.begin(), options_.node_flags.end());
   auto p = Process::Start(argv, options_.env, absl::StrCat(dir_, "/node", seq, ".log"));
   if (!p.ok()) return p.status();
   if (replace_index >= 0) {

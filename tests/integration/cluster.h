@@ -59,6 +59,10 @@ class Cluster {
     uint64_t lease_ttl_ms = 5000;
     std::vector<std::string> env;
     std::vector<std::string> master_flags;
+    // Added to every node's command line (after the defaults, so a flag given here wins).
+    std::vector<std::string> node_flags;
+    // Segments each node mounts (2 with a GPU segment beside the host one): Start waits for all.
+    int segments_per_node = 1;
   };
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const Options& o);
   ~Cluster();

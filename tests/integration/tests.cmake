@@ -53,3 +53,12 @@ add_dependencies(integration_pool_test granary_master granary_node)
 granary_test(NAME integration_restart_test LABELS integration tsan TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/restart_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_restart_test granary_master granary_node)
+# The GPU tier on the fake device backend (master and nodes with GRANARY_DEVICE_BACKEND=fake).
+granary_test(NAME integration_gpu_tier_test LABELS integration tsan TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/gpu_tier_test.cc LIBS granary_test_cluster granary::cuda granary::node)
+add_dependencies(integration_gpu_tier_test granary_master granary_node)
+# The same bodies on the CUDA runtime (label gpu; they skip without a device, and the
+# fault-injection cases skip there too).
+add_test(NAME integration_gpu_tier_cuda_test COMMAND integration_gpu_tier_test)
+set_tests_properties(integration_gpu_tier_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 120
+  ENVIRONMENT "GRANARY_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRANARY_TEST_DEVICE_BACKEND=cuda")

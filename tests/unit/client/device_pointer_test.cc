@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "client/device_check.h"
+#include "cuda/device_backend.h"
+#include "cuda/fake_backend.h"
 #include "granary/error_reason.h"
 
 namespace granary {
@@ -27,6 +29,32 @@ TEST_F(DevicePointerTest, HostMemoryIsNotDeviceMemory) {
   EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));
   EXPECT_FALSE(IsDevicePointer(stack, sizeof(stack)));
   EXPECT_FALSE(IsDevicePointer(nullptr, 0));
+}
+
+// The check goes through the active device backend's Classify: on the fake backend, its device
+// and managed memory are device memory (first or last byte), its pinned host memory is not.
+TEST_F(DevicePointerTest, TheFakeBackendsDeviceAndManagedMemoryAreDevicePinnedIsNot) {
+  auto fake = cuda::FakeBackend::Create(cuda::FakeOptions{});
+  ASSERT_TRUE(fake.ok()) << fake.status();
+  cuda::DeviceBackend* previous = cuda::SetBackendForTesting(fake->get());
+  std::vector<char> heap(1 << 20);
+  EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));  // before any fake memory exists
+  auto dev = (*fake)->Alloc(0, 1 << 20);
+  auto managed = (*fake)->AllocManaged(0, 4096);
+  auto pinned = (*fake)->HostAllocPinned(4096);
+  ASSERT_TRUE(dev.ok() && managed.ok() && pinned.ok());
+  char* d = static_cast<char*>(*dev);
+  EXPECT_TRUE(IsDevicePointer(d, 1 << 20));
+  EXPECT_TRUE(IsDevicePointer(d + 4096, 1));
+  EXPECT_TRUE(IsDevicePointer(*managed, 4096));
+  EXPECT_FALSE(IsDevicePointer(*pinned, 4096));
+  EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));
+  EXPECT_EQ(client::CheckHostMemory(d, 16).code(), absl::StatusCode::kInvalidArgument);
+  (*fake)->Free(0, d);
+  (*fake)->Free(0, *managed);
+  (*fake)->HostFreePinned(*pinned);
+  EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));
+  cuda::SetBackendForTesting(previous);
 }
 
 TEST_F(DevicePointerTest, AFakeRangeIsDeviceMemoryWhereverARangeOverlapsIt) {

@@ -110,6 +110,10 @@ class RegistryPlacementTest : public ::testing::Test {
     m.pool = pool;
     m.rkey = "r";
     m.worker_address = "w";
+    if (tier == Tier::kGpu) {  // a GPU segment is mounted with its IPC handle, not an rkey
+      m.gpu_ipc = "ipc";
+      m.gpu_uuid = std::string(16, 'u');
+    }
     auto id = reg_.Mount(m, 1);
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or(0);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -212,6 +213,31 @@ TEST(NodeServicePush, HeaderOutsideOrStraddlingIsRejected) {
 }
 
 MountIdentity Who() { return {"node-1", "10.0.0.1:4000", "pool-a", "worker-addr", "boot/7"}; }
+
+// A GPU segment is device memory: no Fetch writes into it and no Push reads from it (UCX never
+// sees it; the node bounce is not built), whichever part of the request names it.
+TEST(NodeServiceGpu, FetchesAndPushesThatTouchAGpuSegmentAreRefusedNamingIt) {
+  std::vector<SegmentSpan> spans = TwoSegments();
+  spans[1] = {"gpu0", kBaseB, kSizeB, proto::Tier::kGpu, "", "ipc", std::string(16, 'u')};
+  NodeService s(std::move(spans));
+  EXPECT_TRUE(s.CheckFetch(Fetch(kBaseA, 64)).ok());
+  absl::Status fetch = s.CheckFetch(Fetch(kBaseB, 64));
+  EXPECT_EQ(fetch.code(), absl::StatusCode::kFailedPrecondition) << fetch;
+  EXPECT_TRUE(absl::StrContains(fetch.message(), "GPU segment gpu0")) << fetch;
+  std::vector<size_t> sources;
+  proto::PushRequest from_gpu = Push();
+  from_gpu.entries.push_back({kBaseB + 0x40, kBuf, 0x100});
+  EXPECT_EQ(s.CheckPush(from_gpu, &sources).code(), absl::StatusCode::kFailedPrecondition);
+  proto::PushRequest header_on_gpu = Push();
+  header_on_gpu.entries.push_back({kBaseA + 0x40, kBuf, 0x100});
+  header_on_gpu.headers = {kBaseB};
+  EXPECT_EQ(s.CheckPush(header_on_gpu, &sources).code(), absl::StatusCode::kFailedPrecondition);
+  const proto::MountSegmentRequest m = s.MountRequest(1, MountIdentity{});
+  EXPECT_EQ(m.tier, proto::Tier::kGpu);
+  EXPECT_EQ(m.gpu_ipc, "ipc");
+  EXPECT_EQ(m.gpu_uuid, std::string(16, 'u'));
+  EXPECT_TRUE(m.rkey.empty());
+}
 
 TEST(NodeServiceMount, MountRequestCarriesTheSegmentAndTheNode) {
   NodeService s(TwoSegments());

@@ -88,8 +88,19 @@ HeartbeatRequest SampleHeartbeatWithCgroup() {
 }
 HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
 MountSegmentRequest SampleMount() {
-  return {"seg-0", "node-a", "10.0.0.1:4000",    0x7F0000001000ull, 48ull << 30, Tier::kGpu,
-          kBinary, "pool-x", "worker" + kBinary, "boot-id-1",       true};
+  return {"seg-0",
+          "node-a",
+          "10.0.0.1:4000",
+          0x7F0000001000ull,
+          48ull << 30,
+          Tier::kGpu,
+          kBinary,
+          "pool-x",
+          "worker" + kBinary,
+          "boot-id-1",
+          true,
+          "ipc" + kBinary,
+          std::string(16, '\xfa')};
 }
 MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
 UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
@@ -131,7 +142,8 @@ SegmentsReply SampleSegmentsReply() {
   SegmentsReply m{Ws(absl::StatusCode::kOk, ""), {}};
   m.segments.push_back(
       {1, "seg-0", "node-a", "h:1", 0x1000, 1 << 20, 4096, Tier::kHost, "", kBinary, "w1", "boot"});
-  m.segments.push_back({~0ull, "seg-1", "node-b", "h:2", 0, 0, 0, Tier::kGpu, "pool", "", "", ""});
+  m.segments.push_back({~0ull, "seg-1", "node-b", "h:2", 0, 0, 0, Tier::kGpu, "pool", "", "", "",
+                        "ipc" + kBinary, std::string(16, '\x01')});
   return m;
 }
 

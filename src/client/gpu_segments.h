@@ -1,0 +1,80 @@
+#pragma once
+
+// The client's same-host path to the nodes' GPU segments (../shared/GPU.md section 4): device
+// memory a node allocated and exported through its device backend. Such a segment is never
+// handed to UCX and never touched by a CPU copy: this opens the node's IPC handle once per
+// segment, through the process's device backend (cuda/device_backend.h: cuda, or the CPU-only
+// fake), and runs the transfers as device copies on a backend stream.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+#include "common/mutex.h"
+#include "cuda/device_backend.h"
+#include "transport/rma.h"
+
+namespace granary::client {
+
+// Owned by ClientImpl; lives as long as it. The mappings are cached per segment id and closed
+// when the segment's IPC handle changes (a node re-mounted under the same id) and when this
+// object is destroyed. Thread-safe: mu_ guards the caches; copies run outside it, on a stream
+// each caller takes from the pool for its batch. A mapping is closed only when no batch holds it
+// (shared ownership), so a concurrent re-open never unmaps memory a copy still uses.
+class GpuSegments {
+ public:
+  explicit GpuSegments(MetricsRegistry* metrics);
+  ~GpuSegments();
+  GpuSegments(const GpuSegments&) = delete;
+  GpuSegments& operator=(const GpuSegments&) = delete;
+
+  // Whether any op of the batch is on a GPU segment: one load per op, no lock (the common, host
+  // path pays only this).
+  static bool AnyGpu(const std::vector<transport::RmaOp>& ops);
+
+  // Removes from *ops every op whose segment is a GPU segment and runs those: device copies on
+  // one backend stream, in the ops' order (a value before its header on a put; the header before
+  // the value on a get), complete when it returns. A get's headers are copied again after the
+  // values (into scratch host memory) and must be unchanged, so a header that the caller checks
+  // afterwards vouches for the bytes read before it (a fenced read). The other ops are left in
+  // *ops, in order. Errors, for the whole batch (nothing half-done is reported as done):
+  //   FAILED_PRECONDITION  the segment is on another host (the remote GPU path is not built), or
+  //                        no local device has the segment's UUID;
+  //   INVALID_ARGUMENT     an op outside the segment;
+  //   UNAVAILABLE          the IPC open failed (the node is gone, or the backend refused), or a
+  //                        header changed during the read (retry);
+  //   INTERNAL             a device copy failed (the backend's error in the message).
+  [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops);
+
+  // Closes the mappings of segments not in `mounted` (unmounted at the master), each once no
+  // batch holds it. Thread-safe.
+  void Retain(const absl::flat_hash_set<uint64_t>& mounted);
+
+ private:
+  struct Mapping;
+  struct Stream {
+    cuda::DeviceBackend* backend = nullptr;
+    int device = -1;
+    void* handle = nullptr;
+  };
+  [[nodiscard]] absl::Status RunOnDevice(const std::vector<transport::RmaOp>& gpu);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg);
+  [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceBackend& backend,
+                                                const std::string& uuid);
+  [[nodiscard]] absl::StatusOr<Stream> TakeStream(cuda::DeviceBackend* backend, int device);
+  void ReturnStream(Stream s);
+
+  granary::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped_ ABSL_GUARDED_BY(mu_);
+  std::vector<Stream> idle_ ABSL_GUARDED_BY(mu_);
+  MetricCounter* opened_;
+  MetricCounter* failures_;
+};
+
+}  // namespace granary::client

@@ -1,0 +1,439 @@
+// The GPU tier on the fake device backend (cuda/fake_backend.h), between real processes: the
+// master and the nodes are child processes with GRANARY_DEVICE_BACKEND=fake; this process's
+// client runs on a FakeBackend of its own (SetBackendForTesting), whose fake device memory the
+// CPU cannot touch (a stray memcpy faults) and which opens the nodes' fake IPC handles through
+// /proc/<pid>/fd. Runs on machines without a GPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/client_impl.h"
+#include "cuda/device_backend.h"
+#include "cuda/fake_backend.h"
+#include "granary/device_pointer.h"
+#include "granary/error_reason.h"
+#include "node/node_server.h"
+#include "proto/alloc_header.h"
+#include "proto/messages.h"
+#include "tests/integration/cluster.h"
+
+namespace granary::testing {
+namespace {
+
+// GRANARY_TEST_DEVICE_BACKEND=cuda (the ctest label gpu) runs the same bodies on the CUDA
+// runtime, skipping without a device; the fault-injection cases need the fake and skip there.
+bool OnCuda() {
+  const char* v = std::getenv("GRANARY_TEST_DEVICE_BACKEND");
+  return v != nullptr && std::string(v) == "cuda";
+}
+
+class GpuTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (OnCuda()) {
+      cuda::DeviceBackend* cuda_backend = cuda::CudaBackend();
+      if (cuda_backend == nullptr || cuda_backend->DeviceCount() == 0) {
+        GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
+      }
+      backend_ = cuda_backend;
+      cuda::SetBackendForTesting(backend_);
+      return;
+    }
+    auto fake = cuda::FakeBackend::Create(cuda::FakeOptions{});
+    ASSERT_TRUE(fake.ok()) << fake.status();
+    fake_ = std::move(*fake);
+    backend_ = fake_.get();
+    cuda::SetBackendForTesting(fake_.get());
+  }
+  std::string BackendEnv() const {
+    return absl::StrCat("GRANARY_DEVICE_BACKEND=", OnCuda() ? "cuda" : "fake");
+  }
+  // A cluster whose node has a 16 MB GPU segment beside its host segment.
+  void StartWithGpu(int get_retries = 3) {
+    Start({"--gpu_segment_size=16MB"}, /*segments_per_node=*/2, get_retries);
+  }
+  // The segments the master lists, by tier.
+  std::vector<proto::SegmentInfo> SegmentsOf(proto::Tier tier) {
+    auto rep = client_->Call<proto::SegmentsRequest, proto::SegmentsReply>(
+        proto::MsgType::kSegments, proto::SegmentsRequest{});
+    EXPECT_TRUE(rep.ok()) << rep.status();
+    std::vector<proto::SegmentInfo> out;
+    if (!rep.ok()) return out;
+    for (const auto& s : rep->segments) {
+      if (s.tier == tier) out.push_back(s);
+    }
+    return out;
+  }
+  // The replicas the master holds for `key` (segment id and offset).
+  std::vector<proto::ReplicaDesc> ReplicasOf(const std::string& key) {
+    proto::ListRequest req;
+    req.prefix = key;
+    auto rep = client_->Call<proto::ListRequest, proto::ListReply>(proto::MsgType::kList, req);
+    EXPECT_TRUE(rep.ok()) << rep.status();
+    if (!rep.ok()) return {};
+    for (const auto& o : rep->objects) {
+      if (o.key == key) return o.replicas;
+    }
+    return {};
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) cluster_->DumpLogs();
+    client_.reset();
+    cluster_.reset();
+    cuda::SetBackendForTesting(nullptr);
+  }
+  void Start(std::vector<std::string> node_flags = {}, int segments_per_node = 1,
+             int get_retries = 3) {
+    Cluster::Options o;
+    o.nodes = 1;
+    o.node_segment_size = "32MB";
+    o.env = {BackendEnv()};
+    o.node_flags = std::move(node_flags);
+    o.segments_per_node = segments_per_node;
+    auto c = Cluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+    ClientOptions co = cluster_->ClientOpts();
+    co.get_retries = get_retries;
+    auto client = client::ClientImpl::Create(co);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+  }
+  double Metric(const std::string& sample) {
+    auto v = cluster_->Metric(sample);
+    EXPECT_TRUE(v.ok()) << sample << ": " << v.status();
+    return v.ok() ? *v : -1;
+  }
+  static void ExpectDevicePointer(const absl::Status& st, const void* p) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_EQ(ErrorReasonOf(st), ErrorReason::kDevicePointer) << st;
+    const std::string hex = absl::StrCat("0x", absl::Hex(reinterpret_cast<uintptr_t>(p)));
+    EXPECT_TRUE(absl::StrContains(st.message(), hex)) << "want " << hex << " in: " << st;
+  }
+
+  cuda::DeviceBackend* backend_ = nullptr;
+  std::unique_ptr<cuda::FakeBackend> fake_;  // null on the cuda backend
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<client::ClientImpl> client_;
+};
+
+// Point 2 of the GPU tier: every buffer is classified through the device backend, so fake device
+// memory (PROT_NONE to the CPU: any CPU copy would crash this test) is refused with the device
+// pointer error on every call, and nothing is stored or charged.
+TEST_F(GpuTierTest, DeviceBuffersAreRefusedUntouchedAndNothingIsCharged) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  constexpr size_t kBytes = 64 << 10;
+  auto dev = backend_->Alloc(0, kBytes);
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  char* device = static_cast<char*>(*dev);
+  ASSERT_TRUE(IsDevicePointer(device, kBytes));
+  ASSERT_TRUE(IsDevicePointer(device + kBytes - 1, 1));
+  std::vector<char> host(kBytes, '\x11');
+  ASSERT_FALSE(IsDevicePointer(host.data(), host.size()));
+  ASSERT_TRUE(client_->Put("stored", MakeValue("stored", 1, 1000)).ok());
+  const double used = Metric("granary_master_used_bytes{tier=\"host\"}");
+  const double charged = Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}");
+
+  ExpectDevicePointer(client_->RegisterBuffer(device, kBytes), device);
+  ExpectDevicePointer(client_->PutFrom("d", device, kBytes), device);
+  EXPECT_FALSE(*client_->Exist("d"));
+  auto got = client_->GetInto("stored", device, kBytes);
+  ASSERT_FALSE(got.ok());
+  ExpectDevicePointer(got.status(), device);
+  auto puts = client_->BatchPutFrom({"h", "d2"}, {host.data(), device + 4096}, {1000, 1000});
+  ASSERT_EQ(puts.size(), 2u);
+  EXPECT_TRUE(puts[0].ok()) << puts[0];
+  ExpectDevicePointer(puts[1], device + 4096);
+  EXPECT_FALSE(*client_->Exist("d2"));
+  std::vector<char> into(1000, '\0');
+  auto gets = client_->BatchGetInto({"stored", "h"}, {device, into.data()}, {1000, 1000});
+  ASSERT_EQ(gets.size(), 2u);
+  ExpectDevicePointer(gets[0].status(), device);
+  ASSERT_TRUE(gets[1].ok()) << gets[1].status();
+  EXPECT_EQ(std::string(into.data(), 1000), std::string(host.data(), 1000));
+
+  // Only "h" was stored: one allocation more, nothing for the refused keys.
+  EXPECT_EQ(Metric("granary_master_objects"), 2);
+  EXPECT_GT(Metric("granary_master_used_bytes{tier=\"host\"}"), used);
+  EXPECT_EQ(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}") - charged,
+            Metric("granary_master_used_bytes{tier=\"host\"}") - used);
+  // The device bytes are unchanged (read back through the backend, never by the CPU).
+  std::vector<char> back(kBytes, '\x55');
+  ASSERT_TRUE(backend_->Memset(0, device, 0x7e, kBytes).ok());
+  ExpectDevicePointer(client_->PutFrom("d", device, kBytes), device);
+  ASSERT_TRUE(backend_->Copy(0, back.data(), device, kBytes, cuda::CopyKind::kDeviceToHost).ok());
+  EXPECT_EQ(back, std::vector<char>(kBytes, '\x7e'));
+  backend_->Free(0, device);
+}
+
+// Point 3: a node with a GPU segment and a same-host client. Puts that ask for the GPU tier land
+// on the GPU segment, the others on the host segment; every value reads back byte-exact through
+// the IPC mapping (device-to-host and host-to-device copies on a backend stream), and the
+// allocation headers in device memory are the ones the client wrote.
+TEST_F(GpuTierTest, GpuPutsLandOnTheGpuSegmentAndReadBackByteExactThroughIpc) {
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  const std::vector<proto::SegmentInfo> gpu = SegmentsOf(proto::Tier::kGpu);
+  const std::vector<proto::SegmentInfo> host = SegmentsOf(proto::Tier::kHost);
+  ASSERT_EQ(gpu.size(), 1u);
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_TRUE(gpu[0].rkey.empty()) << "a GPU segment must never be mapped with UCX";
+  EXPECT_FALSE(gpu[0].gpu_ipc.empty());
+  EXPECT_EQ(gpu[0].gpu_uuid.size(), 16u);
+  EXPECT_EQ(gpu[0].size, 16u << 20);
+  EXPECT_EQ(Metric("granary_master_capacity_bytes{tier=\"gpu\"}"), 16 << 20);
+  auto api = HttpGet(cluster_->master_http_port(), "/api/v1/segments");
+  ASSERT_TRUE(api.ok()) << api.status();
+  EXPECT_TRUE(absl::StrContains(*api, "\"tier\":\"gpu\"")) << *api;
+
+  const std::vector<size_t> sizes = {1, 63, 64, 4096, 65537, (1 << 20) + 7};
+  std::vector<std::string> keys, values;
+  std::vector<absl::string_view> views;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    keys.push_back(absl::StrCat("g", i));
+    values.push_back(MakeValue(keys.back(), 1, sizes[i]));
+  }
+  for (const auto& v : values) views.push_back(v);
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  for (const absl::Status& st : client_->BatchPutWith(keys, views, on_gpu)) {
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  ASSERT_TRUE(client_->Put("h0", MakeValue("h0", 1, 5000)).ok());  // host: the default
+  PutOptions on_host;
+  on_host.tier = StorageTier::kHost;
+  ASSERT_TRUE(client_->BatchPutWith({"h1"}, {MakeValue("h1", 1, 700)}, on_host)[0].ok());
+  for (const std::string& k : keys) {
+    auto r = ReplicasOf(k);
+    ASSERT_EQ(r.size(), 1u) << k;
+    EXPECT_EQ(r[0].segment_id, gpu[0].segment_id) << k;
+  }
+  for (const std::string k : {"h0", "h1"}) {
+    auto r = ReplicasOf(k);
+    ASSERT_EQ(r.size(), 1u) << k;
+    EXPECT_EQ(r[0].segment_id, host[0].segment_id) << k;
+  }
+  EXPECT_GT(Metric("granary_master_used_bytes{tier=\"gpu\"}"), 0);
+
+  // Reads: Get, BatchGet and GetInto a host buffer.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = client_->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status();
+    EXPECT_TRUE(*got == values[i]) << keys[i] << " differs";
+  }
+  auto batch = client_->BatchGet({keys[3], "h0", keys[5], "h1"});
+  ASSERT_EQ(batch.size(), 4u);
+  for (const auto& b : batch) ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(*batch[0] == values[3]);
+  EXPECT_TRUE(*batch[1] == MakeValue("h0", 1, 5000));
+  EXPECT_TRUE(*batch[2] == values[5]);
+  std::vector<char> into(sizes[4], '\0');
+  auto n = client_->GetInto(keys[4], into.data(), into.size());
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, sizes[4]);
+  EXPECT_TRUE(std::string(into.data(), into.size()) == values[4]);
+  EXPECT_EQ(Metric("granary_master_objects"), keys.size() + 2);
+
+  // The headers in device memory, read through a mapping of this process's own (device to host).
+  auto mapped = backend_->OpenIpc(0, gpu[0].gpu_ipc);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto r = ReplicasOf(keys[i]);
+    ASSERT_EQ(r.size(), 1u);
+    proto::AllocHeader h;
+    const uint64_t at = r[0].address;  // List gives the allocation's offset in the segment
+    ASSERT_TRUE(backend_
+                    ->Copy(0, &h, static_cast<char*>(*mapped) + at, sizeof(h),
+                           cuda::CopyKind::kDeviceToHost)
+                    .ok());
+    EXPECT_EQ(h.magic, proto::AllocHeader::kMagic) << keys[i];
+    EXPECT_EQ(h.value_length, sizes[i]) << keys[i];
+  }
+  ASSERT_TRUE(backend_->CloseIpc(*mapped).ok());
+  EXPECT_EQ(client_->Remove(keys[0]).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(client_->Get(keys[0]).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A node asked for a GPU segment where there is none refuses to start and names what is missing.
+TEST_F(GpuTierTest, ANodeRefusesAGpuSegmentWithoutGpuSupportOrWithoutTheDevice) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  struct Case {
+    std::string backend, device, want;
+  };
+  const std::vector<Case> cases = {
+      {"GRANARY_DEVICE_BACKEND=none", "0", "--gpu_segment_size=16MB on --gpu_device=0: no CUDA"},
+      {"GRANARY_DEVICE_BACKEND=fake", "7",
+       "--gpu_device=7: no such device (the fake device "
+       "backend has 1 device: 0..0)"},
+  };
+  for (const Case& c : cases) {
+    auto p = Process::Start(
+        {BinDir() + "/granary_node", "--master=" + cluster_->master_address(),
+         "--host_segment_size=8MB", "--gpu_segment_size=16MB", "--gpu_device=" + c.device,
+         "--metrics_port=0", "--metrics_host=127.0.0.1", "--local_hostname=127.0.0.1"},
+        {c.backend}, absl::StrCat(cluster_->dir(), "/refused", c.device, ".log"));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)->Wait(), 1) << (*p)->Log();
+    EXPECT_TRUE(absl::StrContains((*p)->Log(), c.want)) << "want '" << c.want << "' in:\n"
+                                                        << (*p)->Log();
+  }
+  EXPECT_EQ(Metric("granary_master_segments"), 1);  // nothing of them was mounted
+}
+
+// Injected: the node's allocation fails (in-process node on this test's fake).
+TEST_F(GpuTierTest, ANodeRefusesToStartWhenTheGpuAllocationFails) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  node::NodeOptions o;
+  o.host_segment_size = 0;
+  o.gpu_segment_size = 16 << 20;
+  o.gpu_segment_size_flag = "16MB";
+  o.serve_http = false;
+  fake_->FailNthAllocation(1);
+  auto n = node::NodeServer::Create(o);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kResourceExhausted) << n.status();
+  EXPECT_TRUE(absl::StrContains(n.status().message(),
+                                "--gpu_segment_size=16MB on --gpu_device=0: allocation failed"))
+      << n.status();
+}
+
+// Injected: a sticky copy error in the client's backend fails the transfers with a clear
+// status; a failed put stores nothing and leaves no charge; a failed get returns no bytes.
+TEST_F(GpuTierTest, ACopyErrorFailsTheTransferAndLeaksNoCharge) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu(/*get_retries=*/0));
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string value = MakeValue("kept", 1, 10000);
+  ASSERT_TRUE(client_->BatchPutWith({"kept"}, {value}, on_gpu)[0].ok());
+  const double charged = Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}");
+  const double used = Metric("granary_master_used_bytes{tier=\"gpu\"}");
+  fake_->InjectStickyCopyError();
+  absl::Status put = client_->BatchPutWith({"lost"}, {MakeValue("lost", 1, 5000)}, on_gpu)[0];
+  EXPECT_EQ(put.code(), absl::StatusCode::kInternal) << put;
+  EXPECT_TRUE(absl::StrContains(put.message(), "device copy of GPU segment")) << put;
+  EXPECT_FALSE(*client_->Exist("lost"));
+  std::vector<char> into(10000, '\x5a');
+  auto got = client_->GetInto("kept", into.data(), into.size());
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "device copy")) << got.status();
+  EXPECT_EQ(into, std::vector<char>(10000, '\x5a')) << "a failed get wrote into the buffer";
+  EXPECT_EQ(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}"), charged);
+  EXPECT_EQ(Metric("granary_master_used_bytes{tier=\"gpu\"}"), used);
+  // The host tier does not go through the device backend: still fine.
+  ASSERT_TRUE(client_->Put("host", "bytes").ok());
+  EXPECT_EQ(*client_->Get("host"), "bytes");
+}
+
+// Injected: the IPC open fails, so the get fails with a clear status (no remote path to fall
+// back to yet); the next get opens the handle and succeeds.
+TEST_F(GpuTierTest, AnIpcOpenFailureFailsTheGetClearlyAndTheNextOpenWorks) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu(/*get_retries=*/0));
+  fake_->FailNextIpcOpen();
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  absl::Status put = client_->BatchPutWith({"k"}, {MakeValue("k", 1, 3000)}, on_gpu)[0];
+  EXPECT_EQ(put.code(), absl::StatusCode::kUnavailable) << put;
+  EXPECT_TRUE(absl::StrContains(put.message(), "opening its IPC handle")) << put;
+  EXPECT_FALSE(*client_->Exist("k"));
+  ASSERT_TRUE(client_->BatchPutWith({"k"}, {MakeValue("k", 1, 3000)}, on_gpu)[0].ok());
+  // A fresh client, whose first open fails on the get.
+  client_.reset();
+  ClientOptions co = cluster_->ClientOpts();
+  co.get_retries = 0;
+  auto c = client::ClientImpl::Create(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  client_ = std::move(*c);
+  fake_->FailNextIpcOpen();
+  auto got = client_->Get("k");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "IPC")) << got.status();
+  auto again = client_->Get("k");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again == MakeValue("k", 1, 3000));
+}
+
+// The fake device mappings open in this process (each IPC mapping holds its memfd open).
+int OpenFakeMappings() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && absl::StrContains(target, "granary-fake-device")) ++n;
+  }
+  return n;
+}
+
+// The client maps a GPU segment once, and closes the mapping when the segment is unmounted: a
+// node restarted in place mounts a new segment, which the client maps instead of the old one.
+TEST_F(GpuTierTest, TheClientMapsASegmentOnceAndClosesItWhenTheSegmentIsGone) {
+  if (fake_ == nullptr) GTEST_SKIP() << "counts the fake's mappings";
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  EXPECT_EQ(OpenFakeMappings(), 0);
+  for (int i = 0; i < 5; ++i) {
+    const std::string k = absl::StrCat("k", i);
+    ASSERT_TRUE(client_->BatchPutWith({k}, {MakeValue(k, 1, 1000)}, on_gpu)[0].ok());
+    auto got = client_->Get(k);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == MakeValue(k, 1, 1000));
+  }
+  EXPECT_EQ(OpenFakeMappings(), 1);
+  cluster_->node(0)->Kill(SIGKILL);
+  cluster_->node(0)->Wait();
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitForSegments(2).ok());
+  std::string value = MakeValue("after", 1, 2000);
+  absl::Status st;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // until the master dropped the dead node
+    st = client_->BatchPutWith({"after"}, {value}, on_gpu)[0];
+    if (st.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(st.ok()) << st;
+  auto got = client_->Get("after");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == value);
+  EXPECT_EQ(OpenFakeMappings(), 1) << "the dead node's segment is still mapped";
+}
+
+// A full GPU tier refuses the put and evicts nothing: eviction picks victims over every tier,
+// so it would destroy host objects without freeing GPU space.
+TEST_F(GpuTierTest, AFullGpuTierRefusesThePutAndEvictsNothing) {
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  ASSERT_TRUE(client_->Put("host", MakeValue("host", 1, 1 << 20)).ok());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string big = MakeValue("big", 1, 10 << 20);
+  ASSERT_TRUE(client_->BatchPutWith({"big"}, {big}, on_gpu)[0].ok());
+  absl::Status st = client_->BatchPutWith({"big2"}, {big}, on_gpu)[0];
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_TRUE(*client_->Exist("host"));
+  EXPECT_TRUE(*client_->Exist("big"));
+  EXPECT_FALSE(*client_->Exist("big2"));
+}
+
+// A GPU-tier put with no GPU segment mounted is refused for lack of room, not placed on host.
+TEST_F(GpuTierTest, AGpuPutWithoutAGpuSegmentIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  absl::Status st = client_->BatchPutWith({"k"}, {MakeValue("k", 1, 100)}, on_gpu)[0];
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_FALSE(*client_->Exist("k"));
+}
+}  // namespace
+}  // namespace granary::testing
