@@ -351,6 +351,34 @@ TEST_F(EtcdMasterTest, UnreachableEtcdKeepsTheLastGoodPolicyAndSaysSo) {
             (tenant::Policy{{{"tenant-a", kMiB, std::nullopt}, {"tenant-b", kMiB, std::nullopt}}}));
 }
 
+// A hung etcd (SIGSTOP: it accepts connections and never answers) stalls an admin write for
+// its timeouts, but /health answers meanwhile: the policy lock is not held across etcd I/O.
+TEST_F(EtcdMasterTest, HungEtcdDoesNotBlockHealth) {
+  Cluster* m = StartMaster();
+  ASSERT_NE(m, nullptr);
+  const uint16_t port = m->master_http_port();
+  ASSERT_EQ(PutQuota(port, "tenant-a", 64 * kMiB).status, 200);
+  etcd_->Signal(SIGSTOP);
+  Reply put;
+  std::thread writer([&] { put = PutQuota(port, "tenant-a", 32 * kMiB); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int64_t worst_ms = 0;
+  // The store's timeout is 2 s: etcd stays stopped past it, so the write fails.
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = Clock::now();
+    json health = Health(port);
+    worst_ms = std::max<int64_t>(
+        worst_ms, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+    EXPECT_TRUE(health.is_object()) << "no /health answer while the write waits for etcd";
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  etcd_->Signal(SIGCONT);
+  writer.join();
+  EXPECT_LT(worst_ms, 500) << "/health waited for etcd";
+  EXPECT_EQ(put.status, 503) << put.body.dump();
+  EXPECT_EQ(RequestedQuota(port, "tenant-a"), 64 * kMiB) << "a failed save changes nothing";
+}
+
 TEST_F(EtcdMasterTest, InvalidDocumentWrittenBySomeoneElseKeepsTheRunningPolicy) {
   Cluster* m = StartMaster();
   ASSERT_NE(m, nullptr);
