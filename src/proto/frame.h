@@ -15,7 +15,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 2: HelloRequest.token; kShmOffer and kShmAttach. 3: WireStatus.reason (every reply).
 // 4: Remove carries RemoveRequest (keys + force); reasons HAS_LEASE and DEVICE_POINTER.
 // 5: kInventorySync and kInventoryReport; MountSegmentRequest.resumed.
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: HelloReply.epoch; reason NOT_LEADER (HA: a standby or fenced master refuses requests).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;
 

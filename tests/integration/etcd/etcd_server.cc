@@ -141,6 +141,11 @@ void EtcdServer::Kill() {
   }
 }
 
+absl::Status EtcdServer::Delete(const std::string& key) const {
+  return Post("/v3/kv/deleterange", nlohmann::json{{"key", absl::Base64Escape(key)}}.dump())
+      .status();
+}
+
 void EtcdServer::Signal(int sig) {
   if (pid_ > 0) kill(pid_, sig);
 }

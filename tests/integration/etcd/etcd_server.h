@@ -53,6 +53,8 @@ class EtcdServer {
   absl::StatusOr<int64_t> CountPrefix(const std::string& prefix) const;
   // Raw v3 put of one key.
   absl::Status Put(const std::string& key, const std::string& value) const;
+  // Raw v3 delete of one key.
+  absl::Status Delete(const std::string& key) const;
 
  private:
   absl::StatusOr<std::string> Post(const std::string& path, const std::string& body) const;
