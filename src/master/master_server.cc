@@ -159,7 +159,7 @@ absl::Status MasterServer::SetUpElection() {
     LOG_WARN << "HA: this master led before and was fenced; its tables are stale, so it "
                 "restarts as a fresh standby instead of campaigning again";
     restart_requested_.store(true);
-    if (!stopped_.HasBeenNotified()) stopped_.Notify();
+    NotifyStopped();
     return false;
   };
   GRANARY_ASSIGN_OR_RETURN(election_, ha::LeaderElection::Create(etcd_.get(), eo, std::move(cb)));
@@ -197,7 +197,12 @@ void MasterServer::Shutdown() {
   // HA: fence and revoke the lease first, so a standby takes over at once.
   if (election_ != nullptr && !restart_requested_.load()) election_->Stop();
   if (stopping_.exchange(true)) return;
-  if (!stopped_.HasBeenNotified()) stopped_.Notify();
+  NotifyStopped();
+}
+
+void MasterServer::NotifyStopped() {
+  // Shutdown and the election thread's restart request may both get here.
+  if (!stop_notified_.exchange(true)) stopped_.Notify();
 }
 
 absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {

@@ -58,6 +58,8 @@ class MasterServer {
   // HA: builds the etcd client and the election (started by Create once everything listens).
   [[nodiscard]] absl::Status SetUpElection();
   RoleDetail Role() const;
+  // Wakes Wait(), once.
+  void NotifyStopped();
   // InventorySync: answered at once when records are queued, else parked until some are (or
   // its wait ends); FlushPolls answers parked polls, once per tick.
   std::optional<std::string> HandleInventorySync(transport::RpcServer::ConnId conn,
@@ -85,6 +87,7 @@ class MasterServer {
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
   granary::Notification stopped_;
+  std::atomic<bool> stop_notified_{false};
   MetricCounter* bad_requests_ = nullptr;
   // granary_master_request_seconds{op}: the time Dispatch takes per request, by message type
   // (index = MsgType; null for types the master does not serve). Filled before the RPC server

@@ -209,7 +209,11 @@ void LeaderElection::Lead() {
     }
     if (cur == 0) break;
   }
-  // Fenced or stopping: the lease is of no more use (Stop revokes it itself).
+  {
+    granary::MutexLock lock(&mu_);
+    if (stopping_) return;  // Stop fences and revokes the lease itself
+  }
+  // Fenced: the lease is of no more use.
   Fence(fence_requested_.load() ? "leaving the lead" : "no keepalive answered before t_valid");
   if (const int64_t id = lease_id_.exchange(0); id != 0) (void)client_->LeaseRevoke(id);
 }
