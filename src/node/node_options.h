@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -9,9 +10,12 @@ namespace granary::node {
 
 // Everything granary_node can be told; flags only fill it. Validate() names a bad value.
 struct NodeOptions {
-  std::string master = "127.0.0.1:50051";   // host:port of the master
-  uint64_t host_segment_size = 1ull << 30;  // pinned host memory to contribute (bytes)
-  uint64_t gpu_segment_size = 0;            // GPU memory to contribute (bytes; needs CUDA)
+  // host:port of the master, or etcd://h1:2379;h2:2379 (HA): the active master's RPC address
+  // is read from granary/<cluster_id>/master_view before every (re)connect.
+  std::string master = "127.0.0.1:50051";
+  std::string cluster_id = "granary_cluster";  // with an etcd:// master
+  uint64_t host_segment_size = 1ull << 30;     // pinned host memory to contribute (bytes)
+  uint64_t gpu_segment_size = 0;               // GPU memory to contribute (bytes; needs CUDA)
   int gpu_device = 0;
   uint16_t rpc_port = 0;         // UCX listener that clients read from (0 = any)
   std::string local_hostname;    // address clients use to reach this node
@@ -40,5 +44,8 @@ struct NodeOptions {
 
   [[nodiscard]] absl::Status Validate() const;
 };
+
+// The etcd endpoints ("h1:2379,h2:2379") of an etcd:// master address; nullopt for host:port.
+std::optional<std::string> EtcdEndpointsOf(const std::string& master);
 
 }  // namespace granary::node

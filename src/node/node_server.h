@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/etcd/etcd_client.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -59,6 +60,8 @@ class NodeServer {
   [[nodiscard]] absl::Status AddHostSegment(const std::string& name,
                                             std::vector<SegmentSpan>* spans);
   [[nodiscard]] absl::Status ConnectAndMount();
+  // The master to connect to: --master, or with etcd:// the RPC address in master_view.
+  [[nodiscard]] absl::StatusOr<std::string> ResolveMaster();
   // Fetch: reads a replica one-sided from another node into this node's segment (Copy/Move).
   std::optional<std::string> HandleRequest(transport::RpcServer::ConnId conn,
                                            const proto::FrameView& frame);
@@ -89,6 +92,8 @@ class NodeServer {
   // The session thread's connection; published to the sync thread (sync_master_) once the
   // segments are mounted and the inventory reported.
   std::shared_ptr<transport::RpcClient> master_;
+  // With an etcd:// master: where the active master's address is read before each connect.
+  std::unique_ptr<etcd::EtcdClient> etcd_;
   uint32_t heartbeat_ms_ = 1000;
   HttpServer http_;
   granary::Mutex mu_;

@@ -47,7 +47,11 @@ bool LeaderElection::Leading() const {
 }
 
 ViewInfo LeaderElection::active_view() const {
+  const bool leading = Leading();
   granary::MutexLock lock(&mu_);
+  // This master's own view, once it no longer leads (t_valid passed before the election
+  // thread noticed): not a hint worth giving.
+  if (!leading && view_.epoch != 0 && view_.epoch == epoch_.load()) return ViewInfo{};
   return view_;
 }
 
