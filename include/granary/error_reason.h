@@ -37,6 +37,9 @@ enum class ErrorReason : uint8_t {
   // INVALID_ARGUMENT: a CUDA device (or managed) pointer given to a call that has no GPU path
   // yet (RegisterBuffer, PutFrom, GetInto and their batch forms). No byte of it was touched.
   kDevicePointer = 10,
+  // UNAVAILABLE: this master does not lead (a standby, or a leader that fenced itself); the
+  // message names the active master's RPC address when it is known. Connect there and retry.
+  kNotLeader = 11,
 };
 
 // The reason `status` carries; kNone for OK and for an error without one.

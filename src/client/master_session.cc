@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 
@@ -69,6 +70,8 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect()
   auto rep = m->Invoke<proto::HelloRequest, proto::HelloReply>(
       proto::MsgType::kHello, hello, absl::Milliseconds(options_.rpc_timeout_ms));
   if (!rep.ok()) {
+    // A standby's answer names the active master: pass it on as it is.
+    if (ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) return rep.status();
     if (absl::IsUnavailable(rep.status()) || absl::IsDeadlineExceeded(rep.status())) {
       return absl::UnavailableError(absl::StrCat("cannot reach the master at ",
                                                  options_.master_server_address, ": ",

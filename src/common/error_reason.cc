@@ -21,6 +21,7 @@ constexpr struct {
     {ErrorReason::kInvalidTenantId, "INVALID_TENANT_ID"},
     {ErrorReason::kHasLease, "HAS_LEASE"},
     {ErrorReason::kDevicePointer, "DEVICE_POINTER"},
+    {ErrorReason::kNotLeader, "NOT_LEADER"},
 };
 
 }  // namespace

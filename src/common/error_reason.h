@@ -7,7 +7,7 @@
 namespace granary {
 
 // The highest ErrorReason this build knows (a decoder rejects a higher wire value).
-inline constexpr ErrorReason kLastErrorReason = ErrorReason::kDevicePointer;
+inline constexpr ErrorReason kLastErrorReason = ErrorReason::kNotLeader;
 
 // The type URL of the payload that carries an ErrorReason on an absl::Status. Its value is the
 // reason's name (ErrorReasonName), so that Status::ToString shows it readably.

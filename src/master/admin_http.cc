@@ -117,7 +117,8 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token, json pool) {
 // Liveness, role and metrics: /health (?deep=1 runs the probe), /role, /metrics.
 void AddStatusRoutes(httplib::Server& s, MasterService* service, tenant::TenantManager* tenants,
                      MetricsRegistry* metrics, std::function<bool()> is_active,
-                     std::function<absl::StatusOr<std::pair<double, std::string>>()> probe) {
+                     std::function<absl::StatusOr<std::pair<double, std::string>>()> probe,
+                     std::function<RoleDetail()> role_detail) {
   s.Get("/health", [=](const httplib::Request& req, httplib::Response& res) {
     auto st = service->GetStats();
     absl::Status store = tenants->store_status();
@@ -142,8 +143,17 @@ void AddStatusRoutes(httplib::Server& s, MasterService* service, tenant::TenantM
     }
     SendJson(res, 200, j);
   });
+  // {"role": "active"|"standby", "ha": bool, "epoch": N, "active": {"rpc", "admin"}}: with HA,
+  // the active master as this one last saw it (absent when none is known).
   s.Get("/role", [=](const httplib::Request&, httplib::Response& res) {
-    SendJson(res, 200, {{"role", is_active() ? "active" : "standby"}});
+    json j = {{"role", is_active() ? "active" : "standby"}};
+    const RoleDetail d = role_detail ? role_detail() : RoleDetail{};
+    j["ha"] = d.ha;
+    j["epoch"] = d.epoch;
+    if (!d.active_rpc.empty() || !d.active_admin.empty()) {
+      j["active"] = {{"rpc", d.active_rpc}, {"admin", d.active_admin}};
+    }
+    SendJson(res, 200, j);
   });
   s.Get("/metrics", [=](const httplib::Request&, httplib::Response& res) {
     std::string text = metrics->Render();
@@ -295,9 +305,11 @@ void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
       return false;
     }
     if (!is_active()) {
-      SendStatus(
-          res, WithReason(absl::UnavailableError("this master is a standby; ask the active master"),
-                          ErrorReason::kNotActive));
+      SendStatus(res,
+                 WithReason(absl::UnavailableError(
+                                "NOT_ACTIVE: this master is a standby (or fenced itself); ask the "
+                                "active master (GET /role names it)"),
+                            ErrorReason::kNotActive));
       return false;
     }
     if (!tenants->enabled()) {
@@ -379,10 +391,12 @@ void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
 absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     const std::string& host, uint16_t port, MasterService* service, tenant::TenantManager* tenants,
     MetricsRegistry* metrics, std::function<bool()> is_active,
-    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth) {
+    std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth,
+    std::function<RoleDetail()> role_detail) {
   std::unique_ptr<AdminHttp> h(new AdminHttp());
   httplib::Server& s = h->http_.server();
-  AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe));
+  AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe),
+                  std::move(role_detail));
   AddStoreRoutes(s, service);
   AddTenantQuotaRoutes(s, service, tenants, std::move(is_active), std::move(auth));
   AddDashboardRoutes(s);

@@ -22,13 +22,21 @@ class TenantManager;
 //   GET/PUT/DELETE /api/v1/tenant_quotas[?tenant_id=...]
 // Runs on cpp-httplib's threads; handlers only call thread-safe objects. is_active() is the
 // role seam: a standby answers the endpoints that need the active master with 503.
+// What /role says besides active|standby. epoch 0 and empty addresses: not known (or no HA).
+struct RoleDetail {
+  bool ha = false;
+  int64_t epoch = 0;  // the active master's epoch
+  std::string active_rpc;
+  std::string active_admin;
+};
+
 class AdminHttp {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
       const std::string& host, uint16_t port, MasterService* service,
       tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
       std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr,
-      AdminAuth auth = AdminAuth::None());
+      AdminAuth auth = AdminAuth::None(), std::function<RoleDetail()> role_detail = nullptr);
   uint16_t port() const { return http_.port(); }
 
  private:

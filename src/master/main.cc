@@ -1,8 +1,13 @@
 // granary_master: metadata, placement and admin HTTP for a Granary cluster.
 #include <gflags/gflags.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "common/log.h"
 #include "common/mutex.h"
@@ -33,9 +38,21 @@ DEFINE_string(tenant_tokens_file, "",
 DEFINE_bool(require_tenant_tokens, false,
             "Refuse a client hello for a tenant that has no token hash (file or policy)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
+DEFINE_bool(enable_ha, false,
+            "Campaign for leadership on etcd (--etcd_endpoints); only the elected master admits "
+            "mutating requests, the others stand by and take over when it goes");
+DEFINE_string(etcd_endpoints, "", "etcd endpoints for --enable_ha: host:port[,host:port...]");
+DEFINE_int64(ha_lease_ttl_sec, 5,
+             "The leader's etcd lease TTL; a standby takes over at most about this long after "
+             "the leader dies (at once on a graceful stop)");
+DEFINE_string(ha_advertise_host, "",
+              "Host written into the master view with the RPC and admin ports (default: "
+              "--metrics_host unless 0.0.0.0, else the host name)");
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage("granary_master [flags]");
+  // The command line as given (gflags removes the flags it parsed): an HA restart reuses it.
+  std::vector<std::string> args(argv, argv + argc);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   granary::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
@@ -67,6 +84,10 @@ int main(int argc, char** argv) {
   o.admin_token_file = FLAGS_admin_token_file;
   o.tenant_tokens_file = FLAGS_tenant_tokens_file;
   o.require_tenant_tokens = FLAGS_require_tenant_tokens;
+  o.enable_ha = FLAGS_enable_ha;
+  o.etcd_endpoints = FLAGS_etcd_endpoints;
+  o.ha_lease_ttl_sec = FLAGS_ha_lease_ttl_sec;
+  o.ha_advertise_host = FLAGS_ha_advertise_host;
 
   // Block the stop signals in every thread; one thread waits for them.
   sigset_t set;
@@ -96,6 +117,20 @@ int main(int argc, char** argv) {
     }
   }).detach();
   (*server)->Wait();
+  const bool restart = (*server)->restart_requested();
   server->reset();
+  if (restart) {
+    // HA: this master led and was fenced; its tables are stale. Start over as a fresh standby
+    // (same flags), which rebuilds from the nodes if it is elected. Everything it held (UCX,
+    // sockets) was closed by the reset; close_range covers anything left.
+    LOG_INFO << "HA: restarting as a fresh standby";
+    std::vector<char*> exec_argv;
+    for (std::string& a : args) exec_argv.push_back(a.data());
+    exec_argv.push_back(nullptr);
+    close_range(3, ~0U, 0);
+    execv("/proc/self/exe", exec_argv.data());
+    fprintf(stderr, "granary_master: restarting failed: %s\n", strerror(errno));
+    return 1;
+  }
   return 0;
 }

@@ -41,6 +41,25 @@ absl::Status MasterOptions::Validate() const {
         "connect)");
   }
   if (tick_ms <= 0) return bad("tick must be positive, got ", tick_ms);
+  if (enable_ha) {
+    if (etcd_endpoints.empty()) {
+      return bad("--enable_ha needs --etcd_endpoints (host:port[,host:port...])");
+    }
+    if (cluster_id.find('/') != std::string::npos) {
+      return bad("--cluster_id '", cluster_id, "' must not contain '/' (it is an etcd key part)");
+    }
+    if (ha_lease_ttl_sec < 1 || ha_lease_ttl_sec > 3600) {
+      return bad("--ha_lease_ttl_sec must be in 1..3600, got ", ha_lease_ttl_sec);
+    }
+    if (ha_margin_ms < 0 || ha_margin_ms >= ha_lease_ttl_sec * 1000) {
+      return bad("the HA fencing margin must be in 0..TTL, got ", ha_margin_ms, " ms for a TTL of ",
+                 ha_lease_ttl_sec, " s");
+    }
+  } else if (!etcd_endpoints.empty()) {
+    return bad(
+        "--etcd_endpoints is only used with --enable_ha (the quota policy's etcd is "
+        "--tenant_quota_connector_uri)");
+  }
   return absl::OkStatus();
 }
 

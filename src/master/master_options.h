@@ -34,6 +34,15 @@ struct MasterOptions {
   double eviction_high_watermark_ratio = 0.9;  // evict when used/capacity exceeds this
   double eviction_ratio = 0.05;                // fraction of capacity one eviction round frees
   int64_t tick_ms = 50;                        // timer resolution (deadlines, heartbeats)
+  // HA on etcd (docs/architecture.md, "High availability"): masters campaign for
+  // granary/<cluster_id>/master_view; only the elected one admits mutating requests.
+  bool enable_ha = false;
+  std::string etcd_endpoints;    // host:port[,host:port...], required with enable_ha
+  int64_t ha_lease_ttl_sec = 5;  // the leader's etcd lease; a standby takes over after it
+  int64_t ha_margin_ms = 500;    // the leader stops admitting writes this long before the TTL
+  // The host written into master_view with the RPC and admin ports (what clients and nodes
+  // connect to). Empty: metrics_host unless it is a wildcard, else the machine's host name.
+  std::string ha_advertise_host;
 
   [[nodiscard]] absl::Status Validate() const;
 };

@@ -1,8 +1,11 @@
 #include "master/master_server.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
@@ -33,9 +36,27 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   s->options_ = options;
   s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
   MasterService* svc = s->service_.get();
-  GRANARY_ASSIGN_OR_RETURN(
-      s->tenants_,
-      tenant::TenantManager::Create(options, svc->ledger(), [svc] { return svc->capacity(); }));
+  MasterServer* raw = s.get();
+  GRANARY_RETURN_IF_ERROR(s->SetUpElection());
+  // With HA, policy writes are guarded by the epoch when the policy lives in the same etcd.
+  tenant::WriteGuard guard;
+  if (s->election_ != nullptr && options.enable_multi_tenants &&
+      options.tenant_quota_connector_type == "etcd") {
+    if (options.tenant_quota_connector_uri == options.etcd_endpoints) {
+      guard.view_key = s->election_->view_key();
+      guard.epoch = [raw] { return raw->election_->LeadingEpoch(); };
+      guard.on_lost = [raw] {
+        raw->election_->Fence("a guarded policy write found another epoch");
+      };
+    } else {
+      LOG_WARN << "HA: the quota policy's etcd (" << options.tenant_quota_connector_uri
+               << ") is not --etcd_endpoints (" << options.etcd_endpoints
+               << "): policy writes are not guarded by the epoch";
+    }
+  }
+  GRANARY_ASSIGN_OR_RETURN(s->tenants_,
+                           tenant::TenantManager::Create(
+                               options, svc->ledger(), [svc] { return svc->capacity(); }, guard));
   // Client credentials: the tokens file's hashes over the live policy. Installed before the
   // listener starts; the manager outlives every Hello (rpc_ goes first).
   svc->SetTokenCheck(
@@ -46,7 +67,6 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   GRANARY_ASSIGN_OR_RETURN(s->worker_,
                            transport::Worker::Create(s->ctx_.get(), "master", &s->metrics_));
   transport::RpcServer::Callbacks cb;
-  MasterServer* raw = s.get();
   // Request times by type: what the master itself spends per call (decode, the service's work
   // under its locks, encode), without the network; a client's latency is this plus round trips.
   for (uint16_t t = static_cast<uint16_t>(proto::MsgType::kHello);
@@ -77,9 +97,25 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   GRANARY_ASSIGN_OR_RETURN(
       s->http_, AdminHttp::Create(
                     options.metrics_host, options.metrics_port, s->service_.get(),
-                    s->tenants_.get(), &s->metrics_, [raw] { return raw->active_.load(); },
-                    [raw] { return raw->Probe(); }, auth));
+                    s->tenants_.get(), &s->metrics_, [raw] { return raw->IsActive(); },
+                    [raw] { return raw->Probe(); }, auth, [raw] { return raw->Role(); }));
   s->ticker_ = std::thread([raw] { raw->TickLoop(); });
+  if (s->election_ != nullptr) {
+    // Both listeners are up: the address written into master_view is live when it appears.
+    std::string host = options.ha_advertise_host;
+    if (host.empty()) {
+      host = options.metrics_host;
+      if (host.empty() || host == "0.0.0.0" || host == "::") {
+        char name[256] = {};
+        host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+      }
+    }
+    const nlohmann::json view = {{"rpc", absl::StrCat(host, ":", s->rpc_port())},
+                                 {"admin", absl::StrCat(host, ":", s->http_port())}};
+    LOG_INFO << "HA: standing by, campaigning for " << s->election_->view_key() << " on "
+             << s->etcd_->Describe() << " (lease " << options.ha_lease_ttl_sec << " s)";
+    s->election_->Start(view.dump());
+  }
   LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http " << options.metrics_host
            << ":" << s->http_port();
   return s;
@@ -87,6 +123,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
 
 MasterServer::~MasterServer() {
   Shutdown();
+  election_.reset();
   if (ticker_.joinable()) ticker_.join();
   http_.reset();
   rma_.reset();
@@ -96,9 +133,76 @@ MasterServer::~MasterServer() {
   ctx_.reset();
 }
 
+absl::Status MasterServer::SetUpElection() {
+  if (!options_.enable_ha) return absl::OkStatus();
+  // Every etcd call is bounded well below a keepalive interval (TTL/3).
+  const int timeout_ms =
+      static_cast<int>(std::clamp<int64_t>(options_.ha_lease_ttl_sec * 1000 / 3, 200, 1000));
+  GRANARY_ASSIGN_OR_RETURN(etcd_, etcd::EtcdClient::Create(options_.etcd_endpoints, timeout_ms));
+  ha::ElectionOptions eo;
+  eo.cluster_id = options_.cluster_id;
+  eo.lease_ttl_sec = options_.ha_lease_ttl_sec;
+  eo.margin_ms = options_.ha_margin_ms;
+  ha::LeaderElection::Callbacks cb;
+  cb.on_elected = [this](int64_t epoch, uint64_t term) {
+    // As after a restart: generations of the new term, a fresh write window for the previous
+    // leader's clients, the policy as stored now. Nodes re-mount and report their inventories.
+    service_->BecomeActive(term);
+    if (absl::Status st = tenants_->Reload(); !st.ok() && tenants_->enabled()) {
+      LOG_WARN << "HA: elected at epoch " << epoch << " but re-reading the policy failed "
+               << "(the last one read stays): " << st;
+    }
+    was_active_.store(true);
+  };
+  cb.may_campaign = [this] {
+    if (!was_active_.load()) return true;
+    LOG_WARN << "HA: this master led before and was fenced; its tables are stale, so it "
+                "restarts as a fresh standby instead of campaigning again";
+    restart_requested_.store(true);
+    NotifyStopped();
+    return false;
+  };
+  GRANARY_ASSIGN_OR_RETURN(election_, ha::LeaderElection::Create(etcd_.get(), eo, std::move(cb)));
+  return absl::OkStatus();
+}
+
+RoleDetail MasterServer::Role() const {
+  RoleDetail d;
+  if (election_ == nullptr) return d;
+  d.ha = true;
+  const ha::ViewInfo v = election_->active_view();
+  d.epoch = v.epoch;
+  nlohmann::json j = nlohmann::json::parse(v.value, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object()) {
+    d.active_rpc = j.value("rpc", "");
+    d.active_admin = j.value("admin", "");
+  }
+  return d;
+}
+
+std::string MasterServer::NotLeader(const proto::FrameView& f) const {
+  const RoleDetail d = Role();
+  std::string msg = "NOT_LEADER: this master is not the active one (a standby, or fenced)";
+  if (!d.active_rpc.empty()) {
+    absl::StrAppend(&msg, "; the active master is at ", d.active_rpc, " (epoch ", d.epoch, ")");
+  } else {
+    absl::StrAppend(&msg, "; no active master is known yet");
+  }
+  return proto::EncodeFrame(f.header.type | proto::kReplyBit, f.header.request_id,
+                            proto::StatusReply{proto::WireStatus::From(
+                                WithReason(absl::UnavailableError(msg), ErrorReason::kNotLeader))});
+}
+
 void MasterServer::Shutdown() {
+  // HA: fence and revoke the lease first, so a standby takes over at once.
+  if (election_ != nullptr && !restart_requested_.load()) election_->Stop();
   if (stopping_.exchange(true)) return;
-  if (!stopped_.HasBeenNotified()) stopped_.Notify();
+  NotifyStopped();
+}
+
+void MasterServer::NotifyStopped() {
+  // Shutdown and the election thread's restart request may both get here.
+  if (!stop_notified_.exchange(true)) stopped_.Notify();
 }
 
 absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
@@ -252,9 +356,16 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
     if (!req.ok()) return fail(req.status());        \
     return proto::EncodeFrame(reply_type, id, CALL); \
   }
+  // HA: a master that does not lead (or whose lease may have run out) admits nothing.
+  if (!IsActive()) return NotLeader(f);
   switch (static_cast<MsgType>(f.header.type)) {
-    case MsgType::kHello:
-      GRANARY_HANDLE(proto::HelloRequest, service_->Hello(conn, *req));
+    case MsgType::kHello: {
+      auto req = Body<proto::HelloRequest>(f);
+      if (!req.ok()) return fail(req.status());
+      proto::HelloReply rep = service_->Hello(conn, *req);
+      if (election_ != nullptr) rep.epoch = static_cast<uint64_t>(election_->LeadingEpoch());
+      return proto::EncodeFrame(reply_type, id, rep);
+    }
     case MsgType::kHeartbeat:
       GRANARY_HANDLE(proto::HeartbeatRequest, service_->Heartbeat(conn, *req));
     case MsgType::kMountSegment:

@@ -5,9 +5,11 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/etcd/etcd_client.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "master/admin_http.h"
+#include "master/ha/leader_election.h"
 #include "master/master_options.h"
 #include "master/master_service.h"
 #include "master/tenant/tenant_manager.h"
@@ -39,11 +41,25 @@ class MasterServer {
   // node used.
   [[nodiscard]] absl::StatusOr<std::pair<double, std::string>> Probe();
   void Wait() { stopped_.WaitForNotification(); }
+  // Whether this master may admit mutating requests: always without HA; with HA, while it
+  // leads (elected and within its lease, LeaderElection::Leading).
+  bool IsActive() const { return election_ == nullptr || election_->Leading(); }
+  // HA: a master that led and was fenced stops (Wait returns) with this set when it would
+  // campaign again; its tables are stale, so main() restarts the process as a fresh standby.
+  bool restart_requested() const { return restart_requested_.load(); }
 
  private:
   MasterServer() = default;
   std::optional<std::string> Dispatch(transport::RpcServer::ConnId conn,
                                       const proto::FrameView& frame);
+  // HA: the answer of a master that does not lead: UNAVAILABLE + NOT_LEADER naming the active
+  // master's RPC address when known.
+  std::string NotLeader(const proto::FrameView& frame) const;
+  // HA: builds the etcd client and the election (started by Create once everything listens).
+  [[nodiscard]] absl::Status SetUpElection();
+  RoleDetail Role() const;
+  // Wakes Wait(), once.
+  void NotifyStopped();
   // InventorySync: answered at once when records are queued, else parked until some are (or
   // its wait ends); FlushPolls answers parked polls, once per tick.
   std::optional<std::string> HandleInventorySync(transport::RpcServer::ConnId conn,
@@ -55,7 +71,11 @@ class MasterServer {
   MetricsRegistry metrics_;
   std::unique_ptr<MasterService> service_;
   std::unique_ptr<tenant::TenantManager> tenants_;
-  std::atomic<bool> active_{true};  // role seam: false on a standby once HA lands
+  // HA (null without --enable_ha). The election is stopped before anything else goes.
+  std::unique_ptr<etcd::EtcdClient> etcd_;
+  std::unique_ptr<ha::LeaderElection> election_;
+  std::atomic<bool> was_active_{false};
+  std::atomic<bool> restart_requested_{false};
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> rpc_;
@@ -67,6 +87,7 @@ class MasterServer {
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
   granary::Notification stopped_;
+  std::atomic<bool> stop_notified_{false};
   MetricCounter* bad_requests_ = nullptr;
   // granary_master_request_seconds{op}: the time Dispatch takes per request, by message type
   // (index = MsgType; null for types the master does not serve). Filled before the RPC server

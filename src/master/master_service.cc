@@ -24,7 +24,8 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
       ledger_(options.enable_multi_tenants),
       deadlines_(options.tick_ms),
       outbox_(metrics),
-      shards_(WallMs()),
+      // With HA, generations come from the election term (BecomeActive).
+      shards_(options.enable_ha ? 0 : WallMs()),
       sessions_(options_, clock, &counters_),
       evictor_(options_, clock, metrics, &counters_, &shards_, &segments_, &ledger_),
       objects_(options_, clock, &counters_, &shards_, &segments_, &ledger_, &deadlines_, &sessions_,
@@ -250,6 +251,12 @@ std::vector<SessionId> MasterService::Tick() {
   quarantined_bytes_->Set(static_cast<double>(segments_.totals().quarantined));
   evictor_.EvictAboveWatermark();
   return dead;
+}
+
+void MasterService::BecomeActive(uint64_t term) {
+  shards_.BeginTerm(term);
+  segments_.SetQuarantineUntil(clock_->NowMs() + options_.put_start_timeout_ms +
+                               options_.restart_quarantine_margin_ms);
 }
 
 MasterService::Stats MasterService::GetStats() const {

@@ -116,6 +116,12 @@ class MasterService {
   // above the high watermark. Returns the sessions it declared dead (the adapter closes them).
   std::vector<SessionId> Tick();
 
+  // HA: this master was elected for `term` (LeaderElection). Generations move to the term's
+  // range, and the write window of the previous leader's clients starts now: space of segments
+  // re-mounted by nodes that no inventory reports stays out of allocation until
+  // now + put_start_timeout_ms + restart_quarantine_margin_ms (as after a restart).
+  void BecomeActive(uint64_t term);
+
   Stats GetStats() const;
   std::vector<proto::SegmentInfo> ListSegments() const { return segments_.List(); }
   // The nodes with a session: their segments and what their heartbeats report.

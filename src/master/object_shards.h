@@ -39,9 +39,19 @@ class ObjectShards {
   };
 
   // Generations are unique across master restarts: `wall_ms` (wall-clock milliseconds at start)
-  // in the high bits.
+  // in the high bits. With HA, BeginTerm replaces that with the election term.
   explicit ObjectShards(uint64_t wall_ms)
       : first_generation_(wall_ms << 20), next_generation_(wall_ms << 20) {}
+
+  // HA: generations are term << kTermShift | counter from now on, so a new leader's grants
+  // always outrank an older leader's (never lower than any generation seen so far). Called
+  // once the master is elected, before it admits a put.
+  static constexpr int kTermShift = 44;
+  void BeginTerm(uint64_t term) {
+    const uint64_t base = term << kTermShift;
+    first_generation_.store(base);
+    RaiseTo(next_generation_, base);
+  }
 
   Shard& ShardOf(absl::string_view table_key) { return shards_[HashBytes(table_key) % kShards]; }
   const Shard& ShardOf(absl::string_view table_key) const {
@@ -53,7 +63,7 @@ class ObjectShards {
   uint64_t NextGeneration() { return next_generation_.fetch_add(1); }
   // The first generation this master could grant: a lower one was granted by a previous master
   // (a put in flight across a restart).
-  uint64_t first_generation() const { return first_generation_; }
+  uint64_t first_generation() const { return first_generation_.load(); }
   // Orders accesses for LRU; a millisecond clock would tie accesses within one millisecond.
   uint64_t NextAccess() { return access_clock_.fetch_add(1, std::memory_order_relaxed) + 1; }
   // Restore: later grants and accesses order after every restored generation and ordinal.
@@ -72,7 +82,7 @@ class ObjectShards {
     }
   }
   std::array<Shard, kShards> shards_;
-  const uint64_t first_generation_;
+  std::atomic<uint64_t> first_generation_;
   InventoryOutbox* outbox_ = nullptr;
   std::atomic<uint64_t> next_generation_;
   std::atomic<uint64_t> access_clock_{0};

@@ -20,7 +20,10 @@
 #include "node/cgroup.h"
 #include "node/node_server.h"
 
-DEFINE_string(master, "127.0.0.1:50051", "Master address host:port");
+DEFINE_string(master, "127.0.0.1:50051",
+              "Master address host:port, or etcd://h1:2379;h2:2379 to follow the active master "
+              "of --cluster_id (masters started with --enable_ha)");
+DEFINE_string(cluster_id, "granary_cluster", "Cluster name, with an etcd:// --master");
 DEFINE_string(host_segment_size, "1GB",
               "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
 DEFINE_string(gpu_segment_size, "0",
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
   }
   granary::node::NodeOptions o;
   o.master = FLAGS_master;
+  o.cluster_id = FLAGS_cluster_id;
   auto host = granary::ParseSize(FLAGS_host_segment_size);
   if (!host.ok()) return fail("--host_segment_size: " + std::string(host.status().message()));
   o.host_segment_size = *host;

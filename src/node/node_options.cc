@@ -1,6 +1,9 @@
 #include "node/node_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "common/etcd/etcd_client.h"
 #include "common/util.h"
 #include "granary/log_sink.h"
 #include "proto/alloc_header.h"
@@ -8,10 +11,25 @@
 
 namespace granary::node {
 
+std::optional<std::string> EtcdEndpointsOf(const std::string& master) {
+  absl::string_view s = master;
+  if (!absl::ConsumePrefix(&s, "etcd://")) return std::nullopt;
+  return absl::StrReplaceAll(s, {{";", ","}});
+}
+
 absl::Status NodeOptions::Validate() const {
-  auto hp = ParseHostPort(master);
-  if (!hp.ok())
+  if (std::optional<std::string> endpoints = EtcdEndpointsOf(master)) {
+    auto parsed = etcd::ParseEndpoints(*endpoints);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--master: ", parsed.status().message()));
+    }
+    if (cluster_id.empty() || cluster_id.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster_id '", cluster_id, "' must be non-empty and contain no '/'"));
+    }
+  } else if (auto hp = ParseHostPort(master); !hp.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
+  }
   if (host_segment_size == 0 && gpu_segment_size == 0) {
     return absl::InvalidArgumentError(
         "nothing to contribute: --host_segment_size and --gpu_segment_size are both 0");

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,11 @@ namespace granary::node {
 
 // Everything granary_node can be told; flags only fill it. Validate() names a bad value.
 struct NodeOptions {
-  std::string master = "127.0.0.1:50051";   // host:port of the master
-  uint64_t host_segment_size = 1ull << 30;  // pinned host memory to contribute (bytes)
+  // host:port of the master, or etcd://h1:2379;h2:2379 (HA): the active master's RPC address
+  // is read from granary/<cluster_id>/master_view before every (re)connect.
+  std::string master = "127.0.0.1:50051";
+  std::string cluster_id = "granary_cluster";  // with an etcd:// master
+  uint64_t host_segment_size = 1ull << 30;     // pinned host memory to contribute (bytes)
   // GPU memory to contribute per device in gpu_devices (bytes; 0: none). Needs a device backend
   // with devices (cuda, or the CPU-only fake): the node refuses to start otherwise.
   uint64_t gpu_segment_size = 0;
@@ -48,5 +52,8 @@ struct NodeOptions {
 
   [[nodiscard]] absl::Status Validate() const;
 };
+
+// The etcd endpoints ("h1:2379,h2:2379") of an etcd:// master address; nullopt for host:port.
+std::optional<std::string> EtcdEndpointsOf(const std::string& master);
 
 }  // namespace granary::node

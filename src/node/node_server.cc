@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->log_route_.level = options.log_level;
   ScopedLogRoute route(&n->log_route_);
   n->node_id_ = RandomId();
+  if (std::optional<std::string> endpoints = EtcdEndpointsOf(options.master)) {
+    GRANARY_ASSIGN_OR_RETURN(n->etcd_, etcd::EtcdClient::Create(*endpoints, 1000));
+  }
   GRANARY_ASSIGN_OR_RETURN(n->ctx_, transport::Context::Create("granary_node"));
   GRANARY_ASSIGN_OR_RETURN(n->worker_,
                            transport::Worker::Create(n->ctx_.get(), "node", &n->metrics_));
@@ -337,11 +341,12 @@ absl::Status NodeServer::ConnectAndMount() {
     sync_master_.reset();  // no poll on a connection that is being replaced
   }
   master_.reset();
+  GRANARY_ASSIGN_OR_RETURN(const std::string address, ResolveMaster());
   // Mounted before, in this process: the segments may hold objects a (restarted) master should
   // restore, and that master's clients may still be writing.
   const bool resumed = mounts_->value() > 0;
   service_->BeginSession();
-  GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(worker_.get(), options_.master));
+  GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(worker_.get(), address));
   proto::HelloRequest hello;
   hello.role = proto::Role::kNode;
   hello.client_id = node_id_;
@@ -364,7 +369,7 @@ absl::Status NodeServer::ConnectAndMount() {
         (master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
             proto::MsgType::kMountSegment, service_->MountRequest(i, who, resumed), kRpcTimeout)));
     service_->SetMounted(i, mr.segment_id);
-    LOG_INFO << "mounted " << service_->segments()[i].name << " at master " << options_.master
+    LOG_INFO << "mounted " << service_->segments()[i].name << " at master " << address
              << " as segment " << mr.segment_id << ", reachable at " << who.node_address;
   }
   if (resumed) GRANARY_RETURN_IF_ERROR(ReportInventory());
@@ -433,6 +438,21 @@ void NodeServer::SyncLoop() {
     records_applied_->Inc(applied);
     if (!rep->records.empty()) inventory_entries_->Set(static_cast<double>(inventory_->size()));
   }
+}
+
+absl::StatusOr<std::string> NodeServer::ResolveMaster() {
+  if (etcd_ == nullptr) return options_.master;
+  const std::string key = absl::StrCat("granary/", options_.cluster_id, "/master_view");
+  GRANARY_ASSIGN_OR_RETURN(etcd::RangeResult view, etcd_->Range(key));
+  if (view.kvs.empty()) {
+    return absl::UnavailableError(absl::StrCat("no active master in ", key, " yet"));
+  }
+  nlohmann::json j = nlohmann::json::parse(view.kvs[0].value, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("rpc") || !j["rpc"].is_string()) {
+    return absl::DataLossError(
+        absl::StrCat(key, " holds no RPC address: '", view.kvs[0].value, "'"));
+  }
+  return j["rpc"].get<std::string>();
 }
 
 void NodeServer::Run() {

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/etcd/etcd_client.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -67,6 +68,8 @@ class NodeServer {
   // Allocates and exports the GPU segment of `device` through the device backend.
   [[nodiscard]] absl::Status AddGpuSegment(int device, std::vector<SegmentSpan>* spans);
   [[nodiscard]] absl::Status ConnectAndMount();
+  // The master to connect to: --master, or with etcd:// the RPC address in master_view.
+  [[nodiscard]] absl::StatusOr<std::string> ResolveMaster();
   // Fetch: reads a replica one-sided from another node into this node's segment (Copy/Move).
   std::optional<std::string> HandleRequest(transport::RpcServer::ConnId conn,
                                            const proto::FrameView& frame);
@@ -99,6 +102,8 @@ class NodeServer {
   // The session thread's connection; published to the sync thread (sync_master_) once the
   // segments are mounted and the inventory reported.
   std::shared_ptr<transport::RpcClient> master_;
+  // With an etcd:// master: where the active master's address is read before each connect.
+  std::unique_ptr<etcd::EtcdClient> etcd_;
   uint32_t heartbeat_ms_ = 1000;
   const NodeCgroup* cgroup_ = nullptr;  // set before Run; read by the session thread
   HttpServer http_;

@@ -100,12 +100,14 @@ void Encode(const HelloReply& m, Writer& w) {
   w.U64(m.session_id);
   w.U32(m.heartbeat_interval_ms);
   w.Str(m.master_id);
+  w.U64(m.epoch);
 }
 absl::Status Decode(Reader& r, HelloReply* m) {
   Get(r, &m->status);
   m->session_id = r.U64("session_id");
   m->heartbeat_interval_ms = r.U32("heartbeat_interval_ms");
   m->master_id = r.Str("master_id", kMaxNameBytes);
+  m->epoch = r.U64("epoch");
   return r.status();
 }
 

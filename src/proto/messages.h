@@ -111,6 +111,9 @@ struct HelloReply {
   uint64_t session_id = 0;
   uint32_t heartbeat_interval_ms = 0;
   std::string master_id;
+  // With HA, the epoch this master leads in (the create_revision of master_view); 0 without
+  // HA. Peers keep the highest epoch seen.
+  uint64_t epoch = 0;
   bool operator==(const HelloReply&) const = default;
 };
 

@@ -51,7 +51,15 @@ class RpcClient {
     ws.code = r.U8("status.code");
     ws.message = r.Str("status.message", proto::kMaxMessageBytes);
     if (!r.ok()) return r.status();
-    if (ws.code != 0) return ws.ToStatus();
+    if (ws.code != 0) {
+      // The reason follows (NOT_LEADER, QUOTA_EXCEEDED...); one this build does not know is
+      // left out.
+      const uint8_t reason = r.U8("status.reason");
+      if (r.ok() && reason <= static_cast<uint8_t>(kLastErrorReason)) {
+        ws.reason = static_cast<ErrorReason>(reason);
+      }
+      return ws.ToStatus();
+    }
     return proto::DecodeBody<Rep>(f->body);
   }
 

@@ -28,10 +28,22 @@ class PolicyStore {
 // YAML file at `path`.
 std::unique_ptr<PolicyStore> NewFilePolicyStore(const std::string& path);
 
+// With HA, only the active master may write the policy: Save becomes a txn that compares
+// CREATE(view_key) with the master's epoch. epoch() returns the epoch this master leads in, or
+// 0 when it does not lead (Save then refuses without asking etcd); a failed compare calls
+// on_lost() (the master fences itself). Both are called without any lock of the store's held.
+// Save's refusals are UNAVAILABLE with ErrorReason::kNotActive.
+struct WriteGuard {
+  std::string view_key;  // "granary/<cluster_id>/master_view"; empty: no guard
+  std::function<int64_t()> epoch;
+  std::function<void()> on_lost;
+};
+
 // etcd v3 (through its JSON gateway, /v3/kv/...) at `endpoints` ("host:port[,host:port...]"),
 // key "granary/<cluster_id>/tenant_quota_policy". The value is the policy YAML.
 // Requests time out after `timeout_ms`; the next endpoint is tried on failure.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<PolicyStore>> NewEtcdPolicyStore(
-    const std::string& endpoints, const std::string& cluster_id, int timeout_ms = 2000);
+    const std::string& endpoints, const std::string& cluster_id, int timeout_ms = 2000,
+    WriteGuard guard = {});
 
 }  // namespace granary::master::tenant

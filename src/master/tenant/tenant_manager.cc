@@ -12,12 +12,14 @@
 namespace granary::master::tenant {
 
 absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::Create(
-    const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity) {
+    const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity,
+    WriteGuard guard) {
   std::unique_ptr<PolicyStore> store;
   if (options.enable_multi_tenants) {
     if (options.tenant_quota_connector_type == "etcd") {
       GRANARY_ASSIGN_OR_RETURN(
-          store, NewEtcdPolicyStore(options.tenant_quota_connector_uri, options.cluster_id));
+          store, NewEtcdPolicyStore(options.tenant_quota_connector_uri, options.cluster_id,
+                                    /*timeout_ms=*/2000, std::move(guard)));
     } else {
       store = NewFilePolicyStore(options.tenant_quota_connector_uri);
     }
@@ -99,9 +101,13 @@ absl::Status TenantManager::Reload() {
 absl::Status TenantManager::SaveAndApply(const Policy& next) {
   absl::Status st = store_->Save(next);
   if (!st.ok()) {
-    return absl::UnavailableError(absl::StrCat("saving the policy to ", store_->Describe(),
-                                               " failed, nothing changed: ", st.message()));
+    // The reason stays (NOT_ACTIVE: a fenced master's write, answered 503 by the admin API).
+    return WithReason(
+        absl::UnavailableError(absl::StrCat("saving the policy to ", store_->Describe(),
+                                            " failed, nothing changed: ", st.message())),
+        ErrorReasonOf(st));
   }
+  granary::MutexLock lock(&mu_);
   ++writes_;
   policy_ = next;
   ledger_->ApplyPolicy(next, capacity_());
@@ -118,6 +124,7 @@ absl::Status TenantManager::RefreshBeforeWrite() {
     return absl::UnavailableError(absl::StrCat("reading the policy from ", store_->Describe(),
                                                " failed, nothing changed: ", p.status().message()));
   }
+  granary::MutexLock lock(&mu_);
   if (*p == policy_) return absl::OkStatus();
   ++writes_;
   policy_ = *p;
@@ -139,9 +146,9 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   if (max_entries.has_value() && *max_entries == 0) {
     return absl::InvalidArgumentError("max_entries must be a positive integer, got 0");
   }
-  granary::MutexLock lock(&mu_);
+  granary::MutexLock write_lock(&write_mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
-  Policy next = policy_;
+  Policy next = policy();  // only admin changes (serialized by write_mu_) and reloads move it
   TenantPolicy* t = nullptr;
   for (auto& e : next.tenants) {
     if (e.name == tenant) t = &e;
@@ -168,9 +175,10 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
 
 absl::Status TenantManager::Delete(const std::string& tenant) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
-  granary::MutexLock lock(&mu_);
+  granary::MutexLock write_lock(&write_mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
-  if (policy_.Find(tenant) == nullptr) {
+  Policy next = policy();
+  if (next.Find(tenant) == nullptr) {
     return WithReason(absl::NotFoundError(absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant,
                                                        "' has no quota policy")),
                       ErrorReason::kTenantNotFound);
@@ -183,7 +191,6 @@ absl::Status TenantManager::Delete(const std::string& tenant) {
             snap->charged_bytes, " charged bytes; remove them first")),
         ErrorReason::kTenantNotEmpty);
   }
-  Policy next = policy_;
   next.tenants.erase(std::remove_if(next.tenants.begin(), next.tenants.end(),
                                     [&](const TenantPolicy& t) { return t.name == tenant; }),
                      next.tenants.end());

@@ -30,8 +30,10 @@ namespace granary::master::tenant {
 class TenantManager {
  public:
   // capacity() gives the allocatable bytes quotas are scaled against.
+  // `guard`: with HA, the etcd store's Save is guarded by the master's epoch (policy_store.h).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TenantManager>> Create(
-      const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity);
+      const MasterOptions& options, QuotaLedger* ledger, std::function<uint64_t()> capacity,
+      WriteGuard guard = {});
   // For tests: an explicit store (null with multi-tenant mode off).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TenantManager>> CreateWithStore(
       bool enabled, std::unique_ptr<PolicyStore> store, QuotaLedger* ledger,
@@ -69,13 +71,20 @@ class TenantManager {
         ledger_(ledger),
         capacity_(std::move(capacity)) {}
   [[nodiscard]] absl::Status CheckEnabled() const;
-  [[nodiscard]] absl::Status SaveAndApply(const Policy& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  [[nodiscard]] absl::Status RefreshBeforeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Both do store I/O: called with write_mu_ held and mu_ not held (mu_ is taken only to apply
+  // what the store answered, so /health and the hello token check never wait for etcd).
+  [[nodiscard]] absl::Status SaveAndApply(const Policy& next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status RefreshBeforeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const bool enabled_;
   std::unique_ptr<PolicyStore> store_;
   QuotaLedger* ledger_;
   std::function<uint64_t()> capacity_;
+  // Serializes admin changes (read, modify, save) across their store I/O. Taken before mu_.
+  granary::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // Guards the running state; never held across store I/O.
   mutable granary::Mutex mu_;
   Policy policy_ ABSL_GUARDED_BY(mu_);
   absl::Status store_status_ ABSL_GUARDED_BY(mu_);

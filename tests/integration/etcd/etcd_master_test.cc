@@ -24,6 +24,7 @@
 #include "granary/client.h"
 #include "master/tenant/policy.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/etcd/admin_request.h"
 #include "tests/integration/etcd/etcd_server.h"
 
 namespace granary::testing {
@@ -34,27 +35,6 @@ using Clock = std::chrono::steady_clock;
 namespace tenant = ::granary::master::tenant;
 
 constexpr uint64_t kMiB = 1 << 20;
-
-struct Reply {
-  int status = 0;  // 0: no answer
-  json body;
-};
-
-Reply Request(uint16_t port, const std::string& method, const std::string& path,
-              const std::string& body = "") {
-  httplib::Client http("127.0.0.1", port);
-  http.set_connection_timeout(2, 0);
-  http.set_read_timeout(10, 0);
-  httplib::Result res = method == "PUT"      ? http.Put(path, body, "application/json")
-                        : method == "DELETE" ? http.Delete(path)
-                                             : http.Get(path);
-  Reply r;
-  if (!res) return r;
-  r.status = res->status;
-  r.body = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
-  if (r.body.is_discarded()) r.body = json(res->body);
-  return r;
-}
 
 Reply PutQuota(uint16_t port, const std::string& tenant_id, uint64_t bytes) {
   return Request(port, "PUT", "/api/v1/tenant_quotas?tenant_id=" + tenant_id,
@@ -93,19 +73,6 @@ bool StoreOk(const json& health) {
 bool StoreDown(const json& health) {
   return health.is_object() && health.contains("policy_store_ok") &&
          health["policy_store_ok"].is_boolean() && !health["policy_store_ok"].get<bool>();
-}
-
-// Polls `pred` every 20 ms; the milliseconds it took, or -1 after `timeout`.
-int64_t WaitMs(const std::function<bool()>& pred,
-               std::chrono::milliseconds timeout = std::chrono::seconds(15)) {
-  const auto t0 = Clock::now();
-  while (true) {
-    if (pred()) {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
-    }
-    if (Clock::now() - t0 > timeout) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
 }
 
 class EtcdMasterTest : public ::testing::Test {
@@ -349,6 +316,34 @@ TEST_F(EtcdMasterTest, UnreachableEtcdKeepsTheLastGoodPolicyAndSaysSo) {
   ASSERT_TRUE(stored.has_value());
   EXPECT_EQ(*stored,
             (tenant::Policy{{{"tenant-a", kMiB, std::nullopt}, {"tenant-b", kMiB, std::nullopt}}}));
+}
+
+// A hung etcd (SIGSTOP: it accepts connections and never answers) stalls an admin write for
+// its timeouts, but /health answers meanwhile: the policy lock is not held across etcd I/O.
+TEST_F(EtcdMasterTest, HungEtcdDoesNotBlockHealth) {
+  Cluster* m = StartMaster();
+  ASSERT_NE(m, nullptr);
+  const uint16_t port = m->master_http_port();
+  ASSERT_EQ(PutQuota(port, "tenant-a", 64 * kMiB).status, 200);
+  etcd_->Signal(SIGSTOP);
+  Reply put;
+  std::thread writer([&] { put = PutQuota(port, "tenant-a", 32 * kMiB); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int64_t worst_ms = 0;
+  // The store's timeout is 2 s: etcd stays stopped past it, so the write fails.
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = Clock::now();
+    json health = Health(port);
+    worst_ms = std::max<int64_t>(
+        worst_ms, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+    EXPECT_TRUE(health.is_object()) << "no /health answer while the write waits for etcd";
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  etcd_->Signal(SIGCONT);
+  writer.join();
+  EXPECT_LT(worst_ms, 500) << "/health waited for etcd";
+  EXPECT_EQ(put.status, 503) << put.body.dump();
+  EXPECT_EQ(RequestedQuota(port, "tenant-a"), 64 * kMiB) << "a failed save changes nothing";
 }
 
 TEST_F(EtcdMasterTest, InvalidDocumentWrittenBySomeoneElseKeepsTheRunningPolicy) {

@@ -24,8 +24,6 @@
 extern char** environ;
 
 namespace granary::testing {
-namespace {
-
 int FreeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
@@ -41,8 +39,6 @@ int FreeLoopbackPort() {
   close(fd);
   return port;
 }
-
-}  // namespace
 
 bool EtcdServer::Available() { return access(kBinary, X_OK) == 0; }
 
@@ -138,10 +134,20 @@ absl::Status EtcdServer::StartOnce(int timeout_sec) {
 
 void EtcdServer::Kill() {
   if (pid_ > 0) {
+    kill(pid_, SIGCONT);  // a stopped etcd is killed too, but let it go first
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+}
+
+absl::Status EtcdServer::Delete(const std::string& key) const {
+  return Post("/v3/kv/deleterange", nlohmann::json{{"key", absl::Base64Escape(key)}}.dump())
+      .status();
+}
+
+void EtcdServer::Signal(int sig) {
+  if (pid_ > 0) kill(pid_, sig);
 }
 
 absl::StatusOr<std::string> EtcdServer::Post(const std::string& path,

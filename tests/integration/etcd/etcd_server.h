@@ -14,6 +14,9 @@
 
 namespace granary::testing {
 
+// A free TCP port on 127.0.0.1 (bound and released): nothing listens on it.
+int FreeLoopbackPort();
+
 class EtcdServer {
  public:
   static constexpr const char* kBinary = "/usr/bin/etcd";
@@ -33,6 +36,9 @@ class EtcdServer {
   absl::Status Start(int timeout_sec = 20);
   // SIGKILL and reap; no-op when not running.
   void Kill();
+  // Sends `sig` (SIGSTOP, SIGCONT: a hung etcd) when running.
+  void Signal(int sig);
+  pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
 
   int client_port() const { return client_port_; }
@@ -47,6 +53,8 @@ class EtcdServer {
   absl::StatusOr<int64_t> CountPrefix(const std::string& prefix) const;
   // Raw v3 put of one key.
   absl::Status Put(const std::string& key, const std::string& value) const;
+  // Raw v3 delete of one key.
+  absl::Status Delete(const std::string& key) const;
 
  private:
   absl::StatusOr<std::string> Post(const std::string& path, const std::string& body) const;

@@ -395,6 +395,24 @@ TEST_F(MasterServiceTest, PutLifecycleStartEndGetExistRemove) {
   EXPECT_NE(ps2.generation, ps.generation);
 }
 
+// HA: generations are term << 44 | counter once elected, so a later leader's grants always
+// outrank an earlier one's (docs/architecture.md, "Election and fencing as built").
+TEST_F(MasterServiceTest, HaGenerationsComeFromTheTermAndRiseAcrossTerms) {
+  opts_.enable_ha = true;
+  opts_.etcd_endpoints = "127.0.0.1:2379";
+  svc().BecomeActive(3);
+  NodeWith("n1", 64 * kMiB);
+  SessionId c = Client();
+  const uint64_t g1 = Put(c, "a", 1000);
+  const uint64_t g2 = Put(c, "b", 1000);
+  EXPECT_EQ(g1 >> 44, 3u);
+  EXPECT_EQ(g2, g1 + 1);
+  svc().BecomeActive(4);
+  const uint64_t g3 = Put(c, "c", 1000);
+  EXPECT_EQ(g3 >> 44, 4u);
+  EXPECT_GT(g3, g2);
+}
+
 TEST_F(MasterServiceTest, PutRevokeFreesTheAllocation) {
   NodeWith("n1", kMiB);
   SessionId c = Client();

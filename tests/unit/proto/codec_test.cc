@@ -70,7 +70,7 @@ HelloRequest SampleHelloRequest() {
 }
 HelloReply SampleHelloReply() {
   return {Ws(absl::StatusCode::kNotFound, "no such tenant"), 0x0123456789ABCDEFull, 5000,
-          "master-1"};
+          "master-1", 0x0000123400005678ull};
 }
 HeartbeatRequest SampleHeartbeatWithCgroup() {
   HeartbeatRequest m;

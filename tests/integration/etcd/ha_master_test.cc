@@ -1,0 +1,399 @@
+// Master election on a real etcd (Debian's etcd-server, 3.4, a child process) with real
+// granary_master processes started with --enable_ha and a 2 s lease: exactly one is active,
+// the standby refuses admin writes (503 NOT_ACTIVE) and RPCs (NOT_LEADER naming the active
+// master), takeover after kill -9 (within TTL + a bound) and after SIGTERM (at once: the lease
+// is revoked), a leader paused past its lease (SIGSTOP) admits nothing when it resumes, a
+// paused etcd fences the leader in time, and a fenced master's policy write changes nothing.
+// Skipped when /usr/bin/etcd is not installed.
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "granary/client.h"
+#include "granary/error_reason.h"
+#include "tests/integration/cluster.h"
+#include "tests/integration/etcd/admin_request.h"
+#include "tests/integration/etcd/etcd_server.h"
+
+namespace granary::testing {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr int kTtlSec = 2;
+
+int64_t MsSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+struct Master {
+  uint16_t rpc_port = 0;
+  uint16_t http_port = 0;
+  std::unique_ptr<Process> process;
+  std::string rpc() const { return absl::StrCat("127.0.0.1:", rpc_port); }
+  // "active", "standby", or "" when /role does not answer.
+  std::string Role() const {
+    Reply r = Request(http_port, "GET", "/role");
+    if (r.status != 200 || !r.body.is_object()) return "";
+    return r.body.value("role", "");
+  }
+  json RoleBody() const { return Request(http_port, "GET", "/role").body; }
+};
+
+class HaMasterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!EtcdServer::Available()) GTEST_SKIP() << EtcdServer::kBinary << " is not installed";
+    char tmpl[] = "/tmp/granary_ha_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    etcd_ = std::make_unique<EtcdServer>(dir_);
+    absl::Status st = etcd_->Start();
+    ASSERT_TRUE(st.ok()) << st << "\n" << etcd_->Log();
+    cluster_id_ = absl::StrCat(
+        "ha_", ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_", getpid());
+    setenv("UCX_TLS", "tcp", 1);
+  }
+
+  void TearDown() override {
+    // A sanitizer build of a master reports into its log (and exits): that fails the test.
+    for (auto& m : masters_) {
+      if (!m->process) continue;
+      m->process->Kill(SIGTERM);
+      if (WaitMs([&] { return !m->process->Running(); }, std::chrono::seconds(10)) < 0) {
+        ADD_FAILURE() << "a master did not stop on SIGTERM: " << m->process->log_path();
+        m->process->Kill(SIGKILL);
+      }
+      m->process->Wait();
+      for (const char* report : {"ThreadSanitizer:", "AddressSanitizer:", ": runtime error:"}) {
+        EXPECT_EQ(m->process->Log().find(report), std::string::npos)
+            << "sanitizer report in " << m->process->log_path();
+      }
+    }
+    if (HasFailure()) {
+      for (auto& m : masters_) {
+        if (m->process)
+          std::cerr << "===== " << m->process->log_path() << "\n" << m->process->Log();
+      }
+    }
+    masters_.clear();
+    etcd_.reset();
+    unsetenv("UCX_TLS");
+    if (!dir_.empty()) {
+      EXPECT_EQ(system(("rm -rf '" + dir_ + "'").c_str()), 0);
+    }
+  }
+
+  // Starts a master with --enable_ha on this test's etcd; waits for its /health.
+  Master* StartMaster(std::vector<std::string> extra = {}) {
+    auto m = std::make_unique<Master>();
+    m->rpc_port = FreePort();
+    m->http_port = FreePort();
+    std::vector<std::string> argv = {BinDir() + "/granary_master",
+                                     absl::StrCat("--rpc_port=", m->rpc_port),
+                                     absl::StrCat("--metrics_port=", m->http_port),
+                                     "--metrics_host=127.0.0.1",
+                                     "--enable_ha",
+                                     "--etcd_endpoints=" + etcd_->Endpoint(),
+                                     "--cluster_id=" + cluster_id_,
+                                     absl::StrCat("--ha_lease_ttl_sec=", kTtlSec),
+                                     "--client_ttl=5"};
+    for (auto& e : extra) argv.push_back(e);
+    auto p = Process::Start(argv, {"UCX_TLS=tcp"},
+                            absl::StrCat(dir_, "/master", masters_.size(), ".log"));
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return nullptr;
+    m->process = std::move(*p);
+    Master* raw = m.get();
+    masters_.push_back(std::move(m));
+    EXPECT_GE(
+        WaitMs([&] { return HttpGet(raw->http_port, "/health").ok(); }, std::chrono::seconds(10)),
+        0)
+        << "master did not come up";
+    return raw;
+  }
+
+  // Waits until exactly one of `ms` is active; returns it (null after the timeout).
+  Master* WaitForOneActive(const std::vector<Master*>& ms,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    Master* active = nullptr;
+    WaitMs(
+        [&] {
+          int n = 0;
+          for (Master* m : ms) {
+            if (m->Role() == "active") {
+              ++n;
+              active = m;
+            }
+          }
+          return n == 1;
+        },
+        timeout);
+    int n = 0;
+    for (Master* m : ms) n += m->Role() == "active" ? 1 : 0;
+    return n == 1 ? active : nullptr;
+  }
+
+  // A leader, then a standby, and a client of the leader.
+  void StartLeaderAndStandby(Master** leader, Master** standby, std::unique_ptr<Client>* client) {
+    *leader = StartMaster();
+    ASSERT_NE(*leader, nullptr);
+    ASSERT_EQ(WaitForOneActive({*leader}), *leader);
+    *standby = StartMaster();
+    ASSERT_NE(*standby, nullptr);
+    auto c = NewClient(*leader);
+    ASSERT_TRUE(c.ok()) << c.status();
+    *client = *std::move(c);
+  }
+
+  absl::StatusOr<std::unique_ptr<Client>> NewClient(const Master* m) {
+    ClientOptions o;
+    o.master_server_address = m->rpc();
+    o.tenant_id = "default";
+    o.rpc_timeout_ms = 2000;
+    return Client::Create(o);
+  }
+
+  std::string dir_;
+  std::unique_ptr<EtcdServer> etcd_;
+  std::string cluster_id_;
+  std::vector<std::unique_ptr<Master>> masters_;
+};
+
+TEST_F(HaMasterTest, OneActiveStandbyRefusesAndKillNineFailsOver) {
+  Master* a = StartMaster();
+  Master* b = StartMaster();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Master* active = WaitForOneActive({a, b});
+  ASSERT_NE(active, nullptr);
+  Master* standby = active == a ? b : a;
+  EXPECT_EQ(standby->Role(), "standby");
+  // Its first campaign has found the view (a few etcd round trips after it started).
+  ASSERT_GE(
+      WaitMs([&] { return standby->RoleBody()["active"].is_object(); }, std::chrono::seconds(5)),
+      0);
+
+  // /role on both names the active master and its epoch.
+  json role = standby->RoleBody();
+  EXPECT_EQ(role["active"]["rpc"], active->rpc()) << role.dump();
+  EXPECT_EQ(role["active"]["admin"], absl::StrCat("127.0.0.1:", active->http_port));
+  const int64_t epoch = role["epoch"].get<int64_t>();
+  EXPECT_GT(epoch, 0);
+  EXPECT_EQ(active->RoleBody()["epoch"], epoch);
+  // /health is 200 with the role on both.
+  Reply health = Request(standby->http_port, "GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body["role"], "standby");
+  EXPECT_EQ(Request(active->http_port, "GET", "/health").body["role"], "active");
+
+  // The quota admin API answers 503 NOT_ACTIVE on the standby.
+  Reply put = Request(standby->http_port, "PUT", "/api/v1/tenant_quotas?tenant_id=t1",
+                      R"({"requested_quota_bytes": 1048576})");
+  EXPECT_EQ(put.status, 503) << put.body.dump();
+  EXPECT_EQ(put.body["error"]["code"], "NOT_ACTIVE") << put.body.dump();
+
+  // RPCs to the standby: NOT_LEADER, naming the active master's RPC address.
+  auto refused = NewClient(standby);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_EQ(ErrorReasonOf(refused.status()), ErrorReason::kNotLeader) << refused.status();
+  EXPECT_NE(refused.status().message().find(active->rpc()), absl::string_view::npos)
+      << refused.status();
+  // The active one takes a client.
+  auto ok = NewClient(active);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ok->reset();
+
+  // kill -9 of the leader: the standby takes over within the TTL plus a bound (etcd checks
+  // expiry about every 500 ms).
+
+  active->process->Kill(SIGKILL);
+  active->process->Wait();
+  const int64_t took =
+      WaitMs([&] { return standby->Role() == "active"; }, std::chrono::seconds(kTtlSec + 5));
+  ASSERT_GE(took, 0) << "no takeover";
+  std::cerr << "[ measured ] kill -9 -> standby active: " << took << " ms (TTL " << kTtlSec
+            << " s)\n";
+  EXPECT_LT(took, kTtlSec * 1000 + 2000);
+  EXPECT_GT(standby->RoleBody()["epoch"].get<int64_t>(), epoch) << "a new epoch";
+  auto client = NewClient(standby);
+  EXPECT_TRUE(client.ok()) << client.status();
+}
+
+TEST_F(HaMasterTest, SigtermHandsOverWellBeforeTheTtl) {
+  Master* a = StartMaster();
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(WaitForOneActive({a}), a);
+  Master* b = StartMaster();
+  ASSERT_NE(b, nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // b is watching
+  ASSERT_EQ(b->Role(), "standby");
+
+  a->process->Kill(SIGTERM);
+  const int64_t took =
+      WaitMs([&] { return b->Role() == "active"; }, std::chrono::seconds(kTtlSec + 5));
+  ASSERT_GE(took, 0);
+  std::cerr << "[ measured ] SIGTERM -> standby active: " << took << " ms\n";
+  EXPECT_LT(took, kTtlSec * 1000 / 2) << "the lease was not revoked";
+  EXPECT_EQ(a->process->Wait(), 0);
+  EXPECT_NE(a->process->Log().find("lease revoked"), std::string::npos);
+}
+
+TEST_F(HaMasterTest, LeaderPausedPastItsLeaseAdmitsNoWriteWhenResumed) {
+  Master *a = nullptr, *b = nullptr;
+  std::unique_ptr<Client> client;
+  ASSERT_NO_FATAL_FAILURE(StartLeaderAndStandby(&a, &b, &client));
+
+  a->process->Kill(SIGSTOP);
+  const int64_t took =
+      WaitMs([&] { return b->Role() == "active"; }, std::chrono::seconds(kTtlSec + 5));
+  ASSERT_GE(took, 0) << "no takeover from a paused leader";
+  std::cerr << "[ measured ] SIGSTOP of the leader -> standby active: " << took << " ms\n";
+  a->process->Kill(SIGCONT);
+  // The zombie's first request after resuming is refused: its t_valid has passed.
+  absl::Status put = client->Put("zombie-key", "value");
+  EXPECT_FALSE(put.ok());
+  EXPECT_EQ(ErrorReasonOf(put), ErrorReason::kNotLeader) << put;
+  EXPECT_EQ(put.message().find(a->rpc()), absl::string_view::npos)
+      << "the hint names the fenced master itself: " << put;
+  // It becomes a standby that knows the new leader; exactly one is active.
+  EXPECT_GE(
+      WaitMs([&] { return a->Role() == "standby" && a->RoleBody()["active"]["rpc"] == b->rpc(); },
+             std::chrono::seconds(5)),
+      0)
+      << a->RoleBody().dump();
+  EXPECT_EQ(WaitForOneActive({a, b}), b);
+  client.reset();
+}
+
+TEST_F(HaMasterTest, PausedEtcdFencesTheLeaderInTime) {
+  Master *a = nullptr, *b = nullptr;
+  std::unique_ptr<Client> client;
+  ASSERT_NO_FATAL_FAILURE(StartLeaderAndStandby(&a, &b, &client));
+
+  etcd_->Signal(SIGSTOP);
+  const auto t0 = Clock::now();
+  // The leader stops admitting writes no later than TTL after its last answered keepalive
+  // (which was at most TTL/3 before the pause), minus the margin.
+  const int64_t fenced =
+      WaitMs([&] { return a->Role() != "active"; }, std::chrono::seconds(kTtlSec + 3));
+  std::cerr << "[ measured ] etcd SIGSTOP -> leader fenced: " << fenced << " ms\n";
+  ASSERT_GE(fenced, 0);
+  EXPECT_LE(fenced, kTtlSec * 1000 + 200);
+  absl::Status put = client->Put("during-outage", "value");
+  EXPECT_EQ(ErrorReasonOf(put), ErrorReason::kNotLeader) << put;
+  std::this_thread::sleep_for(std::chrono::milliseconds(kTtlSec * 1000));  // past the lease
+  etcd_->Signal(SIGCONT);
+  const auto t_cont = Clock::now();
+  Master* active = WaitForOneActive({a, b}, std::chrono::seconds(15));
+  ASSERT_NE(active, nullptr) << "not exactly one active master after etcd came back";
+  std::cerr << "[ measured ] etcd SIGSTOP -> one active again: " << MsSince(t0) << " ms ("
+            << MsSince(t_cont) << " ms after SIGCONT)\n";
+  // Stays so.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(WaitForOneActive({a, b}, std::chrono::seconds(1)), active);
+  client.reset();
+}
+
+TEST_F(HaMasterTest, FencedMastersPolicyWriteChangesNothing) {
+  const std::vector<std::string> policy_flags = {
+      "--enable_multi_tenants", "--tenant_quota_connector_type=etcd",
+      "--tenant_quota_connector_uri=" + etcd_->Endpoint()};
+  Master* a = StartMaster(policy_flags);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(WaitForOneActive({a}), a);
+  const std::string key = absl::StrCat("granary/", cluster_id_, "/tenant_quota_policy");
+  Reply first = Request(a->http_port, "PUT", "/api/v1/tenant_quotas?tenant_id=t1",
+                        R"({"requested_quota_bytes": 1048576})");
+  ASSERT_EQ(first.status, 200) << first.body.dump();
+  auto before = etcd_->Get(key);
+  ASSERT_TRUE(before.ok() && before->has_value());
+
+  // Another master's view replaces a's behind its back (a's lease still runs, so a believes it
+  // leads): a new create_revision. a's guarded write must fail its compare, fence a and store
+  // nothing.
+  const std::string view_key = absl::StrCat("granary/", cluster_id_, "/master_view");
+  ASSERT_TRUE(etcd_->Delete(view_key).ok());
+  ASSERT_TRUE(etcd_->Put(view_key, R"({"rpc":"10.0.0.9:1","admin":"10.0.0.9:2"})").ok());
+  ASSERT_EQ(a->Role(), "active");
+  Reply second = Request(a->http_port, "PUT", "/api/v1/tenant_quotas?tenant_id=t2",
+                         R"({"requested_quota_bytes": 2097152})");
+  EXPECT_EQ(second.status, 503) << second.body.dump();
+  EXPECT_EQ(second.body["error"]["code"], "NOT_ACTIVE") << second.body.dump();
+  auto after = etcd_->Get(key);
+  ASSERT_TRUE(after.ok() && after->has_value());
+  EXPECT_EQ(**after, **before) << "the fenced master's write reached etcd";
+  EXPECT_NE(a->Role(), "active");
+}
+
+// A node given --master=etcd://... mounts at the active master, and after a kill -9 of it
+// re-mounts at the new one and reports its inventory: the object written through the old
+// leader is read back through the new one.
+TEST_F(HaMasterTest, NodeFollowsTheLeaderThroughEtcd) {
+  Master* a = StartMaster();
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(WaitForOneActive({a}), a);
+  Master* b = StartMaster();
+  ASSERT_NE(b, nullptr);
+  auto node =
+      Process::Start({BinDir() + "/granary_node", "--master=etcd://" + etcd_->Endpoint(),
+                      "--cluster_id=" + cluster_id_, "--host_segment_size=64MB", "--metrics_port=0",
+                      "--metrics_host=127.0.0.1", "--local_hostname=127.0.0.1"},
+                     {"UCX_TLS=tcp"}, dir_ + "/node.log");
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto segments = [](const Master* m) {
+    Reply r = Request(m->http_port, "GET", "/api/v1/segments");
+    return r.status == 200 && r.body["data"].is_array() ? r.body["data"].size() : size_t{0};
+  };
+  ASSERT_GE(WaitMs([&] { return segments(a) == 1; }, std::chrono::seconds(20)), 0)
+      << (*node)->Log();
+  {
+    auto client = NewClient(a);
+    ASSERT_TRUE(client.ok()) << client.status();
+    const std::string value = MakeValue("follow/k", 1, 4096);
+    ASSERT_TRUE((*client)->Put("follow/k", value).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the commit record reaches it
+  a->process->Kill(SIGKILL);
+  a->process->Wait();
+  const auto t0 = Clock::now();
+  const int64_t remounted =
+      WaitMs([&] { return b->Role() == "active" && segments(b) == 1; }, std::chrono::seconds(20));
+  ASSERT_GE(remounted, 0) << (*node)->Log();
+  std::cerr << "[ measured ] kill -9 -> node re-mounted at the new leader: " << MsSince(t0)
+            << " ms\n";
+  auto client = NewClient(b);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::string> got;
+  EXPECT_GE(WaitMs(
+                [&] {
+                  got = (*client)->Get("follow/k");
+                  return got.ok();
+                },
+                std::chrono::seconds(10)),
+            0)
+      << got.status() << "\n"
+      << (*node)->Log();
+  if (got.ok()) {
+    EXPECT_EQ(*got, MakeValue("follow/k", 1, 4096));
+  }
+  (*node)->Kill(SIGTERM);
+  (*node)->Wait();
+}
+
+}  // namespace
+}  // namespace granary::testing
