@@ -1,6 +1,6 @@
 // libFuzzer target: the master admin API's PUT /api/v1/tenant_quotas body parser.
 // Invariants: never crashes or throws; on OK the quota (and max_entries, when set) is in
-// 1..2^63-1.
+// 1..2^63-1 (pool_spill is a plain bool when present).
 
 #include <cstddef>
 #include <cstdint>
@@ -14,10 +14,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
-  uint64_t quota = 0;
-  std::optional<uint64_t> max_entries;
-  absl::Status st = granary::master::ParseQuotaBody(body, &quota, &max_entries);
-  if (!st.ok()) return 0;
+  absl::StatusOr<granary::master::QuotaBody> parsed = granary::master::ParseQuotaBody(body);
+  if (!parsed.ok()) return 0;
+  const uint64_t quota = parsed->quota;
+  const std::optional<uint64_t>& max_entries = parsed->max_entries;
   constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   if (quota < 1 || quota > kMax) {
     std::fprintf(stderr, "accepted quota %llu outside 1..2^63-1\n", (unsigned long long)quota);
