@@ -18,8 +18,13 @@ namespace granary {
 // this one does not (`local_buffer_size`, `local_hostname`) load with a warning naming them.
 struct ClientOptions {
   // host:port of the master (`master_server_address` or `master_server_addr` in the JSON
-  // file, GRANARY_MASTER).
+  // file, GRANARY_MASTER), or `etcd://h1:2379;h2:2379` with HA: the client then reads the
+  // active master from etcd before every (re)connect, follows a failover, and refuses a master
+  // whose epoch is older than one it has seen.
   std::string master_server_address = "127.0.0.1:50051";
+  // With an etcd:// master: the cluster whose granary/<cluster_id>/master_view names the
+  // active master (`cluster_id`, GRANARY_CLUSTER_ID; the masters' --cluster_id).
+  std::string cluster_id = "granary_cluster";
   // The tenant every key of this client belongs to (`tenant_id`, GRANARY_TENANT_ID).
   std::string tenant_id = "default";
   // The tenant's client credential (`tenant_token`, GRANARY_TENANT_TOKEN), at most 256 bytes;

@@ -30,8 +30,11 @@
 #include "granary/error_reason.h"
 
 DEFINE_string(master, "",
-              "Master address host:port (default: config file, GRANARY_MASTER, "
-              "or 127.0.0.1:50051)");
+              "Master address host:port, or etcd://h1:2379;h2:2379 to follow the active master "
+              "(default: config file, GRANARY_MASTER, or 127.0.0.1:50051)");
+DEFINE_string(cluster_id, "",
+              "With an etcd:// --master: the HA cluster (default: config file, "
+              "GRANARY_CLUSTER_ID, or granary_cluster)");
 DEFINE_string(tenant_id, "",
               "Tenant to act as (default: config file, GRANARY_TENANT_ID, or "
               "'default')");
@@ -225,6 +228,7 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
   if (!o.ok()) return o;
   o->log_level = granary::GetLogLevel();  // --log_level, for the library's lines too
   if (!FLAGS_master.empty()) o->master_server_address = FLAGS_master;
+  if (!FLAGS_cluster_id.empty()) o->cluster_id = FLAGS_cluster_id;
   if (!FLAGS_tenant_id.empty()) o->tenant_id = FLAGS_tenant_id;
   if (!FLAGS_tenant_token_file.empty()) {
     auto token = ReadAll(FLAGS_tenant_token_file);

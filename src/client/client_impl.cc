@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/device_check.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -100,7 +101,8 @@ ClientImpl::~ClientImpl() {
   ctx_.reset();
 }
 
-absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
+absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms) {
+  if (timeout_ms <= 0) timeout_ms = options_.transfer_timeout_ms;
   // GPU segments: device copies through the backend, never UCX, never a CPU copy.
   if (GpuSegments::AnyGpu(ops)) GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops));
   rma_->CopyMapped(&ops);  // same-host shared memory: plain copies, here
@@ -110,8 +112,7 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
   auto p = std::make_shared<std::promise<absl::Status>>();
   auto f = p->get_future();
   rma_->Execute(std::move(ops), [p](absl::Status st) { p->set_value(std::move(st)); });
-  if (f.wait_for(std::chrono::milliseconds(options_.transfer_timeout_ms)) !=
-      std::future_status::ready) {
+  if (f.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
     // Cancel by closing the endpoints (the ops then complete with an error); the buffers must
     // not be released while UCX may still write into them, so wait for that.
     for (const auto& n : nodes) rma_->ForgetNode(n);
@@ -123,7 +124,7 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops) {
                 << " that UCX did not cancel (dead same-host peer)";
     }
     return absl::DeadlineExceededError(
-        absl::StrCat("transfer did not finish within ", options_.transfer_timeout_ms, " ms"));
+        absl::StrCat("transfer did not finish within ", timeout_ms, " ms"));
   }
   absl::Status st = f.get();
   if (!st.ok()) {
@@ -167,6 +168,7 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     return out;
   }
   std::vector<uint64_t> sz(sizes.begin(), sizes.end());
+  const int64_t sent_us = MonotonicUs();  // the write window counts from here
   auto started = PutStart(keys, sz, flags);
   if (!started.ok()) {
     out.assign(n, started.status());
@@ -181,7 +183,31 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
                                                               plan.revoke);
   }
   proto::KeyGenRequest& commit = plan.commit;
-  absl::Status st = Transfer(std::move(plan.ops));
+  // The write window (HA.md section 4): a master that restarts or takes over keeps space no
+  // node reported out of allocation for the window (plus a margin) only, so this client must
+  // not write what it was granted past PutStart + window. Writes still running then are
+  // cancelled, and the put fails with UNAVAILABLE (retry it).
+  const int64_t window_ms = session_->write_window_ms();
+  int64_t timeout_ms = options_.transfer_timeout_ms;
+  absl::Status st;
+  if (window_ms > 0 && !commit.entries.empty()) {
+    const int64_t left_ms = (sent_us + window_ms * 1000 - MonotonicUs()) / 1000;
+    if (left_ms <= 0) {
+      st = absl::UnavailableError(absl::StrCat("the write window (", window_ms,
+                                               " ms after PutStart) passed before the "
+                                               "writes began: retry the put"));
+    } else if (left_ms < timeout_ms) {
+      timeout_ms = left_ms;
+    }
+  }
+  if (st.ok()) {
+    st = Transfer(std::move(plan.ops), timeout_ms);
+    if (absl::IsDeadlineExceeded(st) && timeout_ms < options_.transfer_timeout_ms) {
+      st = absl::UnavailableError(absl::StrCat(
+          "the writes did not finish within the write window (", window_ms,
+          " ms after PutStart) and were cancelled: retry the put (", st.message(), ")"));
+    }
+  }
   inputs.ReleasePins();
   if (!st.ok()) {
     // Give the space back at once rather than waiting for the deadline.

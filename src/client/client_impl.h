@@ -102,7 +102,9 @@ class ClientImpl : public Client {
   explicit ClientImpl(const ClientOptions& o)
       : options_(o),
         log_route_{o.log_level ? static_cast<int>(*o.log_level) : -1, o.log_sink.get()} {}
-  [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops);
+  // Runs one batch of transfers, cancelling what has not finished after timeout_ms (0: the
+  // configured transfer_timeout_ms).
+  [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms = 0);
   // Has `node` write the values of req into this client's registered buffer (reads over tcp;
   // proto::PushRequest) and copies the headers it returns into (*headers)[keys[j]].
   [[nodiscard]] absl::Status Push(const std::string& node, const proto::PushRequest& req,

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -51,7 +52,10 @@ absl::Status SetInt(ClientOptions* o, const std::string& text) {
 // accepted by both.
 constexpr Field kFields[] = {
     {"master_server_address", "master_server_addr", "GRANARY_MASTER", Kind::kString,
-     SetString<&ClientOptions::master_server_address>, "host:port of the master"},
+     SetString<&ClientOptions::master_server_address>,
+     "host:port of the master, or etcd://h1:2379;h2:2379 (HA)"},
+    {"cluster_id", nullptr, "GRANARY_CLUSTER_ID", Kind::kString,
+     SetString<&ClientOptions::cluster_id>, "the HA cluster (with an etcd:// master)"},
     {"tenant_id", nullptr, "GRANARY_TENANT_ID", Kind::kString, SetString<&ClientOptions::tenant_id>,
      "the tenant of every key"},
     {"tenant_token", nullptr, "GRANARY_TENANT_TOKEN", Kind::kSecret,
@@ -179,8 +183,10 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
   return o;
 }
 absl::Status ClientOptions::Validate() const {
-  auto hp = ParseHostPort(master_server_address);
-  if (!hp.ok()) {
+  if (etcd::EndpointsOfMasterAddress(master_server_address).has_value()) {
+    GRANARY_RETURN_IF_ERROR(
+        etcd::ValidateMasterAddress("master_server_address", master_server_address, cluster_id));
+  } else if (auto hp = ParseHostPort(master_server_address); !hp.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("master_server_address: ", hp.status().message()));
   }

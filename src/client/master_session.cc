@@ -16,6 +16,14 @@ absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const Clien
                                                                      MetricCounter* failures) {
   std::unique_ptr<MasterSession> s(new MasterSession(options, worker, log_route));
   s->connect_failures_ = failures;
+  if (std::optional<std::string> endpoints =
+          etcd::EndpointsOfMasterAddress(options.master_server_address)) {
+    // Each etcd request is bounded well below a call's timeout, so a dead endpoint leaves time
+    // to try the next one and the master.
+    const int etcd_timeout_ms =
+        static_cast<int>(std::clamp<int64_t>(options.rpc_timeout_ms / 4, 100, 1000));
+    GRANARY_ASSIGN_OR_RETURN(s->etcd_, etcd::EtcdClient::Create(*endpoints, etcd_timeout_ms));
+  }
   GRANARY_RETURN_IF_ERROR(s->Connection().status());
   s->heartbeat_ = std::thread([raw = s.get()] { raw->HeartbeatLoop(); });
   return s;
@@ -60,8 +68,21 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Connection(
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect() {
   ScopedLogRoute route(log_route_);  // reconnecting may log, on the caller's thread
+  std::string address = options_.master_server_address;
+  if (etcd_ != nullptr) {
+    absl::StatusOr<etcd::MasterView> view = etcd::ReadMasterView(etcd_.get(), options_.cluster_id);
+    if (!view.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot find the active master through ",
+                                                 options_.master_server_address, ": ",
+                                                 view.status().message()));
+    }
+    // etcd answers in order, so an older view comes only from a lagging endpoint: wait.
+    GRANARY_RETURN_IF_ERROR(
+        epochs_.Accept(view->epoch, absl::StrCat("master_view (", view->rpc, ")")));
+    address = view->rpc;
+  }
   GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m,
-                           transport::RpcClient::Create(worker_, options_.master_server_address));
+                           transport::RpcClient::Create(worker_, address));
   proto::HelloRequest hello;
   hello.role = proto::Role::kClient;
   hello.client_id = RandomId();
@@ -73,13 +94,15 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect()
     // A standby's answer names the active master: pass it on as it is.
     if (ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) return rep.status();
     if (absl::IsUnavailable(rep.status()) || absl::IsDeadlineExceeded(rep.status())) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the master at ",
-                                                 options_.master_server_address, ": ",
-                                                 rep.status().message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the master at ", address, ": ", rep.status().message()));
     }
     return rep.status();
   }
+  GRANARY_RETURN_IF_ERROR(
+      epochs_.Accept(static_cast<int64_t>(rep->epoch), absl::StrCat("the master at ", address)));
   heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
+  write_window_ms_ = rep->write_window_ms;
   if (master_id_ != rep->master_id) {
     // A different master (a restart or failover): segment descriptors may have changed.
     master_id_ = rep->master_id;
@@ -88,6 +111,33 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect()
   }
   master_ = m;
   return m;
+}
+
+void MasterSession::Drop(const std::shared_ptr<transport::RpcClient>& m) {
+  granary::MutexLock lock(&mu_);
+  if (master_ == m) master_.reset();
+}
+
+bool MasterSession::FailedOver(const absl::Status& st, const transport::RpcClient& m) {
+  if (ErrorReasonOf(st) == ErrorReason::kNotLeader) return true;
+  return absl::IsUnavailable(st) && m.broken();
+}
+
+bool MasterSession::WaitForNextAttempt(int64_t deadline_us) {
+  int64_t due_us;
+  {
+    granary::MutexLock lock(&mu_);
+    due_us = next_attempt_us_;
+  }
+  const int64_t now = MonotonicUs();
+  if (now >= deadline_us) return false;
+  // At least a short pause, so that a master answering NOT_LEADER at once is not hammered.
+  const int64_t until = std::min(deadline_us, std::max(due_us, now + kReconnectInitialMs * 1000));
+  granary::MutexLock lock(&hb_mu_);
+  if (hb_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Microseconds(until - now))) {
+    return false;  // the session is closing
+  }
+  return MonotonicUs() < deadline_us;
 }
 
 void MasterSession::HeartbeatLoop() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -10,8 +11,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
+#include "common/clock.h"
+#include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -26,6 +30,12 @@ namespace granary::client {
 // A client's session with the master: the control connection (connected and greeted with a
 // hello, reconnected on demand after it broke), its heartbeats, and the segment descriptors
 // this master handed out (dropped when a different master answers a reconnect).
+//
+// With an etcd:// master address (HA), each (re)connect first reads the active master from
+// granary/<cluster_id>/master_view, and a master whose epoch (in the view and in its hello
+// reply) is older than one already seen is refused. A call then rides out a failover: while no
+// master answers, or the one it reached says NOT_LEADER, it waits for the next connect attempt
+// and retries, until its rpc_timeout_ms has passed; then it fails with UNAVAILABLE.
 //
 // Owned by the client; lives as long as it, and must be destroyed before its Worker (the
 // destructor stops the heartbeat thread and drops the connection). Thread-safe: any number of
@@ -48,7 +58,8 @@ class MasterSession {
   // when the next attempt is due) until a jittered, exponentially growing back-off (50 ms, up
   // to 2 s) has passed: callers that retry at once never turn into a tight connect loop.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> Connection();
-  // Any control request, with one reconnect on a broken session.
+  // Any control request, with one reconnect on a broken session (HA: retried until the
+  // request's timeout while the master is failing over; see the class comment).
   template <typename Req, typename Rep>
   [[nodiscard]] absl::StatusOr<Rep> Call(proto::MsgType type, const Req& req);
   // The same without waiting: many may be in flight on the one session. No reconnect (a broken
@@ -59,6 +70,13 @@ class MasterSession {
   // Sends a request and forgets it (no answer awaited); nothing when no session is up.
   template <typename Req>
   void Send(proto::MsgType type, const Req& req);
+
+  // The write window of the master that answered the last hello (0: none): how long after
+  // sending a PutStart the client may write what it granted.
+  [[nodiscard]] int64_t write_window_ms() {
+    granary::MutexLock lock(&mu_);
+    return write_window_ms_;
+  }
 
   // The descriptor of a mounted segment, asking the master once when it is not cached.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(
@@ -77,16 +95,27 @@ class MasterSession {
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> Reconnect()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   [[nodiscard]] absl::Status RefreshSegments();
+  // Forgets `m` if it is still the session's connection: the next call reconnects.
+  void Drop(const std::shared_ptr<transport::RpcClient>& m);
+  // HA: whether a call that got `st` from the master should reconnect and retry (the master
+  // admitted nothing: it is not the leader, or the connection broke before the request went).
+  [[nodiscard]] static bool FailedOver(const absl::Status& st, const transport::RpcClient& m);
+  // HA: sleeps until the next connect attempt is due or `deadline_us` (MonotonicUs), whichever
+  // comes first; false when the deadline has passed.
+  [[nodiscard]] bool WaitForNextAttempt(int64_t deadline_us);
   void HeartbeatLoop();
 
   const ClientOptions options_;
   transport::Worker* const worker_;
   const LogRoute* const log_route_;
+  std::unique_ptr<etcd::EtcdClient> etcd_;  // with an etcd:// master; set in Create
 
   granary::Mutex mu_;
   std::shared_ptr<transport::RpcClient> master_ ABSL_GUARDED_BY(mu_);
   uint32_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;
+  int64_t write_window_ms_ ABSL_GUARDED_BY(mu_) = 0;
   std::string master_id_ ABSL_GUARDED_BY(mu_);
+  etcd::EpochFence epochs_ ABSL_GUARDED_BY(mu_);
   Backoff reconnect_ ABSL_GUARDED_BY(mu_){kReconnectInitialMs, kReconnectMaxMs};
   int64_t next_attempt_us_ ABSL_GUARDED_BY(mu_) = 0;  // MonotonicUs; 0: try now
   absl::Status last_connect_error_ ABSL_GUARDED_BY(mu_);
@@ -105,16 +134,38 @@ class MasterSession {
 
 template <typename Req, typename Rep>
 [[nodiscard]] absl::StatusOr<Rep> MasterSession::Call(proto::MsgType type, const Req& req) {
+  const int64_t start_us = MonotonicUs();
+  const int64_t deadline_us = start_us + options_.rpc_timeout_ms * 1000;
   absl::Status last;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  for (int attempt = 0;; ++attempt) {
     auto m = Connection();
-    if (!m.ok()) return m.status();
-    auto rep =
-        (*m)->template Invoke<Req, Rep>(type, req, absl::Milliseconds(options_.rpc_timeout_ms));
-    if (rep.ok() || !absl::IsUnavailable(rep.status()) || !(*m)->broken()) return rep;
-    last = rep.status();  // the session broke: reconnect once
+    if (!m.ok()) {
+      // HA: no master answers yet (a failover in progress): wait for the next attempt.
+      if (etcd_ != nullptr && WaitForNextAttempt(deadline_us)) continue;
+      return m.status();
+    }
+    const int64_t left_ms = std::max<int64_t>(1, (deadline_us - MonotonicUs()) / 1000);
+    auto rep = (*m)->template Invoke<Req, Rep>(
+        type, req, absl::Milliseconds(etcd_ != nullptr ? left_ms : options_.rpc_timeout_ms));
+    if (rep.ok()) return rep;
+    last = rep.status();
+    if (etcd_ == nullptr) {
+      if (!absl::IsUnavailable(last) || !(*m)->broken() || attempt > 0) return rep;
+      continue;  // the session broke: reconnect once
+    }
+    if (!FailedOver(last, **m)) {
+      // A master that does not answer in time may be a paused, deposed leader: the next call
+      // reads the view again.
+      if (absl::IsDeadlineExceeded(last)) Drop(*m);
+      return rep;
+    }
+    Drop(*m);
+    if (!WaitForNextAttempt(deadline_us)) {
+      return absl::UnavailableError(absl::StrCat("no master took the request within ",
+                                                 options_.rpc_timeout_ms, " ms (", attempt + 1,
+                                                 " attempt(s)): ", last.message()));
+    }
   }
-  return last;
 }
 
 template <typename Req, typename Rep>

@@ -18,9 +18,12 @@ DEFINE_uint32(metrics_port, 9003, "HTTP port for /metrics, /health and /api/v1 (
 DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
 DEFINE_string(cluster_id, "granary_cluster", "Cluster name (etcd key prefix)");
 DEFINE_double(client_ttl, 10, "Seconds without a heartbeat after which a session is dead");
+DEFINE_int64(write_window_ms, 0,
+             "How long after its PutStart a client may write the granted space (then it cancels "
+             "and the put fails UNAVAILABLE); 0: min(5000, put_start_timeout_sec)");
 DEFINE_int64(restart_quarantine_margin_ms, 2000,
-             "After a restart, unreported space of re-mounted segments stays unused for "
-             "put_start_timeout_sec plus this margin (late writers of the previous master)");
+             "After a restart or takeover, unreported space of re-mounted segments stays unused "
+             "for the write window plus this margin (late writers of the previous master)");
 DEFINE_double(put_start_timeout_sec, 30,
               "Seconds an allocation may stay uncommitted before it is freed");
 DEFINE_uint64(default_kv_lease_ttl, 5000, "Read lease granted by Get, in milliseconds");
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
   o.cluster_id = FLAGS_cluster_id;
   o.client_ttl_ms = static_cast<int64_t>(FLAGS_client_ttl * 1000);
   o.put_start_timeout_ms = static_cast<int64_t>(FLAGS_put_start_timeout_sec * 1000);
+  o.write_window_ms = FLAGS_write_window_ms;
   o.restart_quarantine_margin_ms = FLAGS_restart_quarantine_margin_ms;
   o.kv_lease_ttl_ms = static_cast<int64_t>(FLAGS_default_kv_lease_ttl);
   o.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;

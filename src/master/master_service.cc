@@ -36,9 +36,9 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
           "granary_master_quarantined_bytes",
           "Bytes of re-mounted segments out of allocation until the restart's write window ends")) {
   shards_.set_outbox(&outbox_);
-  // Any write granted by a previous master ended by its put deadline: until then, space that
-  // no inventory reports may still be written by a late writer of that master.
-  segments_.SetQuarantineUntil(clock_->NowMs() + options_.put_start_timeout_ms +
+  // Any write granted by a previous master ended within the write window of its PutStart: until
+  // then, space that no inventory reports may still be written by a late writer of that master.
+  segments_.SetQuarantineUntil(clock_->NowMs() + options_.WriteWindowMs() +
                                options_.restart_quarantine_margin_ms);
   ExportMasterGauges(
       metrics, [this] { return GetStats(); }, &ledger_, &segments_);
@@ -255,7 +255,7 @@ std::vector<SessionId> MasterService::Tick() {
 
 void MasterService::BecomeActive(uint64_t term) {
   shards_.BeginTerm(term);
-  segments_.SetQuarantineUntil(clock_->NowMs() + options_.put_start_timeout_ms +
+  segments_.SetQuarantineUntil(clock_->NowMs() + options_.WriteWindowMs() +
                                options_.restart_quarantine_margin_ms);
 }
 

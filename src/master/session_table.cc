@@ -60,6 +60,7 @@ proto::HelloReply SessionTable::Hello(SessionId sid, const proto::HelloRequest& 
   rep.heartbeat_interval_ms =
       static_cast<uint32_t>(std::max<int64_t>(options_.client_ttl_ms / 4, 50));
   rep.master_id = master_id;
+  rep.write_window_ms = static_cast<uint32_t>(options_.WriteWindowMs());
   LOG_DEBUG << "session " << sid << " hello: role=" << static_cast<int>(req.role)
             << " tenant=" << req.tenant_id << " client=" << req.client_id;
   return rep;

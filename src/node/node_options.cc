@@ -1,9 +1,8 @@
 #include "node/node_options.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "absl/strings/strip.h"
-#include "common/etcd/etcd_client.h"
+#include "common/etcd/master_view.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "granary/log_sink.h"
 #include "proto/alloc_header.h"
@@ -11,22 +10,9 @@
 
 namespace granary::node {
 
-std::optional<std::string> EtcdEndpointsOf(const std::string& master) {
-  absl::string_view s = master;
-  if (!absl::ConsumePrefix(&s, "etcd://")) return std::nullopt;
-  return absl::StrReplaceAll(s, {{";", ","}});
-}
-
 absl::Status NodeOptions::Validate() const {
-  if (std::optional<std::string> endpoints = EtcdEndpointsOf(master)) {
-    auto parsed = etcd::ParseEndpoints(*endpoints);
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--master: ", parsed.status().message()));
-    }
-    if (cluster_id.empty() || cluster_id.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--cluster_id '", cluster_id, "' must be non-empty and contain no '/'"));
-    }
+  if (etcd::EndpointsOfMasterAddress(master).has_value()) {
+    GRANARY_RETURN_IF_ERROR(etcd::ValidateMasterAddress("--master", master, cluster_id));
   } else if (auto hp = ParseHostPort(master); !hp.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
   }

@@ -53,7 +53,4 @@ struct NodeOptions {
   [[nodiscard]] absl::Status Validate() const;
 };
 
-// The etcd endpoints ("h1:2379,h2:2379") of an etcd:// master address; nullopt for host:port.
-std::optional<std::string> EtcdEndpointsOf(const std::string& master);
-
 }  // namespace granary::node

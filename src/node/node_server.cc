@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
+#include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/size.h"
 #include "common/status_macros.h"
@@ -38,7 +39,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->log_route_.level = options.log_level;
   ScopedLogRoute route(&n->log_route_);
   n->node_id_ = RandomId();
-  if (std::optional<std::string> endpoints = EtcdEndpointsOf(options.master)) {
+  if (std::optional<std::string> endpoints = etcd::EndpointsOfMasterAddress(options.master)) {
     GRANARY_ASSIGN_OR_RETURN(n->etcd_, etcd::EtcdClient::Create(*endpoints, 1000));
   }
   GRANARY_ASSIGN_OR_RETURN(n->ctx_, transport::Context::Create("granary_node"));
@@ -353,6 +354,8 @@ absl::Status NodeServer::ConnectAndMount() {
   GRANARY_ASSIGN_OR_RETURN(proto::HelloReply rep,
                            (master_->Invoke<proto::HelloRequest, proto::HelloReply>(
                                proto::MsgType::kHello, hello, kRpcTimeout)));
+  GRANARY_RETURN_IF_ERROR(
+      epochs_.Accept(static_cast<int64_t>(rep.epoch), absl::StrCat("the master at ", address)));
   heartbeat_ms_ = std::max<uint32_t>(rep.heartbeat_interval_ms, 50);
   std::string host = options_.local_hostname;
   if (host.empty()) host = master_->LocalHost();
@@ -442,17 +445,12 @@ void NodeServer::SyncLoop() {
 
 absl::StatusOr<std::string> NodeServer::ResolveMaster() {
   if (etcd_ == nullptr) return options_.master;
-  const std::string key = absl::StrCat("granary/", options_.cluster_id, "/master_view");
-  GRANARY_ASSIGN_OR_RETURN(etcd::RangeResult view, etcd_->Range(key));
-  if (view.kvs.empty()) {
-    return absl::UnavailableError(absl::StrCat("no active master in ", key, " yet"));
-  }
-  nlohmann::json j = nlohmann::json::parse(view.kvs[0].value, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("rpc") || !j["rpc"].is_string()) {
-    return absl::DataLossError(
-        absl::StrCat(key, " holds no RPC address: '", view.kvs[0].value, "'"));
-  }
-  return j["rpc"].get<std::string>();
+  GRANARY_ASSIGN_OR_RETURN(etcd::MasterView view,
+                           etcd::ReadMasterView(etcd_.get(), options_.cluster_id));
+  // A view older than one this node has seen is stale (etcd answers in order, so only a lagging
+  // endpoint serves one): wait for the current view.
+  GRANARY_RETURN_IF_ERROR(epochs_.Accept(view.epoch, absl::StrCat("master_view (", view.rpc, ")")));
+  return view.rpc;
 }
 
 void NodeServer::Run() {

@@ -8,7 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/etcd/etcd_client.h"
+#include "common/etcd/master_view.h"
 #include "common/http_server.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -104,6 +104,7 @@ class NodeServer {
   std::shared_ptr<transport::RpcClient> master_;
   // With an etcd:// master: where the active master's address is read before each connect.
   std::unique_ptr<etcd::EtcdClient> etcd_;
+  etcd::EpochFence epochs_;  // the highest master epoch seen; Run's thread only
   uint32_t heartbeat_ms_ = 1000;
   const NodeCgroup* cgroup_ = nullptr;  // set before Run; read by the session thread
   HttpServer http_;

@@ -101,6 +101,7 @@ void Encode(const HelloReply& m, Writer& w) {
   w.U32(m.heartbeat_interval_ms);
   w.Str(m.master_id);
   w.U64(m.epoch);
+  w.U32(m.write_window_ms);
 }
 absl::Status Decode(Reader& r, HelloReply* m) {
   Get(r, &m->status);
@@ -108,6 +109,7 @@ absl::Status Decode(Reader& r, HelloReply* m) {
   m->heartbeat_interval_ms = r.U32("heartbeat_interval_ms");
   m->master_id = r.Str("master_id", kMaxNameBytes);
   m->epoch = r.U64("epoch");
+  m->write_window_ms = r.U32("write_window_ms");
   return r.status();
 }
 

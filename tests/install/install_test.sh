@@ -28,8 +28,11 @@ cmake -S "$SRC/tests/install/consumer" -B "$WORK/consumer" -DCMAKE_PREFIX_PATH="
   >"$WORK/configure.log" || { cat "$WORK/configure.log" >&2; exit 1; }
 cmake --build "$WORK/consumer" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log" >&2; exit 1; }
 # The consumer links the installed library, not the build tree's.
-ldd "$WORK/consumer/consumer" | grep -q "$WORK/prefix/lib/libgranary.so" ||
-  { echo "consumer does not load the installed libgranary.so:" >&2; ldd "$WORK/consumer/consumer" >&2; exit 1; }
+# (ldd's output is read whole first: `ldd | grep -q` under pipefail fails at random when grep
+# exits at its first match and ldd dies of SIGPIPE.)
+LDD=$(ldd "$WORK/consumer/consumer")
+grep -q "$WORK/prefix/lib/libgranary.so" <<<"$LDD" ||
+  { echo "consumer does not load the installed libgranary.so:" >&2; echo "$LDD" >&2; exit 1; }
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 RPC=$(port)

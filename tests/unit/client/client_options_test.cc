@@ -26,7 +26,7 @@ class ClientOptionsTest : public ::testing::Test {
       "GRANARY_LOCAL_BUFFER_SIZE", "GRANARY_REPLICA_NUM",  "GRANARY_PROTOCOL",
       "GRANARY_RPC_TIMEOUT_MS",    "GRANARY_TENANT_TOKEN", "GRANARY_TRANSFER_TIMEOUT_MS",
       "GRANARY_GET_RETRIES",       "GRANARY_LOG_LEVEL",    "GRANARY_LOCAL_HOSTNAME",
-      "GRANARY_DEVICE_NAME"};
+      "GRANARY_DEVICE_NAME",       "GRANARY_CLUSTER_ID"};
   std::string path_;
 };
 
@@ -53,6 +53,21 @@ TEST_F(ClientOptionsTest, JsonFileWithUnitsLoads) {
   EXPECT_EQ(o->protocol, "tcp");
   EXPECT_EQ(o->rpc_timeout_ms, 2500);
   EXPECT_TRUE(o->unknown_keys.empty());
+}
+
+TEST_F(ClientOptionsTest, AnEtcdMasterAddressAndItsClusterLoad) {
+  Write(R"({"master_server_addr": "etcd://10.0.0.1:2379;10.0.0.2:2379", "cluster_id": "prod"})");
+  auto o = ClientOptions::FromJsonFile(path_);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->master_server_address, "etcd://10.0.0.1:2379;10.0.0.2:2379");
+  EXPECT_EQ(o->cluster_id, "prod");
+  setenv("GRANARY_MASTER", "etcd://127.0.0.1:2379", 1);
+  setenv("GRANARY_CLUSTER_ID", "c2", 1);
+  auto env = ClientOptions::FromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->master_server_address, "etcd://127.0.0.1:2379");
+  EXPECT_EQ(env->cluster_id, "c2");
+  EXPECT_EQ(ClientOptions().cluster_id, "granary_cluster");
 }
 
 TEST_F(ClientOptionsTest, MooncakeStyleFileLoadsAndUnknownKeysAreReported) {
@@ -131,6 +146,8 @@ TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
       {R"({"replica_num": 0})", "replica_num 0"},
       {R"({"replica_num": "two"})", "replica_num"},
       {R"({"master_server_address": "nohost"})", "'nohost'"},
+      {R"({"master_server_address": "etcd://a:2379;b:x"})", "b:x"},
+      {R"({"master_server_address": "etcd://a:2379", "cluster_id": "a/b"})", "'a/b'"},
       {R"({"protocol": "carrier-pigeon"})", "carrier-pigeon"},
       {R"({"tenant_id": 7})", "tenant_id"},
       {R"({"rpc_timeout_ms": -1})", "rpc_timeout_ms -1"},

@@ -10,3 +10,5 @@ granary_test(NAME common_metrics_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc LIBS granary::common)
 granary_test(NAME common_backoff_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/backoff_test.cc LIBS granary::common)
+granary_test(NAME common_master_view_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_view_test.cc LIBS granary::etcd)

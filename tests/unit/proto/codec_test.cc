@@ -69,8 +69,12 @@ HelloRequest SampleHelloRequest() {
   return {Role::kNode, "client-7" + kBinary, "tenant-a", 0xBEEF, "tok" + kBinary};
 }
 HelloReply SampleHelloReply() {
-  return {Ws(absl::StatusCode::kNotFound, "no such tenant"), 0x0123456789ABCDEFull, 5000,
-          "master-1", 0x0000123400005678ull};
+  return {Ws(absl::StatusCode::kNotFound, "no such tenant"),
+          0x0123456789ABCDEFull,
+          5000,
+          "master-1",
+          0x0000123400005678ull,
+          5000};
 }
 HeartbeatRequest SampleHeartbeatWithCgroup() {
   HeartbeatRequest m;
