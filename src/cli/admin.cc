@@ -188,6 +188,7 @@ std::string FormatTenantTable(const json& snapshots) {
     if (Flag(s, "over_quota")) flags.push_back("over-quota");
     if (Flag(s, "has_explicit_policy")) flags.push_back("policy");
     if (Flag(s, "has_token")) flags.push_back("token");
+    if (Flag(s, "pool_spill")) flags.push_back("pool-spill");
     std::optional<uint64_t> max = MaybeU64(s, "max_entries");
     rows.push_back({Str(s, "tenant_id"), FormatSize(U64(s, "requested_quota_bytes")),
                     FormatSize(U64(s, "effective_quota_bytes")),
@@ -242,6 +243,7 @@ int RunTenants(const AdminTarget& target, const std::vector<std::string>& args,
   if (args[0] == "set") {
     json body = {{"requested_quota_bytes", setting->quota_bytes}};
     if (setting->max_entries.has_value()) body["max_entries"] = *setting->max_entries;
+    if (setting->pool_spill.has_value()) body["pool_spill"] = *setting->pool_spill;
     auto r = AdminCall(target, "PUT", TenantQuery(tenant), body.dump());
     if (!r.ok()) return Fail("tenants set '" + tenant + "'", r.status());
     std::cout << FormatTenantTable(json::array({*r}));

@@ -46,10 +46,12 @@ struct AdminTarget {
                                                        const std::string& body = "",
                                                        bool any_status = false);
 
-// What `tenants set` sends: --quota and the optional --max_entries, already parsed.
+// What `tenants set` sends: --quota and the optional --max_entries and --pool_spill, already
+// parsed.
 struct TenantSetting {
   uint64_t quota_bytes = 0;
   std::optional<uint64_t> max_entries;
+  std::optional<bool> pool_spill;  // absent: the tenant keeps what it has
 };
 
 // The commands; each prints its table or result on stdout, errors on stderr, and returns the

@@ -63,6 +63,9 @@ DEFINE_string(quota, "", "tenants set: the tenant's requested byte quota (e.g. 6
 DEFINE_string(max_entries, "",
               "tenants set: the most entries the tenant may hold (its oldest are evicted "
               "beyond it); empty = no entry limit");
+DEFINE_string(pool_spill, "",
+              "tenants set: true lets a pooled tenant's puts spill to shared segments when its "
+              "pool is full, false keeps them in the pool; empty = unchanged");
 DEFINE_bool(deep, false, "health: also probe a node through the master (one round trip)");
 
 namespace {
@@ -88,7 +91,8 @@ const char* kUsageText =
     "  lookup HASH...      how many leading blocks of the chain are present (--model, ...)\n"
     "admin commands, over the admin API (--admin=HOST:PORT, --admin_token_file=FILE):\n"
     "  tenants             every tenant's quota, charge, in-flight bytes and entries\n"
-    "  tenants set T --quota=SIZE [--max_entries=N]   create or change tenant T's quota\n"
+    "  tenants set T --quota=SIZE [--max_entries=N] [--pool_spill=true|false]\n"
+    "                                                 create or change tenant T's quota\n"
     "  tenants rm T        delete tenant T (it must hold no objects)\n"
     "  nodes               nodes with their segments, tier, pool and usage\n"
     "  health              the master's status and role ([--deep]: probe a node too)\n";
@@ -281,8 +285,8 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
     return Usage("tenants set takes --quota=SIZE");
   }
   if (cmd == "tenants" && (args.empty() || args[0] != "set") &&
-      (!FLAGS_quota.empty() || !FLAGS_max_entries.empty())) {
-    return Usage("--quota and --max_entries go with 'tenants set'");
+      (!FLAGS_quota.empty() || !FLAGS_max_entries.empty() || !FLAGS_pool_spill.empty())) {
+    return Usage("--quota, --max_entries and --pool_spill go with 'tenants set'");
   }
   return kOk;
 }
@@ -304,6 +308,12 @@ std::optional<granary::cli::TenantSetting> ParseTenantSetting(int* rc) {
       return std::nullopt;
     }
     t.max_entries = n;
+  }
+  if (FLAGS_pool_spill == "true" || FLAGS_pool_spill == "false") {
+    t.pool_spill = FLAGS_pool_spill == "true";
+  } else if (!FLAGS_pool_spill.empty()) {
+    *rc = Usage(absl::StrCat("--pool_spill '", FLAGS_pool_spill, "' is not true or false"));
+    return std::nullopt;
   }
   return t;
 }

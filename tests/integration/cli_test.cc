@@ -187,6 +187,17 @@ TEST_F(CliAdminTest, TenantsSetListAndRemoveWithTheAdminToken) {
   EXPECT_NE(out_.find("tenant-x"), std::string::npos) << out_;
   EXPECT_NE(out_.find("8 MB"), std::string::npos) << out_;
   EXPECT_NE(out_.find("100"), std::string::npos) << out_;
+  // --pool_spill reaches the policy (the FLAGS column), and leaving it out keeps it.
+  ASSERT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--pool_spill=true"}), 0)
+      << out_;
+  EXPECT_NE(out_.find("pool-spill"), std::string::npos) << out_;
+  ASSERT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB"}), 0) << out_;
+  EXPECT_NE(out_.find("pool-spill"), std::string::npos) << out_;
+  ASSERT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--pool_spill=false"}), 0)
+      << out_;
+  EXPECT_EQ(out_.find("pool-spill"), std::string::npos) << out_;
+  EXPECT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--pool_spill=maybe"}), 2);
+  EXPECT_NE(out_.find("'maybe'"), std::string::npos) << out_;
 
   // An object of tenant-x shows in its charge and entries, and keeps it from being deleted.
   std::string file = dir_ + "/v.bin";
