@@ -18,7 +18,7 @@
 
 from granary._errors import (  # noqa: F401
     AlreadyExists, Closed, DeadlineExceeded, DevicePointer, Error, FailedPrecondition, HasLease,
-    Internal, InvalidArgument, NotFound, OutOfSpace, PermissionDenied, QuotaExceeded,
+    Internal, InvalidArgument, NotFound, NotLeader, OutOfSpace, PermissionDenied, QuotaExceeded,
     ResourceExhausted, TenantNotRegistered, Unauthenticated, Unavailable,
 )
 from granary._granary import (  # noqa: F401
@@ -37,5 +37,5 @@ __all__ = [
     "Error", "InvalidArgument", "DevicePointer", "NotFound", "AlreadyExists",
     "ResourceExhausted", "OutOfSpace", "QuotaExceeded", "TenantNotRegistered",
     "FailedPrecondition", "HasLease", "Closed", "Unauthenticated", "PermissionDenied",
-    "Unavailable", "DeadlineExceeded", "Internal",
+    "Unavailable", "NotLeader", "DeadlineExceeded", "Internal",
 ]

@@ -111,6 +111,13 @@ class Unavailable(Error):
     _code = "UNAVAILABLE"
 
 
+class NotLeader(Unavailable):
+    """The master reached is not the active one (an HA standby, or a fenced leader); the
+    message names the active master. With an etcd:// master the client follows the leader
+    itself and this reaches the caller only when no leader answered within rpc_timeout_ms."""
+    _reason = "NOT_LEADER"
+
+
 class DeadlineExceeded(Error):
     """DEADLINE_EXCEEDED: the call's deadline passed (rpc_timeout_ms, transfer_timeout_ms)."""
     _code = "DEADLINE_EXCEEDED"
@@ -126,6 +133,7 @@ _BY_REASON = {
     "TENANT_NOT_REGISTERED": TenantNotRegistered,
     "HAS_LEASE": HasLease,
     "DEVICE_POINTER": DevicePointer,
+    "NOT_LEADER": NotLeader,
 }
 
 _BY_CODE = {
@@ -154,7 +162,8 @@ def _from_status(code, reason, message):
 # The public name of every class is granary.<Name> (the package re-exports them).
 for _cls in (Error, InvalidArgument, DevicePointer, NotFound, AlreadyExists, ResourceExhausted,
              OutOfSpace, QuotaExceeded, TenantNotRegistered, FailedPrecondition, HasLease,
-             Closed, Unauthenticated, PermissionDenied, Unavailable, DeadlineExceeded, Internal):
+             Closed, Unauthenticated, PermissionDenied, Unavailable, NotLeader, DeadlineExceeded,
+             Internal):
     _cls.__module__ = "granary"
 del _cls
 

@@ -66,6 +66,7 @@ def test_docstrings():
     ("UNAUTHENTICATED", "NONE", granary.Unauthenticated),
     ("PERMISSION_DENIED", "NONE", granary.PermissionDenied),
     ("UNAVAILABLE", "NONE", granary.Unavailable),
+    ("UNAVAILABLE", "NOT_LEADER", granary.NotLeader),
     ("DEADLINE_EXCEEDED", "NONE", granary.DeadlineExceeded),
     ("INVALID_ARGUMENT", "NONE", granary.InvalidArgument),
     ("FAILED_PRECONDITION", "NONE", granary.FailedPrecondition),
@@ -83,6 +84,7 @@ def test_error_hierarchy():
     assert issubclass(granary.DevicePointer, granary.InvalidArgument)
     assert issubclass(granary.Closed, granary.FailedPrecondition)
     assert issubclass(granary.HasLease, granary.FailedPrecondition)
+    assert issubclass(granary.NotLeader, granary.Unavailable)
     for cls in (granary.QuotaExceeded, granary.TenantNotRegistered, granary.OutOfSpace):
         assert issubclass(cls, granary.ResourceExhausted)
     c = granary.Closed("the client is closed")
