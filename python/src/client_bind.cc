@@ -102,7 +102,9 @@ void BindClient(py::module_& m) {
            "first, calls that start later raise Closed.")
       .def_property_readonly("closed", &PyClient::closed, "True after close().")
       .def_property_readonly("tenant_id", &PyClient::tenant_id, "The tenant of every key.")
-      .def_property_readonly("master", &PyClient::master, "host:port of the master.")
+      .def_property_readonly(
+          "master", &PyClient::master,
+          "The master address as given: host:port, or etcd://h1:2379;h2:2379 (HA).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& self, py::args) { self.Close(); })
       .def("__repr__", [](const PyClient& self) {
