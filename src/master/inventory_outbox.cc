@@ -1,5 +1,7 @@
 #include "master/inventory_outbox.h"
 
+#include <algorithm>
+
 #include "master/object_shards.h"
 #include "master/tenant/quota_ledger.h"
 
@@ -16,20 +18,28 @@ uint32_t FlagsOf(uint8_t pin) {
 
 }  // namespace
 
-InventoryOutbox::InventoryOutbox(MetricsRegistry* metrics)
-    : sent_(metrics->Counter("granary_master_inventory_records_sent_total",
+InventoryOutbox::InventoryOutbox(Clock* clock, MetricsRegistry* metrics)
+    : clock_(clock),
+      sent_(metrics->Counter("granary_master_inventory_records_sent_total",
                              "Commit and free records handed to nodes (InventorySync)")),
       overflow_(metrics->Counter(
           "granary_master_inventory_records_overflow_total",
-          "Records dropped because a segment's queue was full (its node did not poll)")) {}
+          "Records dropped because a segment's queue was full (its node did not poll)")) {
+  metrics->AddCollector([this](MetricsWriter& w) {
+    w.Gauge("granary_master_inventory_oldest_pending_ms",
+            "Age of the oldest commit or free record no node has taken yet (0: none); the commits "
+            "a master death now would lose are at most this old",
+            {}, static_cast<double>(OldestPendingMs()));
+  });
+}
 
 void InventoryOutbox::Push(uint64_t segment_id, proto::InventoryRecord r) {
-  std::deque<proto::InventoryRecord>& q = queues_[segment_id];
+  std::deque<Queued>& q = queues_[segment_id];
   if (q.size() >= kMaxQueued) {
     q.pop_front();
     overflow_->Inc();
   }
-  q.push_back(std::move(r));
+  q.push_back(Queued{std::move(r), clock_->NowMs()});
 }
 
 void InventoryOutbox::CommittedReplica(absl::string_view tk, const Object& o, const Placement& p,
@@ -79,10 +89,10 @@ std::vector<proto::InventoryRecord> InventoryOutbox::Take(const std::vector<uint
   for (uint64_t id : segment_ids) {
     auto it = queues_.find(id);
     if (it == queues_.end()) continue;
-    std::deque<proto::InventoryRecord>& q = it->second;
+    std::deque<Queued>& q = it->second;
     while (!q.empty() && out.size() < max_records && bytes < max_bytes) {
-      bytes += 64 + q.front().tenant.size() + q.front().key.size();
-      out.push_back(std::move(q.front()));
+      bytes += 64 + q.front().record.tenant.size() + q.front().record.key.size();
+      out.push_back(std::move(q.front().record));
       q.pop_front();
     }
   }
@@ -97,6 +107,16 @@ bool InventoryOutbox::HasPending(const std::vector<uint64_t>& segment_ids) const
     if (it != queues_.end() && !it->second.empty()) return true;
   }
   return false;
+}
+
+int64_t InventoryOutbox::OldestPendingMs() const {
+  const int64_t now = clock_->NowMs();
+  int64_t oldest = now;
+  granary::MutexLock lock(&mu_);
+  for (const auto& [id, q] : queues_) {
+    if (!q.empty()) oldest = std::min(oldest, q.front().queued_ms);
+  }
+  return now - oldest;
 }
 
 void InventoryOutbox::Forget(uint64_t segment_id) {

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "master/object.h"
@@ -25,14 +26,18 @@ namespace granary::master {
 // started its poll yet) would let a queue grow without bound: past kMaxQueued the oldest record
 // is dropped, and counted.
 //
-// Owned by MasterService; `metrics` must outlive it. Thread-safe: one mutex, a leaf (taken under
-// a shard's mutex, nothing under it). Cost per record: one hash lookup and a deque push of the
-// record (with its key: one allocation per string longer than the small-string buffer).
+// What a master's death would lose is what is still queued: the gauge
+// granary_master_inventory_oldest_pending_ms (the age of the oldest record no node has taken yet,
+// 0 when every queue is empty) is that lag, computed at scrape time.
+//
+// Owned by MasterService; `clock` and `metrics` must outlive it. Thread-safe: one mutex, a leaf
+// (taken under a shard's mutex, nothing under it). Cost per record: one hash lookup and a deque
+// push of the record (with its key: one allocation per string longer than the small-string buffer).
 class InventoryOutbox {
  public:
   static constexpr size_t kMaxQueued = size_t{1} << 20;  // per segment
 
-  explicit InventoryOutbox(MetricsRegistry* metrics);
+  InventoryOutbox(Clock* clock, MetricsRegistry* metrics);
 
   // A complete object: a commit record for each of its replicas (or for `only`, one replica a
   // copy added). The master's own tenants ('_probe') are not recorded.
@@ -48,16 +53,23 @@ class InventoryOutbox {
   std::vector<proto::InventoryRecord> Take(const std::vector<uint64_t>& segment_ids,
                                            size_t max_records, size_t max_bytes);
   bool HasPending(const std::vector<uint64_t>& segment_ids) const;
+  // The age of the oldest record not taken yet, in ms (0: none).
+  int64_t OldestPendingMs() const;
   // The segment is gone: its queue with it.
   void Forget(uint64_t segment_id);
 
  private:
+  struct Queued {
+    proto::InventoryRecord record;
+    int64_t queued_ms;  // clock_->NowMs() when queued
+  };
   void Push(uint64_t segment_id, proto::InventoryRecord r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  Clock* const clock_;
   MetricCounter* sent_;
   MetricCounter* overflow_;
   mutable granary::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::deque<proto::InventoryRecord>> queues_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::deque<Queued>> queues_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace granary::master

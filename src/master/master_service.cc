@@ -23,7 +23,7 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
       counters_(metrics),
       ledger_(options.enable_multi_tenants),
       deadlines_(options.tick_ms),
-      outbox_(metrics),
+      outbox_(clock, metrics),
       // With HA, generations come from the election term (BecomeActive).
       shards_(options.enable_ha ? 0 : WallMs()),
       sessions_(options_, clock, &counters_),

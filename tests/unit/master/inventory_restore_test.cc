@@ -167,6 +167,28 @@ TEST_F(InventoryRestoreTest, CommitsAndFreesAreQueuedForEachReplicasNodeOnly) {
   EXPECT_EQ(m.svc.TakeInventory(c).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(InventoryRestoreTest, TheOldestPendingRecordsAgeIsTheLagAMasterDeathWouldLose) {
+  Master m(opts_);
+  SessionId n1 = m.Hello(proto::Role::kNode), n2 = m.Hello(proto::Role::kNode);
+  m.Mount(n1, 1, false);
+  m.Mount(n2, 2, false);
+  SessionId c = m.Hello(proto::Role::kClient, "t");
+  const std::string gauge = "granary_master_inventory_oldest_pending_ms";
+  EXPECT_EQ(m.Counter(gauge), 0) << "nothing queued";
+  m.Put(c, "first", 1000, 2);  // a record for each node
+  m.clock.AdvanceMs(300);
+  m.Put(c, "second", 1000, 2);
+  m.clock.AdvanceMs(200);
+  EXPECT_EQ(m.Counter(gauge), 500);
+  EXPECT_EQ(m.Take(n1).size(), 2u);
+  EXPECT_EQ(m.Counter(gauge), 500) << "node 2 has not taken its records yet";
+  ASSERT_FALSE(m.Take(n2).empty());
+  EXPECT_EQ(m.Counter(gauge), 0);
+  m.Put(c, "third", 1000, 1);
+  m.clock.AdvanceMs(40);
+  EXPECT_EQ(m.Counter(gauge), 40);
+}
+
 TEST_F(InventoryRestoreTest, ARestartedMasterRebuildsObjectsAllocatorsChargesAndGenerations) {
   std::vector<InventoryRecord> inv1, inv2;
   std::map<std::string, std::tuple<uint64_t, uint64_t, uint32_t>> before_a, before_b;
