@@ -12,9 +12,12 @@ namespace granary {
 
 // Options of an EmbeddedNode. Every field has a default; Start names a bad value.
 struct EmbeddedNodeOptions {
-  std::string master = "127.0.0.1:50051";  // host:port of the master
-  uint64_t segment_size = 0;               // bytes of host memory to contribute; at least 1 MiB
-  std::string hostname = "127.0.0.1";      // the address clients reach this node at
+  // host:port of the master, or etcd://h1:2379;h2:2379 to follow the active master of HA
+  // cluster `cluster_id` (as a granary_node's --master and --cluster_id).
+  std::string master = "127.0.0.1:50051";
+  std::string cluster_id = "granary_cluster";  // with an etcd:// master
+  uint64_t segment_size = 0;                   // bytes of host memory to contribute; at least 1 MiB
+  std::string hostname = "127.0.0.1";          // the address clients reach this node at
   // The node's UCX listener port. 0: a free port drawn at random from 12300-14300 (Mooncake's
   // client port range), up to 20 draws.
   uint16_t port = 0;

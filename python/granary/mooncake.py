@@ -231,7 +231,7 @@ class MooncakeDistributedStore:
         if segment_size > 0:
             try:
                 node = _core.EmbeddedNode(master or client.master, segment_size, hostname=host,
-                                          port=port)
+                                          port=port, cluster_id=client.cluster_id)
             except _core.Error as e:
                 client.close()
                 code = code_of(e)

@@ -94,6 +94,7 @@ PyClient::PyClient(py::handle config, py::handle tenant_id, py::handle master) {
   Check(client.status());
   tenant_id_ = options.tenant_id;
   master_ = options.master_server_address;
+  cluster_id_ = options.cluster_id;
   absl::MutexLock lock(&mu_);
   client_ = std::move(*client);
 }

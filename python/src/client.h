@@ -41,6 +41,7 @@ class PyClient {
   bool closed() const;
   const std::string& tenant_id() const { return tenant_id_; }
   const std::string& master() const { return master_; }
+  const std::string& cluster_id() const { return cluster_id_; }
 
   // Single calls: raise granary.Error on failure (client.cc).
   void Put(pybind11::handle key, pybind11::handle data);
@@ -87,6 +88,7 @@ class PyClient {
   std::shared_ptr<Client> client_ ABSL_GUARDED_BY(mu_);
   std::string tenant_id_;
   std::string master_;
+  std::string cluster_id_;
   // Exports of registered buffers by address, each with the number of its registration (so an
   // unregister_buffer that races with a new register_buffer of the same address never drops the
   // new one's export). Touched only with the GIL held.

@@ -105,6 +105,9 @@ void BindClient(py::module_& m) {
       .def_property_readonly(
           "master", &PyClient::master,
           "The master address as given: host:port, or etcd://h1:2379;h2:2379 (HA).")
+      .def_property_readonly("cluster_id", &PyClient::cluster_id,
+                             "With an etcd:// master: the HA cluster whose active master this "
+                             "client follows (config key cluster_id, GRANARY_CLUSTER_ID).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& self, py::args) { self.Close(); })
       .def("__repr__", [](const PyClient& self) {

@@ -2,6 +2,7 @@
 // test hooks of the device-pointer check (granary/device_pointer.h).
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -10,6 +11,7 @@
 #include "errors.h"
 #include "granary/device_pointer.h"
 #include "granary/embedded_node.h"
+#include "pybind11/stl.h"
 
 namespace py = pybind11;
 
@@ -22,9 +24,10 @@ namespace {
 class PyEmbeddedNode {
  public:
   PyEmbeddedNode(const std::string& master, uint64_t segment_size, const std::string& hostname,
-                 uint16_t port) {
+                 uint16_t port, const std::optional<std::string>& cluster_id) {
     EmbeddedNodeOptions options;
     options.master = master;
+    if (cluster_id.has_value()) options.cluster_id = *cluster_id;
     options.segment_size = segment_size;
     options.hostname = hostname;
     options.port = port;
@@ -73,10 +76,12 @@ class PyEmbeddedNode {
 constexpr const char* kEmbeddedNodeDoc = R"doc(
 A storage node inside this process (Mooncake's embedded mode).
 
-EmbeddedNode(master, segment_size, hostname="127.0.0.1", port=0)
+EmbeddedNode(master, segment_size, hostname="127.0.0.1", port=0, cluster_id=None)
 
 Allocates a host segment of segment_size bytes (at least 1 MiB), serves clients' one-sided
 reads and writes from it, and waits until the master at `master` (host:port) has mounted it.
+An etcd://h1:2379;h2:2379 master follows the active master of HA cluster `cluster_id` (None:
+"granary_cluster", a granary_node's default), re-mounting at a new leader after a failover.
 port 0 draws a free port from 12300-14300. Raises InvalidArgument for a bad option and
 Unavailable when the master does not mount it in time. close() unmounts the segment (the master
 drops the objects on it) and frees it; idempotent, and run by the destructor and by leaving a
@@ -87,9 +92,10 @@ drops the objects on it) and frees it; idempotent, and run by the destructor and
 
 void BindEmbedded(py::module_& m) {
   py::class_<PyEmbeddedNode>(m, "EmbeddedNode", kEmbeddedNodeDoc)
-      .def(py::init<const std::string&, uint64_t, const std::string&, uint16_t>(),
+      .def(py::init<const std::string&, uint64_t, const std::string&, uint16_t,
+                    const std::optional<std::string>&>(),
            py::arg("master"), py::arg("segment_size"), py::arg("hostname") = "127.0.0.1",
-           py::arg("port") = 0)
+           py::arg("port") = 0, py::arg("cluster_id") = py::none())
       .def_property_readonly("address", &PyEmbeddedNode::address,
                              "\"host:port\": where clients reach the node (SegmentInfo."
                              "node_address).")

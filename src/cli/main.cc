@@ -23,9 +23,12 @@
 #include "absl/strings/str_format.h"
 #include "cli/admin.h"
 #include "common/clock.h"
+#include "common/etcd/etcd_client.h"
+#include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/size.h"
+#include "common/status_macros.h"
 #include "granary/client.h"
 #include "granary/error_reason.h"
 
@@ -89,7 +92,8 @@ const char* kUsageText =
     "  kvkey encode HASH   print the structured key (--model, --hash_scheme, [--adapter_id])\n"
     "  kvkey decode KEY    print a structured key's fields\n"
     "  lookup HASH...      how many leading blocks of the chain are present (--model, ...)\n"
-    "admin commands, over the admin API (--admin=HOST:PORT, --admin_token_file=FILE):\n"
+    "admin commands, over the admin API (--admin=HOST:PORT, --admin_token_file=FILE; with an\n"
+    "etcd:// --master and no --admin, the active master's, as its master_view names it):\n"
     "  tenants             every tenant's quota, charge, in-flight bytes and entries\n"
     "  tenants set T --quota=SIZE [--max_entries=N] [--pool_spill=true|false]\n"
     "                                                 create or change tenant T's quota\n"
@@ -318,6 +322,23 @@ std::optional<granary::cli::TenantSetting> ParseTenantSetting(int* rc) {
   return t;
 }
 
+// The admin address ("HOST:PORT") of the master that leads the etcd:// cluster `master` names.
+absl::StatusOr<std::string> AdminOfActiveMaster(const std::string& master,
+                                                const std::string& cluster_id) {
+  GRANARY_RETURN_IF_ERROR(granary::etcd::ValidateMasterAddress("--master", master, cluster_id));
+  GRANARY_ASSIGN_OR_RETURN(
+      std::unique_ptr<granary::etcd::EtcdClient> etcd,
+      granary::etcd::EtcdClient::Create(*granary::etcd::EndpointsOfMasterAddress(master), 3000));
+  GRANARY_ASSIGN_OR_RETURN(granary::etcd::MasterView view,
+                           granary::etcd::ReadMasterView(etcd.get(), cluster_id));
+  if (view.admin.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(granary::etcd::MasterViewKey(cluster_id),
+                     " names no admin address (a master older than this CLI?): give --admin"));
+  }
+  return view.admin;
+}
+
 // tenants, nodes, health: the admin API, no master session.
 int RunAdminCommand(const std::string& cmd, const std::vector<std::string>& args) {
   std::optional<granary::cli::TenantSetting> setting;
@@ -326,13 +347,25 @@ int RunAdminCommand(const std::string& cmd, const std::vector<std::string>& args
     setting = ParseTenantSetting(&rc);
     if (!setting.has_value()) return rc;
   }
-  std::string master = FLAGS_master;
-  if (master.empty() && FLAGS_admin.empty()) {
-    auto options = LoadOptions();  // the master address from the config or the environment
+  std::string master = FLAGS_master, cluster_id = FLAGS_cluster_id;
+  if (FLAGS_admin.empty() && (master.empty() || cluster_id.empty())) {
+    // The master address (and cluster) from the config or the environment.
+    auto options = LoadOptions();
     if (!options.ok()) return Usage(std::string(options.status().message()));
     master = options->master_server_address;
+    cluster_id = options->cluster_id;
   }
-  auto target = granary::cli::ResolveAdminTarget(FLAGS_admin, master, FLAGS_admin_token_file);
+  std::string admin = FLAGS_admin;
+  if (admin.empty() && granary::etcd::EndpointsOfMasterAddress(master).has_value()) {
+    // HA: the active master's admin API, as its master_view names it.
+    auto view = AdminOfActiveMaster(master, cluster_id);
+    if (!view.ok()) {
+      std::cerr << "granary: " << view.status().message() << "\n";
+      return granary::cli::kUsage;  // as when the admin API cannot be reached
+    }
+    admin = *view;
+  }
+  auto target = granary::cli::ResolveAdminTarget(admin, master, FLAGS_admin_token_file);
   if (!target.ok()) return Usage(std::string(target.status().message()));
   if (cmd == "tenants") return granary::cli::RunTenants(*target, args, setting);
   if (cmd == "nodes") return granary::cli::RunNodes(*target);

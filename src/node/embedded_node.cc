@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
@@ -26,7 +27,11 @@ constexpr uint16_t kPortMax = 14300;
 constexpr int kPortDraws = 20;
 
 absl::Status Validate(const EmbeddedNodeOptions& o) {
-  GRANARY_RETURN_IF_ERROR(ParseHostPort(o.master).status());
+  if (etcd::EndpointsOfMasterAddress(o.master).has_value()) {
+    GRANARY_RETURN_IF_ERROR(etcd::ValidateMasterAddress("master", o.master, o.cluster_id));
+  } else {
+    GRANARY_RETURN_IF_ERROR(ParseHostPort(o.master).status());
+  }
   if (o.segment_size < (1u << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("segment_size ", o.segment_size, " is below the 1 MiB minimum"));
@@ -56,6 +61,7 @@ bool PortLooksFree(uint16_t port) {
 node::NodeOptions ToNodeOptions(const EmbeddedNodeOptions& o, uint16_t port) {
   node::NodeOptions n;
   n.master = o.master;
+  n.cluster_id = o.cluster_id;
   n.host_segment_size = o.segment_size;
   n.rpc_port = port;
   n.local_hostname = o.hostname;

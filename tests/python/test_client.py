@@ -385,6 +385,7 @@ def test_close_while_other_threads_call(cluster, key):
 def test_config_forms(cluster, key, tmp_path, monkeypatch):
     with granary.Client({"master_server_address": cluster.master, "tenant_id": "t-dict"}) as c:
         assert (c.master, c.tenant_id) == (cluster.master, "t-dict")
+        assert c.cluster_id == "granary_cluster"  # the default, used with an etcd:// master
         c.put(key, b"dict")
     path = tmp_path / "client.json"
     path.write_text(json.dumps({"master_server_addr": cluster.master, "tenant_id": "t-file"}))
@@ -395,8 +396,9 @@ def test_config_forms(cluster, key, tmp_path, monkeypatch):
     monkeypatch.delenv("GRANARY_CONFIG_PATH", raising=False)
     monkeypatch.setenv("GRANARY_MASTER", cluster.master)
     monkeypatch.setenv("GRANARY_TENANT_ID", "t-env")
+    monkeypatch.setenv("GRANARY_CLUSTER_ID", "c-env")
     with granary.Client() as c:
-        assert (c.master, c.tenant_id) == (cluster.master, "t-env")
+        assert (c.master, c.tenant_id, c.cluster_id) == (cluster.master, "t-env", "c-env")
     monkeypatch.setenv("GRANARY_CONFIG_PATH", str(path))
     with granary.Client() as c:
         assert c.tenant_id == "t-file"

@@ -56,6 +56,11 @@ def test_embedded_node_bad_options(cluster):
         granary.EmbeddedNode(cluster.master, "32MB")
     with pytest.raises(granary.InvalidArgument):
         granary.EmbeddedNode("not an address", 32 * MIB)
+    # An etcd:// master needs a cluster id without '/': the bad one is named.
+    with pytest.raises(granary.InvalidArgument, match="cluster_id 'bad/id'"):
+        granary.EmbeddedNode("etcd://127.0.0.1:1", 32 * MIB, cluster_id="bad/id")
+    with pytest.raises(granary.InvalidArgument, match="etcd://nonsense:port"):
+        granary.EmbeddedNode("etcd://nonsense:port", 32 * MIB)
 
 
 def test_two_embedded_nodes(cluster, key):

@@ -50,7 +50,9 @@ absl::StatusOr<MasterView> ReadMasterView(EtcdClient* etcd, const std::string& c
   if (!j.is_object() || !j.contains("rpc") || !j["rpc"].is_string()) {
     return absl::DataLossError(absl::StrCat(key, " holds no RPC address: '", kv.value, "'"));
   }
-  return MasterView{j["rpc"].get<std::string>(), kv.create_revision};
+  const std::string admin =
+      j.contains("admin") && j["admin"].is_string() ? j["admin"].get<std::string>() : "";
+  return MasterView{j["rpc"].get<std::string>(), admin, kv.create_revision};
 }
 
 absl::Status EpochFence::Accept(int64_t epoch, absl::string_view who) {

@@ -26,6 +26,7 @@ namespace granary::etcd {
 
 struct MasterView {
   std::string rpc;    // host:port of the active master's RPC listener
+  std::string admin;  // host:port of its admin HTTP API ("" when the view names none)
   int64_t epoch = 0;  // master_view's create_revision
 };
 

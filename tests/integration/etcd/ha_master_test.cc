@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "granary/client.h"
+#include "granary/embedded_node.h"
 #include "granary/error_reason.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/etcd/admin_request.h"
@@ -239,6 +240,52 @@ TEST_F(HaMasterTest, OneActiveStandbyRefusesAndKillNineFailsOver) {
   EXPECT_TRUE(client.ok()) << client.status();
 }
 
+TEST_F(HaMasterTest, CliAdminCommandsFollowTheActiveMasterThroughEtcd) {
+  const std::vector<std::string> policy_flags = {
+      "--enable_multi_tenants", "--tenant_quota_connector_type=etcd",
+      "--tenant_quota_connector_uri=" + etcd_->Endpoint()};
+  Master* a = StartMaster(policy_flags);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(WaitForOneActive({a}), a);
+  Master* b = StartMaster(policy_flags);
+  ASSERT_NE(b, nullptr);
+  int seq = 0;
+  // `granary ARGS... --master=etcd://... --cluster_id=CLUSTER`: its exit status, output in *out.
+  auto cli = [&](std::vector<std::string> args, std::string* out,
+                 const std::string& cluster) -> int {
+    args.insert(args.begin(), BinDir() + "/granary");
+    args.push_back("--master=etcd://" + etcd_->Endpoint());
+    args.push_back("--cluster_id=" + cluster);
+    auto p = Process::Start(args, {}, absl::StrCat(dir_, "/cli", seq++, ".log"));
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return -1;
+    const int rc = (*p)->Wait();
+    *out = (*p)->Log();
+    return rc;
+  };
+  std::string out;
+  ASSERT_EQ(cli({"tenants", "set", "t1", "--quota=1MB"}, &out, cluster_id_), 0) << out;
+  ASSERT_EQ(cli({"health"}, &out, cluster_id_), 0) << out;
+  EXPECT_NE(out.find("role: active"), std::string::npos) << out;
+
+  // The leader hands over (SIGTERM revokes its lease): the same commands reach the new one,
+  // which has re-read the policy.
+  a->process->Kill(SIGTERM);
+  a->process->Wait();
+  ASSERT_GE(WaitMs([&] { return b->Role() == "active"; }, std::chrono::seconds(kTtlSec + 5)), 0);
+  ASSERT_EQ(cli({"tenants"}, &out, cluster_id_), 0) << out;
+  EXPECT_NE(out.find("t1"), std::string::npos) << out;
+  ASSERT_EQ(cli({"health"}, &out, cluster_id_), 0) << out;
+  EXPECT_NE(out.find("role: active"), std::string::npos) << out;
+
+  // A cluster no master leads: exit 2, naming its key.
+  EXPECT_EQ(cli({"tenants"}, &out, "no-such-cluster"), 2) << out;
+  EXPECT_NE(out.find("no active master in granary/no-such-cluster/master_view"), std::string::npos)
+      << out;
+  EXPECT_EQ(cli({"tenants"}, &out, "bad/cluster"), 2) << out;
+  EXPECT_NE(out.find("cluster_id 'bad/cluster'"), std::string::npos) << out;
+}
+
 TEST_F(HaMasterTest, SigtermHandsOverWellBeforeTheTtl) {
   Master* a = StartMaster();
   ASSERT_NE(a, nullptr);
@@ -343,6 +390,60 @@ TEST_F(HaMasterTest, FencedMastersPolicyWriteChangesNothing) {
   ASSERT_TRUE(after.ok() && after->has_value());
   EXPECT_EQ(**after, **before) << "the fenced master's write reached etcd";
   EXPECT_NE(a->Role(), "active");
+}
+
+// The embedded node (what the Python module's EmbeddedNode runs) on an etcd:// master mounts at
+// the active master and, after a handover, re-mounts at the new one with its inventory.
+TEST_F(HaMasterTest, EmbeddedNodeFollowsTheLeaderThroughEtcd) {
+  Master* a = StartMaster();
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(WaitForOneActive({a}), a);
+  Master* b = StartMaster();
+  ASSERT_NE(b, nullptr);
+  EmbeddedNodeOptions eo;
+  eo.master = "etcd://" + etcd_->Endpoint();
+  eo.cluster_id = "bad/cluster";
+  eo.segment_size = 16 << 20;
+  auto bad = EmbeddedNode::Start(eo);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("'bad/cluster'"), absl::string_view::npos) << bad.status();
+  eo.cluster_id = cluster_id_;
+  auto node = EmbeddedNode::Start(eo);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto segments = [](const Master* m) {
+    Reply r = Request(m->http_port, "GET", "/api/v1/segments");
+    return r.status == 200 && r.body["data"].is_array() ? r.body["data"].size() : size_t{0};
+  };
+  EXPECT_EQ(segments(a), 1u);
+  ClientOptions o;
+  o.master_server_address = eo.master;
+  o.cluster_id = cluster_id_;
+  o.rpc_timeout_ms = 10'000;
+  auto client = Client::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string value = MakeValue("embedded", 1, 10'000);
+  ASSERT_TRUE((*client)->Put("embedded", value).ok());
+  // Its commit record reaches the node before the handover.
+  ASSERT_GE(WaitMs(
+                [&] {
+                  auto pending =
+                      ScrapeMetric(a->http_port, "granary_master_inventory_oldest_pending_ms");
+                  return pending.ok() && *pending == 0;
+                },
+                std::chrono::seconds(5)),
+            0);
+  a->process->Kill(SIGTERM);
+  a->process->Wait();
+  ASSERT_GE(WaitMs([&] { return b->Role() == "active" && segments(b) == 1; },
+                   std::chrono::seconds(kTtlSec + 10)),
+            0)
+      << b->process->Log();
+  absl::StatusOr<std::string> got = (*client)->Get("embedded");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, value);
+  client->reset();
+  (*node)->Stop();
 }
 
 // A node given --master=etcd://... mounts at the active master, and after a kill -9 of it

@@ -26,5 +26,6 @@ granary_test(NAME integration_etcd_client_test LABELS integration TIMEOUT 120
 # lease; kill -9, SIGTERM, SIGSTOP of a leader and of etcd, a fenced policy write.
 granary_test(NAME integration_ha_master_test LABELS integration tsan TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/ha_master_test.cc
-  LIBS granary_test_cluster granary_test_etcd PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
-add_dependencies(integration_ha_master_test granary_master granary_node)
+  LIBS granary_test_cluster granary_test_etcd granary::embedded PkgConfig::HTTPLIB
+    nlohmann_json::nlohmann_json)
+add_dependencies(integration_ha_master_test granary_master granary_node granary)
