@@ -103,6 +103,11 @@ class HaMasterTest : public ::testing::Test {
     }
   }
 
+  // Multi-tenant quota with the policy in this test's etcd.
+  std::vector<std::string> PolicyFlags() const {
+    return {"--enable_multi_tenants", "--tenant_quota_connector_type=etcd",
+            "--tenant_quota_connector_uri=" + etcd_->Endpoint()};
+  }
   // Starts a master with --enable_ha on this test's etcd; waits for its /health.
   Master* StartMaster(std::vector<std::string> extra = {}) {
     auto m = std::make_unique<Master>();
@@ -241,13 +246,10 @@ TEST_F(HaMasterTest, OneActiveStandbyRefusesAndKillNineFailsOver) {
 }
 
 TEST_F(HaMasterTest, CliAdminCommandsFollowTheActiveMasterThroughEtcd) {
-  const std::vector<std::string> policy_flags = {
-      "--enable_multi_tenants", "--tenant_quota_connector_type=etcd",
-      "--tenant_quota_connector_uri=" + etcd_->Endpoint()};
-  Master* a = StartMaster(policy_flags);
+  Master* a = StartMaster(PolicyFlags());
   ASSERT_NE(a, nullptr);
   ASSERT_EQ(WaitForOneActive({a}), a);
-  Master* b = StartMaster(policy_flags);
+  Master* b = StartMaster(PolicyFlags());
   ASSERT_NE(b, nullptr);
   int seq = 0;
   // `granary ARGS... --master=etcd://... --cluster_id=CLUSTER`: its exit status, output in *out.
@@ -362,10 +364,7 @@ TEST_F(HaMasterTest, PausedEtcdFencesTheLeaderInTime) {
 }
 
 TEST_F(HaMasterTest, FencedMastersPolicyWriteChangesNothing) {
-  const std::vector<std::string> policy_flags = {
-      "--enable_multi_tenants", "--tenant_quota_connector_type=etcd",
-      "--tenant_quota_connector_uri=" + etcd_->Endpoint()};
-  Master* a = StartMaster(policy_flags);
+  Master* a = StartMaster(PolicyFlags());
   ASSERT_NE(a, nullptr);
   ASSERT_EQ(WaitForOneActive({a}), a);
   const std::string key = absl::StrCat("granary/", cluster_id_, "/tenant_quota_policy");
