@@ -20,8 +20,8 @@ DEFINE_string(cluster_id, "granary_cluster", "Cluster name (etcd key prefix)");
 DEFINE_double(client_ttl, 10, "Seconds without a heartbeat after which a session is dead");
 DEFINE_int64(write_window_ms, 0,
              "How long after its PutStart a client may write the granted space (then it cancels "
-             "and the put fails UNAVAILABLE); 0: min(5000, put_start_timeout_sec)");
-DEFINE_int64(restart_quarantine_margin_ms, 2000,
+             "and the put fails UNAVAILABLE); 0: min(2000, put_start_timeout_sec)");
+DEFINE_int64(restart_quarantine_margin_ms, 500,
              "After a restart or takeover, unreported space of re-mounted segments stays unused "
              "for the write window plus this margin (late writers of the previous master)");
 DEFINE_double(put_start_timeout_sec, 30,

@@ -13,7 +13,7 @@ absl::Status MasterOptions::Validate() const {
   }
   if (write_window_ms != 0 && (write_window_ms < 100 || write_window_ms > put_start_timeout_ms)) {
     return bad("--write_window_ms ", write_window_ms, " is outside 100..", put_start_timeout_ms,
-               " (--put_start_timeout_sec; 0 picks min(5000, that))");
+               " (--put_start_timeout_sec; 0 picks min(2000, that))");
   }
   if (restart_quarantine_margin_ms < 0) {
     return bad("--restart_quarantine_margin_ms must not be negative, got ",

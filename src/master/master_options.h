@@ -31,14 +31,15 @@ struct MasterOptions {
   // The write window W (../shared/HA.md section 4): a client writes the allocations a PutStart
   // granted only until it sent that PutStart + W (its writes past then are cancelled and the put
   // fails with UNAVAILABLE, to be retried). Sent to clients in the hello. 0: the default,
-  // min(5 s, put_start_timeout_ms); otherwise 100 ms..put_start_timeout_ms.
+  // min(2 s, put_start_timeout_ms); otherwise 100 ms..put_start_timeout_ms. 2 s is about 5 GB
+  // at tcp speeds and tens of GB over RDMA for one put or batch; a longer transfer needs more.
   int64_t write_window_ms = 0;
   // After a restart or a takeover, space of re-mounted segments that no node inventory reported
   // stays out of allocation until start + the write window (the last moment a client of the
   // previous master may write) + this margin (clock drift, a transfer being cancelled).
-  int64_t restart_quarantine_margin_ms = 2'000;
+  int64_t restart_quarantine_margin_ms = 500;
   int64_t WriteWindowMs() const {
-    return write_window_ms > 0 ? write_window_ms : std::min<int64_t>(5'000, put_start_timeout_ms);
+    return write_window_ms > 0 ? write_window_ms : std::min<int64_t>(2'000, put_start_timeout_ms);
   }
   double eviction_high_watermark_ratio = 0.9;  // evict when used/capacity exceeds this
   double eviction_ratio = 0.05;                // fraction of capacity one eviction round frees

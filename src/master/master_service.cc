@@ -255,6 +255,8 @@ std::vector<SessionId> MasterService::Tick() {
 
 void MasterService::BecomeActive(uint64_t term) {
   shards_.BeginTerm(term);
+  // No credit for the old leader's fencing margin: after a revoke (SIGTERM) or a fencing txn the
+  // old leader may have granted until just before this election.
   segments_.SetQuarantineUntil(clock_->NowMs() + options_.WriteWindowMs() +
                                options_.restart_quarantine_margin_ms);
 }

@@ -430,6 +430,10 @@ void NodeServer::SyncLoop() {
       // The session thread notices a broken connection and reconnects; records of the session
       // that broke are moot (its master dropped these segments, or is gone).
       LOG_DEBUG << "inventory poll failed: " << rep.status();
+      if (m->broken()) {
+        granary::MutexLock lock(&mu_);
+        if (sync_master_ == m) master_lost_ = true;
+      }
       SleepFor(50);
       continue;
     }
@@ -480,7 +484,13 @@ void NodeServer::Run() {
       backoff.Reset();
       connected_->Set(1);
     }
-    SleepFor(heartbeat_ms_);
+    {
+      // Until the next heartbeat, or the sync thread saw the connection break.
+      granary::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &NodeServer::StoppingOrMasterLost),
+                           absl::Milliseconds(heartbeat_ms_));
+      master_lost_ = false;
+    }
     if (master_ && !master_->broken()) {
       auto hb = master_->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
           proto::MsgType::kHeartbeat, MakeHeartbeat(), kRpcTimeout);

@@ -110,6 +110,12 @@ class NodeServer {
   HttpServer http_;
   granary::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The sync thread's poll found sync_master_ broken (the master died): wakes the session
+  // thread between heartbeats, so it reconnects at once rather than at the next heartbeat.
+  bool master_lost_ ABSL_GUARDED_BY(mu_) = false;
+  bool StoppingOrMasterLost() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || master_lost_;
+  }
   std::shared_ptr<transport::RpcClient> sync_master_ ABSL_GUARDED_BY(mu_);
   std::thread sync_;
   MetricCounter* mounts_ = nullptr;
