@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -73,6 +74,16 @@ std::string Which(const std::string& name) {
   return name;
 }
 
+// Whether pid is a live process (a zombie is not: a killed run's pid can linger as one).
+bool Alive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
 // Namespaces named gnt<pid>-... whose pid is gone: left by a crashed run. Whatever still runs
 // in one is killed (it is one of ours), then the namespace is deleted.
 void SweepStale() {
@@ -88,7 +99,7 @@ void SweepStale() {
         pid <= 0) {
       continue;
     }
-    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (pid == getpid() || Alive(pid)) continue;
     std::string pids;
     Run({"ip", "netns", "pids", name}, &pids);
     for (absl::string_view p : absl::StrSplit(pids, '\n', absl::SkipEmpty())) {
