@@ -69,6 +69,13 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
       c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
+  c->node_timeouts_ = c->metrics_.Counter(
+      "granary_client_node_transfer_timeouts_total",
+      "Transfers to a node that did not finish within transfer_timeout_ms (the node then backs "
+      "off: transfers to it fail at once for a jittered exponential wait)");
+  c->rma_->set_refusal_counter(c->metrics_.Counter(
+      "granary_client_node_backoff_refusals_total",
+      "Transfers refused at once because their node is in its back-off after a timeout"));
   c->pushed_reads_ = c->metrics_.Counter(
       "granary_client_pushed_reads_total",
       "Values a node wrote into a registered buffer for a read over tcp (Push)");
@@ -113,15 +120,18 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
   auto f = p->get_future();
   rma_->Execute(std::move(ops), [p](absl::Status st) { p->set_value(std::move(st)); });
   if (f.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
-    // Cancel by closing the endpoints (the ops then complete with an error); the buffers must
-    // not be released while UCX may still write into them, so wait for that.
-    for (const auto& n : nodes) rma_->ForgetNode(n);
-    // Closing the endpoints completes their requests with an error, except a request queued on
-    // a same-host endpoint whose peer died before wireup, which UCX never completes. Such a
-    // request never moves bytes (the peer is gone), so give up on it after a bounded wait.
-    if (f.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
-      LOG_ERROR << "abandoning a transfer to " << nodes.front()
-                << " that UCX did not cancel (dead same-host peer)";
+    // Cancel by closing the endpoints, on the worker thread and waited for: once closed, no
+    // transport of theirs moves another byte into or out of the buffers. Closing completes
+    // most requests with an error at once, but UCX 1.13 never completes some: one queued on a
+    // same-host endpoint whose peer died before wireup, and an RMA read over tcp from a peer
+    // the network cut off (seen in the netns tests). Waiting longer would only delay the
+    // fail-over to another replica, so give up on them soon. The nodes stay unreachable for a
+    // back-off, so the next reads go to other replicas instead of connecting again.
+    node_timeouts_->Inc();
+    rma_->MarkUnreachable(nodes);
+    if (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      LOG_WARN << "abandoning a transfer to " << nodes.front()
+               << " that UCX did not complete when its endpoint closed";
     }
     return absl::DeadlineExceededError(
         absl::StrCat("transfer did not finish within ", timeout_ms, " ms"));

@@ -145,6 +145,7 @@ class ClientImpl : public Client {
       ABSL_GUARDED_BY(nodes_mu_);
 
   MetricCounter* pushed_reads_ = nullptr;
+  MetricCounter* node_timeouts_ = nullptr;
 };
 
 }  // namespace granary::client

@@ -20,8 +20,10 @@ struct HostPort {
 // "host:port" or "[v6]:port". Names the bad value in the error.
 [[nodiscard]] absl::StatusOr<HostPort> ParseHostPort(absl::string_view text);
 
-// This machine's identity for "same host" decisions: the kernel boot id (shared by every
-// process and container on one host), or the hostname if that is unreadable.
+// This machine's identity for "same host" decisions: GRANARY_HOST_ID when set and non-empty
+// (the multi-host test harness gives each network namespace its own, since they share one
+// kernel), else the kernel boot id (shared by every process and container on one host), or the
+// hostname if that is unreadable.
 const std::string& HostId();
 
 // Wall-clock milliseconds since the Unix epoch (commit times in inventory records; ids that

@@ -44,13 +44,18 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(
   //    medians of 4 alternating runs: get 2.58 -> 4.09 GB/s, put 2.76 -> 3.99 GB/s against
   //    64 KiB segments (8 KiB segments: about 1 GB/s). Buffers come from UCX's pools and are
   //    touched as used: master and node RSS grew by about 3 MB.
+  //  - CONN_NB: UCX 1.13 connects a tcp endpoint with a blocking connect() on the worker's
+  //    progress thread. To a peer the network cut off that blocks for seconds (until ARP or the
+  //    SYN retries give up): a client's reads, master calls and heartbeats all stalled behind
+  //    it, past every timeout (tests/integration/netns_test.cc, a node's link cut mid-read).
   static constexpr struct {
     const char* env;
     const char* name;
     const char* value;
   } kDefaults[] = {{"UCX_TCP_CM_REUSEADDR", "CM_REUSEADDR", "y"},
                    {"UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "1m"},
-                   {"UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "1m"}};
+                   {"UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "1m"},
+                   {"UCX_TCP_CONN_NB", "CONN_NB", "y"}};
   for (const auto& d : kDefaults) {
     if (std::getenv(d.env) != nullptr) continue;
     st = ucp_config_modify(config, d.name, d.value);

@@ -82,6 +82,18 @@ RmaEngine::~RmaEngine() {
 
 absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
   const std::string& address = seg.node_address;
+  auto u = unreachable_.find(address);
+  if (u != unreachable_.end()) {
+    auto now = std::chrono::steady_clock::now();
+    if (now < u->second.until) {
+      if (refusals_ != nullptr) refusals_->Inc();
+      return absl::UnavailableError(absl::StrCat(
+          "node ", address, " is unreachable (", u->second.backoff.failures(),
+          " timed-out transfers in a row); next attempt in ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(u->second.until - now).count(),
+          " ms"));
+    }
+  }
   auto it = peers_.find(address);
   if (it != peers_.end()) {
     if (!it->second->ep->broken.load()) return it->second.get();
@@ -150,6 +162,20 @@ void RmaEngine::DropPeer(const std::string& address) {
 
 void RmaEngine::ForgetNode(const std::string& node_address) {
   worker_->Post([this, node_address] { DropPeer(node_address); });
+}
+
+void RmaEngine::MarkUnreachable(const std::vector<std::string>& node_addresses) {
+  worker_->Run([&] {
+    auto now = std::chrono::steady_clock::now();
+    for (const auto& a : node_addresses) {
+      DropPeer(a);
+      Unreachable& u = unreachable_[a];
+      if (now < u.until) continue;  // already backing off: named twice, or a concurrent transfer
+      // A node that went 2 x the longest wait without a timeout starts afresh.
+      if (now - u.until > std::chrono::milliseconds(2 * kUnreachableMaxMs)) u.backoff.Reset();
+      u.until = now + std::chrono::milliseconds(u.backoff.NextMs());
+    }
+  });
 }
 
 void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)> done) {

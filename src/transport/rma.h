@@ -3,6 +3,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +13,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "common/backoff.h"
+#include "common/metrics.h"
 #include "common/mutex.h"
 #include "transport/worker.h"
 
@@ -83,6 +86,19 @@ class RmaEngine {
   bool TcpOnly(const std::string& node_address);
   // Drops the cached endpoint and rkeys of a node (after it failed or left).
   void ForgetNode(const std::string& node_address);
+  // After a transfer to these nodes timed out: closes their endpoints on the worker thread
+  // before it returns (from then on no transfer on them moves another byte), and keeps each
+  // node unreachable for a jittered exponential back-off (kUnreachableInitialMs doubling to
+  // kUnreachableMaxMs; afresh once a node has gone 2 x the maximum without a failure). Until it
+  // has passed, a transfer to the node fails at once with UNAVAILABLE (a reader goes to another
+  // replica) instead of connecting again: over tcp UCX 1.13 connects with a blocking connect(),
+  // which holds this engine's only worker thread for seconds while the peer is cut off. Each
+  // refusal counts in `refusals` (may be null). Not from the worker thread.
+  void MarkUnreachable(const std::vector<std::string>& node_addresses);
+  void set_refusal_counter(MetricCounter* refusals) { refusals_ = refusals; }
+
+  static constexpr int64_t kUnreachableInitialMs = 500;
+  static constexpr int64_t kUnreachableMaxMs = 10'000;
 
  private:
   struct Peer {
@@ -94,8 +110,14 @@ class RmaEngine {
   void DropPeer(const std::string& address);
 
   Worker* worker_;
+  MetricCounter* refusals_ = nullptr;
   // Progress-thread state.
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_;
+  struct Unreachable {
+    Backoff backoff{kUnreachableInitialMs, kUnreachableMaxMs};
+    std::chrono::steady_clock::time_point until;
+  };
+  absl::flat_hash_map<std::string, Unreachable> unreachable_;
   // Segments mapped into this process, by segment id; each rkey is owned by its Peer. DropPeer
   // removes its rkeys here (exclusive lock) before destroying them, so a copy under the shared
   // lock never reads through an unmapped rkey.

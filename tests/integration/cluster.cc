@@ -33,8 +33,15 @@ namespace granary::testing {
 absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::vector<std::string>& argv,
                                                         const std::vector<std::string>& env,
                                                         const std::string& log_path) {
+  // An entry of env replaces the inherited one of the same name (getenv finds the first).
+  auto name = [](const std::string& e) { return e.substr(0, e.find('=')); };
   std::vector<std::string> envs;
-  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string inherited(*e);
+    bool replaced = false;
+    for (const auto& x : env) replaced = replaced || name(x) == name(inherited);
+    if (!replaced) envs.push_back(std::move(inherited));
+  }
   for (const auto& e : env) envs.push_back(e);
   std::vector<char*> cargv, cenv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
@@ -115,7 +122,12 @@ std::string BinDir() {
 }
 
 absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
+  return HttpGet("127.0.0.1", port, path);
+}
+
+absl::StatusOr<std::string> HttpGet(const std::string& host, uint16_t port,
+                                    const std::string& path) {
+  httplib::Client c(host, port);
   c.set_connection_timeout(2);
   c.set_read_timeout(5);
   auto res = c.Get(path.c_str());
@@ -128,7 +140,12 @@ absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path) {
 }
 
 absl::StatusOr<double> ScrapeMetric(uint16_t port, const std::string& sample) {
-  auto body = HttpGet(port, "/metrics");
+  return ScrapeMetric("127.0.0.1", port, sample);
+}
+
+absl::StatusOr<double> ScrapeMetric(const std::string& host, uint16_t port,
+                                    const std::string& sample) {
+  auto body = HttpGet(host, port, "/metrics");
   if (!body.ok()) return body.status();
   for (absl::string_view line : absl::StrSplit(*body, '\n')) {
     if (line.size() > sample.size() && line.substr(0, sample.size()) == sample &&
@@ -150,12 +167,20 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   char tmpl[] = "/tmp/granary_it_XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   c->dir_ = tmpl;
+  if (o.netns) {
+    auto f = NetnsFabric::Create(o.nodes, o.netns_clients);
+    if (!f.ok()) return f.status();
+    c->fabric_ = std::move(*f);
+    absl::Status entered = c->fabric_->EnterClientHost(0);
+    if (!entered.ok()) return entered;
+  }
   // FreePort's port can be taken by another process before the master binds it: then the
   // master exits naming the port, and the cluster starts it again on fresh ports.
   absl::Status st;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    c->rpc_port_ = FreePort();
-    c->http_port_ = FreePort();
+    // A host of its own has every port free.
+    c->rpc_port_ = o.netns ? 50051 : FreePort();
+    c->http_port_ = o.netns ? 9003 : FreePort();
     st = c->StartMaster();
     if (st.ok() || c->master_ == nullptr || c->master_->Running()) break;
     std::string log = c->master_->Log();
@@ -181,16 +206,17 @@ absl::Status Cluster::StartMaster() {
       BinDir() + "/granary_master",
       absl::StrCat("--rpc_port=", rpc_port_),
       absl::StrCat("--metrics_port=", http_port_),
-      "--metrics_host=127.0.0.1",
+      "--metrics_host=" + (fabric_ ? fabric_->Address("master") : "127.0.0.1"),
       absl::StrCat("--client_ttl=", o.client_ttl_sec),
       absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
       absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
   for (const auto& f : o.master_flags) argv.push_back(f);
-  auto m = Process::Start(argv, o.env, absl::StrCat(dir_, "/master", master_seq_++, ".log"));
+  auto m = Process::Start(OnHost("master", argv), HostEnv("master"),
+                          absl::StrCat(dir_, "/master", master_seq_++, ".log"));
   if (!m.ok()) return m.status();
   master_ = std::move(*m);
   for (int i = 0; i < 200; ++i) {
-    if (HttpGet(http_port_, "/health").ok()) return absl::OkStatus();
+    if (MasterHttpGet("/health").ok()) return absl::OkStatus();
     if (!master_->Running()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -207,6 +233,7 @@ absl::Status Cluster::RestartMaster() {
 Cluster::~Cluster() {
   for (auto& n : nodes_) n.reset();
   master_.reset();
+  fabric_.reset();
   // A sanitizer build of a daemon reports into its log (and exits); the test that ran it fails
   // here even when the report came late, during shutdown.
   std::error_code ec;
@@ -228,14 +255,22 @@ Cluster::~Cluster() {
 
 absl::Status Cluster::StartNode(int replace_index) {
   int seq = node_seq_++;
+  std::string host =
+      NetnsFabric::NodeHost(replace_index >= 0 ? replace_index : static_cast<int>(nodes_.size()));
+  std::string address = "127.0.0.1";
+  if (fabric_) {
+    address = fabric_->Address(host);
+    if (address.empty()) return absl::OutOfRangeError(absl::StrCat("no netns host ", host));
+  }
   std::vector<std::string> argv = {BinDir() + "/granary_node",
                                    "--master=" + master_address(),
                                    "--host_segment_size=" + options_.node_segment_size,
                                    "--metrics_port=0",
-                                   "--metrics_host=127.0.0.1",
-                                   "--local_hostname=127.0.0.1"};
+                                   "--metrics_host=" + address,
+                                   "--local_hostname=" + address};
   argv.insert(argv.end(), options_.node_flags.begin(), options_.node_flags.end());
-  auto p = Process::Start(argv, options_.env, absl::StrCat(dir_, "/node", seq, ".log"));
+  auto p =
+      Process::Start(OnHost(host, argv), HostEnv(host), absl::StrCat(dir_, "/node", seq, ".log"));
   if (!p.ok()) return p.status();
   if (replace_index >= 0) {
     nodes_[replace_index] = std::move(*p);
@@ -256,7 +291,40 @@ absl::Status Cluster::WaitForSegments(int count, double timeout_sec) {
   return absl::DeadlineExceededError(absl::StrCat("master did not reach ", count, " segments"));
 }
 
-std::string Cluster::master_address() const { return absl::StrCat("127.0.0.1:", rpc_port_); }
+std::string Cluster::master_address() const {
+  return absl::StrCat(fabric_ ? fabric_->Address("master") : "127.0.0.1", ":", rpc_port_);
+}
+
+std::vector<std::string> Cluster::OnHost(const std::string& host,
+                                         const std::vector<std::string>& argv) {
+  return fabric_ ? fabric_->Wrap(host, argv) : argv;
+}
+
+std::vector<std::string> Cluster::HostEnv(const std::string& host) const {
+  std::vector<std::string> env = options_.env;
+  if (fabric_) {
+    for (auto& e : fabric_->Env(host)) env.push_back(e);
+  }
+  return env;
+}
+
+absl::StatusOr<std::string> Cluster::MasterHttpGet(const std::string& path) {
+  if (!fabric_) return HttpGet(http_port_, path);
+  absl::StatusOr<std::string> r = absl::UnknownError("not run");
+  absl::Status st =
+      fabric_->RunIn("master", [&] { r = HttpGet(fabric_->Address("master"), http_port_, path); });
+  if (!st.ok()) return st;
+  return r;
+}
+
+absl::StatusOr<double> Cluster::Metric(const std::string& sample) {
+  if (!fabric_) return ScrapeMetric(http_port_, sample);
+  absl::StatusOr<double> r = absl::UnknownError("not run");
+  absl::Status st = fabric_->RunIn(
+      "master", [&] { r = ScrapeMetric(fabric_->Address("master"), http_port_, sample); });
+  if (!st.ok()) return st;
+  return r;
+}
 
 ClientOptions Cluster::ClientOpts(const std::string& tenant) const {
   ClientOptions o;

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "granary/client.h"
+#include "tests/integration/netns.h"
 
 namespace granary::testing {
 
@@ -41,14 +42,22 @@ class Process {
 uint16_t FreePort();
 // Directory of the built binaries (GRANARY_BIN_DIR, set by ctest).
 std::string BinDir();
-// HTTP GET on 127.0.0.1; body or error.
+// HTTP GET on 127.0.0.1 (or host); body or error.
 absl::StatusOr<std::string> HttpGet(uint16_t port, const std::string& path);
+absl::StatusOr<std::string> HttpGet(const std::string& host, uint16_t port,
+                                    const std::string& path);
 // The value of an unlabelled (or exactly labelled) Prometheus sample, e.g.
 // "granary_master_used_bytes{tier=\"host\"}".
 absl::StatusOr<double> ScrapeMetric(uint16_t port, const std::string& sample);
+absl::StatusOr<double> ScrapeMetric(const std::string& host, uint16_t port,
+                                    const std::string& sample);
 
 // A master and N nodes on loopback, each a real process. Env (UCX_TLS=tcp, say) applies to
 // all of them; the caller sets the same in its own environment for in-process clients.
+// With Options::netns each runs on a host of its own (tests/integration/netns.h): the master
+// at 192.0.2.1, node i at 192.0.2.(10+i), and the calling thread joins client host 0 at
+// 192.0.2.100 before Start returns, so the clients it creates are on a host of their own too.
+// Such a cluster must be created and destroyed on the same thread (the test body).
 class Cluster {
  public:
   struct Options {
@@ -63,6 +72,10 @@ class Cluster {
     std::vector<std::string> node_flags;
     // Segments each node mounts (2 with a GPU segment beside the host one): Start waits for all.
     int segments_per_node = 1;
+    // Separate hosts in network namespaces (root only; NetnsFabric::Supported() says why not).
+    bool netns = false;
+    // Client hosts made with netns (client0 is the test thread's).
+    int netns_clients = 1;
   };
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const Options& o);
   ~Cluster();
@@ -78,9 +91,12 @@ class Cluster {
   absl::Status StartNode(int replace_index = -1);
   // Waits until the master reports this many mounted segments.
   absl::Status WaitForSegments(int count, double timeout_sec = 20);
-  absl::StatusOr<double> Metric(const std::string& sample) {
-    return ScrapeMetric(http_port_, sample);
-  }
+  absl::StatusOr<double> Metric(const std::string& sample);
+  // GET on the master's HTTP port, from inside the master's host with netns (so it works while
+  // any other host's link is cut).
+  absl::StatusOr<std::string> MasterHttpGet(const std::string& path);
+  // The hosts (null without Options::netns).
+  NetnsFabric* fabric() { return fabric_.get(); }
   ClientOptions ClientOpts(const std::string& tenant = "default") const;
   absl::StatusOr<std::unique_ptr<Client>> NewClient(const std::string& tenant = "default") const;
   const std::string& dir() const { return dir_; }
@@ -89,7 +105,10 @@ class Cluster {
 
  private:
   absl::Status StartMaster();
+  std::vector<std::string> OnHost(const std::string& host, const std::vector<std::string>& argv);
+  std::vector<std::string> HostEnv(const std::string& host) const;
   Options options_;
+  std::unique_ptr<NetnsFabric> fabric_;
   std::string dir_;
   int master_seq_ = 0;
   uint16_t rpc_port_ = 0, http_port_ = 0;

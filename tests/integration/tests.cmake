@@ -1,4 +1,5 @@
-add_library(granary_test_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/cluster.cc)
+add_library(granary_test_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/cluster.cc
+  ${CMAKE_CURRENT_LIST_DIR}/netns.cc)
 target_include_directories(granary_test_cluster PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(granary_test_cluster PUBLIC granary::client granary::http GTest::gtest)
 
@@ -62,3 +63,7 @@ add_dependencies(integration_gpu_tier_test granary_master granary_node)
 add_test(NAME integration_gpu_tier_cuda_test COMMAND integration_gpu_tier_test)
 set_tests_properties(integration_gpu_tier_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 120
   ENVIRONMENT "GRANARY_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRANARY_TEST_DEVICE_BACKEND=cuda")
+# Separate hosts in network namespaces (tests/integration/netns.h); root only, else it skips.
+granary_test(NAME integration_netns_test LABELS integration netns TIMEOUT 180
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/netns_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_netns_test granary_master granary_node put_start_hang)

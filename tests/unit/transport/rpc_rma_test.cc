@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/mutex.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
@@ -536,6 +537,43 @@ TEST_F(TransportTest, RegisteredHeapSegmentIsNotMapped) {
   std::vector<RmaOp> ops = {{false, in.data(), kSlot, nullptr, seg->base, seg}};
   EXPECT_EQ(engine.CopyMapped(&ops), 0u);
   EXPECT_EQ(ops.size(), 1u);
+}
+
+// A node marked unreachable (after a transfer to it timed out) is refused at once, counted,
+// for a jittered back-off of kUnreachableInitialMs / 2 .. kUnreachableInitialMs; then it is
+// tried again.
+TEST_F(TransportTest, UnreachableNodeIsRefusedUntilItsBackOffPasses) {
+  static auto* heap = new std::vector<uint8_t>(kSlot, 7);
+  auto region = MemoryRegion::Create(ctx_.get(), heap->data(), heap->size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::shared_ptr<const RemoteSegment> seg =
+      SegmentOf(region->get(), server_worker_.get(), server_->port());
+  MetricsRegistry registry;
+  MetricCounter* refusals = registry.Counter("refusals", "test");
+  RmaEngine engine(client_worker_.get());
+  engine.set_refusal_counter(refusals);
+  std::vector<uint8_t> in(kSlot, 0);
+  ASSERT_TRUE(engine.ExecuteSync({{false, in.data(), kSlot, nullptr, seg->base, seg}}).ok());
+  auto marked = std::chrono::steady_clock::now();
+  engine.MarkUnreachable({seg->node_address, seg->node_address});
+  absl::Status st = engine.ExecuteSync({{false, in.data(), kSlot, nullptr, seg->base, seg}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("unreachable"), std::string::npos) << st;
+  EXPECT_EQ(refusals->value(), 1u);
+  // Retried (and served) once the back-off has passed, never before its lower bound.
+  absl::Status later;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    later = engine.ExecuteSync({{false, in.data(), kSlot, nullptr, seg->base, seg}});
+  } while (!later.ok() &&
+           std::chrono::steady_clock::now() - marked < std::chrono::milliseconds(2000));
+  int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now() - marked)
+                       .count();
+  ASSERT_TRUE(later.ok()) << later;
+  EXPECT_GE(waited, RmaEngine::kUnreachableInitialMs / 2);
+  EXPECT_LE(waited, RmaEngine::kUnreachableInitialMs + 500);
+  EXPECT_EQ(in[kSlot - 1], 7);
 }
 
 // Copies on caller threads while the progress thread unmaps and remaps the segment: a copy
