@@ -264,7 +264,6 @@ std::string Topology::Report() const {
 absl::StatusOr<NetDeviceChoice> ChooseNetDevice(const Topology& t, const std::string& device_name,
                                                 int gpu) {
   NetDeviceChoice c;
-  c.gpu = gpu;
   if (!device_name.empty()) {
     for (absl::string_view d : absl::StrSplit(device_name, ',')) {
       if (t.KnowsNetDevice(std::string(d))) continue;
@@ -284,6 +283,11 @@ absl::StatusOr<NetDeviceChoice> ChooseNetDevice(const Topology& t, const std::st
     c.why = absl::StrCat("UCX_NET_DEVICES=", env, " from the environment");
     return c;
   }
+  if (t.DefaultNic() == nullptr) {  // no active RDMA port: nothing to choose from
+    c.why = *t.FallbackReason();
+    c.fallback = true;
+    return c;
+  }
   if (gpu < 0) {
     c.why = "no GPU given: UCX chooses among all network devices";
     return c;
@@ -300,6 +304,7 @@ absl::StatusOr<NetDeviceChoice> ChooseNetDevice(const Topology& t, const std::st
     return c;
   }
   c.device = p->nic;
+  c.gpu = gpu;
   c.numa_node = t.FindNic(p->nic)->numa_node;
   c.why = absl::StrCat("gpu", gpu, ": ", p->reason);
   return c;
