@@ -64,4 +64,4 @@ set_tests_properties(integration_gpu_tier_cuda_test PROPERTIES LABELS "gpu" TIME
   ENVIRONMENT "GRANARY_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRANARY_TEST_DEVICE_BACKEND=cuda")
 granary_test(NAME integration_topology_test LABELS integration TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/topology_test.cc LIBS granary_test_cluster)
-add_dependencies(integration_topology_test granary_master granary_node)
+add_dependencies(integration_topology_test granary_master granary_node granary)

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tests/integration/cluster.h"
+#include "tests/tools/fake_sysfs.h"
 
 namespace granary::testing {
 namespace {
@@ -157,6 +158,97 @@ TEST(TopologyTest, AnAbsentNumaNodeOrDeviceIsRefusedByName) {
                                 "granary_node: INVALID_ARGUMENT: --device_name 'mlx9_9:1' is not "
                                 "an RDMA port, RDMA device or network interface of this host "
                                 "(/sys has: "))
+      << out;
+}
+
+// `granary topology ARGS...`: exit status, output in *out.
+int Topology(const std::vector<std::string>& args, std::string* out) {
+  const std::string log = absl::StrCat(std::filesystem::temp_directory_path().string(),
+                                       "/granary_topology_cli_", getpid(), ".log");
+  std::vector<std::string> argv = {BinDir() + "/granary", "topology"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto p = Process::Start(argv, {}, log);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return -1;
+  const int status = (*p)->Wait();
+  *out = (*p)->Log();
+  std::filesystem::remove(log);
+  return status;
+}
+
+TEST(TopologyTest, TheCliPrintsTheMatrixAndThePairing) {
+  FakeSysfs fs;
+  fs.Numa(0, "0-31");
+  fs.Numa(1, "32-63");
+  for (int k = 0; k < 4; ++k) fs.Switch(k, k != 3, k == 1 ? "1: DOWN" : "4: ACTIVE");
+  fs.NetInterface("eth0");
+  std::string out;
+  ASSERT_EQ(Topology({"--sysfs_root=" + fs.root()}, &out), 0) << out;
+  const std::string sw0 = "pci0000:10/0000:10:01.0/0000:11:00.0";
+  const std::string sw1 = "pci0000:30/0000:30:01.0/0000:31:00.0";
+  const std::string sw2 = "pci0000:50/0000:50:01.0/0000:51:00.0";
+  const std::string sw3 = "pci0000:70/0000:70:01.0/0000:71:00.0";
+  EXPECT_EQ(out,
+            "NUMA nodes (2):\n"
+            "  node0  cpus 0-31\n"
+            "  node1  cpus 32-63\n"
+            "GPUs (8):\n"
+            "  gpu0  0000:13:00.0  numa 0  switch " +
+                sw0 +
+                "\n"
+                "  gpu1  0000:14:00.0  numa 0  switch " +
+                sw0 +
+                "\n"
+                "  gpu2  0000:33:00.0  numa 0  switch " +
+                sw1 +
+                "\n"
+                "  gpu3  0000:34:00.0  numa 0  switch " +
+                sw1 +
+                "\n"
+                "  gpu4  0000:53:00.0  numa 1  switch " +
+                sw2 +
+                "\n"
+                "  gpu5  0000:54:00.0  numa 1  switch " +
+                sw2 +
+                "\n"
+                "  gpu6  0000:73:00.0  numa 1  switch " +
+                sw3 +
+                "\n"
+                "  gpu7  0000:74:00.0  numa 1  switch " +
+                sw3 +
+                "\n"
+                "RDMA NIC ports (3):\n"
+                "  mlx5_0:1  0000:15:00.0  InfiniBand  ACTIVE  200 Gb/s  numa 0  switch " +
+                sw0 +
+                "\n"
+                "  mlx5_1:1  0000:35:00.0  InfiniBand  DOWN  200 Gb/s  numa 0  switch " +
+                sw1 +
+                "\n"
+                "  mlx5_2:1  0000:55:00.0  InfiniBand  ACTIVE  200 Gb/s  numa 1  switch " +
+                sw2 +
+                "\n"
+                "Network interfaces: eth0\n"
+                "Pairing:\n"
+                "  gpu0 -> mlx5_0:1  (same PCIe switch)\n"
+                "  gpu1 -> mlx5_0:1  (same PCIe switch)\n"
+                "  gpu2 -> mlx5_0:1  (same NUMA node 0)\n"
+                "  gpu3 -> mlx5_0:1  (same NUMA node 0)\n"
+                "  gpu4 -> mlx5_2:1  (same PCIe switch)\n"
+                "  gpu5 -> mlx5_2:1  (same PCIe switch)\n"
+                "  gpu6 -> mlx5_2:1  (same NUMA node 1)\n"
+                "  gpu7 -> mlx5_2:1  (same NUMA node 1)\n");
+}
+
+TEST(TopologyTest, TheCliOnThisHostSaysUcxChooses) {
+  std::string out;
+  ASSERT_EQ(Topology({}, &out), 0) << out;
+  EXPECT_TRUE(absl::StrContains(out,
+                                "Pairing:\n  none: no RDMA devices under "
+                                "/sys/class/infiniband: UCX chooses the network devices "
+                                "itself\n"))
+      << out;
+  EXPECT_EQ(Topology({"--sysfs_root=/nonexistent"}, &out), 2);
+  EXPECT_TRUE(absl::StrContains(out, "granary: sysfs root '/nonexistent' is not a directory\n"))
       << out;
 }
 
