@@ -97,7 +97,7 @@ const char* kUsageText =
     "  tenants set T --quota=SIZE [--max_entries=N] [--pool_spill=true|false]\n"
     "                                                 create or change tenant T's quota\n"
     "  tenants rm T        delete tenant T (it must hold no objects)\n"
-    "  nodes               nodes with their segments, tier, pool and usage\n"
+    "  nodes               nodes with their segments, tier, pool, NIC, NUMA node and usage\n"
     "  health              the master's status and role ([--deep]: probe a node too)\n";
 
 int Usage(const std::string& why) {
