@@ -134,18 +134,20 @@ absl::StatusOr<Topology> Topology::Read(const std::string& sysfs_root) {
   for (const std::string& dev : ListDir(root / "class/infiniband")) {
     if (verbs.has_value() && verbs->count(dev) == 0) continue;
     const fs::path ib = root / "class/infiniband" / dev;
-    const fs::path pci = fs::weakly_canonical(ib / "device", ec);
+    // Soft devices (rxe, siw) have no PCI function: no device link, no NUMA node or switch.
+    const bool has_pci = fs::exists(ib / "device", ec);
+    const fs::path pci = has_pci ? fs::weakly_canonical(ib / "device", ec) : fs::path();
     for (const std::string& port : ListDir(ib / "ports")) {
       const fs::path p = ib / "ports" / port;
       NicPort n;
       n.name = absl::StrCat(dev, ":", port);
       n.device = dev;
-      n.pci = pci.filename().string();
+      n.pci = has_pci ? pci.filename().string() : "";
       n.link_layer = ReadLine(p / "link_layer");
       n.state = ParseState(ReadLine(p / "state"));
       n.gbps = ParseRate(ReadLine(p / "rate"));
-      n.numa_node = ReadNuma(pci);
-      n.pcie_switch = PcieSwitch(devices, pci);
+      n.numa_node = has_pci ? ReadNuma(pci) : -1;
+      n.pcie_switch = has_pci ? PcieSwitch(devices, pci) : "";
       t.nics_.push_back(std::move(n));
     }
   }

@@ -43,9 +43,11 @@ class FakeSysfs {
     const std::filesystem::path ib = root_ / "class/infiniband" / dev;
     std::filesystem::create_directories(ib);
     std::filesystem::create_directory_symlink(root_ / "devices" / path, ib / "device");
-    Write(ib / "ports/1/state", state);
-    Write(ib / "ports/1/rate", rate);
-    Write(ib / "ports/1/link_layer", "InfiniBand");
+    Port(ib, state, rate, "InfiniBand");
+  }
+  // An RDMA device without a PCI function (rxe, siw): no device link.
+  void SoftNic(const std::string& dev, const std::string& state, const std::string& rate) {
+    Port(root_ / "class/infiniband" / dev, state, rate, "Ethernet");
   }
   void NetInterface(const std::string& name) {
     std::filesystem::create_directories(root_ / "class/net" / name);
@@ -70,6 +72,12 @@ class FakeSysfs {
   }
 
  private:
+  static void Port(const std::filesystem::path& ib, const std::string& state,
+                   const std::string& rate, const std::string& link_layer) {
+    Write(ib / "ports/1/state", state);
+    Write(ib / "ports/1/rate", rate);
+    Write(ib / "ports/1/link_layer", link_layer);
+  }
   static void Write(const std::filesystem::path& p, const std::string& text) {
     std::filesystem::create_directories(p.parent_path());
     std::ofstream(p) << text << "\n";

@@ -160,6 +160,21 @@ TEST(TopologyTest, NoGpusPairNothingButKeepTheDefaultNic) {
   EXPECT_TRUE(t->KnowsNetDevice("mlx5_0:1"));
 }
 
+// A soft RDMA device (rxe over eth0) has no PCI function: listed, never paired by affinity.
+TEST(TopologyTest, ASoftRdmaDeviceHasNoPciFunction) {
+  FakeSysfs fs;
+  fs.Numa(0, "0-7");
+  fs.Gpu("pci0000:00/0000:00:01.0", 0);
+  fs.SoftNic("rxe0", "4: ACTIVE", "10 Gb/sec (1X QDR)");
+  auto t = Topology::Read(fs.root());
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->nics().size(), 1u);
+  EXPECT_EQ(t->nics()[0].pci, "");
+  EXPECT_EQ(t->nics()[0].numa_node, -1);
+  EXPECT_EQ(Lines(*t), std::vector<std::string>{"gpu0 -> rxe0:1 (other NUMA node (?; none "
+                                                "active on 0))"});
+}
+
 TEST(TopologyTest, AMissingRootIsNotFound) {
   auto t = Topology::Read("/nonexistent/sysfs");
   EXPECT_EQ(t.status().code(), absl::StatusCode::kNotFound);
