@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
   mount.pool = "tenant-a";
   mount.worker_address = "worker";
   mount.host_id = "boot-1";
+  mount.nic = "mlx5_0:1";
+  mount.numa_node = 0;
+  mount.gpu = 0;
   Emit("mount_req", MsgType::kMountSegment, false, mount);
   MountSegmentReply mount_rep;
   mount_rep.segment_id = 3;
@@ -131,6 +134,8 @@ int main(int argc, char** argv) {
   si.node_address = "10.0.0.1:7000";
   si.size = 1 << 20;
   si.used = 4160;
+  si.nic = "mlx5_1:1";
+  si.numa_node = 1;
   segs.segments = {si};
   Emit("segments_rep", MsgType::kSegments, true, segs);
 

@@ -34,9 +34,15 @@ struct ClientOptions {
   std::string tenant_token;
   // "ucx" (the only data plane); UCX_TLS picks the transports (`protocol`, GRANARY_PROTOCOL).
   std::string protocol = "ucx";
-  // RDMA device(s) to prefer, as UCX_NET_DEVICES would name them (`device_name` or
-  // `rdma_devices`, GRANARY_DEVICE_NAME).
+  // Network device(s) for the data path, as UCX_NET_DEVICES names them ("mlx5_0:1", "eth0";
+  // `device_name` or `rdma_devices`, GRANARY_DEVICE_NAME). Empty: UCX_NET_DEVICES from the
+  // environment if set, else the NIC nearest gpu_device, else UCX's own choice. A name this
+  // host lacks fails Create.
   std::string device_name;
+  // The GPU this client's buffers live on (`gpu_device`, GRANARY_GPU_DEVICE; -1: none): its
+  // UCX context uses the NIC paired with it (same PCIe switch, then NUMA node; README
+  // "How Granary picks NICs").
+  int gpu_device = -1;
   // Replicas per object written by Put (`replica_num`, GRANARY_REPLICA_NUM), on distinct
   // nodes.
   int replica_num = 1;

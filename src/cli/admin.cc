@@ -203,6 +203,7 @@ std::string FormatNodeTable(const json& segments) {
   struct Node {
     std::string address, pool;
     std::set<std::string> tiers;
+    std::set<std::string> nics, numa;  // where its segments sit (transport/topology.h)
     int segments = 0;
     uint64_t size = 0, used = 0;
   };
@@ -216,17 +217,24 @@ std::string FormatNodeTable(const json& segments) {
     n.address = Str(seg, "node_address");
     n.pool = Str(seg, "pool");
     n.tiers.insert(Str(seg, "tier"));
+    if (!Str(seg, "nic").empty()) n.nics.insert(Str(seg, "nic"));
+    auto numa = seg.find("numa_node");
+    if (numa != seg.end() && numa->is_number_integer() && numa->get<int64_t>() >= 0) {
+      n.numa.insert(absl::StrCat(numa->get<int64_t>()));
+    }
     n.segments++;
     n.size += U64(seg, "size_bytes");
     n.used += U64(seg, "used_bytes");
   }
   std::vector<std::vector<std::string>> rows = {
-      {"NODE", "ADDRESS", "SEGMENTS", "TIER", "POOL", "SIZE", "USED", "USE"}};
+      {"NODE", "ADDRESS", "SEGMENTS", "TIER", "POOL", "NIC", "NUMA", "SIZE", "USED", "USE"}};
   for (const std::string& id : order) {
     const Node& n = nodes[id];
-    rows.push_back({id, n.address, absl::StrCat(n.segments), absl::StrJoin(n.tiers, ","),
-                    n.pool.empty() ? "shared" : n.pool, FormatSize(n.size), FormatSize(n.used),
-                    n.size == 0 ? "-" : absl::StrFormat("%.1f%%", 100.0 * n.used / n.size)});
+    rows.push_back(
+        {id, n.address, absl::StrCat(n.segments), absl::StrJoin(n.tiers, ","),
+         n.pool.empty() ? "shared" : n.pool, n.nics.empty() ? "ucx" : absl::StrJoin(n.nics, ","),
+         n.numa.empty() ? "-" : absl::StrJoin(n.numa, ","), FormatSize(n.size), FormatSize(n.used),
+         n.size == 0 ? "-" : absl::StrFormat("%.1f%%", 100.0 * n.used / n.size)});
   }
   return Table(rows);
 }

@@ -31,6 +31,7 @@
 #include "common/status_macros.h"
 #include "granary/client.h"
 #include "granary/error_reason.h"
+#include "transport/topology.h"
 
 DEFINE_string(master, "",
               "Master address host:port, or etcd://h1:2379;h2:2379 to follow the active master "
@@ -69,6 +70,7 @@ DEFINE_string(max_entries, "",
 DEFINE_string(pool_spill, "",
               "tenants set: true lets a pooled tenant's puts spill to shared segments when its "
               "pool is full, false keeps them in the pool; empty = unchanged");
+DEFINE_string(sysfs_root, "/sys", "topology: where the host's topology is read (tests)");
 DEFINE_bool(deep, false, "health: also probe a node through the master (one round trip)");
 
 namespace {
@@ -92,13 +94,14 @@ const char* kUsageText =
     "  kvkey encode HASH   print the structured key (--model, --hash_scheme, [--adapter_id])\n"
     "  kvkey decode KEY    print a structured key's fields\n"
     "  lookup HASH...      how many leading blocks of the chain are present (--model, ...)\n"
+    "  topology            this host's GPUs, RDMA NICs, NUMA nodes and the NIC each GPU uses\n"
     "admin commands, over the admin API (--admin=HOST:PORT, --admin_token_file=FILE; with an\n"
     "etcd:// --master and no --admin, the active master's, as its master_view names it):\n"
     "  tenants             every tenant's quota, charge, in-flight bytes and entries\n"
     "  tenants set T --quota=SIZE [--max_entries=N] [--pool_spill=true|false]\n"
     "                                                 create or change tenant T's quota\n"
     "  tenants rm T        delete tenant T (it must hold no objects)\n"
-    "  nodes               nodes with their segments, tier, pool and usage\n"
+    "  nodes               nodes with their segments, tier, pool, NIC, NUMA node and usage\n"
     "  health              the master's status and role ([--deep]: probe a node too)\n";
 
 int Usage(const std::string& why) {
@@ -258,8 +261,8 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
 // The argument counts each command takes; kOk when they fit, else the usage error's code.
 int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
   static const std::vector<std::string> kCommands = {
-      "put",  "get",  "rm",    "exists", "stat",    "ls",    "segments",
-      "copy", "move", "kvkey", "lookup", "tenants", "nodes", "health"};
+      "put",  "get",   "rm",     "exists",  "stat",  "ls",     "segments", "copy",
+      "move", "kvkey", "lookup", "tenants", "nodes", "health", "topology"};
   if (std::find(kCommands.begin(), kCommands.end(), cmd) == kCommands.end()) {
     return Usage("unknown command '" + cmd + "'");
   }
@@ -278,7 +281,7 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "lookup" && (args.empty() || FLAGS_model.empty() || FLAGS_hash_scheme.empty())) {
     return Usage("lookup takes HASH... with --model and --hash_scheme");
   }
-  if ((cmd == "nodes" || cmd == "health") && !args.empty()) {
+  if ((cmd == "nodes" || cmd == "health" || cmd == "topology") && !args.empty()) {
     return Usage(cmd + " takes no arguments");
   }
   if (cmd == "tenants" && !args.empty() &&
@@ -392,6 +395,14 @@ int RunKvKey(const std::vector<std::string>& args) {
   std::cout << "model: " << k->model << "\nhash_scheme: " << k->hash_scheme
             << "\nadapter_id: " << (k->adapter_id ? *k->adapter_id : "(none)")
             << "\nprefix_hash: " << k->prefix_hash << "\n";
+  return kOk;
+}
+
+// topology: this host's matrix (transport/topology.h), read from --sysfs_root; no master.
+int RunTopology() {
+  auto t = granary::transport::Topology::Read(FLAGS_sysfs_root);
+  if (!t.ok()) return Usage(std::string(t.status().message()));
+  std::cout << t->Report();
   return kOk;
 }
 
@@ -546,6 +557,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (int rc = CheckArgs(cmd, args); rc != kOk) return rc;
   if (cmd == "kvkey") return RunKvKey(args);
+  if (cmd == "topology") return RunTopology();
   if (cmd == "tenants" || cmd == "nodes" || cmd == "health") return RunAdminCommand(cmd, args);
 
   auto options = LoadOptions();

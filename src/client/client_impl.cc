@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
+#include "transport/topology.h"
 
 namespace granary {
 
@@ -58,8 +59,13 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
             << options.master_server_address;
   std::vector<std::pair<std::string, std::string>> ucx;
   if (options.protocol == "tcp") ucx.emplace_back("TLS", "tcp");
-  if (!options.device_name.empty()) ucx.emplace_back("NET_DEVICES", options.device_name);
+  GRANARY_ASSIGN_OR_RETURN(const transport::Topology topo, transport::Topology::Read());
+  GRANARY_ASSIGN_OR_RETURN(
+      const transport::NetDeviceChoice nic,
+      transport::ChooseNetDevice(topo, options.device_name, options.gpu_device));
+  if (!nic.device.empty()) ucx.emplace_back("NET_DEVICES", nic.device);
   GRANARY_ASSIGN_OR_RETURN(c->ctx_, transport::Context::Create("granary_client", ucx));
+  transport::LogNetDeviceChoice(nic, *c->ctx_, &c->metrics_, "granary_client_net_device");
   GRANARY_ASSIGN_OR_RETURN(c->worker_,
                            transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_));
   // The progress thread logs through this client's route for as long as it runs.

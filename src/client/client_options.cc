@@ -63,7 +63,9 @@ constexpr Field kFields[] = {
     {"protocol", nullptr, "GRANARY_PROTOCOL", Kind::kString, SetString<&ClientOptions::protocol>,
      "ucx, tcp or rdma"},
     {"device_name", "rdma_devices", "GRANARY_DEVICE_NAME", Kind::kString,
-     SetString<&ClientOptions::device_name>, "RDMA devices to prefer"},
+     SetString<&ClientOptions::device_name>, "network devices for the data path (UCX names)"},
+    {"gpu_device", nullptr, "GRANARY_GPU_DEVICE", Kind::kInt, SetInt<&ClientOptions::gpu_device>,
+     "the GPU of the buffers: its nearest NIC is used"},
     {"replica_num", nullptr, "GRANARY_REPLICA_NUM", Kind::kInt, SetInt<&ClientOptions::replica_num>,
      "replicas per object"},
     {"rpc_timeout_ms", nullptr, "GRANARY_RPC_TIMEOUT_MS", Kind::kInt,
@@ -189,6 +191,10 @@ absl::Status ClientOptions::Validate() const {
   } else if (auto hp = ParseHostPort(master_server_address); !hp.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("master_server_address: ", hp.status().message()));
+  }
+  if (gpu_device < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu_device ", gpu_device, " is not a GPU index (or -1 for none)"));
   }
   if (protocol != "ucx" && protocol != "tcp" && protocol != "rdma") {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -196,7 +196,10 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                      {"tier", TierName(seg.tier)},
                      {"pool", seg.pool},
                      {"size_bytes", seg.size},
-                     {"used_bytes", seg.used}});
+                     {"used_bytes", seg.used},
+                     {"nic", seg.nic},
+                     {"numa_node", seg.numa_node},
+                     {"gpu", seg.gpu}});
       if (auto it = cgroups.find(seg.node_id); it != cgroups.end())
         arr.back()["cgroup"] = it->second;
       if (seg.tier == proto::Tier::kGpu) {
@@ -221,17 +224,24 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
       uint64_t capacity = 0, used = 0;
       std::string address, pool;
       json segs = json::array();
+      json topology = json::array();  // per segment: where it sits on the node's host
       for (const auto& seg : n.segments) {
         capacity += seg.size;
         used += seg.used;
         address = seg.node_address;
         if (!seg.pool.empty()) pool = seg.pool;
         segs.push_back(seg.segment_id);
+        topology.push_back({{"segment_id", seg.segment_id},
+                            {"name", seg.name},
+                            {"nic", seg.nic},
+                            {"numa_node", seg.numa_node},
+                            {"gpu", seg.gpu}});
       }
       json node = {{"node_id", n.session.node_id},
                    {"node_address", address},
                    {"pool", pool},
                    {"segments", segs},
+                   {"topology", topology},
                    {"capacity_bytes", capacity},
                    {"used_bytes", used},
                    {"last_heartbeat_ms_ago", std::max<int64_t>(0, now - n.session.last_seen_ms)}};

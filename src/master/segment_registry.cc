@@ -85,6 +85,9 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.host_id = req.host_id;
   s.info.gpu_ipc = req.gpu_ipc;
   s.info.gpu_uuid = req.gpu_uuid;
+  s.info.nic = req.nic;
+  s.info.numa_node = req.numa_node;
+  s.info.gpu = req.gpu;
   s.session = session;
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
   s.restoring = req.resumed;

@@ -52,6 +52,13 @@ DEFINE_bool(huge_pages, true, "Try 2 MiB pages for mmap host segments");
 DEFINE_string(segment_memory, "ucx",
               "Who allocates host segments: ucx (shared memory that same-host clients copy "
               "with loads and stores; mmap when UCX cannot) or mmap (anonymous, 2 MiB pages)");
+DEFINE_string(device_name, "",
+              "NIC port for the data path, as UCX_NET_DEVICES names it (mlx5_0:1, eth0); "
+              "default: UCX_NET_DEVICES, else the NIC nearest the first --gpu_device, else UCX's "
+              "choice");
+DEFINE_int32(numa_node, -1,
+             "NUMA node to bind host segments to (default -1: the chosen NIC's node, if any)");
+DEFINE_string(sysfs_root, "/sys", "Where the host topology is read (tests)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 namespace {
@@ -141,6 +148,9 @@ int main(int argc, char** argv) {
   o.virtual_segments = FLAGS_virtual_segments;
   o.use_huge_pages = FLAGS_huge_pages;
   o.segment_memory = FLAGS_segment_memory;
+  o.device_name = FLAGS_device_name;
+  o.numa_node = FLAGS_numa_node;
+  o.sysfs_root = FLAGS_sysfs_root;
   uint64_t usage_before = 0;
   if (cgroup != nullptr) {
     // hugetlb pages are charged to the hugetlb controller, not to the memory limit: under a

@@ -52,6 +52,10 @@ absl::Status NodeOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--gpu_segment_size ", gpu_segment_size, " is below the 1 MB minimum"));
   }
+  if (numa_node < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--numa_node=", numa_node, " is not a NUMA node (or -1 for the NIC's)"));
+  }
   return absl::OkStatus();
 }
 

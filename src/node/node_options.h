@@ -50,6 +50,16 @@ struct NodeOptions {
   // touching the process-wide threshold; -1: the process-wide threshold (the daemon).
   int log_level = -1;
 
+  // The NIC port the node's UCX context uses (UCX_NET_DEVICES names: "mlx5_0:1", "eth0";
+  // --device_name). Empty: UCX_NET_DEVICES if set, else the NIC paired with the first GPU
+  // segment's device, else UCX's own choice. A name the host lacks fails the start.
+  std::string device_name;
+  // The NUMA node host segments are bound to (mbind before first touch; --numa_node). -1: the
+  // chosen NIC's node, or no binding when there is none. A node the host lacks fails the start.
+  int numa_node = -1;
+  // Where the topology is read (transport/topology.h); tests give synthetic trees.
+  std::string sysfs_root = "/sys";
+
   [[nodiscard]] absl::Status Validate() const;
 };
 

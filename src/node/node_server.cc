@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
 #include "common/etcd/master_view.h"
@@ -30,6 +32,10 @@ constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
 constexpr uint32_t kSyncWaitMs = 500;
 // A report batch: bounded in records and key bytes, far below the frame limit.
 constexpr size_t kReportBatchBytes = 4u << 20;
+
+std::string NumaText(int numa_node) {
+  return numa_node < 0 ? ", NUMA node not bound" : absl::StrCat(", on NUMA node ", numa_node);
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions& options) {
@@ -42,7 +48,11 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   if (std::optional<std::string> endpoints = etcd::EndpointsOfMasterAddress(options.master)) {
     GRANARY_ASSIGN_OR_RETURN(n->etcd_, etcd::EtcdClient::Create(*endpoints, 1000));
   }
-  GRANARY_ASSIGN_OR_RETURN(n->ctx_, transport::Context::Create("granary_node"));
+  GRANARY_RETURN_IF_ERROR(n->ChooseTopology());
+  std::vector<std::pair<std::string, std::string>> ucx;
+  if (!n->nic_.device.empty()) ucx.emplace_back("NET_DEVICES", n->nic_.device);
+  GRANARY_ASSIGN_OR_RETURN(n->ctx_, transport::Context::Create("granary_node", ucx));
+  transport::LogNetDeviceChoice(n->nic_, *n->ctx_, &n->metrics_, "granary_node_net_device");
   GRANARY_ASSIGN_OR_RETURN(n->worker_,
                            transport::Worker::Create(n->ctx_.get(), "node", &n->metrics_));
   n->worker_->Post([r = &n->log_route_] { SetThreadLogRoute(r); });
@@ -129,11 +139,62 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   return n;
 }
 
+absl::Status NodeServer::ChooseTopology() {
+  GRANARY_ASSIGN_OR_RETURN(topology_, transport::Topology::Read(options_.sysfs_root));
+  int gpu = -1;
+  if (options_.gpu_segment_size > 0)
+    gpu = options_.gpu_devices.empty() ? 0 : options_.gpu_devices[0];
+  absl::StatusOr<transport::NetDeviceChoice> c =
+      transport::ChooseNetDevice(topology_, options_.device_name, gpu);
+  if (!c.ok()) {
+    // "device_name '...' is not ..." is the flag's value.
+    const bool flag = absl::StartsWith(c.status().message(), "device_name");
+    return absl::Status(c.status().code(), absl::StrCat(flag ? "--" : "", c.status().message()));
+  }
+  nic_ = *c;
+  host_numa_node_ = nic_.numa_node;
+  if (options_.numa_node >= 0) {
+    if (!topology_.HasNumaNode(options_.numa_node)) {
+      std::vector<std::string> nodes;
+      for (const auto& numa : topology_.numa_nodes()) nodes.push_back(absl::StrCat(numa.id));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--numa_node=", options_.numa_node, " is not a NUMA node of this host (",
+          options_.sysfs_root,
+          "/devices/system/node has: ", nodes.empty() ? "none" : absl::StrJoin(nodes, ", "), ")"));
+    }
+    host_numa_node_ = options_.numa_node;
+  }
+  return absl::OkStatus();
+}
+
+void NodeServer::PlaceSpan(SegmentSpan* span, int gpu) {
+  span->nic = nic_.device;
+  span->gpu = gpu >= 0 ? gpu : nic_.gpu;
+  span->numa_node = host_numa_node_;
+  if (gpu >= 0) {
+    span->numa_node = -1;
+    for (const auto& g : topology_.gpus()) {
+      if (g.index == gpu) span->numa_node = g.numa_node;
+    }
+  }
+  metrics_
+      .Gauge("granary_node_segment_numa_node",
+             "The NUMA node a segment's memory is on (-1: not bound, or unknown), with its NIC "
+             "and GPU",
+             {{"segment", span->name}, {"nic", span->nic}, {"gpu", absl::StrCat(span->gpu)}})
+      ->Set(span->numa_node);
+}
+
 absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<SegmentSpan>* spans) {
   const NodeOptions& options = options_;
   Segment seg;
   if (options.segment_memory == "ucx" && !options.virtual_segments) {
     auto region = transport::MemoryRegion::Allocate(ctx_.get(), options.host_segment_size);
+    if (region.ok() && host_numa_node_ >= 0) {
+      // Bound before the first touch (pages UCX touched already are moved).
+      GRANARY_RETURN_IF_ERROR(
+          BindToNumaNode((*region)->addr(), (*region)->length(), host_numa_node_));
+    }
     if (region.ok()) {
       // First touch now, not on the data path, then pin.
       auto* base = static_cast<volatile char*>((*region)->addr());
@@ -153,7 +214,7 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
       seg.region = std::move(*region);
       LOG_INFO << "host segment " << name << ": " << FormatSize(options.host_segment_size)
                << ", allocated by UCX (shared memory for same-host peers)"
-               << (locked ? ", locked" : ", not locked");
+               << (locked ? ", locked" : ", not locked") << NumaText(host_numa_node_);
     } else {
       LOG_WARN << "host segment " << name << ": UCX could not allocate it ("
                << region.status().message() << "); falling back to mmap";
@@ -165,6 +226,7 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
     ho.huge_pages = options.use_huge_pages;
     ho.populate = !options.virtual_segments;
     ho.lock = !options.virtual_segments;
+    ho.numa_node = host_numa_node_;
     GRANARY_ASSIGN_OR_RETURN(seg.memory, HostSegment::Create(ho));
     if (options.require_mlock && ho.lock && !seg.memory->locked()) {
       return absl::FailedPreconditionError(
@@ -177,13 +239,15 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
     LOG_INFO << "host segment " << name << ": " << FormatSize(ho.size)
              << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
              << (seg.memory->locked() ? ", locked" : ", not locked")
-             << (options.virtual_segments ? ", virtual (no data)" : "");
+             << (options.virtual_segments ? ", virtual (no data)" : "")
+             << (options.virtual_segments ? "" : NumaText(host_numa_node_));
   }
   SegmentSpan span;
   span.name = name;
   span.base = reinterpret_cast<uint64_t>(seg.region->addr());
   span.size = seg.region->length();
   span.tier = proto::Tier::kHost;
+  PlaceSpan(&span, -1);
   GRANARY_ASSIGN_OR_RETURN(span.rkey, seg.region->PackRkey());
   spans->push_back(std::move(span));
   segments_.push_back(std::move(seg));
@@ -206,6 +270,7 @@ absl::Status NodeServer::AddGpuSegment(int device, std::vector<SegmentSpan>* spa
   span.gpu_ipc = seg.gpu->ipc();
   span.gpu_uuid.assign(reinterpret_cast<const char*>(seg.gpu->uuid().data()),
                        seg.gpu->uuid().size());
+  PlaceSpan(&span, device);
   // Never mapped with UCX (no rkey): Debian's UCX has no CUDA memory support and would touch
   // device memory from the CPU; the thin branch for a CUDA UCX (GPU.md section 1) is not built.
   LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device " << device

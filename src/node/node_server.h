@@ -24,6 +24,7 @@
 #include "transport/rma.h"
 #include "transport/rpc_client.h"
 #include "transport/rpc_server.h"
+#include "transport/topology.h"
 #include "transport/worker.h"
 
 namespace granary::node {
@@ -67,6 +68,10 @@ class NodeServer {
                                             std::vector<SegmentSpan>* spans);
   // Allocates and exports the GPU segment of `device` through the device backend.
   [[nodiscard]] absl::Status AddGpuSegment(int device, std::vector<SegmentSpan>* spans);
+  // Reads the topology and picks the NIC and the host segments' NUMA node (options first).
+  [[nodiscard]] absl::Status ChooseTopology();
+  // Fills span's nic, numa_node and gpu (`gpu`: a GPU segment's device, else -1), and its gauge.
+  void PlaceSpan(SegmentSpan* span, int gpu);
   [[nodiscard]] absl::Status ConnectAndMount();
   // The master to connect to: --master, or with etcd:// the RPC address in master_view.
   [[nodiscard]] absl::StatusOr<std::string> ResolveMaster();
@@ -86,7 +91,10 @@ class NodeServer {
   void SleepFor(int64_t ms);
 
   NodeOptions options_;
-  LogRoute log_route_;  // options_.log_level, on every thread of this node
+  transport::Topology topology_;    // read in Create
+  transport::NetDeviceChoice nic_;  // the NIC the node's context uses, and why
+  int host_numa_node_ = -1;         // where host segments are bound (-1: nowhere)
+  LogRoute log_route_;              // options_.log_level, on every thread of this node
   std::string node_id_;
   std::string worker_address_;
   MetricsRegistry metrics_;

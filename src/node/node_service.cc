@@ -45,6 +45,9 @@ proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountId
   m.resumed = resumed;
   m.gpu_ipc = s.gpu_ipc;
   m.gpu_uuid = s.gpu_uuid;
+  m.nic = s.nic;
+  m.numa_node = s.numa_node;
+  m.gpu = s.gpu;
   return m;
 }
 

@@ -23,6 +23,9 @@ struct SegmentSpan {
   std::string rkey;      // packed remote key; empty for a GPU segment (never mapped with UCX)
   std::string gpu_ipc;   // tier kGpu: the device backend's IPC export of byte 0
   std::string gpu_uuid;  // tier kGpu: the device's 16-byte UUID
+  std::string nic;       // the NIC port that serves it (empty: UCX's choice)
+  int numa_node = -1;    // the NUMA node its memory is bound to (-1: none)
+  int gpu = -1;          // its device (GPU segments), or the GPU its NIC was paired for
 };
 
 // Who the node is, for its MountSegment requests in one master session.

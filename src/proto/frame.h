@@ -19,7 +19,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 //    a node's cgroup figures (has_cgroup, NodeCgroupReport); MountSegmentRequest and
 //    SegmentInfo .gpu_ipc and .gpu_uuid (GPU segments); PutStartRequest flags kPutFlagTierGpu;
 //    HelloReply.epoch and .write_window_ms; reason NOT_LEADER (HA: a standby or fenced master
-//    refuses requests).
+//    refuses requests); MountSegmentRequest and SegmentInfo .nic, .numa_node and .gpu (where
+//    the segment sits: transport/topology.h).
 inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;

@@ -159,6 +159,9 @@ void Encode(const MountSegmentRequest& m, Writer& w) {
   w.Bool(m.resumed);
   w.Str(m.gpu_ipc);
   w.Str(m.gpu_uuid);
+  w.Str(m.nic);
+  w.U32(static_cast<uint32_t>(m.numa_node));
+  w.U32(static_cast<uint32_t>(m.gpu));
 }
 absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->name = r.Str("name", kMaxNameBytes);
@@ -174,6 +177,9 @@ absl::Status Decode(Reader& r, MountSegmentRequest* m) {
   m->resumed = r.Bool("resumed");
   m->gpu_ipc = r.Str("gpu_ipc", kMaxGpuIpcBytes);
   m->gpu_uuid = r.Str("gpu_uuid", kGpuUuidBytes);
+  m->nic = r.Str("nic", kMaxNameBytes);
+  m->numa_node = static_cast<int32_t>(r.U32("numa_node"));
+  m->gpu = static_cast<int32_t>(r.U32("gpu"));
   return r.status();
 }
 void Encode(const MountSegmentReply& m, Writer& w) {
@@ -403,6 +409,9 @@ void PutSegment(const SegmentInfo& s, Writer& w) {
   w.Str(s.host_id);
   w.Str(s.gpu_ipc);
   w.Str(s.gpu_uuid);
+  w.Str(s.nic);
+  w.U32(static_cast<uint32_t>(s.numa_node));
+  w.U32(static_cast<uint32_t>(s.gpu));
 }
 void GetSegment(Reader& r, SegmentInfo* s) {
   s->segment_id = r.U64("segment_id");
@@ -419,6 +428,9 @@ void GetSegment(Reader& r, SegmentInfo* s) {
   s->host_id = r.Str("host_id", kMaxNameBytes);
   s->gpu_ipc = r.Str("gpu_ipc", kMaxGpuIpcBytes);
   s->gpu_uuid = r.Str("gpu_uuid", kGpuUuidBytes);
+  s->nic = r.Str("nic", kMaxNameBytes);
+  s->numa_node = static_cast<int32_t>(r.U32("numa_node"));
+  s->gpu = static_cast<int32_t>(r.U32("gpu"));
 }
 }  // namespace
 

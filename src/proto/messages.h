@@ -168,6 +168,12 @@ struct MountSegmentRequest {
   // rkey on a UCX without CUDA support: device memory is never handed to such a UCX.
   std::string gpu_ipc;
   std::string gpu_uuid;
+  // Where the segment sits on its host (transport/topology.h): the NIC port that serves it (as
+  // UCX_NET_DEVICES names it; empty: UCX's choice), the NUMA node its memory is bound to and
+  // the GPU of a GPU segment or of the NIC's pairing (-1: none or unknown).
+  std::string nic;
+  int32_t numa_node = -1;
+  int32_t gpu = -1;
   bool operator==(const MountSegmentRequest&) const = default;
 };
 struct MountSegmentReply {
@@ -326,6 +332,9 @@ struct SegmentInfo {
   std::string host_id;
   std::string gpu_ipc;   // MountSegmentRequest::gpu_ipc
   std::string gpu_uuid;  // MountSegmentRequest::gpu_uuid
+  std::string nic;       // MountSegmentRequest::nic
+  int32_t numa_node = -1;
+  int32_t gpu = -1;
   bool operator==(const SegmentInfo&) const = default;
 };
 struct SegmentsReply {

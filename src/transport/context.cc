@@ -1,8 +1,11 @@
 #include "transport/context.h"
 
+#include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/log.h"
 
 namespace granary::transport {
@@ -85,6 +88,28 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(
 }
 
 Context::~Context() { ucp_cleanup(context_); }
+
+std::vector<std::string> Context::NetResources() const {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return {};
+  ucp_context_print_info(context_, f);
+  std::fclose(f);
+  const std::string text(buf, len);
+  std::free(buf);
+  // "#      resource 2  :  md 1  dev 2  flags -- tcp/lo"
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StrContains(line, " resource ")) continue;
+    const size_t dashes = line.rfind("-- ");
+    if (dashes == absl::string_view::npos) continue;
+    const std::string res(line.substr(dashes + 3));
+    if (absl::EndsWith(res, "/memory") || absl::StartsWith(res, "self/")) continue;
+    out.push_back(res);
+  }
+  return out;
+}
 
 bool Context::SupportsCudaMemory() const {
   ucp_context_attr_t attr = {};

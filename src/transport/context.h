@@ -29,6 +29,9 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   ucp_context_h handle() const { return context_; }
+  // The network transport resources UCX opened ("tcp/lo", "rc_mlx5/mlx5_0:1"), read back from
+  // ucp_context_print_info; memory transports (shm, cma, self) are left out.
+  std::vector<std::string> NetResources() const;
   // True when this UCX build can register CUDA memory.
   bool SupportsCudaMemory() const;
 

@@ -67,3 +67,6 @@ set_tests_properties(integration_gpu_tier_cuda_test PROPERTIES LABELS "gpu" TIME
 granary_test(NAME integration_netns_test LABELS integration netns TIMEOUT 180
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/netns_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_netns_test granary_master granary_node put_start_hang)
+granary_test(NAME integration_topology_test LABELS integration TIMEOUT 120
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/topology_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_topology_test granary_master granary_node granary)

@@ -136,7 +136,10 @@ TEST(FormatTest, NodeTableSumsEachNodesSegments) {
                             {"tier", "host"},
                             {"pool", "tenant-a"},
                             {"size_bytes", 1ull << 30},
-                            {"used_bytes", 1ull << 29}}});
+                            {"used_bytes", 1ull << 29},
+                            {"nic", "mlx5_1:1"},
+                            {"numa_node", 1},
+                            {"gpu", 2}}});
   const std::string table = FormatNodeTable(segs);
   EXPECT_NE(table.find("n1"), std::string::npos) << table;
   EXPECT_NE(table.find("128 MB"), std::string::npos) << table;  // two segments summed
@@ -144,6 +147,10 @@ TEST(FormatTest, NodeTableSumsEachNodesSegments) {
   EXPECT_NE(table.find("shared"), std::string::npos) << table;
   EXPECT_NE(table.find("tenant-a"), std::string::npos) << table;
   EXPECT_NE(table.find("50.0%"), std::string::npos) << table;
+  // n1's segments carry no topology (an older master, or UCX's choice); n2's NIC and node.
+  EXPECT_NE(table.find("NIC"), std::string::npos) << table;
+  EXPECT_NE(table.find("shared    ucx       -"), std::string::npos) << table;
+  EXPECT_NE(table.find("tenant-a  mlx5_1:1  1"), std::string::npos) << table;
 }
 
 TEST(AdminCallTest, NobodyListeningIsUnavailableAndNamesTheAddress) {

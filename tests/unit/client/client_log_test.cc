@@ -59,5 +59,27 @@ TEST(ClientLogTest, LinesBelowTheLevelAreDropped) {
   EXPECT_FALSE(sink->Saw("connecting to the master"));
 }
 
+// The device name reaches the UCX context: its opened resources, read back, are tcp on lo only.
+TEST(ClientLogTest, AGivenDeviceNameConfiguresTheUcxContext) {
+  auto sink = std::make_shared<CaptureSink>();
+  ClientOptions o = Unreachable(sink, LogLevel::kInfo);
+  o.device_name = "lo";
+  auto c = Client::Create(o);
+  EXPECT_FALSE(c.ok());
+  EXPECT_TRUE(sink->Saw("network device lo (device_name); UCX opened: tcp/lo\n"));
+}
+
+TEST(ClientLogTest, AnUnknownDeviceNameFailsCreate) {
+  ClientOptions o = Unreachable(std::make_shared<CaptureSink>(), LogLevel::kInfo);
+  o.device_name = "lo,mlx9_9:1";
+  auto c = Client::Create(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(c.status().message(),
+                                "device_name 'mlx9_9:1' is not an RDMA port, RDMA device or "
+                                "network interface of this host (/sys has: "))
+      << c.status();
+}
+
 }  // namespace
 }  // namespace granary

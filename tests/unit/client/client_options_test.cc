@@ -26,7 +26,7 @@ class ClientOptionsTest : public ::testing::Test {
       "GRANARY_LOCAL_BUFFER_SIZE", "GRANARY_REPLICA_NUM",  "GRANARY_PROTOCOL",
       "GRANARY_RPC_TIMEOUT_MS",    "GRANARY_TENANT_TOKEN", "GRANARY_TRANSFER_TIMEOUT_MS",
       "GRANARY_GET_RETRIES",       "GRANARY_LOG_LEVEL",    "GRANARY_LOCAL_HOSTNAME",
-      "GRANARY_DEVICE_NAME",       "GRANARY_CLUSTER_ID"};
+      "GRANARY_DEVICE_NAME",       "GRANARY_CLUSTER_ID",   "GRANARY_GPU_DEVICE"};
   std::string path_;
 };
 
@@ -109,6 +109,7 @@ TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
   setenv("GRANARY_GET_RETRIES", "0", 1);
   setenv("GRANARY_LOG_LEVEL", "debug", 1);
   setenv("GRANARY_DEVICE_NAME", "mlx5_1", 1);
+  setenv("GRANARY_GPU_DEVICE", "3", 1);
   setenv("GRANARY_PROTOCOL", "tcp", 1);
   auto o = ClientOptions::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
@@ -116,6 +117,7 @@ TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
   EXPECT_EQ(o->get_retries, 0);
   EXPECT_EQ(o->log_level, LogLevel::kDebug);
   EXPECT_EQ(o->device_name, "mlx5_1");
+  EXPECT_EQ(o->gpu_device, 3);
   EXPECT_EQ(o->protocol, "tcp");
   setenv("GRANARY_LOG_LEVEL", "chatty", 1);
   auto bad = ClientOptions::FromEnvironment();

@@ -104,7 +104,10 @@ MountSegmentRequest SampleMount() {
           "boot-id-1",
           true,
           "ipc" + kBinary,
-          std::string(16, '\xfa')};
+          std::string(16, '\xfa'),
+          "mlx5_3:1",
+          1,
+          7};
 }
 MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
 UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
@@ -152,8 +155,12 @@ SegmentsReply SampleSegmentsReply() {
 }
 
 SegmentInfo SampleSegment() {
-  return {3, "seg-3",     "node-c", "10.0.0.3:4000", 0x7F0000000000ull, 1ull << 30,
-          0, Tier::kHost, "",       kBinary,         "worker-c",        "boot/7"};
+  SegmentInfo s{3, "seg-3",     "node-c", "10.0.0.3:4000", 0x7F0000000000ull, 1ull << 30,
+                0, Tier::kHost, "",       kBinary,         "worker-c",        "boot/7"};
+  s.nic = "mlx5_0:1";
+  s.numa_node = -1;  // negative values survive the unsigned wire field
+  s.gpu = 2;
+  return s;
 }
 CopyStartRequest SampleCopyStart() { return {{{"k1", "node-b"}, {kBinary, "10.0.0.2:4000"}}}; }
 CopyStartReply SampleCopyStartReply() {
