@@ -133,8 +133,11 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
     // the network cut off (seen in the netns tests). Waiting longer would only delay the
     // fail-over to another replica, so give up on them soon. The nodes stay unreachable for a
     // back-off, so the next reads go to other replicas instead of connecting again.
-    node_timeouts_->Inc();
-    rma_->MarkUnreachable(nodes);
+    // A put's write window can cut the timeout short: that deadline is the put's, not the
+    // nodes' fault, so they are not held off for it.
+    const bool nodes_fault = timeout_ms >= options_.transfer_timeout_ms;
+    if (nodes_fault) node_timeouts_->Inc();
+    rma_->MarkUnreachable(nodes, nodes_fault);
     if (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
       LOG_WARN << "abandoning a transfer to " << nodes.front()
                << " that UCX did not complete when its endpoint closed";

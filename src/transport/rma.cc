@@ -164,11 +164,12 @@ void RmaEngine::ForgetNode(const std::string& node_address) {
   worker_->Post([this, node_address] { DropPeer(node_address); });
 }
 
-void RmaEngine::MarkUnreachable(const std::vector<std::string>& node_addresses) {
+void RmaEngine::MarkUnreachable(const std::vector<std::string>& node_addresses, bool back_off) {
   worker_->Run([&] {
     auto now = std::chrono::steady_clock::now();
     for (const auto& a : node_addresses) {
       DropPeer(a);
+      if (!back_off) continue;
       Unreachable& u = unreachable_[a];
       if (now < u.until) continue;  // already backing off: named twice, or a concurrent transfer
       // A node that went 2 x the longest wait without a timeout starts afresh.

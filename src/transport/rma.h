@@ -93,8 +93,10 @@ class RmaEngine {
   // has passed, a transfer to the node fails at once with UNAVAILABLE (a reader goes to another
   // replica) instead of connecting again: over tcp UCX 1.13 connects with a blocking connect(),
   // which holds this engine's only worker thread for seconds while the peer is cut off. Each
-  // refusal counts in `refusals` (may be null). Not from the worker thread.
-  void MarkUnreachable(const std::vector<std::string>& node_addresses);
+  // refusal counts in `refusals` (may be null). Not from the worker thread. With back_off false
+  // the endpoints are closed (and waited for) but the nodes are not held off: the timeout was
+  // the caller's own deadline (a put's write window), not the nodes' fault.
+  void MarkUnreachable(const std::vector<std::string>& node_addresses, bool back_off = true);
   void set_refusal_counter(MetricCounter* refusals) { refusals_ = refusals; }
 
   static constexpr int64_t kUnreachableInitialMs = 500;
