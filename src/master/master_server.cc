@@ -123,11 +123,14 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
 
 MasterServer::~MasterServer() {
   Shutdown();
-  election_.reset();
   if (ticker_.joinable()) ticker_.join();
+  // The admin API (Role) and the RPC dispatch (IsActive) read election_: both stop before it
+  // goes (a client's request during a SIGTERM raced its reset). Its callbacks use service_ and
+  // tenants_, which outlive it.
   http_.reset();
   rma_.reset();
   rpc_.reset();
+  election_.reset();
   tenants_.reset();
   worker_.reset();
   ctx_.reset();
