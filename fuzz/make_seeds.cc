@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
   freed.op = InventoryOp::kFree;
   freed.tenant.clear();
   freed.key.clear();
-  Emit("inventory_sync", MsgType::kInventorySync, false, InventorySyncRequest{500});
+  Emit("inventory_sync", MsgType::kInventorySync, false, InventorySyncRequest{500, 42});
   Emit("inventory_sync_rep", MsgType::kInventorySync, true,
-       InventorySyncReply{WireStatus{}, {rec, freed}});
+       InventorySyncReply{WireStatus{}, {rec, freed}, 43});
   Emit("inventory_report", MsgType::kInventoryReport, false, InventoryReportRequest{{rec}, true});
   Emit("inventory_report_rep", MsgType::kInventoryReport, true, InventoryReportReply{{}, 1, 0});
 

@@ -22,13 +22,16 @@ InventoryOutbox::InventoryOutbox(Clock* clock, MetricsRegistry* metrics)
     : clock_(clock),
       sent_(metrics->Counter("granary_master_inventory_records_sent_total",
                              "Commit and free records handed to nodes (InventorySync)")),
+      resent_(metrics->Counter(
+          "granary_master_inventory_records_resent_total",
+          "Records handed to a node again because it had not acknowledged them (a reply lost)")),
       overflow_(metrics->Counter(
           "granary_master_inventory_records_overflow_total",
           "Records dropped because a segment's queue was full (its node did not poll)")) {
   metrics->AddCollector([this](MetricsWriter& w) {
     w.Gauge("granary_master_inventory_oldest_pending_ms",
-            "Age of the oldest commit or free record no node has taken yet (0: none); the commits "
-            "a master death now would lose are at most this old",
+            "Age of the oldest commit or free record its node has not acknowledged yet (0: none); "
+            "the commits a master death now would lose are at most this old",
             {}, static_cast<double>(OldestPendingMs()));
   });
 }
@@ -39,7 +42,7 @@ void InventoryOutbox::Push(uint64_t segment_id, proto::InventoryRecord r) {
     q.pop_front();
     overflow_->Inc();
   }
-  q.push_back(Queued{std::move(r), clock_->NowMs()});
+  q.push_back(Queued{std::move(r), clock_->NowMs(), next_seq_++});
 }
 
 void InventoryOutbox::CommittedReplica(absl::string_view tk, const Object& o, const Placement& p,
@@ -82,21 +85,30 @@ void InventoryOutbox::Freed(absl::string_view tk, uint64_t generation, const Pla
 }
 
 std::vector<proto::InventoryRecord> InventoryOutbox::Take(const std::vector<uint64_t>& segment_ids,
-                                                          size_t max_records, size_t max_bytes) {
+                                                          size_t max_records, size_t max_bytes,
+                                                          uint64_t acked, uint64_t* token) {
   std::vector<proto::InventoryRecord> out;
-  size_t bytes = 0;
+  size_t bytes = 0, again = 0;
+  uint64_t last = 0;
   granary::MutexLock lock(&mu_);
   for (uint64_t id : segment_ids) {
     auto it = queues_.find(id);
     if (it == queues_.end()) continue;
     std::deque<Queued>& q = it->second;
-    while (!q.empty() && out.size() < max_records && bytes < max_bytes) {
-      bytes += 64 + q.front().record.tenant.size() + q.front().record.key.size();
-      out.push_back(std::move(q.front().record));
-      q.pop_front();
+    // A queue's handed records are a prefix of it, in seq order.
+    while (!q.empty() && q.front().handed && q.front().seq <= acked) q.pop_front();
+    for (Queued& e : q) {
+      if (out.size() >= max_records || bytes >= max_bytes) break;
+      bytes += 64 + e.record.tenant.size() + e.record.key.size();
+      out.push_back(e.record);
+      if (e.handed) ++again;
+      e.handed = true;
+      last = std::max(last, e.seq);
     }
   }
   sent_->Inc(out.size());
+  resent_->Inc(again);
+  if (token != nullptr) *token = last;
   return out;
 }
 

@@ -48,12 +48,18 @@ class InventoryOutbox {
   void Freed(absl::string_view table_key, uint64_t generation, const Placements& ps);
   void FreedReplica(absl::string_view table_key, uint64_t generation, const Placement& p);
 
-  // Up to max_records queued for these segments, oldest first per segment, and at most about
-  // max_bytes of keys. Taken records are counted as sent.
+  // First drops the records of these segments that an earlier Take handed out with a token
+  // up to `acked` (the node applied them: it sends the last token it got with its next poll).
+  // Then returns up to max_records of what is left, oldest first per segment, and at most
+  // about max_bytes of keys, with *token the token that acknowledges them. A record stays
+  // queued until acknowledged: a reply lost with a dying connection or master is sent again on
+  // the next poll, in order (a node applies records idempotently). Tokens are this outbox's
+  // own; one from another master acknowledges nothing here, as nothing was handed out yet.
   std::vector<proto::InventoryRecord> Take(const std::vector<uint64_t>& segment_ids,
-                                           size_t max_records, size_t max_bytes);
+                                           size_t max_records, size_t max_bytes, uint64_t acked,
+                                           uint64_t* token);
   bool HasPending(const std::vector<uint64_t>& segment_ids) const;
-  // The age of the oldest record not taken yet, in ms (0: none).
+  // The age of the oldest record no node has acknowledged yet, in ms (0: none).
   int64_t OldestPendingMs() const;
   // The segment is gone: its queue with it.
   void Forget(uint64_t segment_id);
@@ -62,13 +68,17 @@ class InventoryOutbox {
   struct Queued {
     proto::InventoryRecord record;
     int64_t queued_ms;  // clock_->NowMs() when queued
+    uint64_t seq;       // order of queueing, over all segments: the token that acks it
+    bool handed = false;
   };
   void Push(uint64_t segment_id, proto::InventoryRecord r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;
   MetricCounter* sent_;
+  MetricCounter* resent_;
   MetricCounter* overflow_;
   mutable granary::Mutex mu_;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::deque<Queued>> queues_ ABSL_GUARDED_BY(mu_);
 };
 

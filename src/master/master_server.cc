@@ -300,7 +300,7 @@ std::optional<std::string> MasterServer::HandleInventorySync(transport::RpcServe
     rep.status = proto::WireStatus::From(req.status());
     return proto::EncodeFrame(reply_type, f.header.request_id, rep);
   }
-  auto records = service_->TakeInventory(conn);
+  auto records = service_->TakeInventory(conn, req->acked, &rep.token);
   if (!records.ok() || !records->empty() || req->wait_ms == 0) {
     if (records.ok()) {
       rep.records = std::move(*records);
@@ -310,7 +310,8 @@ std::optional<std::string> MasterServer::HandleInventorySync(transport::RpcServe
     return proto::EncodeFrame(reply_type, f.header.request_id, rep);
   }
   granary::MutexLock lock(&polls_mu_);
-  polls_.push_back(ParkedPoll{conn, f.header.request_id, MonotonicUs() / 1000 + req->wait_ms});
+  polls_.push_back(
+      ParkedPoll{conn, f.header.request_id, MonotonicUs() / 1000 + req->wait_ms, req->acked});
   return std::nullopt;
 }
 
@@ -332,7 +333,7 @@ void MasterServer::FlushPolls(bool all) {
       static_cast<uint16_t>(proto::MsgType::kInventorySync) | proto::kReplyBit;
   for (const ParkedPoll& p : due) {
     proto::InventorySyncReply rep;
-    auto records = service_->TakeInventory(p.conn);
+    auto records = service_->TakeInventory(p.conn, p.acked, &rep.token);
     if (records.ok()) {
       rep.records = std::move(*records);
     } else {

@@ -97,6 +97,7 @@ class MasterServer {
     transport::RpcServer::ConnId conn = 0;
     uint64_t request_id = 0;
     int64_t deadline_ms = 0;
+    uint64_t acked = 0;  // the poll's acknowledgement (applied when it was parked; idempotent)
   };
   // Taken before the service's locks (FlushPolls asks it under this one), never under them.
   granary::Mutex polls_mu_;

@@ -125,10 +125,12 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   return rep;
 }
 
-absl::StatusOr<std::vector<proto::InventoryRecord>> MasterService::TakeInventory(SessionId sid) {
+absl::StatusOr<std::vector<proto::InventoryRecord>> MasterService::TakeInventory(SessionId sid,
+                                                                                 uint64_t acked,
+                                                                                 uint64_t* token) {
   GRANARY_RETURN_IF_ERROR(sessions_.Touch(sid, /*need_node=*/true));
   // A batch stays well under the frame limit: at most kMaxInventoryBatch records and ~4 MiB.
-  return outbox_.Take(segments_.SegmentsOf(sid), proto::kMaxInventoryBatch, 4u << 20);
+  return outbox_.Take(segments_.SegmentsOf(sid), proto::kMaxInventoryBatch, 4u << 20, acked, token);
 }
 
 proto::InventoryReportReply MasterService::InventoryReport(

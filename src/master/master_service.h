@@ -79,9 +79,12 @@ class MasterService {
   proto::MountSegmentReply MountSegment(SessionId sid, const proto::MountSegmentRequest& req);
   // Inventories (docs/architecture.md, "Node inventories and master restart"). A node's
   // commit and free records, taken from the outbox (at most a batch; empty when none is
-  // queued), for its InventorySync long poll. FAILED_PRECONDITION for a session that is not a
-  // node's.
-  [[nodiscard]] absl::StatusOr<std::vector<proto::InventoryRecord>> TakeInventory(SessionId sid);
+  // queued), for its InventorySync long poll, after dropping those the node acknowledged
+  // (`acked`, the token of the last reply it applied); *token acknowledges this batch.
+  // FAILED_PRECONDITION for a session that is not a node's.
+  [[nodiscard]] absl::StatusOr<std::vector<proto::InventoryRecord>> TakeInventory(SessionId sid,
+                                                                                  uint64_t acked,
+                                                                                  uint64_t* token);
   // Whether records are queued for the node's segments (the long poll's wake-up test).
   bool InventoryPending(SessionId sid) const {
     return outbox_.HasPending(segments_.SegmentsOf(sid));

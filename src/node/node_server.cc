@@ -477,6 +477,10 @@ absl::Status NodeServer::ReportInventory() {
 
 void NodeServer::SyncLoop() {
   SetThreadLogRoute(&log_route_);
+  // The token of the last batch applied, for the connection it came on: the next poll on it
+  // acknowledges that batch (the master sends unacknowledged records again).
+  std::shared_ptr<transport::RpcClient> acked_on;
+  uint64_t acked = 0;
   while (true) {
     std::shared_ptr<transport::RpcClient> m;
     {
@@ -488,8 +492,12 @@ void NodeServer::SyncLoop() {
       SleepFor(50);
       continue;
     }
+    if (m != acked_on) {
+      acked_on = m;
+      acked = 0;
+    }
     auto rep = m->Invoke<proto::InventorySyncRequest, proto::InventorySyncReply>(
-        proto::MsgType::kInventorySync, proto::InventorySyncRequest{kSyncWaitMs},
+        proto::MsgType::kInventorySync, proto::InventorySyncRequest{kSyncWaitMs, acked},
         absl::Milliseconds(kSyncWaitMs) + kRpcTimeout);
     if (!rep.ok()) {
       // The session thread notices a broken connection and reconnects; records of the session
@@ -509,6 +517,7 @@ void NodeServer::SyncLoop() {
     }
     records_applied_->Inc(applied);
     if (!rep->records.empty()) inventory_entries_->Set(static_cast<double>(inventory_->size()));
+    if (rep->token != 0) acked = rep->token;
   }
 }
 

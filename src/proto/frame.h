@@ -21,7 +21,10 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 //    HelloReply.epoch and .write_window_ms; reason NOT_LEADER (HA: a standby or fenced master
 //    refuses requests); MountSegmentRequest and SegmentInfo .nic, .numa_node and .gpu (where
 //    the segment sits: transport/topology.h).
-inline constexpr uint16_t kProtocolVersion = 6;
+// 7: ShmAttachRequest.worker_address (the server answers on its own endpoint to the client's
+//    worker); InventorySyncRequest.acked and InventorySyncReply.token (records are kept until
+//    a poll acknowledges them).
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;
 

@@ -218,9 +218,13 @@ absl::Status Decode(Reader& r, ShmOfferReply* m) {
   m->nonce = r.U64("nonce");
   return r.status();
 }
-void Encode(const ShmAttachRequest& m, Writer& w) { w.U64(m.nonce); }
+void Encode(const ShmAttachRequest& m, Writer& w) {
+  w.U64(m.nonce);
+  w.Str(m.worker_address);
+}
 absl::Status Decode(Reader& r, ShmAttachRequest* m) {
   m->nonce = r.U64("nonce");
+  m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
   return r.status();
 }
 
@@ -638,9 +642,13 @@ void GetRecords(Reader& r, std::vector<InventoryRecord>* v) {
 }
 }  // namespace
 
-void Encode(const InventorySyncRequest& m, Writer& w) { w.U32(m.wait_ms); }
+void Encode(const InventorySyncRequest& m, Writer& w) {
+  w.U32(m.wait_ms);
+  w.U64(m.acked);
+}
 absl::Status Decode(Reader& r, InventorySyncRequest* m) {
   m->wait_ms = r.U32("wait_ms");
+  m->acked = r.U64("acked");
   if (r.ok() && m->wait_ms > kMaxInventoryWaitMs) {
     r.Fail(absl::InvalidArgumentError(
         absl::StrCat("inventory wait_ms ", m->wait_ms, " is over ", kMaxInventoryWaitMs)));
@@ -650,10 +658,12 @@ absl::Status Decode(Reader& r, InventorySyncRequest* m) {
 void Encode(const InventorySyncReply& m, Writer& w) {
   Put(m.status, w);
   PutRecords(m.records, w);
+  w.U64(m.token);
 }
 absl::Status Decode(Reader& r, InventorySyncReply* m) {
   Get(r, &m->status);
   GetRecords(r, &m->records);
+  m->token = r.U64("token");
   return r.status();
 }
 void Encode(const InventoryReportRequest& m, Writer& w) {

@@ -202,9 +202,11 @@ struct ShmOfferReply {
   uint64_t nonce = 0;          // proves, on the new endpoint, which connection it joins
   bool operator==(const ShmOfferReply&) const = default;
 };
-// kShmAttach, sent on the new endpoint: joins the connection that was offered `nonce`.
+// kShmAttach, sent on the new endpoint: joins the connection that was offered `nonce`. The
+// server answers on its own endpoint to `worker_address`, the client worker's UCX address.
 struct ShmAttachRequest {
   uint64_t nonce = 0;
+  std::string worker_address;
   bool operator==(const ShmAttachRequest&) const = default;
 };
 
@@ -454,11 +456,15 @@ struct InventoryRecord {
 // after wait_ms (at most kMaxInventoryWaitMs).
 struct InventorySyncRequest {
   uint32_t wait_ms = 1000;
+  // The token of the last reply this node applied (0: none, on this connection): the master
+  // keeps every record until a poll acknowledges it, and sends it again otherwise.
+  uint64_t acked = 0;
   bool operator==(const InventorySyncRequest&) const = default;
 };
 struct InventorySyncReply {
   WireStatus status;
   std::vector<InventoryRecord> records;  // in the order the master queued them, per segment
+  uint64_t token = 0;                    // acknowledges these records (InventorySyncRequest)
   bool operator==(const InventorySyncReply&) const = default;
 };
 // A re-mounted node's committed objects (kCommit records naming the segment ids of this

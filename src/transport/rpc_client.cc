@@ -50,6 +50,7 @@ absl::Status RpcClient::AttachShm() {
   if (offer.host_id != HostId()) {
     return absl::FailedPreconditionError("the server is on another host");
   }
+  GRANARY_ASSIGN_OR_RETURN(std::string own_address, worker_->Address());
   auto ep = worker_->Run([&]() -> absl::StatusOr<std::shared_ptr<Endpoint>> {
     // No peer-failure handling (UCX's shared-memory transports have none): ep_ reports it.
     return worker_->ConnectWorker(offer.worker_address, absl::StrCat(address_, " (shm)"),
@@ -57,7 +58,7 @@ absl::Status RpcClient::AttachShm() {
   });
   if (!ep.ok()) return ep.status();
   auto reply = CallOn(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), 0,
-                                         proto::ShmAttachRequest{offer.nonce}),
+                                         proto::ShmAttachRequest{offer.nonce, own_address}),
                       kTimeout, *ep);
   absl::Status st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
   worker_->Run([&] {

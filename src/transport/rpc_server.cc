@@ -68,7 +68,7 @@ RpcServer::~RpcServer() {
       ep->on_error = nullptr;
       worker_->Close(ep);
     }
-    for (auto& [id, ep] : shm_eps_) worker_->Close(ep);
+    for (auto& [id, link] : shm_eps_) worker_->Close(link.ep);
     conns_.clear();
     shm_eps_.clear();
     offers_.clear();
@@ -101,12 +101,12 @@ void RpcServer::DropConn(ConnId id) {
   if (it == conns_.end()) return;
   std::shared_ptr<Endpoint> ep = it->second;
   conns_.erase(it);
-  by_ep_.erase(ep->ep);
+  EraseRoute(ep->ep, id);
   worker_->Close(ep);
   // The shared-memory endpoint goes with the connection: it cannot report the peer's loss.
   if (auto s = shm_eps_.find(id); s != shm_eps_.end()) {
-    by_ep_.erase(s->second->ep);
-    worker_->Close(s->second);
+    EraseRoute(s->second.route_key, id);
+    worker_->Close(s->second.ep);
     shm_eps_.erase(s);
   }
   absl::erase_if(offers_, [id](const auto& kv) { return kv.second == id; });
@@ -118,8 +118,13 @@ std::string RpcServer::PeerOf(ConnId conn) const {
   return it == conns_.end() ? "unknown" : it->second->peer;
 }
 
+void RpcServer::EraseRoute(ucp_ep_h key, ConnId conn) {
+  // A handle UCX freed and reused may already route another connection: leave that one be.
+  if (auto r = by_ep_.find(key); r != by_ep_.end() && r->second.conn == conn) by_ep_.erase(r);
+}
+
 Endpoint* RpcServer::ReplyEndpoint(ConnId conn) {
-  if (auto s = shm_eps_.find(conn); s != shm_eps_.end()) return s->second.get();
+  if (auto s = shm_eps_.find(conn); s != shm_eps_.end()) return s->second.ep.get();
   auto it = conns_.find(conn);
   return it == conns_.end() ? nullptr : it->second.get();
 }
@@ -157,31 +162,48 @@ bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from,
   if (type != static_cast<uint16_t>(proto::MsgType::kShmAttach)) return false;
   proto::StatusReply rep;
   auto req = proto::DecodeBody<proto::ShmAttachRequest>(f.body);
+  // A known handle that routes to a connection's shared-memory link is not that connection's
+  // tcp endpoint: either the same client attaching twice (its nonce is spent) or a handle UCX
+  // freed and reused for a new peer. Both are judged by the nonce, as a new endpoint is.
+  const bool via_shm_route =
+      conn != 0 && shm_eps_.contains(conn) && shm_eps_[conn].ep.get() == from;
   ConnId joined = 0;
   if (!req.ok()) {
     rep.status = proto::WireStatus::From(req.status());
-  } else if (conn != 0 || reply_ep == nullptr) {
+  } else if ((conn != 0 && !via_shm_route) || reply_ep == nullptr) {
     rep.status = proto::WireStatus::From(absl::FailedPreconditionError(
         "ShmAttach must come on a new worker-address endpoint, with a reply endpoint"));
   } else if (auto o = offers_.find(req->nonce); o == offers_.end()) {
     rep.status = proto::WireStatus::From(absl::PermissionDeniedError(
         absl::StrCat("ShmAttach: nonce ", req->nonce, " was not offered, or was used")));
+  } else if (req->worker_address.empty()) {
+    rep.status = proto::WireStatus::From(
+        absl::InvalidArgumentError("ShmAttach carries no worker address to answer on"));
   } else {
-    joined = o->second;
+    const ConnId offered = o->second;
     offers_.erase(o);
-    auto e = std::make_shared<Endpoint>();
-    e->ep = reply_ep;
-    e->peer = absl::StrCat(conns_[joined]->peer, " (shm)");
-    shm_eps_[joined] = e;
-    by_ep_[reply_ep] = Route{joined, e.get()};
-    LOG_DEBUG << "connection " << joined << " from " << conns_[joined]->peer
-              << " moved to shared memory";
+    const std::string peer = absl::StrCat(conns_[offered]->peer, " (shm)");
+    // Shared-memory transports report no peer failure: the tcp endpoint does (DropConn).
+    auto own = worker_->ConnectWorker(req->worker_address, peer, /*peer_failure_handling=*/false);
+    if (!own.ok()) {
+      rep.status = proto::WireStatus::From(own.status());
+    } else {
+      joined = offered;
+      shm_eps_[joined] = ShmLink{*own, reply_ep};
+      by_ep_[reply_ep] = Route{joined, own->get()};
+      LOG_DEBUG << "connection " << joined << " from " << conns_[joined]->peer
+                << " moved to shared memory";
+    }
   }
   std::string frame = proto::EncodeFrame(reply_type, f.header.request_id, rep);
-  Endpoint refused;  // not kept: UCX owns the endpoint it made for the unknown peer
+  // Not kept: UCX owns the endpoint it made for the unknown peer, and it lives at least as
+  // long as this frame's callback.
+  Endpoint refused;
   refused.ep = reply_ep;
   refused.peer = "an unattached endpoint";
-  Endpoint* out = joined != 0 ? shm_eps_[joined].get() : from != nullptr ? from : &refused;
+  Endpoint* out = joined != 0                         ? shm_eps_[joined].ep.get()
+                  : from != nullptr && !via_shm_route ? from
+                                                      : &refused;
   absl::Status st;
   if (out->ep != nullptr) st = worker_->SendFrame(out, std::move(frame), false);
   if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;

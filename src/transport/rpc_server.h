@@ -57,6 +57,8 @@ class RpcServer {
   // frame came on, null for one not known yet.
   bool OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from, const proto::FrameView& f);
   void DropConn(ConnId id);
+  // Drops by_ep_[key] if it still routes conn.
+  void EraseRoute(ucp_ep_h key, ConnId conn);
   // The endpoint replies to conn go out on: its shared-memory one once attached.
   Endpoint* ReplyEndpoint(ConnId conn);
 
@@ -68,15 +70,22 @@ class RpcServer {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   ConnId next_id_ = 1;
   absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> conns_;
-  // Every endpoint a connection's requests arrive on: its tcp one and, once attached, its
-  // shared-memory one (the reply endpoint UCX made for the client's worker-address endpoint).
-  // A request is answered on the endpoint it came on.
+  // Every endpoint a connection's requests arrive on, keyed by the handle UCX gives as the
+  // frame's reply endpoint: its tcp one and, once attached, the one UCX made for the client's
+  // worker-address endpoint. That second handle is only a key, never sent on: UCX owns it and
+  // frees it when it sees the peer fail (UCX 1.13 destroys an endpoint it never handed to
+  // ucp_ep_create's caller), so replies go out on the server's own endpoint to the client's
+  // worker (ShmLink::ep). A request is answered on the endpoint of its route.
   struct Route {
     ConnId conn = 0;
     Endpoint* ep = nullptr;  // owned by conns_ or shm_eps_
   };
   absl::flat_hash_map<ucp_ep_h, Route> by_ep_;
-  absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> shm_eps_;
+  struct ShmLink {
+    std::shared_ptr<Endpoint> ep;  // the server's own, made with ucp_ep_create
+    ucp_ep_h route_key = nullptr;  // the reply-endpoint handle its requests arrive with
+  };
+  absl::flat_hash_map<ConnId, ShmLink> shm_eps_;
   absl::flat_hash_map<uint64_t, ConnId> offers_;  // nonce -> connection, until attached
   const bool shm_enabled_;
 };

@@ -69,11 +69,15 @@ struct Master {
               absl::StatusCode::kOk);
     return r.generation;
   }
+  // A node's poll: acknowledges the batch its last poll got, as a node that applied it does.
   std::vector<InventoryRecord> Take(SessionId node) {
-    auto r = svc.TakeInventory(node);
+    uint64_t token = 0;
+    auto r = svc.TakeInventory(node, tokens[node], &token);
     EXPECT_TRUE(r.ok()) << r.status();
+    if (token != 0) tokens[node] = token;
     return r.ok() ? *r : std::vector<InventoryRecord>{};
   }
+  std::map<SessionId, uint64_t> tokens;
   std::map<std::string, std::tuple<uint64_t, uint64_t, uint32_t>> Objects(const std::string& t) {
     std::map<std::string, std::tuple<uint64_t, uint64_t, uint32_t>> out;
     for (const auto& o : svc.ListObjects(t, proto::ListRequest{"", "", 100000}).objects) {
@@ -164,7 +168,52 @@ TEST_F(InventoryRestoreTest, CommitsAndFreesAreQueuedForEachReplicasNodeOnly) {
   EXPECT_EQ(m.Take(n2).size(), 1u);
   EXPECT_EQ(m.Counter("granary_master_inventory_records_sent_total"), 4);
   // A client session is not a node's.
-  EXPECT_EQ(m.svc.TakeInventory(c).status().code(), absl::StatusCode::kFailedPrecondition);
+  uint64_t token = 0;
+  EXPECT_EQ(m.svc.TakeInventory(c, 0, &token).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// A batch whose reply was lost (the node's next poll does not acknowledge it) is sent again, in
+// order, until a poll acknowledges it; a token this outbox never gave acknowledges nothing.
+TEST_F(InventoryRestoreTest, UnacknowledgedRecordsAreSentAgainInOrder) {
+  Master m(opts_);
+  SessionId n1 = m.Hello(proto::Role::kNode);
+  m.Mount(n1, 1, false);
+  SessionId c = m.Hello(proto::Role::kClient, "t");
+  m.Put(c, "a", 1000);
+  m.Put(c, "b", 1000);
+  uint64_t token = 0;
+  // A poll with a token from another master (a node that just failed over): nothing here was
+  // handed out, so nothing is dropped.
+  auto first = m.svc.TakeInventory(n1, uint64_t{1} << 60, &token);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].key, "a");
+  EXPECT_EQ((*first)[1].key, "b");
+  EXPECT_NE(token, 0u);
+  const uint64_t t1 = token;
+  // Lost: the next poll still acknowledges nothing new. The same records, in the same order.
+  m.Put(c, "c", 1000);
+  auto again = m.svc.TakeInventory(n1, 0, &token);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->size(), 3u);
+  EXPECT_EQ((*again)[0].key, "a");
+  EXPECT_EQ((*again)[1].key, "b");
+  EXPECT_EQ((*again)[2].key, "c");
+  EXPECT_EQ(m.Counter("granary_master_inventory_records_resent_total"), 2);
+  m.clock.AdvanceMs(10);
+  EXPECT_EQ(m.Counter("granary_master_inventory_oldest_pending_ms"), 10) << "handed is not acked";
+  // Acknowledging the first batch only: "c" comes again.
+  auto rest = m.svc.TakeInventory(n1, t1, &token);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].key, "c");
+  // Acknowledging everything: nothing left, nothing pending.
+  auto none = m.svc.TakeInventory(n1, token, &token);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(m.Counter("granary_master_inventory_oldest_pending_ms"), 0);
+  EXPECT_FALSE(m.svc.InventoryPending(n1));
 }
 
 TEST_F(InventoryRestoreTest, TheOldestPendingRecordsAgeIsTheLagAMasterDeathWouldLose) {
@@ -181,8 +230,13 @@ TEST_F(InventoryRestoreTest, TheOldestPendingRecordsAgeIsTheLagAMasterDeathWould
   m.clock.AdvanceMs(200);
   EXPECT_EQ(m.Counter(gauge), 500);
   EXPECT_EQ(m.Take(n1).size(), 2u);
-  EXPECT_EQ(m.Counter(gauge), 500) << "node 2 has not taken its records yet";
+  EXPECT_EQ(m.Counter(gauge), 500) << "taken is not applied: nobody acknowledged them yet";
   ASSERT_FALSE(m.Take(n2).empty());
+  EXPECT_EQ(m.Counter(gauge), 500);
+  // The next polls acknowledge them.
+  EXPECT_TRUE(m.Take(n1).empty());
+  EXPECT_EQ(m.Counter(gauge), 500) << "node 2 has not acknowledged its records yet";
+  EXPECT_TRUE(m.Take(n2).empty());
   EXPECT_EQ(m.Counter(gauge), 0);
   m.Put(c, "third", 1000, 1);
   m.clock.AdvanceMs(40);

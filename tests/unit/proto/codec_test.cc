@@ -186,7 +186,8 @@ InventoryRecord SampleRecord(InventoryOp op) {
 }
 InventorySyncReply SampleInventorySyncReply() {
   return {Ws(absl::StatusCode::kOk, ""),
-          {SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kFree)}};
+          {SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kFree)},
+          0x0102030405060708ull};
 }
 InventoryReportRequest SampleInventoryReport() {
   return {{SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kCommit)}, true};
@@ -304,7 +305,7 @@ std::vector<Case> AllCases() {
       MakeCase("ShmOfferRequest", Type(MsgType::kShmOffer), ShmOfferRequest{}),
       MakeCase("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer()),
       MakeCase("ShmAttachRequest", Type(MsgType::kShmAttach),
-               ShmAttachRequest{0x0123456789abcdefull}),
+               ShmAttachRequest{0x0123456789abcdefull, std::string("\x00ucx-address\xff", 13)}),
       MakeCase("PushRequest", Type(MsgType::kPush), SamplePush()),
       MakeCase("PushReply", Type(MsgType::kPush, true), SamplePushReply()),
       MakeCase("CopyStartRequest", Type(MsgType::kCopyStart), SampleCopyStart()),
@@ -313,7 +314,8 @@ std::vector<Case> AllCases() {
       MakeCase("FetchRequest", Type(MsgType::kFetch), SampleFetch()),
       MakeCase("LookupPrefixRequest", Type(MsgType::kLookupPrefix), SampleLookupPrefix()),
       MakeCase("LookupPrefixReply", Type(MsgType::kLookupPrefix, true), SampleLookupPrefixReply()),
-      MakeCase("InventorySyncRequest", Type(MsgType::kInventorySync), InventorySyncRequest{750}),
+      MakeCase("InventorySyncRequest", Type(MsgType::kInventorySync),
+               InventorySyncRequest{750, 0x1122334455667788ull}),
       MakeCase("InventorySyncReply", Type(MsgType::kInventorySync, true),
                SampleInventorySyncReply()),
       MakeCase("InventoryReportRequest", Type(MsgType::kInventoryReport), SampleInventoryReport()),
