@@ -340,6 +340,7 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
   std::vector<absl::Status> failed(n);
   std::vector<bool> pushed(n, false);
   for (PushGroup& g : plan->pushes) {
+    g.req.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
     absl::Status pst = Push(g.node, g.req, g.keys, headers);
     for (size_t i : g.keys) {
       failed[i] = pst;
@@ -504,6 +505,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
   fetch.source_address = res.source.address;
   fetch.dest_address = res.dest.address;
   fetch.length = std::min(res.source.length, res.dest.length);
+  fetch.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
   auto node_rpc = NodeClient(res.dest_node_address);
   if (!node_rpc.ok()) return revoke(node_rpc.status());
   auto fetched = (*node_rpc)->Invoke<proto::FetchRequest, proto::StatusReply>(

@@ -72,6 +72,20 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
 
   // Clients connect here for Fetch (copy/move); data reads and writes need no request.
   n->rma_ = std::make_unique<transport::RmaEngine>(n->worker_.get());
+  constexpr absl::string_view kTimeoutsHelp =
+      "Pushes into a client's buffer and fetches from another node that did not finish within "
+      "the request's timeout_ms (the peer is then held off with jittered exponential back-off)";
+  n->push_timeouts_ = n->metrics_.Counter("granary_node_transfer_timeouts_total", kTimeoutsHelp,
+                                          {{"kind", "push"}});
+  n->fetch_timeouts_ = n->metrics_.Counter("granary_node_transfer_timeouts_total", kTimeoutsHelp,
+                                           {{"kind", "fetch"}});
+  n->peer_refusals_ = n->metrics_.Counter(
+      "granary_node_peer_refusals_total",
+      "Pushes and fetches refused at once because their peer is held off after a timeout");
+  n->rma_->set_refusal_counter(n->peer_refusals_);
+  transport::RmaEngine* rma = n->rma_.get();
+  n->watchdog_ = std::make_unique<TransferWatchdog>(
+      [rma](const std::vector<std::string>& peers) { rma->MarkUnreachable(peers); });
   transport::RpcServer::Callbacks cb;
   NodeServer* self = n.get();
   cb.on_request = [self](transport::RpcServer::ConnId c, const proto::FrameView& f) {
@@ -295,8 +309,10 @@ NodeServer::~NodeServer() {
     sync_master_.reset();
   }
   master_.reset();
+  if (watchdog_) watchdog_->Stop();  // no deadline fires (and uses rma_) from here on
   listener_.reset();
   rma_.reset();
+  watchdog_.reset();  // after rma_: a transfer it ends still reports to the watchdog
   for (auto& s : segments_) {
     s.region.reset();
     s.gpu.reset();
@@ -333,11 +349,19 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   op.length = req->length;
   op.remote_addr = req->source_address;
   op.segment = src;
-  rma_->Execute({op}, [this, conn, reply_type, id](absl::Status st) {
-    listener_->Reply(
-        conn, proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)}));
-  });
+  const uint64_t token = watchdog_->Start(
+      "fetch", src->node_address, req->timeout_ms,
+      [this, conn, reply_type, id](const absl::Status& st) {
+        if (absl::IsDeadlineExceeded(st)) fetch_timeouts_->Inc();
+        Reply(conn,
+              proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)}));
+      });
+  rma_->Execute({op}, [this, token](absl::Status st) { watchdog_->Finish(token, st); });
   return std::nullopt;
+}
+
+void NodeServer::Reply(transport::RpcServer::ConnId conn, std::string frame) {
+  if (listener_) listener_->Reply(conn, std::move(frame));  // null once the node is going away
 }
 
 std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId conn,
@@ -379,20 +403,24 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
     clients.push_back(dest.node_address);
   }
   // The headers are read once the values have been written (and flushed): a header that still
-  // matches then vouches for the bytes sent before it.
-  rma_->Execute(std::move(ops), [this, conn, reply_type, id,
-                                 headers = std::move(req->headers)](absl::Status st) {
-    proto::PushReply rep;
-    rep.status = proto::WireStatus::From(st);
-    if (st.ok()) {
-      rep.headers.resize(headers.size() * proto::kAllocHeaderSize);
-      for (size_t i = 0; i < headers.size(); ++i) {
-        std::memcpy(rep.headers.data() + i * proto::kAllocHeaderSize,
-                    reinterpret_cast<const void*>(headers[i]), proto::kAllocHeaderSize);
-      }
-    }
-    listener_->Reply(conn, proto::EncodeFrame(reply_type, id, rep));
-  });
+  // matches then vouches for the bytes sent before it. Past timeout_ms the watchdog closes the
+  // endpoint to the client, holds the client off, and answers DEADLINE_EXCEEDED instead.
+  const uint64_t token = watchdog_->Start(
+      "push", dest.node_address, req->timeout_ms,
+      [this, conn, reply_type, id, headers = std::move(req->headers)](const absl::Status& st) {
+        proto::PushReply rep;
+        rep.status = proto::WireStatus::From(st);
+        if (absl::IsDeadlineExceeded(st)) push_timeouts_->Inc();
+        if (st.ok()) {
+          rep.headers.resize(headers.size() * proto::kAllocHeaderSize);
+          for (size_t i = 0; i < headers.size(); ++i) {
+            std::memcpy(rep.headers.data() + i * proto::kAllocHeaderSize,
+                        reinterpret_cast<const void*>(headers[i]), proto::kAllocHeaderSize);
+          }
+        }
+        Reply(conn, proto::EncodeFrame(reply_type, id, rep));
+      });
+  rma_->Execute(std::move(ops), [this, token](absl::Status st) { watchdog_->Finish(token, st); });
   return std::nullopt;
 }
 

@@ -19,6 +19,7 @@
 #include "node/node_inventory.h"
 #include "node/node_options.h"
 #include "node/node_service.h"
+#include "node/transfer_watchdog.h"
 #include "transport/context.h"
 #include "transport/memory.h"
 #include "transport/rma.h"
@@ -81,6 +82,8 @@ class NodeServer {
   // Push: writes values into a client's registered buffer and answers with their headers.
   std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
                                         const proto::FrameView& frame);
+  // listener_->Reply while there is a listener (Fetch and Push answers may come late).
+  void Reply(transport::RpcServer::ConnId conn, std::string frame);
   // The heartbeat, with the cgroup's figures when there is one (and they could be read).
   proto::HeartbeatRequest MakeHeartbeat() const;
   // After a re-mount: the inventory, checked against the headers, in batches.
@@ -102,6 +105,9 @@ class NodeServer {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> listener_;
   std::unique_ptr<transport::RmaEngine> rma_;
+  // Deadlines of Fetch and Push (the requests' timeout_ms): a peer that does not complete one in
+  // time is closed and held off through rma_ (RmaEngine::MarkUnreachable), then answered.
+  std::unique_ptr<TransferWatchdog> watchdog_;
   // Progress-thread state: the clients (RmaEngine peer names) each connection pushed to.
   absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
   std::vector<Segment> segments_;
@@ -133,6 +139,9 @@ class NodeServer {
   MetricGauge* inventory_entries_ = nullptr;
   MetricGauge* connected_ = nullptr;
   MetricCounter* connect_failures_ = nullptr;
+  MetricCounter* push_timeouts_ = nullptr;
+  MetricCounter* fetch_timeouts_ = nullptr;
+  MetricCounter* peer_refusals_ = nullptr;
 };
 
 }  // namespace granary::node

@@ -106,6 +106,16 @@ absl::Status NodeService::CheckNotGpu(size_t index, const char* what) const {
       "would serve it is not built yet; same-host clients reach it through IPC"));
 }
 
+namespace {
+
+absl::Status CheckTransferTimeout(const char* what, uint32_t timeout_ms) {
+  if (timeout_ms >= 1 && timeout_ms <= proto::kMaxNodeTransferTimeoutMs) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " timeout_ms ", timeout_ms, " is not in 1..",
+                                                 proto::kMaxNodeTransferTimeoutMs));
+}
+
+}  // namespace
+
 absl::Status NodeService::CheckFetch(const proto::FetchRequest& req) const {
   std::optional<size_t> dest = SegmentHolding(req.dest_address, req.length);
   if (!dest.has_value()) {
@@ -117,7 +127,7 @@ absl::Status NodeService::CheckFetch(const proto::FetchRequest& req) const {
   if (req.source.worker_address.empty() || req.source.rkey.empty()) {
     return absl::InvalidArgumentError("fetch without a source worker address and rkey");
   }
-  return absl::OkStatus();
+  return CheckTransferTimeout("fetch", req.timeout_ms);
 }
 
 absl::Status NodeService::CheckPush(const proto::PushRequest& req,
@@ -127,6 +137,7 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
   if (dest.worker_address.empty() || dest.rkey.empty() || dest.node_address.empty()) {
     return absl::InvalidArgumentError("push without the client's worker address, rkey and id");
   }
+  GRANARY_RETURN_IF_ERROR(CheckTransferTimeout("push", req.timeout_ms));
   sources->reserve(req.entries.size());
   for (const auto& e : req.entries) {
     std::optional<size_t> src = SegmentHolding(e.source_address, e.length);

@@ -24,7 +24,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 7: ShmAttachRequest.worker_address (the server answers on its own endpoint to the client's
 //    worker); InventorySyncRequest.acked and InventorySyncReply.token (records are kept until
 //    a poll acknowledges them).
-inline constexpr uint16_t kProtocolVersion = 7;
+// 8: FetchRequest.timeout_ms and PushRequest.timeout_ms (the node's deadline for the transfer).
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kFrameHeaderSize = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;
 

@@ -1,5 +1,7 @@
 #include "proto/messages.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "proto/alloc_header.h"
@@ -501,13 +503,20 @@ void Encode(const FetchRequest& m, Writer& w) {
   w.U64(m.source_address);
   w.U64(m.dest_address);
   w.U64(m.length);
+  w.U32(m.timeout_ms);
 }
 absl::Status Decode(Reader& r, FetchRequest* m) {
   GetSegment(r, &m->source);
   m->source_address = r.U64("source_address");
   m->dest_address = r.U64("dest_address");
   m->length = r.U64("length");
+  m->timeout_ms = r.U32("timeout_ms");
   return r.status();
+}
+
+uint32_t NodeTransferTimeoutMs(int64_t client_timeout_ms) {
+  const int64_t bounded = std::clamp<int64_t>(client_timeout_ms, 0, 2 * kMaxNodeTransferTimeoutMs);
+  return static_cast<uint32_t>(std::clamp<int64_t>(bounded * 3 / 4, 1, kMaxNodeTransferTimeoutMs));
 }
 
 void Encode(const PushRequest& m, Writer& w) {
@@ -520,6 +529,7 @@ void Encode(const PushRequest& m, Writer& w) {
   }
   w.U32(static_cast<uint32_t>(m.headers.size()));
   for (uint64_t h : m.headers) w.U64(h);
+  w.U32(m.timeout_ms);
 }
 absl::Status Decode(Reader& r, PushRequest* m) {
   GetSegment(r, &m->dest);
@@ -533,6 +543,7 @@ absl::Status Decode(Reader& r, PushRequest* m) {
   n = r.Count("headers", kMaxBatch, 8);
   m->headers.resize(n);
   for (auto& h : m->headers) h = r.U64("header");
+  m->timeout_ms = r.U32("timeout_ms");
   return r.status();
 }
 void Encode(const PushReply& m, Writer& w) {

@@ -386,8 +386,20 @@ struct FetchRequest {
   uint64_t source_address = 0;
   uint64_t dest_address = 0;
   uint64_t length = 0;
+  // The node's deadline (NodeTransferTimeoutMs; 1..kMaxNodeTransferTimeoutMs): past it the node
+  // closes its endpoint to the source, holds that node off and answers DEADLINE_EXCEEDED.
+  uint32_t timeout_ms = 10'000;
   bool operator==(const FetchRequest&) const = default;
 };
+
+// The longest deadline a Fetch or Push may ask of a node (one hour).
+inline constexpr uint32_t kMaxNodeTransferTimeoutMs = 3'600'000;
+// The deadline a client gives a node for a Fetch or Push, out of its own transfer timeout (the
+// time it waits for the reply): three quarters of it, at least 1 ms. The node gives up first
+// (closes its endpoint, so none of the transfer's bytes move later) and answers while the
+// client still waits, so the client never reuses a buffer, or revokes an allocation, that a
+// late write of the node's could still reach.
+uint32_t NodeTransferTimeoutMs(int64_t client_timeout_ms);
 
 // Push: a read turned around for peers reached over tcp alone. UCX 1.13 emulates a get over
 // tcp with bounce-buffered active messages (four copies per byte); a put is zero-copy on the
@@ -405,6 +417,9 @@ struct PushRequest {
   SegmentInfo dest;
   std::vector<PushEntry> entries;
   std::vector<uint64_t> headers;
+  // The node's deadline, as in FetchRequest: past it the node closes its endpoint to the
+  // client, holds the client off (RmaEngine back-off) and answers DEADLINE_EXCEEDED.
+  uint32_t timeout_ms = 10'000;
   bool operator==(const PushRequest&) const = default;
 };
 struct PushReply {

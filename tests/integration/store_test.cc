@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -15,6 +17,7 @@
 #include "tests/integration/cluster.h"
 #include "transport/context.h"
 #include "transport/memory.h"
+#include "transport/rma.h"
 #include "transport/rpc_client.h"
 #include "transport/worker.h"
 
@@ -330,6 +333,95 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
   EXPECT_EQ(ops_done.load(), kClients * kOps);
 }
 
+// One value stored through a client, and where the master placed it.
+struct Located {
+  std::string key, value;
+  uint64_t at = 0;  // its allocation header in the node's segment; the value follows
+  uint64_t generation = 0;
+  proto::SegmentInfo seg;  // the node's segment
+};
+void StoreAndLocate(client::ClientImpl& c, const std::string& key, Located* out) {
+  out->key = key;
+  out->value = MakeValue(key, 3, 4096);
+  ASSERT_TRUE(c.Put(key, out->value).ok());
+  auto got =
+      c.Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet, proto::KeysRequest{{key}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->results.size(), 1u);
+  ASSERT_EQ(got->results[0].replicas.size(), 1u);
+  out->at = got->results[0].replicas[0].address;
+  out->generation = got->results[0].generation;
+  auto segs = c.Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments, {});
+  ASSERT_TRUE(segs.ok() && segs->segments.size() == 1) << segs.status();
+  out->seg = segs->segments[0];
+}
+
+// A client of its own that sends raw Push requests: one worker for its connection to the node,
+// another (`dest`) whose address the node writes through into `buf`, registered on their
+// context, so a test can stall the destination while the connection still answers.
+class RawPusher {
+ public:
+  void Connect(const std::string& node_address) {
+    auto ctx = transport::Context::Create("push_test");
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = std::move(*ctx);
+    for (auto* w : {&worker_, &dest_}) {
+      auto created = transport::Worker::Create(ctx_.get(), "push_test");
+      ASSERT_TRUE(created.ok()) << created.status();
+      *w = std::move(*created);
+    }
+    auto region = transport::MemoryRegion::Create(ctx_.get(), buf.data(), buf.size());
+    ASSERT_TRUE(region.ok()) << region.status();
+    region_ = std::move(*region);
+    auto rkey = region_->PackRkey();
+    auto waddr = dest_->Address();
+    ASSERT_TRUE(rkey.ok() && waddr.ok());
+    auto rpc = transport::RpcClient::Create(worker_.get(), node_address);
+    ASSERT_TRUE(rpc.ok()) << rpc.status();
+    rpc_ = std::move(*rpc);
+    req_.dest.segment_id = 1;
+    req_.dest.node_address = "client/push-test";
+    req_.dest.base = base();
+    req_.dest.size = buf.size();
+    req_.dest.rkey = *rkey;
+    req_.dest.worker_address = *waddr;
+    req_.dest.host_id = transport::LocalHostId();
+  }
+  uint64_t base() const { return reinterpret_cast<uint64_t>(buf.data()); }
+  absl::StatusOr<proto::PushReply> Push(uint64_t src, uint64_t dst, uint64_t len,
+                                        std::vector<uint64_t> headers,
+                                        uint32_t timeout_ms = 10'000) {
+    req_.entries = {{src, dst, len}};
+    req_.headers = std::move(headers);
+    req_.timeout_ms = timeout_ms;
+    return rpc_->Invoke<proto::PushRequest, proto::PushReply>(proto::MsgType::kPush, req_,
+                                                              absl::Seconds(20));
+  }
+  // Blocks the destination worker's progress thread (a client process that stopped, or whose
+  // link lost every packet) until the returned promise is set; returns once it is blocked.
+  std::shared_ptr<std::promise<void>> StallDestination() {
+    auto resume = std::make_shared<std::promise<void>>();
+    auto stalled = std::make_shared<std::promise<void>>();
+    auto is_stalled = stalled->get_future();
+    dest_->Post([stalled, done = resume->get_future().share()] {
+      stalled->set_value();
+      done.wait();
+    });
+    is_stalled.wait();
+    return resume;
+  }
+
+  std::string buf = std::string(8192, '\0');
+
+ private:
+  std::unique_ptr<transport::Context> ctx_;
+  std::unique_ptr<transport::Worker> worker_;
+  std::unique_ptr<transport::Worker> dest_;
+  std::unique_ptr<transport::MemoryRegion> region_;
+  std::unique_ptr<transport::RpcClient> rpc_;
+  proto::PushRequest req_;
+};
+
 // A node pushes only from its own segments into the buffer the client named (proto::Push):
 // anything else is refused with the address in the message, and what is stored stays intact.
 TEST_P(StoreTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
@@ -337,71 +429,98 @@ TEST_P(StoreTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
   auto created = client::ClientImpl::Create(cluster_->ClientOpts("default"));
   ASSERT_TRUE(created.ok()) << created.status();
   client::ClientImpl& c = **created;
-  const std::string value = MakeValue("kept", 3, 4096);
-  ASSERT_TRUE(c.Put("kept", value).ok());
-  auto got = c.Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                         proto::KeysRequest{{"kept"}});
-  ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->results.size(), 1u);
-  ASSERT_EQ(got->results[0].replicas.size(), 1u);
-  const uint64_t at = got->results[0].replicas[0].address;  // the header; the value follows
-  auto segs = c.Call<proto::SegmentsRequest, proto::SegmentsReply>(proto::MsgType::kSegments, {});
-  ASSERT_TRUE(segs.ok() && segs->segments.size() == 1) << segs.status();
-  const proto::SegmentInfo& seg = segs->segments[0];
-
-  // A client of its own: a worker, a registered buffer and a connection to the node.
-  auto ctx = transport::Context::Create("push_test");
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
-  auto worker = transport::Worker::Create(ctx->get(), "push_test");
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  std::string buf(8192, '\0');
-  auto region = transport::MemoryRegion::Create(ctx->get(), buf.data(), buf.size());
-  ASSERT_TRUE(region.ok()) << region.status();
-  auto rkey = (*region)->PackRkey();
-  auto waddr = (*worker)->Address();
-  ASSERT_TRUE(rkey.ok() && waddr.ok());
-  auto rpc = transport::RpcClient::Create(worker->get(), seg.node_address);
-  ASSERT_TRUE(rpc.ok()) << rpc.status();
-  const uint64_t base = reinterpret_cast<uint64_t>(buf.data());
-  proto::PushRequest req;
-  req.dest.segment_id = 1;
-  req.dest.node_address = "client/push-test";
-  req.dest.base = base;
-  req.dest.size = buf.size();
-  req.dest.rkey = *rkey;
-  req.dest.worker_address = *waddr;
-  req.dest.host_id = transport::LocalHostId();
-  auto push = [&](uint64_t src, uint64_t dst, uint64_t len, std::vector<uint64_t> headers) {
-    req.entries = {{src, dst, len}};
-    req.headers = std::move(headers);
-    return (*rpc)->Invoke<proto::PushRequest, proto::PushReply>(proto::MsgType::kPush, req,
-                                                                absl::Seconds(10));
-  };
+  Located v;
+  ASSERT_NO_FATAL_FAILURE(StoreAndLocate(c, "kept", &v));
+  RawPusher p;
+  ASSERT_NO_FATAL_FAILURE(p.Connect(v.seg.node_address));
+  const uint64_t base = p.base();
   auto refused = [](const absl::StatusOr<proto::PushReply>& r, const std::string& what) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
   };
-  const uint64_t seg_end = seg.base + seg.size;
-  refused(push(seg_end - 100, base, 4096, {}), absl::StrCat("from address ", seg_end - 100));
-  refused(push(at, base + buf.size() - 10, 4096, {}),
-          absl::StrCat("to address ", base + buf.size() - 10));
-  refused(push(at, base, 64, {seg_end}), absl::StrCat("header at address ", seg_end));
-  EXPECT_EQ(buf, std::string(8192, '\0'));  // nothing written by a refused push
+  const uint64_t seg_end = v.seg.base + v.seg.size;
+  refused(p.Push(seg_end - 100, base, 4096, {}), absl::StrCat("from address ", seg_end - 100));
+  refused(p.Push(v.at, base + p.buf.size() - 10, 4096, {}),
+          absl::StrCat("to address ", base + p.buf.size() - 10));
+  refused(p.Push(v.at, base, 64, {seg_end}), absl::StrCat("header at address ", seg_end));
+  refused(p.Push(v.at, base, 64, {}, 0), "push timeout_ms 0 is not in 1..3600000");
+  EXPECT_EQ(p.buf, std::string(8192, '\0'));  // nothing written by a refused push
 
   // A good one writes the value in place and returns the header that vouches for it.
-  auto ok = push(at + proto::kAllocHeaderSize, base + 100, value.size(), {at});
+  auto ok = p.Push(v.at + proto::kAllocHeaderSize, base + 100, v.value.size(), {v.at});
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(buf.substr(100, value.size()), value);
+  EXPECT_EQ(p.buf.substr(100, v.value.size()), v.value);
   ASSERT_EQ(ok->headers.size(), proto::kAllocHeaderSize);
   proto::AllocHeader h;
   std::memcpy(&h, ok->headers.data(), sizeof(h));
-  EXPECT_TRUE(
-      proto::CheckAllocHeader(h, got->results[0].generation, HashBytes("kept"), value.size()).ok());
-  rpc->reset();
-  worker->reset();
+  EXPECT_TRUE(proto::CheckAllocHeader(h, v.generation, HashBytes("kept"), v.value.size()).ok());
   auto again = c.Get("kept");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(*again, value);
+  EXPECT_EQ(*again, v.value);
+}
+
+// A node that cannot reach a client for a Push (its process stopped, its link cut) gives up at
+// the request's timeout_ms: it closes its endpoint to the client, answers DEADLINE_EXCEEDED,
+// and holds the client off, so the next push fails at once instead of waiting out another
+// timeout; both are counted. Once the back-off has passed it serves the client again. Over tcp
+// only: on shared memory the node's write is a cma copy that needs nothing of the client.
+TEST_P(StoreTest, NodeGivesUpOnAStalledClientsPushHoldsItOffAndServesItAgain) {
+  if (GetParam() != "tcp") {
+    GTEST_SKIP() << "over shared memory a push is a cma copy, which a stalled client's worker "
+                    "cannot hold up";
+  }
+  const uint16_t node_http = FreePort();
+  Cluster::Options o;
+  o.node_flags = {absl::StrCat("--metrics_port=", node_http), "--metrics_host=127.0.0.1"};
+  StartCluster(o);
+  auto created = client::ClientImpl::Create(cluster_->ClientOpts("default"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  Located v;
+  ASSERT_NO_FATAL_FAILURE(StoreAndLocate(**created, "held", &v));
+  RawPusher p;
+  ASSERT_NO_FATAL_FAILURE(p.Connect(v.seg.node_address));
+  const uint64_t src = v.at + proto::kAllocHeaderSize;
+
+  auto resume = p.StallDestination();
+  const auto start = std::chrono::steady_clock::now();
+  auto timed_out = p.Push(src, p.base(), v.value.size(), {v.at}, 500);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
+  EXPECT_NE(timed_out.status().message().find(
+                "push to client/push-test did not finish within 500 ms: the node closed its "
+                "endpoint to it and holds it off"),
+            std::string::npos)
+      << timed_out.status();
+  EXPECT_GE(waited, milliseconds(500));
+  EXPECT_LT(waited, milliseconds(10'000));  // answered, not left to the caller's deadline
+  // Held off: refused at once, counted.
+  auto refused = p.Push(src, p.base(), v.value.size(), {v.at}, 500);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("client/push-test is unreachable"), std::string::npos)
+      << refused.status();
+  auto timeouts = ScrapeMetric(node_http, "granary_node_transfer_timeouts_total{kind=\"push\"}");
+  ASSERT_TRUE(timeouts.ok()) << timeouts.status();
+  EXPECT_EQ(*timeouts, 1);
+  auto refusals = ScrapeMetric(node_http, "granary_node_peer_refusals_total");
+  ASSERT_TRUE(refusals.ok()) << refusals.status();
+  EXPECT_EQ(*refusals, 1);
+
+  // The client comes back. Closing the endpoint stopped what the node had not sent yet, but
+  // over tcp the bytes already in the sockets' buffers still land once the client's worker
+  // runs again (seen here: the whole value): a close cannot recall them. What lands is the
+  // requested value in the requested range and nothing else. Once the back-off (at most
+  // kUnreachableInitialMs after a first timeout) has passed, the client is served again.
+  resume->set_value();
+  std::this_thread::sleep_for(milliseconds(transport::RmaEngine::kUnreachableInitialMs + 100));
+  const std::string zeros(p.buf.size() - v.value.size(), '\0');
+  EXPECT_TRUE(p.buf.substr(v.value.size()) == zeros) << "bytes outside the pushed range";
+  const std::string head = p.buf.substr(0, v.value.size());
+  EXPECT_TRUE(head == v.value || head == std::string(v.value.size(), '\0'))
+      << "the abandoned push left bytes that are neither the value nor untouched";
+  p.buf.assign(p.buf.size(), '\0');
+  auto ok = p.Push(src, p.base(), v.value.size(), {v.at});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(p.buf.substr(0, v.value.size()) == v.value);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("default", "tcp"),

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
@@ -115,6 +116,43 @@ TEST(NodeServiceFetch, SourceWithoutWorkerAddressOrRkeyIsRejected) {
   proto::FetchRequest no_rkey = Fetch(kBaseA, 64);
   no_rkey.source.rkey.clear();
   ExpectInvalid(s.CheckFetch(no_rkey), "without a source worker address and rkey");
+}
+
+// The node's deadline for the transfer: 1 ms up to an hour.
+TEST(NodeServiceTransfers, TimeoutOutsideOneMillisecondToAnHourIsRejectedNamingIt) {
+  NodeService s(TwoSegments());
+  proto::PushRequest push;
+  push.dest.segment_id = 7;
+  push.dest.node_address = "client/1";
+  push.dest.rkey = "client-rkey";
+  push.dest.worker_address = "client-worker";
+  std::vector<size_t> sources;
+  for (uint32_t bad : {0u, proto::kMaxNodeTransferTimeoutMs + 1}) {
+    proto::FetchRequest f = Fetch(kBaseA, 64);
+    f.timeout_ms = bad;
+    ExpectInvalid(s.CheckFetch(f), absl::StrCat("fetch timeout_ms ", bad, " is not in 1..3600000"));
+    push.timeout_ms = bad;
+    ExpectInvalid(s.CheckPush(push, &sources),
+                  absl::StrCat("push timeout_ms ", bad, " is not in 1..3600000"));
+  }
+  for (uint32_t good : {1u, proto::kMaxNodeTransferTimeoutMs}) {
+    proto::FetchRequest f = Fetch(kBaseA, 64);
+    f.timeout_ms = good;
+    EXPECT_TRUE(s.CheckFetch(f).ok()) << good;
+    push.timeout_ms = good;
+    EXPECT_TRUE(s.CheckPush(push, &sources).ok()) << good;
+  }
+}
+
+// A client gives the node three quarters of its own transfer timeout, at least 1 ms, at most an
+// hour: the node answers while the client still waits.
+TEST(NodeServiceTransfers, NodeDeadlineIsThreeQuartersOfTheClientsWithinBounds) {
+  EXPECT_EQ(proto::NodeTransferTimeoutMs(30'000), 22'500u);
+  EXPECT_EQ(proto::NodeTransferTimeoutMs(2'000), 1'500u);
+  EXPECT_EQ(proto::NodeTransferTimeoutMs(1), 1u);
+  EXPECT_EQ(proto::NodeTransferTimeoutMs(0), 1u);
+  EXPECT_EQ(proto::NodeTransferTimeoutMs(-5), 1u);
+  EXPECT_EQ(proto::NodeTransferTimeoutMs(int64_t{1} << 50), proto::kMaxNodeTransferTimeoutMs);
 }
 
 // A client buffer at 0x7000'0000 of 1 MiB.

@@ -172,7 +172,9 @@ CopyStartReply SampleCopyStartReply() {
   return m;
 }
 CopyEndRequest SampleCopyEnd() { return {{{"k1", 11, 2}, {kBinary, ~0ull, ~0ull}}}; }
-FetchRequest SampleFetch() { return {SampleSegment(), 0x7F0000001000ull, 0x10040, 4160}; }
+FetchRequest SampleFetch() {
+  return {SampleSegment(), 0x7F0000001000ull, 0x10040, 4160, kMaxNodeTransferTimeoutMs};
+}
 LookupPrefixRequest SampleLookupPrefix() { return {{"kv/a", "", kBinary}, true}; }
 LookupPrefixReply SampleLookupPrefixReply() {
   return {Ws(absl::StatusCode::kOk, ""),
@@ -213,6 +215,7 @@ PushRequest SamplePush() {
   m.entries.push_back({0x10040, 0x7f0000000000ull, 4096});
   m.entries.push_back({~0ull, ~0ull, ~0ull});
   m.headers = {0x10000, ~0ull};
+  m.timeout_ms = 0xFFFFFFFFu;  // out of range, but the codec carries any u32 (the node refuses it)
   return m;
 }
 
@@ -410,7 +413,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x07\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x08\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
 }
