@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/mutex.h"
+#include "tests/free_port.h"
 
 extern char** environ;
 
@@ -103,18 +104,7 @@ std::string Process::Log() const {
   return ss.str();
 }
 
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+uint16_t FreePort() { return PickFreePort(); }
 
 std::string BinDir() {
   const char* d = std::getenv("GRANARY_BIN_DIR");

@@ -8,6 +8,7 @@ start that fails raises with the log's tail.
 """
 
 import os
+import random
 import re
 import shutil
 import signal
@@ -26,7 +27,29 @@ def bin_dir():
     return os.path.join(here, "..", "..", "build", "bin")
 
 
+def _port_is_free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+            return True
+        except OSError:
+            return False
+
+
 def free_port():
+    """A port free now, below the kernel's ephemeral range, as tests/free_port.h picks them:
+    a port from bind(0) is an ephemeral one, which the daemons' own outgoing connections can
+    take before the daemon meant to listen on it binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        high = 32767
+    if high - 10000 >= 1000:
+        for _ in range(200):
+            port = random.randint(10000, high)
+            if _port_is_free(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

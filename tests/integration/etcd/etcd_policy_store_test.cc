@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "master/tenant/policy_store.h"
+#include "tests/free_port.h"
 #include "tests/integration/etcd/etcd_server.h"
 
 namespace granary::master::tenant {
@@ -25,17 +26,7 @@ using ::granary::testing::EtcdServer;
 constexpr const char* kClusterId = "it_cluster";
 
 // A port nothing listens on (bound and released).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int FreePort() { return granary::testing::PickFreePort(); }
 
 // tenant-b has a client token hash, so every round trip also carries token_sha256.
 Policy TwoTenants() {

@@ -20,25 +20,12 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "tests/free_port.h"
 
 extern char** environ;
 
 namespace granary::testing {
-int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  int port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
+int FreeLoopbackPort() { return PickFreePort(); }
 
 bool EtcdServer::Available() { return access(kBinary, X_OK) == 0; }
 

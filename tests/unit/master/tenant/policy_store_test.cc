@@ -24,6 +24,7 @@
 #include "common/mutex.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "tests/free_port.h"
 
 namespace granary::master::tenant {
 namespace {
@@ -189,17 +190,7 @@ TEST_F(FilePolicyStoreTest, NeverHalfWritten) {
 
 // ---- etcd store without etcd: endpoint syntax, unreachable endpoints, a fake gateway. ----
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int FreePort() { return granary::testing::PickFreePort(); }
 
 TEST(EtcdPolicyStoreTest, RejectsBadEndpoints) {
   for (const char* bad : {"", "host", "host:", ":2379", "host:abc", "host:0", "host:70000",
