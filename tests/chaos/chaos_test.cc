@@ -6,7 +6,10 @@
 //   - no two live allocations overlap,
 //   - after everything is removed, all segment space is free.
 // GRANARY_CHAOS_SECONDS sets the length of the random run (default 150: about 3 minutes with
-// start-up and the checks at the end).
+// start-up and the checks at the end). GRANARY_CHAOS_NETNS=1 runs master, nodes and clients as
+// separate hosts (network namespaces, tests/integration/netns.h; root). GRANARY_CHAOS_REPORT=F
+// writes the figures as JSON to F, with the RSS of master and nodes once the run has warmed up
+// and at its end (bench/soak.sh runs it that way).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -24,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/netns.h"
 
 namespace granary::testing {
 namespace {
@@ -37,12 +41,34 @@ class ChaosTest : public ::testing::Test {
     if (HasFailure() && cluster_) cluster_->DumpLogs();
   }
   json Get(const std::string& path) {
-    auto body = HttpGet(cluster_->master_http_port(), path);
+    auto body = cluster_->MasterHttpGet(path);
     EXPECT_TRUE(body.ok()) << path << ": " << body.status();
     return body.ok() ? json::parse(*body) : json();
   }
   std::unique_ptr<Cluster> cluster_;
 };
+
+// A process's resident set in KiB (VmRSS), 0 if it cannot be read.
+uint64_t RssKib(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+// RSS of the master and of each node, and the master's object count, at one moment.
+json Sample(Cluster* c) {
+  json s;
+  s["master_rss_kib"] = RssKib(c->master()->pid());
+  json nodes = json::array();
+  for (int i = 0; i < c->node_count(); ++i) nodes.push_back(RssKib(c->node(i)->pid()));
+  s["node_rss_kib"] = nodes;
+  auto objects = c->Metric("granary_master_objects");
+  s["objects"] = objects.ok() ? *objects : -1;
+  return s;
+}
 
 TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   const char* env = std::getenv("GRANARY_CHAOS_SECONDS");
@@ -52,7 +78,16 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   const std::string policy = std::string(tmpl) + "/q.yaml";
   std::ofstream(policy) << "version: 1\ntenants:\n  - name: t0\n    quota: 1GB\n"
                            "  - name: t1\n    quota: 1GB\n";
+  const bool netns = std::getenv("GRANARY_CHAOS_NETNS") != nullptr &&
+                     std::string(std::getenv("GRANARY_CHAOS_NETNS")) == "1";
+  if (netns) {
+    if (absl::Status st = NetnsFabric::Supported(); !st.ok()) {
+      GTEST_SKIP() << "GRANARY_CHAOS_NETNS=1 needs network namespaces: " << st;
+    }
+  }
+  const char* report_path = std::getenv("GRANARY_CHAOS_REPORT");
   Cluster::Options o;
+  o.netns = netns;
   o.nodes = 3;
   o.node_segment_size = "64MB";
   o.client_ttl_sec = 1;
@@ -120,9 +155,16 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   std::mt19937 rng(4242);
   auto raw = client::ClientImpl::Create(cluster_->ClientOpts("t0"));
   ASSERT_TRUE(raw.ok()) << raw.status();
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  const auto begin = std::chrono::steady_clock::now();
+  const auto end = begin + std::chrono::seconds(seconds);
+  // The first RSS sample once the run has warmed up (a tenth of it, at most a minute).
+  const auto warm = begin + std::chrono::seconds(std::min(60, seconds / 10));
+  json start_sample;
   int seq = 0;
   while (std::chrono::steady_clock::now() < end) {
+    if (start_sample.is_null() && std::chrono::steady_clock::now() >= warm) {
+      start_sample = Sample(cluster_.get());
+    }
     std::this_thread::sleep_for(milliseconds(400 + rng() % 600));
     switch (rng() % 4) {
       case 0: {  // kill -9 a node, start a new one in its place
@@ -157,6 +199,8 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
       }
     }
   }
+  if (start_sample.is_null()) start_sample = Sample(cluster_.get());
+  const json end_sample = Sample(cluster_.get());
   stop = true;
   for (auto& t : workers) t.join();
   raw->reset();
@@ -219,7 +263,20 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
     absl::StrAppend(&fault_text, " ", name, "=", n);
   }
   std::cerr << "[ chaos ] " << seconds << " s, " << ops.load() << " operations, " << total_faults
-            << " faults (" << fault_text << " ), " << violations << " violations\n";
+            << " faults (" << fault_text << " ), " << violations << " violations"
+            << (netns ? " (separate hosts)" : "") << "\n";
+  if (report_path != nullptr) {
+    json r;
+    r["seconds"] = seconds;
+    r["netns"] = netns;
+    r["operations"] = ops.load();
+    r["client_errors"] = errors.load();
+    r["faults"] = faults;
+    r["violations"] = violations;
+    r["start"] = start_sample;
+    r["end"] = end_sample;
+    std::ofstream(report_path) << r.dump(2) << "\n";
+  }
   EXPECT_EQ(violations, 0u);
   EXPECT_GT(total_faults, 0u);
 }
