@@ -388,6 +388,18 @@ class RawPusher {
     req_.dest.host_id = transport::LocalHostId();
   }
   uint64_t base() const { return reinterpret_cast<uint64_t>(buf.data()); }
+  // The buffer, once every write the node made into it is visible to this thread: the writes
+  // land on the destination worker's thread (UCX's put handler), so a closure run there after
+  // them orders them before the caller's reads. Not while the destination is stalled.
+  std::string& Buffer() {
+    dest_->Run([] {});
+    return buf;
+  }
+  // Zeroes the buffer, ordered before the node's next writes (the same closure, the other way).
+  void Clear() {
+    buf.assign(buf.size(), '\0');
+    dest_->Run([] {});
+  }
   absl::StatusOr<proto::PushReply> Push(uint64_t src, uint64_t dst, uint64_t len,
                                         std::vector<uint64_t> headers,
                                         uint32_t timeout_ms = 10'000) {
@@ -444,12 +456,12 @@ TEST_P(StoreTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
           absl::StrCat("to address ", base + p.buf.size() - 10));
   refused(p.Push(v.at, base, 64, {seg_end}), absl::StrCat("header at address ", seg_end));
   refused(p.Push(v.at, base, 64, {}, 0), "push timeout_ms 0 is not in 1..3600000");
-  EXPECT_EQ(p.buf, std::string(8192, '\0'));  // nothing written by a refused push
+  EXPECT_TRUE(p.Buffer() == std::string(8192, '\0'));  // nothing written by a refused push
 
   // A good one writes the value in place and returns the header that vouches for it.
   auto ok = p.Push(v.at + proto::kAllocHeaderSize, base + 100, v.value.size(), {v.at});
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(p.buf.substr(100, v.value.size()), v.value);
+  EXPECT_TRUE(p.Buffer().substr(100, v.value.size()) == v.value);
   ASSERT_EQ(ok->headers.size(), proto::kAllocHeaderSize);
   proto::AllocHeader h;
   std::memcpy(&h, ok->headers.data(), sizeof(h));
@@ -512,15 +524,16 @@ TEST_P(StoreTest, NodeGivesUpOnAStalledClientsPushHoldsItOffAndServesItAgain) {
   // kUnreachableInitialMs after a first timeout) has passed, the client is served again.
   resume->set_value();
   std::this_thread::sleep_for(milliseconds(transport::RmaEngine::kUnreachableInitialMs + 100));
-  const std::string zeros(p.buf.size() - v.value.size(), '\0');
-  EXPECT_TRUE(p.buf.substr(v.value.size()) == zeros) << "bytes outside the pushed range";
-  const std::string head = p.buf.substr(0, v.value.size());
+  const std::string landed = p.Buffer();
+  const std::string zeros(landed.size() - v.value.size(), '\0');
+  EXPECT_TRUE(landed.substr(v.value.size()) == zeros) << "bytes outside the pushed range";
+  const std::string head = landed.substr(0, v.value.size());
   EXPECT_TRUE(head == v.value || head == std::string(v.value.size(), '\0'))
       << "the abandoned push left bytes that are neither the value nor untouched";
-  p.buf.assign(p.buf.size(), '\0');
+  p.Clear();
   auto ok = p.Push(src, p.base(), v.value.size(), {v.at});
   ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_TRUE(p.buf.substr(0, v.value.size()) == v.value);
+  EXPECT_TRUE(p.Buffer().substr(0, v.value.size()) == v.value);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("default", "tcp"),
