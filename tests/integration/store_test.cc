@@ -395,14 +395,13 @@ class RawPusher {
     dest_->Run([] {});
     return buf;
   }
-  // Zeroes the buffer, ordered before the node's next writes (the same closure, the other way).
-  void Clear() {
-    buf.assign(buf.size(), '\0');
-    dest_->Run([] {});
-  }
+  void Clear() { Buffer().assign(buf.size(), '\0'); }
   absl::StatusOr<proto::PushReply> Push(uint64_t src, uint64_t dst, uint64_t len,
                                         std::vector<uint64_t> headers,
                                         uint32_t timeout_ms = 10'000) {
+    // This thread's earlier reads and writes of buf before the node's writes (which land on the
+    // destination's thread), for TSan; a stalled destination cannot run the closure.
+    if (!resume_) dest_->Run([] {});
     req_.entries = {{src, dst, len}};
     req_.headers = std::move(headers);
     req_.timeout_ms = timeout_ms;
@@ -410,17 +409,20 @@ class RawPusher {
                                                               absl::Seconds(20));
   }
   // Blocks the destination worker's progress thread (a client process that stopped, or whose
-  // link lost every packet) until the returned promise is set; returns once it is blocked.
-  std::shared_ptr<std::promise<void>> StallDestination() {
-    auto resume = std::make_shared<std::promise<void>>();
+  // link lost every packet) until Resume(); returns once it is blocked.
+  void Stall() {
+    resume_ = std::make_shared<std::promise<void>>();
     auto stalled = std::make_shared<std::promise<void>>();
     auto is_stalled = stalled->get_future();
-    dest_->Post([stalled, done = resume->get_future().share()] {
+    dest_->Post([stalled, done = resume_->get_future().share()] {
       stalled->set_value();
       done.wait();
     });
     is_stalled.wait();
-    return resume;
+  }
+  void Resume() {
+    resume_->set_value();
+    resume_.reset();
   }
 
   std::string buf = std::string(8192, '\0');
@@ -432,6 +434,7 @@ class RawPusher {
   std::unique_ptr<transport::MemoryRegion> region_;
   std::unique_ptr<transport::RpcClient> rpc_;
   proto::PushRequest req_;
+  std::shared_ptr<std::promise<void>> resume_;  // set while the destination is stalled
 };
 
 // A node pushes only from its own segments into the buffer the client named (proto::Push):
@@ -493,7 +496,7 @@ TEST_P(StoreTest, NodeGivesUpOnAStalledClientsPushHoldsItOffAndServesItAgain) {
   ASSERT_NO_FATAL_FAILURE(p.Connect(v.seg.node_address));
   const uint64_t src = v.at + proto::kAllocHeaderSize;
 
-  auto resume = p.StallDestination();
+  p.Stall();
   const auto start = std::chrono::steady_clock::now();
   auto timed_out = p.Push(src, p.base(), v.value.size(), {v.at}, 500);
   const auto waited = std::chrono::steady_clock::now() - start;
@@ -522,7 +525,7 @@ TEST_P(StoreTest, NodeGivesUpOnAStalledClientsPushHoldsItOffAndServesItAgain) {
   // runs again (seen here: the whole value): a close cannot recall them. What lands is the
   // requested value in the requested range and nothing else. Once the back-off (at most
   // kUnreachableInitialMs after a first timeout) has passed, the client is served again.
-  resume->set_value();
+  p.Resume();
   std::this_thread::sleep_for(milliseconds(transport::RmaEngine::kUnreachableInitialMs + 100));
   const std::string landed = p.Buffer();
   const std::string zeros(landed.size() - v.value.size(), '\0');
