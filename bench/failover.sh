@@ -9,10 +9,13 @@
 #      address: objects restored per second (the master's own figure from its log, and
 #      restored objects over the time from the restart), and the seconds from the restart until
 #      a client has read every object back byte-exact.
+# PART=failover or PART=rebuild runs only that part (default: both).
 # Results: bench/results/failover.json and a summary on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
+PART="${PART:-both}"
+case "$PART" in both | failover | rebuild) ;; *) echo "PART='$PART' is not both, failover or rebuild" >&2; exit 2 ;; esac
 ROUNDS="${ROUNDS:-5}" OBJECTS="${OBJECTS:-1000000}" VALUE_SIZE="${VALUE_SIZE:-64}" TTL="${TTL:-5}"
 cmake --build "$BUILD_DIR" --target granary_master granary_node granary_failover_probe >/dev/null
 command -v etcd >/dev/null || { echo "etcd is not installed (bash scripts/setup.sh)" >&2; exit 1; }
@@ -23,8 +26,9 @@ metric() {  # http_port sample
 }
 role() { curl -sf "http://127.0.0.1:$1/role" | $PY -c 'import json,sys; print(json.load(sys.stdin)["role"])' 2>/dev/null || true; }
 
-# --- 1. failover time ---
 TMP=$(mktemp -d)
+run_failover() {
+# --- 1. failover time ---
 EP=$(port); PEER=$(port)
 etcd --name=failover --data-dir="$TMP/etcd" --listen-client-urls="http://127.0.0.1:$EP" \
   --advertise-client-urls="http://127.0.0.1:$EP" --listen-peer-urls="http://127.0.0.1:$PEER" \
@@ -89,6 +93,9 @@ FAILOVER=$(printf '%s\n' "${times[@]}" | sort -n | $PY -c 'import sys; v=[int(x)
 read -r F_MED F_MIN F_MAX <<<"$FAILOVER"
 echo "failover (TTL ${TTL} s, ${ROUNDS} rounds): median ${F_MED} ms, range ${F_MIN}-${F_MAX} ms"
 
+}
+
+run_rebuild() {
 # --- 2. rebuild rate ---
 SEG=$(( OBJECTS * (VALUE_SIZE + 256) / 1048576 + 256 ))MB
 start_cluster failover_rebuild --client_ttl=30 -- --host_segment_size="$SEG"
@@ -117,6 +124,11 @@ R_RATE=$($PY -c "print(int($OBJECTS / max(($restored_at - $restarted) / 1000, 1e
 READY_SEC=$($PY -c "print(round(($ready - $restarted) / 1000, 2))")
 echo "rebuild of $OBJECTS objects: restored ${R_SEC} s after the restart (${R_RATE} objects/s, node reconnect included); every object read back byte-exact ${READY_SEC} s after the restart"
 grep -h "restored\|reported" "$OUT/failover_rebuild_master2.log" "$OUT/failover_rebuild_node.log" | tail -n 4 || true
+}
+
+F_MED=null R_SEC=null R_RATE=null READY_SEC=null times=()
+[[ $PART == rebuild ]] || run_failover
+[[ $PART == failover ]] || run_rebuild
 cat >"$OUT/failover.json" <<JSON
 {"ttl_sec": $TTL, "rounds": $ROUNDS, "failover_ms": [$(IFS=,; echo "${times[*]}")],
  "failover_median_ms": $F_MED, "objects": $OBJECTS, "value_size": $VALUE_SIZE,

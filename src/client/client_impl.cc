@@ -188,6 +188,7 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
   }
   std::vector<uint64_t> sz(sizes.begin(), sizes.end());
   const int64_t sent_us = MonotonicUs();  // the write window counts from here
+  const int64_t epoch0 = session_->highest_epoch();
   auto started = PutStart(keys, sz, flags);
   if (!started.ok()) {
     out.assign(n, started.status());
@@ -218,6 +219,13 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     } else if (left_ms < timeout_ms) {
       timeout_ms = left_ms;
     }
+  }
+  // HA: a newer epoch seen since PutStart means the grant may be a deposed master's, whose
+  // space the new leader may hand out again after its quarantine: write nothing.
+  if (const int64_t epoch = session_->highest_epoch();
+      st.ok() && !commit.entries.empty() && epoch0 != 0 && epoch != epoch0) {
+    st = absl::UnavailableError(absl::StrCat("the master changed (epoch ", epoch0, " -> ", epoch,
+                                             ") after PutStart: retry the put"));
   }
   if (st.ok()) {
     st = Transfer(std::move(plan.ops), timeout_ms);

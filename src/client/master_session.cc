@@ -79,6 +79,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect()
     // etcd answers in order, so an older view comes only from a lagging endpoint: wait.
     GRANARY_RETURN_IF_ERROR(
         epochs_.Accept(view->epoch, absl::StrCat("master_view (", view->rpc, ")")));
+    highest_epoch_->store(epochs_.highest());
     address = view->rpc;
   }
   GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m,
@@ -101,6 +102,9 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect()
   }
   GRANARY_RETURN_IF_ERROR(
       epochs_.Accept(static_cast<int64_t>(rep->epoch), absl::StrCat("the master at ", address)));
+  highest_epoch_->store(epochs_.highest());
+  // From now on every request carries the epoch and every reply must carry it too.
+  if (rep->epoch != 0) m->SetEpochFence(static_cast<int64_t>(rep->epoch), highest_epoch_);
   heartbeat_ms_ = std::max<uint32_t>(rep->heartbeat_interval_ms, 50);
   write_window_ms_ = rep->write_window_ms;
   if (master_id_ != rep->master_id) {

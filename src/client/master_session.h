@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -78,6 +79,10 @@ class MasterSession {
     return write_window_ms_;
   }
 
+  // HA: the highest master epoch this session has seen (0: none, or no HA). A put aborts its
+  // writes when this changed since its PutStart (the grant came from a deposed master).
+  [[nodiscard]] int64_t highest_epoch() const { return highest_epoch_->load(); }
+
   // The descriptor of a mounted segment, asking the master once when it is not cached.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> SegmentFor(
       uint64_t id);
@@ -116,6 +121,9 @@ class MasterSession {
   int64_t write_window_ms_ ABSL_GUARDED_BY(mu_) = 0;
   std::string master_id_ ABSL_GUARDED_BY(mu_);
   etcd::EpochFence epochs_ ABSL_GUARDED_BY(mu_);
+  // epochs_.highest(), readable without mu_; every connection's epoch fence reads it too.
+  const std::shared_ptr<std::atomic<int64_t>> highest_epoch_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   Backoff reconnect_ ABSL_GUARDED_BY(mu_){kReconnectInitialMs, kReconnectMaxMs};
   int64_t next_attempt_us_ ABSL_GUARDED_BY(mu_) = 0;  // MonotonicUs; 0: try now
   absl::Status last_connect_error_ ABSL_GUARDED_BY(mu_);

@@ -81,7 +81,10 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   }
   cb.on_request = [raw](transport::RpcServer::ConnId c, const proto::FrameView& f) {
     const int64_t t0 = MonotonicNs();
+    // The epoch the request is admitted at (read before Dispatch's own check of the lead).
+    const int64_t epoch = raw->ServingEpoch();
     auto reply = raw->Dispatch(c, f);
+    if (reply.has_value()) proto::SetFrameEpoch(&*reply, epoch);
     const uint16_t type = f.header.type;
     if (type < raw->request_seconds_.size() && raw->request_seconds_[type] != nullptr) {
       raw->request_seconds_[type]->Observe(static_cast<double>(MonotonicNs() - t0) * 1e-9);
@@ -110,8 +113,11 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
         host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
       }
     }
+    // fence_margin_ms: how long before the view disappears this master stops admitting writes
+    // (LeaderElection); a successor credits it against its quarantine.
     const nlohmann::json view = {{"rpc", absl::StrCat(host, ":", s->rpc_port())},
-                                 {"admin", absl::StrCat(host, ":", s->http_port())}};
+                                 {"admin", absl::StrCat(host, ":", s->http_port())},
+                                 {"fence_margin_ms", options.ha_margin_ms}};
     LOG_INFO << "HA: standing by, campaigning for " << s->election_->view_key() << " on "
              << s->etcd_->Describe() << " (lease " << options.ha_lease_ttl_sec << " s)";
     s->election_->Start(view.dump());
@@ -147,10 +153,10 @@ absl::Status MasterServer::SetUpElection() {
   eo.lease_ttl_sec = options_.ha_lease_ttl_sec;
   eo.margin_ms = options_.ha_margin_ms;
   ha::LeaderElection::Callbacks cb;
-  cb.on_elected = [this](int64_t epoch, uint64_t term) {
+  cb.on_elected = [this](int64_t epoch, uint64_t term, const std::string& previous_view) {
     // As after a restart: generations of the new term, a fresh write window for the previous
     // leader's clients, the policy as stored now. Nodes re-mount and report their inventories.
-    service_->BecomeActive(term);
+    service_->BecomeActive(term, ha::FenceMarginOfView(previous_view));
     if (absl::Status st = tenants_->Reload(); !st.ok() && tenants_->enabled()) {
       LOG_WARN << "HA: elected at epoch " << epoch << " but re-reading the policy failed "
                << "(the last one read stays): " << st;
@@ -331,16 +337,23 @@ void MasterServer::FlushPolls(bool all) {
   }
   const uint16_t reply_type =
       static_cast<uint16_t>(proto::MsgType::kInventorySync) | proto::kReplyBit;
+  const int64_t epoch = ServingEpoch();
   for (const ParkedPoll& p : due) {
     proto::InventorySyncReply rep;
-    auto records = service_->TakeInventory(p.conn, p.acked, &rep.token);
-    if (records.ok()) {
+    if (!IsActive()) {
+      // A master that lost the lead sends no more commands: its records stay queued, unsent.
+      rep.status = proto::WireStatus::From(
+          WithReason(absl::UnavailableError("NOT_LEADER: this master no longer leads"),
+                     ErrorReason::kNotLeader));
+    } else if (auto records = service_->TakeInventory(p.conn, p.acked, &rep.token); records.ok()) {
       rep.records = std::move(*records);
     } else {
       rep.status = proto::WireStatus::From(records.status());
     }
     // A poll of a connection that closed meanwhile is answered into the void.
-    rpc_->Reply(p.conn, proto::EncodeFrame(reply_type, p.request_id, rep));
+    std::string frame = proto::EncodeFrame(reply_type, p.request_id, rep);
+    proto::SetFrameEpoch(&frame, epoch);
+    rpc_->Reply(p.conn, std::move(frame));
   }
 }
 
@@ -360,8 +373,18 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
     if (!req.ok()) return fail(req.status());        \
     return proto::EncodeFrame(reply_type, id, CALL); \
   }
-  // HA: a master that does not lead (or whose lease may have run out) admits nothing.
+  // HA: a master that does not lead (or whose lease may have run out) admits nothing, and a
+  // request of a session opened at another epoch is not this master's to serve.
   if (!IsActive()) return NotLeader(f);
+  if (f.header.epoch != 0 && f.header.epoch != ServingEpoch()) {
+    return proto::EncodeFrame(
+        reply_type, id,
+        proto::StatusReply{proto::WireStatus::From(WithReason(
+            absl::UnavailableError(absl::StrCat(
+                "NOT_LEADER: the request belongs to a session opened at epoch ", f.header.epoch,
+                "; this master serves epoch ", ServingEpoch(), ": reconnect")),
+            ErrorReason::kNotLeader))});
+  }
   switch (static_cast<MsgType>(f.header.type)) {
     case MsgType::kHello: {
       auto req = Body<proto::HelloRequest>(f);

@@ -255,12 +255,20 @@ std::vector<SessionId> MasterService::Tick() {
   return dead;
 }
 
-void MasterService::BecomeActive(uint64_t term) {
+int64_t MasterService::BecomeActive(uint64_t term, int64_t credit_ms) {
   shards_.BeginTerm(term);
-  // No credit for the old leader's fencing margin: after a revoke (SIGTERM) or a fencing txn the
-  // old leader may have granted until just before this election.
-  segments_.SetQuarantineUntil(clock_->NowMs() + options_.WriteWindowMs() +
-                               options_.restart_quarantine_margin_ms);
+  // Every write the previous leader granted began at its client's PutStart, at or before the
+  // leader's last admission, which was at least `credit_ms` before its view disappeared (an
+  // expiry by t_valid's margin, a revoke by waiting it out) and so before now: such a write
+  // ends by now - credit + window. The margin covers cancelled writes still landing.
+  const int64_t now = clock_->NowMs();
+  const int64_t full = options_.WriteWindowMs() + options_.restart_quarantine_margin_ms;
+  const int64_t until = now + full - std::clamp<int64_t>(credit_ms, 0, full);
+  segments_.SetQuarantineUntil(until);
+  LOG_INFO << "HA: unreported space stays quarantined for " << until - now << " ms (write window "
+           << options_.WriteWindowMs() << " + margin " << options_.restart_quarantine_margin_ms
+           << " - the previous leader's fencing margin " << credit_ms << ")";
+  return until;
 }
 
 MasterService::Stats MasterService::GetStats() const {

@@ -120,10 +120,11 @@ class MasterService {
   std::vector<SessionId> Tick();
 
   // HA: this master was elected for `term` (LeaderElection). Generations move to the term's
-  // range, and the write window of the previous leader's clients starts now: space of segments
-  // re-mounted by nodes that no inventory reports stays out of allocation until
-  // now + put_start_timeout_ms + restart_quarantine_margin_ms (as after a restart).
-  void BecomeActive(uint64_t term);
+  // range, and space of segments re-mounted by nodes that no inventory reports stays out of
+  // allocation until now + write window + restart_quarantine_margin_ms - credit_ms (as after
+  // a restart, less the previous leader's fencing margin: it admitted nothing within that
+  // margin before its view disappeared, and so before now). Returns the quarantine's end.
+  int64_t BecomeActive(uint64_t term, int64_t credit_ms = 0);
 
   Stats GetStats() const;
   std::vector<proto::SegmentInfo> ListSegments() const { return segments_.List(); }

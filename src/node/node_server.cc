@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
+#include "common/error_reason.h"
 #include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/size.h"
@@ -449,6 +450,10 @@ absl::Status NodeServer::ConnectAndMount() {
                                proto::MsgType::kHello, hello, kRpcTimeout)));
   GRANARY_RETURN_IF_ERROR(
       epochs_.Accept(static_cast<int64_t>(rep.epoch), absl::StrCat("the master at ", address)));
+  highest_epoch_->store(epochs_.highest());
+  // Every request carries the epoch from now on, and every reply (the inventory's commit and
+  // free records included) must carry it: a deposed master's are refused.
+  if (rep.epoch != 0) master_->SetEpochFence(static_cast<int64_t>(rep.epoch), highest_epoch_);
   heartbeat_ms_ = std::max<uint32_t>(rep.heartbeat_interval_ms, 50);
   std::string host = options_.local_hostname;
   if (host.empty()) host = master_->LocalHost();
@@ -531,7 +536,8 @@ void NodeServer::SyncLoop() {
       // The session thread notices a broken connection and reconnects; records of the session
       // that broke are moot (its master dropped these segments, or is gone).
       LOG_DEBUG << "inventory poll failed: " << rep.status();
-      if (m->broken()) {
+      // NOT_LEADER: the master lost the lead, or its reply carried a deposed epoch.
+      if (m->broken() || ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) {
         granary::MutexLock lock(&mu_);
         if (sync_master_ == m) master_lost_ = true;
       }
@@ -556,6 +562,7 @@ absl::StatusOr<std::string> NodeServer::ResolveMaster() {
   // A view older than one this node has seen is stale (etcd answers in order, so only a lagging
   // endpoint serves one): wait for the current view.
   GRANARY_RETURN_IF_ERROR(epochs_.Accept(view.epoch, absl::StrCat("master_view (", view.rpc, ")")));
+  highest_epoch_->store(epochs_.highest());
   return view.rpc;
 }
 

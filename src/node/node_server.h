@@ -119,6 +119,9 @@ class NodeServer {
   // With an etcd:// master: where the active master's address is read before each connect.
   std::unique_ptr<etcd::EtcdClient> etcd_;
   etcd::EpochFence epochs_;  // the highest master epoch seen; Run's thread only
+  // epochs_.highest() for the master connection's epoch fence (read on the progress thread).
+  const std::shared_ptr<std::atomic<int64_t>> highest_epoch_ =
+      std::make_shared<std::atomic<int64_t>>(0);
   uint32_t heartbeat_ms_ = 1000;
   const NodeCgroup* cgroup_ = nullptr;  // set before Run; read by the session thread
   HttpServer http_;

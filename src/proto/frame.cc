@@ -16,6 +16,19 @@ void BeginFrame(const FrameHeader& h, std::string* out) {
   w.U32(h.flags);
   w.U64(h.request_id);
   w.U32(0);  // body_len, patched by FinishFrame
+  w.U64(static_cast<uint64_t>(h.epoch));
+}
+
+void SetFrameEpoch(std::string* frame, int64_t epoch) {
+  if (frame->size() < kFrameHeaderSize) return;
+  std::memcpy(frame->data() + kFrameEpochOffset, &epoch, 8);
+}
+
+int64_t FrameEpoch(absl::string_view frame) {
+  if (frame.size() < kFrameHeaderSize) return 0;
+  int64_t epoch = 0;
+  std::memcpy(&epoch, frame.data() + kFrameEpochOffset, 8);
+  return epoch;
 }
 
 void FinishFrame(std::string* out) {
@@ -36,6 +49,7 @@ absl::StatusOr<FrameView> DecodeFrame(absl::string_view data) {
   f.header.flags = r.U32("flags");
   f.header.request_id = r.U64("request_id");
   uint32_t body_len = r.U32("body_len");
+  f.header.epoch = static_cast<int64_t>(r.U64("epoch"));
   if (magic != kFrameMagic) {
     return absl::InvalidArgumentError(absl::StrFormat("bad frame magic 0x%08x", magic));
   }

@@ -8,9 +8,13 @@
 
 namespace granary::proto {
 
-// Control-plane frame, little-endian, 24-byte header then the body:
-//   u32 magic 'GRNY' | u16 version | u16 type | u32 flags | u64 request_id | u32 body_len
-// body_len must equal the bytes that follow and be at most kMaxFrameBody.
+// Control-plane frame, little-endian, 32-byte header then the body:
+//   u32 magic 'GRNY' | u16 version | u16 type | u32 flags | u64 request_id | u32 body_len |
+//   i64 epoch
+// body_len must equal the bytes that follow and be at most kMaxFrameBody. epoch (HA): in a
+// request to a master, the epoch the sender's session was opened at (0: none); in a master's
+// reply, the epoch it admitted the request at (0: not leading, or no HA). Frames between
+// clients and nodes carry 0.
 inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 2: HelloRequest.token; kShmOffer and kShmAttach. 3: WireStatus.reason (every reply).
 // 4: Remove carries RemoveRequest (keys + force); reasons HAS_LEASE and DEVICE_POINTER.
@@ -25,8 +29,11 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 //    worker); InventorySyncRequest.acked and InventorySyncReply.token (records are kept until
 //    a poll acknowledges them).
 // 8: FetchRequest.timeout_ms and PushRequest.timeout_ms (the node's deadline for the transfer).
-inline constexpr uint16_t kProtocolVersion = 8;
-inline constexpr size_t kFrameHeaderSize = 24;
+// 9: the frame header's epoch (32-byte header): every master reply and command carries the
+//    master's epoch, every request the epoch its session expects.
+inline constexpr uint16_t kProtocolVersion = 9;
+inline constexpr size_t kFrameHeaderSize = 32;
+inline constexpr size_t kFrameEpochOffset = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;
 
 struct FrameHeader {
@@ -34,6 +41,7 @@ struct FrameHeader {
   uint16_t type = 0;
   uint32_t flags = 0;
   uint64_t request_id = 0;
+  int64_t epoch = 0;
 };
 
 // A decoded frame; body points into the buffer that was decoded.
@@ -46,6 +54,11 @@ struct FrameView {
 // appends the body. FinishFrame patches body_len once the body is written.
 void BeginFrame(const FrameHeader& h, std::string* out);
 void FinishFrame(std::string* out);
+// Sets the epoch of an encoded frame (no-op on a buffer shorter than a header).
+void SetFrameEpoch(std::string* frame, int64_t epoch);
+// The epoch of an encoded frame's header (0 for a buffer shorter than a header); no other
+// check.
+int64_t FrameEpoch(absl::string_view frame);
 
 // Parses a whole frame. Truncated, oversized, wrong-magic or wrong-version input is an
 // INVALID_ARGUMENT (FAILED_PRECONDITION for a version mismatch) naming what was wrong.

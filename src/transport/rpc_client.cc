@@ -3,10 +3,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -113,6 +115,11 @@ void RpcClient::FailAll(const absl::Status& st) {
   for (uint64_t id : ids) worker_->FailReply(id, st);
 }
 
+void RpcClient::SetEpochFence(int64_t epoch, std::shared_ptr<const std::atomic<int64_t>> highest) {
+  highest_epoch_ = std::move(highest);
+  epoch_.store(epoch, std::memory_order_release);
+}
+
 void RpcClient::CallAsync(std::string frame, Done done) {
   CallAsyncOn(std::move(frame), std::move(done), nullptr);
 }
@@ -120,6 +127,9 @@ void RpcClient::CallAsync(std::string frame, Done done) {
 void RpcClient::CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via) {
   uint64_t id = Worker::NextRequestId();
   if (frame.size() >= proto::kFrameHeaderSize) std::memcpy(frame.data() + 12, &id, 8);
+  if (const int64_t epoch = epoch_.load(std::memory_order_acquire); epoch != 0) {
+    proto::SetFrameEpoch(&frame, epoch);
+  }
   worker_->Post([this, id, f = std::move(frame), d = std::move(done), via = std::move(via),
                  alive = alive_]() mutable {
     if (!*alive) {
@@ -145,10 +155,29 @@ void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<
                            return;
                          }
                          worker_->NoteTransport(out.get());
+                         if (absl::Status st = CheckEpoch(*r); !st.ok()) {
+                           d(st);
+                           return;
+                         }
                          d(std::string(*r));
                        });
   absl::Status st = worker_->SendFrame(out.get(), std::move(frame), true);
   if (!st.ok()) worker_->FailReply(id, st);
+}
+
+absl::Status RpcClient::CheckEpoch(absl::string_view reply) const {
+  const int64_t mine = epoch_.load(std::memory_order_acquire);
+  if (mine == 0) return absl::OkStatus();
+  const int64_t theirs = proto::FrameEpoch(reply);
+  if (theirs == 0) return absl::OkStatus();
+  const int64_t highest = highest_epoch_ ? highest_epoch_->load() : 0;
+  if (theirs == mine && theirs >= highest) return absl::OkStatus();
+  return WithReason(
+      absl::UnavailableError(absl::StrCat("NOT_LEADER: refused a reply of epoch ", theirs, " from ",
+                                          address_, " (the connection was opened at epoch ", mine,
+                                          ", the highest epoch seen is ", std::max(highest, mine),
+                                          "): a deposed master")),
+      ErrorReason::kNotLeader);
 }
 
 absl::StatusOr<std::string> RpcClient::Call(std::string frame, absl::Duration timeout) {

@@ -71,6 +71,13 @@ class RpcClient {
   const std::string& address() const { return address_; }
   // Called once, on the progress thread, when the connection fails.
   void SetOnBroken(std::function<void(absl::Status)> cb);
+  // HA fencing (a connection to a master whose hello reply said `epoch`): every request from
+  // now on carries `epoch`, and a reply that carries another non-zero epoch, or one below
+  // `*highest` (the highest epoch the owner has seen on any connection), is refused with
+  // UNAVAILABLE + NOT_LEADER instead of being handed on. Replies with epoch 0 (a master's
+  // refusals) pass. Call once the hello has been accepted, before other calls.
+  void SetEpochFence(int64_t epoch, std::shared_ptr<const std::atomic<int64_t>> highest);
+  int64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
 
  private:
   RpcClient(Worker* w, std::string address) : worker_(w), address_(std::move(address)) {}
@@ -79,6 +86,8 @@ class RpcClient {
   void CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via);
   [[nodiscard]] absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
                                                    std::shared_ptr<Endpoint> via);
+  // SetEpochFence's check of one reply frame.
+  [[nodiscard]] absl::Status CheckEpoch(absl::string_view reply) const;
   // Sends request `id` on `out` and routes its reply to done; progress-thread only.
   void Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out);
   // The kShmOffer / kShmAttach handshake; on success requests use shm_ep_ from then on.
@@ -89,6 +98,8 @@ class RpcClient {
   std::shared_ptr<Endpoint> ep_;      // tcp: the connection, and what reports its loss
   std::shared_ptr<Endpoint> shm_ep_;  // progress-thread state; requests go here when set
   std::atomic<bool> on_shm_{false};
+  std::atomic<int64_t> epoch_{0};                              // SetEpochFence; 0: no fence
+  std::shared_ptr<const std::atomic<int64_t>> highest_epoch_;  // set before epoch_
   // Progress-thread state.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   absl::flat_hash_set<uint64_t> in_flight_;

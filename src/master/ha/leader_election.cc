@@ -1,6 +1,8 @@
 #include "master/ha/leader_election.h"
 
 #include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
 #include <utility>
 #include <vector>
 
@@ -10,6 +12,16 @@
 #include "common/log.h"
 
 namespace granary::master::ha {
+
+int64_t FenceMarginOfView(const std::string& view_value) {
+  if (view_value.empty()) return 0;
+  const nlohmann::json j = nlohmann::json::parse(view_value, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return 0;
+  auto it = j.find("fence_margin_ms");
+  if (it == j.end() || !it->is_number_integer()) return 0;
+  const int64_t ms = it->get<int64_t>();
+  return ms < 0 ? 0 : std::min<int64_t>(ms, 3'600'000);
+}
 
 absl::StatusOr<std::unique_ptr<LeaderElection>> LeaderElection::Create(
     etcd::EtcdClient* client, const ElectionOptions& options, Callbacks callbacks) {
@@ -74,7 +86,9 @@ bool LeaderElection::Sleep(int64_t ms) {
 }
 
 void LeaderElection::Fence(const std::string& why) {
-  const bool was = valid_until_ns_.exchange(0) != 0;
+  const int64_t until = valid_until_ns_.exchange(0);
+  const bool was = until != 0;
+  if (was) last_admit_ns_.store(std::min(until, MonotonicNs()));
   fence_requested_.store(true);
   {
     // The view this master wrote is no longer a hint worth giving.
@@ -96,6 +110,7 @@ void LeaderElection::Stop() {
   }
   Fence("stopping");
   if (const int64_t lease = lease_id_.exchange(0); lease != 0) {
+    WaitOutAdmissions();
     absl::Status st = client_->LeaseRevoke(lease);
     if (st.ok()) {
       LOG_INFO << "HA: lease revoked: a standby can take over at once";
@@ -105,6 +120,13 @@ void LeaderElection::Stop() {
   }
   watch_cancel_.Cancel();
   if (thread_.joinable()) thread_.join();
+}
+
+void LeaderElection::WaitOutAdmissions() const {
+  const int64_t last = last_admit_ns_.load();
+  if (last == 0) return;
+  const int64_t wait_ns = last + options_.margin_ms * 1'000'000 - MonotonicNs();
+  if (wait_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
 }
 
 void LeaderElection::Run() {
@@ -161,10 +183,15 @@ bool LeaderElection::Campaign() {
     }
     if (txn->succeeded) {
       const int64_t epoch = txn->revision;
+      std::string previous;
+      {
+        granary::MutexLock lock(&mu_);
+        if (view_.epoch != 0) previous = view_.value;
+      }
       epoch_.store(epoch);
       SetView(ViewInfo{epoch, view_value_});
       fence_requested_.store(false);
-      if (callbacks_.on_elected) callbacks_.on_elected(epoch, t + 1);
+      if (callbacks_.on_elected) callbacks_.on_elected(epoch, t + 1, previous);
       // The lease was granted at t_send at the latest: etcd expires it no earlier than TTL
       // after it received the grant.
       valid_until_ns_.store(
@@ -219,7 +246,10 @@ void LeaderElection::Lead() {
   }
   // Fenced: the lease is of no more use.
   Fence(fence_requested_.load() ? "leaving the lead" : "no keepalive answered before t_valid");
-  if (const int64_t id = lease_id_.exchange(0); id != 0) (void)client_->LeaseRevoke(id);
+  if (const int64_t id = lease_id_.exchange(0); id != 0) {
+    WaitOutAdmissions();
+    (void)client_->LeaseRevoke(id);
+  }
 }
 
 void LeaderElection::StandBy() {

@@ -5,6 +5,10 @@
 // txn's revision (the view's create_revision) is the epoch. The leader keeps the lease alive
 // every TTL/3 and may admit a mutating request only while now < t_valid, where
 // t_valid = t_send(last keepalive answered with TTL > 0) + TTL - margin on the monotonic clock.
+// The view therefore disappears no earlier than `margin` after this master's last admission:
+// at expiry by construction, and a revoke (Stop, or giving the lease up once fenced) waits until
+// then. A successor shortens its post-takeover quarantine by that margin (on_elected's
+// previous_view carries it).
 // A standby watches master_view and campaigns when it is deleted (a slow poll backs the watch
 // up).
 
@@ -36,6 +40,11 @@ struct ViewInfo {
   std::string value;
 };
 
+// The fencing margin a master_view value declares ("fence_margin_ms": a non-negative integer,
+// capped at an hour), the credit a successor takes off its quarantine; 0 when the value is
+// empty, not JSON or does not say (a master of an older version).
+int64_t FenceMarginOfView(const std::string& view_value);
+
 // Owned by the master server; lives as long as it. One thread (Start) runs the campaign, the
 // keepalives and the standby's watch. Thread-safe: Leading() and epoch() are lock-free (one
 // atomic load and a monotonic clock read), the rest takes a leaf mutex. Callbacks run on the
@@ -44,8 +53,10 @@ class LeaderElection {
  public:
   struct Callbacks {
     // Won an election: the master makes itself ready (generations, policy, quarantine) before
-    // Leading() turns true. `term` is the new value of the term key.
-    std::function<void(int64_t epoch, uint64_t term)> on_elected;
+    // Leading() turns true. `term` is the new value of the term key; `previous_view` the value
+    // of master_view as this master last saw it before campaigning (the previous leader's), or
+    // "" when it saw none.
+    std::function<void(int64_t epoch, uint64_t term, const std::string& previous_view)> on_elected;
     // Lost the lead (lease expired, keepalives failed past t_valid, a guarded write failed,
     // Stop). Leading() is already false.
     std::function<void(const std::string& why)> on_fenced;
@@ -63,8 +74,9 @@ class LeaderElection {
   // Starts campaigning. `view_value` is what master_view holds while this master leads (its
   // RPC and admin addresses): call once both listen. Once only.
   void Start(std::string view_value);
-  // Graceful stop: fences first, then revokes the lease (a standby takes over at once instead
-  // of after the TTL), then joins the thread. Idempotent.
+  // Graceful stop: fences first, waits until the last admission is `margin` old, then revokes
+  // the lease (a standby takes over then instead of after the TTL), then joins the thread.
+  // Idempotent.
   void Stop();
   // Fences at once (a guarded write found another epoch). Leading() turns false; the election
   // thread goes back to standing by.
@@ -90,6 +102,10 @@ class LeaderElection {
   // Waits up to `ms` or until stopping; false when stopping.
   bool Sleep(int64_t ms);
   void SetView(ViewInfo view);
+  // Before revoking the lease: sleeps until `margin` has passed since the last moment this
+  // master could admit a write (min of its fencing and t_valid), so that a revoke never lets a
+  // successor in sooner after an admission than an expiry would.
+  void WaitOutAdmissions() const;
   void LogOnce(const absl::Status& st, const char* doing);
 
   etcd::EtcdClient* const client_;
@@ -101,6 +117,8 @@ class LeaderElection {
 
   // 0 when not leading; else the monotonic ns until which this master may admit writes.
   std::atomic<int64_t> valid_until_ns_{0};
+  // Monotonic ns of the last moment an admission could pass: set when fenced.
+  std::atomic<int64_t> last_admit_ns_{0};
   std::atomic<int64_t> epoch_{0};
   std::atomic<int64_t> lease_id_{0};
   std::atomic<bool> fence_requested_{false};

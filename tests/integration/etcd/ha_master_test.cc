@@ -30,9 +30,14 @@
 #include "granary/client.h"
 #include "granary/embedded_node.h"
 #include "granary/error_reason.h"
+#include "proto/frame.h"
+#include "proto/messages.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/etcd/admin_request.h"
 #include "tests/integration/etcd/etcd_server.h"
+#include "transport/context.h"
+#include "transport/rpc_client.h"
+#include "transport/worker.h"
 
 namespace granary::testing {
 namespace {
@@ -243,6 +248,64 @@ TEST_F(HaMasterTest, OneActiveStandbyRefusesAndKillNineFailsOver) {
   EXPECT_GT(standby->RoleBody()["epoch"].get<int64_t>(), epoch) << "a new epoch";
   auto client = NewClient(standby);
   EXPECT_TRUE(client.ok()) << client.status();
+}
+
+// Protocol 9: every reply of the leader carries its epoch in the frame header, and a request of
+// a session opened at another epoch is refused with NOT_LEADER naming both, admitting nothing.
+TEST_F(HaMasterTest, EveryReplyCarriesTheEpochAndARequestOfAnotherEpochIsRefused) {
+  Master* a = StartMaster();
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(WaitForOneActive({a}), a);
+  const int64_t epoch = a->RoleBody()["epoch"].get<int64_t>();
+  ASSERT_GT(epoch, 0);
+  auto ctx = transport::Context::Create("ha_epoch_test");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto worker = transport::Worker::Create(ctx->get(), "client");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  {
+    auto rpc = transport::RpcClient::Create(worker->get(), a->rpc());
+    ASSERT_TRUE(rpc.ok()) << rpc.status();
+    proto::HelloRequest hello;
+    hello.role = proto::Role::kClient;
+    hello.client_id = "epoch-test";
+    hello.tenant_id = "default";
+    auto call = [&](uint16_t type, const auto& req, int64_t stamp) {
+      std::string frame = proto::EncodeFrame(type, 0, req);
+      proto::SetFrameEpoch(&frame, stamp);
+      return (*rpc)->Call(std::move(frame), absl::Seconds(5));
+    };
+    const uint16_t kHello = static_cast<uint16_t>(proto::MsgType::kHello);
+    auto hi = call(kHello, hello, 0);
+    ASSERT_TRUE(hi.ok()) << hi.status();
+    EXPECT_EQ(proto::FrameEpoch(*hi), epoch) << "the hello reply's header";
+    auto hello_rep = transport::RpcClient::ParseReply<proto::HelloReply>(*hi);
+    ASSERT_TRUE(hello_rep.ok()) << hello_rep.status();
+    EXPECT_EQ(static_cast<int64_t>(hello_rep->epoch), epoch) << "and its body agree";
+
+    const uint16_t kPutStart = static_cast<uint16_t>(proto::MsgType::kPutStart);
+    proto::PutStartRequest ps;
+    ps.replica_num = 1;
+    ps.entries.push_back({"epoch-key", 100});
+    auto wrong = call(kPutStart, ps, epoch + 1);
+    ASSERT_TRUE(wrong.ok()) << wrong.status();
+    auto refused = transport::RpcClient::ParseReply<proto::PutStartReply>(*wrong);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(ErrorReasonOf(refused.status()), ErrorReason::kNotLeader) << refused.status();
+    EXPECT_NE(refused.status().message().find(absl::StrCat("epoch ", epoch + 1)),
+              absl::string_view::npos)
+        << refused.status();
+    EXPECT_NE(refused.status().message().find(absl::StrCat("serves epoch ", epoch)),
+              absl::string_view::npos)
+        << refused.status();
+    // Nothing was admitted: the same put at the right epoch starts afresh, stamped.
+    auto right = call(kPutStart, ps, epoch);
+    ASSERT_TRUE(right.ok()) << right.status();
+    EXPECT_EQ(proto::FrameEpoch(*right), epoch);
+    auto started = transport::RpcClient::ParseReply<proto::PutStartReply>(*right);
+    ASSERT_TRUE(started.ok()) << started.status();
+    ASSERT_EQ(started->results.size(), 1u);
+  }
+  worker->reset();
 }
 
 TEST_F(HaMasterTest, CliAdminCommandsFollowTheActiveMasterThroughEtcd) {

@@ -425,6 +425,35 @@ TEST_F(InventoryRestoreTest, ASegmentWhoseReportNeverEndsIsAllocatableAfterItsDe
   EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "k", 100).status), absl::StatusCode::kOk);
 }
 
+// HA: a successor takes the previous leader's fencing margin off its quarantine (that leader
+// admitted nothing within the margin before its view disappeared), never below zero.
+TEST_F(InventoryRestoreTest, ATakeoverCreditsThePreviousLeadersFencingMargin) {
+  opts_.enable_ha = true;
+  opts_.etcd_endpoints = "127.0.0.1:2379";
+  Master m(opts_);
+  const int64_t full = opts_.WriteWindowMs() + opts_.restart_quarantine_margin_ms;
+  const int64_t t0 = m.clock.NowMs();
+  EXPECT_EQ(m.svc.BecomeActive(2, 500), t0 + full - 500);
+  SessionId n1 = m.Hello(proto::Role::kNode);
+  uint64_t s1 = m.Mount(n1, 1, true);
+  EXPECT_EQ(m.svc.InventoryReport(n1, ReportOf({}, s1)).restored, 0u);
+  SessionId c = m.Hello(proto::Role::kClient, "t");
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "k", 100).status), absl::StatusCode::kUnavailable);
+  m.clock.AdvanceMs(full - 500 - 1);
+  m.svc.Tick();
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "k", 100).status), absl::StatusCode::kUnavailable)
+      << "1 ms before the credited quarantine ends";
+  m.clock.AdvanceMs(1);
+  m.svc.Tick();
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "k", 100).status), absl::StatusCode::kOk);
+  // No credit (an older master's view, or none seen): the full window and margin. A credit
+  // larger than both ends the quarantine now, not before it.
+  const int64_t t1 = m.clock.NowMs();
+  EXPECT_EQ(m.svc.BecomeActive(3, 0), t1 + full);
+  EXPECT_EQ(m.svc.BecomeActive(4, 10 * full), t1);
+  EXPECT_EQ(m.svc.BecomeActive(5, -100), t1 + full);
+}
+
 // The rebuild rate (target: >= 1,000,000 objects/s; bench/ will carry the measurement). Run
 // by hand: master_inventory_restore_test --gtest_also_run_disabled_tests --gtest_filter=*Rate*
 TEST_F(InventoryRestoreTest, DISABLED_RebuildRate) {

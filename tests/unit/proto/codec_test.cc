@@ -413,9 +413,32 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x08\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
-      "\x08\x00\x00\x00\x88\x77\x66\x55\x44\x33\x22\x11"s;
+      "GRNY\x09\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+      "\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
+}
+
+// The epoch (HA) sits after body_len; SetFrameEpoch patches an encoded frame, FrameEpoch and
+// DecodeFrame read it back, and neither touches anything else.
+TEST(Frame, EpochIsPatchedAndReadBackWithoutTouchingTheRest) {
+  std::string f = EncodeFrame(Type(MsgType::kGet), 7, SampleKeys());
+  EXPECT_EQ(FrameEpoch(f), 0);
+  std::string g = f;
+  SetFrameEpoch(&g, 0x0102030405060708ll);
+  EXPECT_EQ(g.substr(kFrameEpochOffset, 8), "\x08\x07\x06\x05\x04\x03\x02\x01"s);
+  EXPECT_EQ(g.substr(0, kFrameEpochOffset), f.substr(0, kFrameEpochOffset));
+  EXPECT_EQ(g.substr(kFrameHeaderSize), f.substr(kFrameHeaderSize));
+  EXPECT_EQ(FrameEpoch(g), 0x0102030405060708ll);
+  absl::StatusOr<FrameView> d = DecodeFrame(g);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->header.epoch, 0x0102030405060708ll);
+  EXPECT_EQ(d->header.request_id, 7u);
+  // Too short to hold a header: left alone, read as 0.
+  std::string tiny = "GRNY";
+  SetFrameEpoch(&tiny, 5);
+  EXPECT_EQ(tiny, "GRNY");
+  EXPECT_EQ(FrameEpoch(tiny), 0);
 }
 
 TEST(Frame, EveryTruncatedPrefixOfEveryMessageIsRejected) {

@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/error_reason.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "proto/frame.h"
@@ -38,6 +40,9 @@ namespace {
 
 constexpr uint16_t kEcho = 0x7101;      // replied at once, on the progress thread
 constexpr uint16_t kDeferred = 0x7102;  // replied later, from another thread
+// Replied at once with the request's epoch as its body, the reply stamped with the epoch the
+// request's body names (a master's epoch, as the test wants it).
+constexpr uint16_t kEpochEcho = 0x7103;
 
 std::string Frame(uint16_t type, uint64_t request_id, absl::string_view body) {
   std::string out;
@@ -75,6 +80,13 @@ class TransportTest : public ::testing::Test {
       uint16_t reply_type = f.header.type | proto::kReplyBit;
       if (f.header.type == kEcho) {
         return Frame(reply_type, f.header.request_id, absl::StrCat("echo:", f.body));
+      }
+      if (f.header.type == kEpochEcho) {
+        std::string rep = Frame(reply_type, f.header.request_id, absl::StrCat(f.header.epoch));
+        int64_t stamp = 0;
+        EXPECT_TRUE(absl::SimpleAtoi(f.body, &stamp)) << f.body;
+        proto::SetFrameEpoch(&rep, stamp);
+        return rep;
       }
       // Deferred: a replier thread answers it.
       granary::MutexLock lock(&deferred_mu_);
@@ -177,6 +189,44 @@ TEST_F(TransportTest, ConcurrentCallsGetTheirOwnReplies) {
   for (int i = 0; i < kCalls; ++i) want.push_back(absl::StrCat("echo:a", i));
   std::sort(want.begin(), want.end());
   EXPECT_EQ(async_replies, want);
+}
+
+// HA fencing at the connection: once fenced at epoch 5, requests carry 5, and a reply is handed
+// on only with epoch 5 (or 0, a refusal) and not below the highest epoch seen anywhere.
+TEST_F(TransportTest, EpochFenceStampsRequestsAndRefusesRepliesOfAnotherEpoch) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto call = [&](int64_t stamp) {
+    return client->Call(Frame(kEpochEcho, 0, absl::StrCat(stamp)), absl::Seconds(10));
+  };
+  auto unfenced = call(7);
+  ASSERT_TRUE(unfenced.ok()) << unfenced.status() << ": no fence, any epoch passes";
+  EXPECT_EQ(BodyOf(*unfenced), "0") << "requests carry no epoch before the fence";
+
+  auto highest = std::make_shared<std::atomic<int64_t>>(5);
+  client->SetEpochFence(5, highest);
+  EXPECT_EQ(client->epoch(), 5);
+  auto same = call(5);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(BodyOf(*same), "5") << "the request carries the connection's epoch";
+  auto refusal = call(0);
+  EXPECT_TRUE(refusal.ok()) << refusal.status() << ": epoch 0 (a master's refusal) passes";
+  for (int64_t stale : {4, 6}) {
+    auto other = call(stale);
+    ASSERT_FALSE(other.ok()) << "a reply of epoch " << stale << " was handed on";
+    EXPECT_TRUE(absl::IsUnavailable(other.status())) << other.status();
+    EXPECT_EQ(ErrorReasonOf(other.status()), ErrorReason::kNotLeader) << other.status();
+    EXPECT_TRUE(absl::StrContains(other.status().message(), absl::StrCat("epoch ", stale)))
+        << other.status();
+  }
+  // A newer epoch seen on another connection: this one's replies are a deposed master's now.
+  highest->store(6);
+  auto deposed = call(5);
+  ASSERT_FALSE(deposed.ok());
+  EXPECT_EQ(ErrorReasonOf(deposed.status()), ErrorReason::kNotLeader) << deposed.status();
+  EXPECT_TRUE(absl::StrContains(deposed.status().message(), "highest epoch seen is 6"))
+      << deposed.status();
+  EXPECT_FALSE(client->broken()) << "a refused reply does not break the connection";
 }
 
 TEST_F(TransportTest, ServerDisconnectFailsPendingCallsAndLaterOnes) {
