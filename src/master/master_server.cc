@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   // Request times by type: what the master itself spends per call (decode, the service's work
   // under its locks, encode), without the network; a client's latency is this plus round trips.
   for (uint16_t t = static_cast<uint16_t>(proto::MsgType::kHello);
-       t <= static_cast<uint16_t>(proto::MsgType::kPush); ++t) {
+       t <= static_cast<uint16_t>(proto::MsgType::kInventoryReport); ++t) {
     const std::string name = proto::MsgTypeName(t);
     if (name == "Fetch" || name == "Push" || name == "Stat") continue;  // node calls / unused
     s->request_seconds_.resize(t + 1, nullptr);

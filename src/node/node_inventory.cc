@@ -72,17 +72,40 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
 std::vector<std::vector<proto::InventoryRecord>> NodeInventory::Report(
     const std::vector<uint64_t>& ids, size_t max_records, size_t max_bytes) {
   std::vector<std::vector<proto::InventoryRecord>> batches;
+  ReportCursor cursor = BeginReport();
+  while (true) {
+    std::vector<proto::InventoryRecord> batch = NextBatch(&cursor, ids, max_records, max_bytes);
+    if (batch.empty()) break;
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
+NodeInventory::ReportCursor NodeInventory::BeginReport() const {
+  ReportCursor c;
   granary::MutexLock lock(&mu_);
   // Per segment, in ascending offset order: the master's allocator reserves those in O(1).
-  std::vector<std::vector<uint64_t>> offsets(segments_->size());
-  for (const auto& [slot, e] : entries_) offsets[slot.first].push_back(slot.second);
+  c.offsets.resize(segments_->size());
+  for (const auto& [slot, e] : entries_) c.offsets[slot.first].push_back(slot.second);
+  for (std::vector<uint64_t>& v : c.offsets) std::sort(v.begin(), v.end());
+  return c;
+}
+
+std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
+                                                             const std::vector<uint64_t>& ids,
+                                                             size_t max_records, size_t max_bytes) {
+  std::vector<proto::InventoryRecord> batch;
   size_t bytes = 0;
-  for (size_t index = 0; index < offsets.size(); ++index) {
-    std::vector<uint64_t>& v = offsets[index];
-    std::sort(v.begin(), v.end());
+  granary::MutexLock lock(&mu_);
+  for (; c->index < c->offsets.size(); ++c->index, c->pos = 0) {
+    const size_t index = c->index;
+    const std::vector<uint64_t>& v = c->offsets[index];
     const uint64_t id = index < ids.size() ? ids[index] : 0;
-    for (uint64_t offset : v) {
+    for (; c->pos < v.size(); ++c->pos) {
+      if (batch.size() >= max_records || bytes >= max_bytes) return batch;
+      const uint64_t offset = v[c->pos];
       auto it = entries_.find(Slot{static_cast<uint32_t>(index), offset});
+      if (it == entries_.end()) continue;  // freed since BeginReport
       const Entry& e = it->second;
       const proto::AllocHeader h = ReadHeader(index, offset);
       if (!proto::CheckAllocHeader(h, e.generation, HashBytes(e.key), e.value_length).ok()) {
@@ -91,11 +114,7 @@ std::vector<std::vector<proto::InventoryRecord>> NodeInventory::Report(
         continue;
       }
       if (id == 0) continue;
-      if (batches.empty() || batches.back().size() >= max_records || bytes >= max_bytes) {
-        batches.emplace_back();
-        bytes = 0;
-      }
-      proto::InventoryRecord r;
+      proto::InventoryRecord& r = batch.emplace_back();
       r.op = proto::InventoryOp::kCommit;
       r.tenant = tenants_[e.tenant];
       r.key = e.key;
@@ -107,10 +126,9 @@ std::vector<std::vector<proto::InventoryRecord>> NodeInventory::Report(
       r.flags = e.flags;
       r.commit_ms = e.commit_ms;
       bytes += 64 + r.tenant.size() + r.key.size();
-      batches.back().push_back(std::move(r));
     }
   }
-  return batches;
+  return batch;
 }
 
 size_t NodeInventory::size() const {

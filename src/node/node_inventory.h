@@ -56,6 +56,20 @@ class NodeInventory {
   // dropped from the inventory and counted in mismatches().
   std::vector<std::vector<proto::InventoryRecord>> Report(const std::vector<uint64_t>& ids,
                                                           size_t max_records, size_t max_bytes);
+  // The same one batch at a time, so that a re-mount streams its report (the node builds the
+  // next batch while the master restores the last) and never holds the whole report in memory:
+  // BeginReport snapshots the slots in report order (8 bytes an entry); each NextBatch builds
+  // the next batch from the entries still there (empty: the report is complete). An entry
+  // changed or erased in between is skipped or reported as it is then.
+  struct ReportCursor {
+    std::vector<std::vector<uint64_t>> offsets;  // per segment, ascending
+    size_t index = 0;                            // segment
+    size_t pos = 0;                              // into offsets[index]
+  };
+  ReportCursor BeginReport() const;
+  std::vector<proto::InventoryRecord> NextBatch(ReportCursor* cursor,
+                                                const std::vector<uint64_t>& ids,
+                                                size_t max_records, size_t max_bytes);
   size_t size() const;
   uint64_t mismatches() const;
 

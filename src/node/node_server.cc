@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <future>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/escaping.h"
@@ -14,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/backoff.h"
+#include "common/clock.h"
 #include "common/error_reason.h"
 #include "common/etcd/master_view.h"
 #include "common/log.h"
@@ -33,6 +37,8 @@ constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
 constexpr uint32_t kSyncWaitMs = 500;
 // A report batch: bounded in records and key bytes, far below the frame limit.
 constexpr size_t kReportBatchBytes = 4u << 20;
+// Inventory report batches in flight at once during a re-mount.
+constexpr size_t kReportWindow = 4;
 
 std::string NumaText(int numa_node) {
   return numa_node < 0 ? ", NUMA node not bound" : absl::StrCat(", on NUMA node ", numa_node);
@@ -481,29 +487,74 @@ absl::Status NodeServer::ConnectAndMount() {
 }
 
 absl::Status NodeServer::ReportInventory() {
+  const int64_t t0 = MonotonicUs();
   const uint64_t mismatches_before = inventory_->mismatches();
-  std::vector<std::vector<proto::InventoryRecord>> batches =
-      inventory_->Report(service_->MountedIds(), proto::kMaxInventoryBatch, kReportBatchBytes);
-  const uint64_t dropped = inventory_->mismatches() - mismatches_before;
-  mismatches_->Inc(dropped);
-  if (batches.empty()) batches.emplace_back();  // the report still ends, with `last`
-  uint64_t sent = 0, restored = 0, rejected = 0;
-  for (size_t i = 0; i < batches.size(); ++i) {
-    proto::InventoryReportRequest req;
-    req.records = std::move(batches[i]);
-    req.last = i + 1 == batches.size();
-    sent += req.records.size();
-    GRANARY_ASSIGN_OR_RETURN(
-        proto::InventoryReportReply rep,
-        (master_->Invoke<proto::InventoryReportRequest, proto::InventoryReportReply>(
-            proto::MsgType::kInventoryReport, req, kRpcTimeout)));
+  const std::vector<uint64_t> ids = service_->MountedIds();
+  NodeInventory::ReportCursor cursor = inventory_->BeginReport();
+  // Streamed: up to kReportWindow batches in flight while the next is built, so the node's
+  // building and encoding overlap the master's restoring. The master handles one connection's
+  // requests in order; the last batch (which ends the report) still waits for every other
+  // batch's answer, so that nothing of the report is outstanding when the master ends it.
+  struct Pending {
+    std::promise<absl::StatusOr<std::string>> reply;
+  };
+  std::deque<std::shared_ptr<Pending>> in_flight;
+  uint64_t sent = 0, restored = 0, rejected = 0, batches = 0;
+  auto await_oldest = [&]() -> absl::Status {
+    std::shared_ptr<Pending> p = std::move(in_flight.front());
+    in_flight.pop_front();
+    auto fut = p->reply.get_future();
+    if (fut.wait_for(absl::ToChronoNanoseconds(kRpcTimeout)) != std::future_status::ready) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the master did not answer an inventory report batch within ",
+                       absl::FormatDuration(kRpcTimeout)));
+    }
+    absl::StatusOr<std::string> frame = fut.get();
+    if (!frame.ok()) return frame.status();
+    GRANARY_ASSIGN_OR_RETURN(proto::InventoryReportReply rep,
+                             transport::RpcClient::ParseReply<proto::InventoryReportReply>(*frame));
     restored += rep.restored;
     rejected += rep.rejected;
+    return absl::OkStatus();
+  };
+  int64_t build_us = MonotonicUs() - t0;
+  auto next_batch = [&] {
+    const int64_t b0 = MonotonicUs();
+    auto batch = inventory_->NextBatch(&cursor, ids, proto::kMaxInventoryBatch, kReportBatchBytes);
+    build_us += MonotonicUs() - b0;
+    return batch;
+  };
+  std::vector<proto::InventoryRecord> current = next_batch();
+  while (true) {
+    std::vector<proto::InventoryRecord> next;
+    if (!current.empty()) next = next_batch();
+    proto::InventoryReportRequest req;
+    req.last = next.empty();
+    req.records = std::move(current);
+    sent += req.records.size();
+    ++batches;
+    if (req.last) {
+      while (!in_flight.empty()) GRANARY_RETURN_IF_ERROR(await_oldest());
+    } else if (in_flight.size() >= kReportWindow) {
+      GRANARY_RETURN_IF_ERROR(await_oldest());
+    }
+    auto p = std::make_shared<Pending>();
+    in_flight.push_back(p);
+    master_->CallAsync(
+        proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kInventoryReport), 0, req),
+        [p](absl::StatusOr<std::string> frame) { p->reply.set_value(std::move(frame)); });
+    if (req.last) break;
+    current = std::move(next);
   }
+  GRANARY_RETURN_IF_ERROR(await_oldest());
+  const uint64_t dropped = inventory_->mismatches() - mismatches_before;
+  mismatches_->Inc(dropped);
   records_reported_->Inc(sent);
   inventory_entries_->Set(static_cast<double>(inventory_->size()));
   LOG_INFO << "reported " << sent << " inventory entr" << (sent == 1 ? "y" : "ies") << " to master "
-           << options_.master << ": " << restored << " restored, " << rejected << " refused; "
+           << options_.master << " in " << batches << " batch" << (batches == 1 ? "" : "es")
+           << " and " << (MonotonicUs() - t0) / 1000 << " ms (" << build_us / 1000
+           << " ms of it building them): " << restored << " restored, " << rejected << " refused; "
            << dropped << " dropped here (header mismatch)";
   return absl::OkStatus();
 }
