@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   }
   cb.on_request = [raw](transport::RpcServer::ConnId c, const proto::FrameView& f) {
     const int64_t t0 = MonotonicNs();
-    // The epoch the request is admitted at (read before Dispatch's own check of the lead).
+    // This master's epoch, stamped into the reply (read before Dispatch checks the lead).
     const int64_t epoch = raw->ServingEpoch();
     auto reply = raw->Dispatch(c, f);
     if (reply.has_value()) proto::SetFrameEpoch(&*reply, epoch);
@@ -340,12 +340,10 @@ void MasterServer::FlushPolls(bool all) {
   const int64_t epoch = ServingEpoch();
   for (const ParkedPoll& p : due) {
     proto::InventorySyncReply rep;
-    if (!IsActive()) {
-      // A master that lost the lead sends no more commands: its records stay queued, unsent.
-      rep.status = proto::WireStatus::From(
-          WithReason(absl::UnavailableError("NOT_LEADER: this master no longer leads"),
-                     ErrorReason::kNotLeader));
-    } else if (auto records = service_->TakeInventory(p.conn, p.acked, &rep.token); records.ok()) {
+    // Also once fenced: these records are of commits and frees decided while leading (a fenced
+    // master admits nothing), stamped with that epoch, so a node that has met the next leader
+    // drops them and one that has not keeps its inventory true to what was acknowledged.
+    if (auto records = service_->TakeInventory(p.conn, p.acked, &rep.token); records.ok()) {
       rep.records = std::move(*records);
     } else {
       rep.status = proto::WireStatus::From(records.status());

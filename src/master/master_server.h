@@ -44,9 +44,10 @@ class MasterServer {
   // Whether this master may admit mutating requests: always without HA; with HA, while it
   // leads (elected and within its lease, LeaderElection::Leading).
   bool IsActive() const { return election_ == nullptr || election_->Leading(); }
-  // The epoch this master admits requests at now: the election's while leading, 0 when it is
-  // not leading or runs without HA. Stamped into every reply frame it sends.
-  int64_t ServingEpoch() const { return election_ == nullptr ? 0 : election_->LeadingEpoch(); }
+  // The epoch stamped into every reply frame: that of this master's last election, also once
+  // fenced (what it sends then was decided while it led, or is a refusal), so that a client or
+  // node that has met a newer leader drops it. 0 without HA, or before a first election.
+  int64_t ServingEpoch() const { return election_ == nullptr ? 0 : election_->LastEpoch(); }
   // HA: a master that led and was fenced stops (Wait returns) with this set when it would
   // campaign again; its tables are stale, so main() restarts the process as a fresh standby.
   bool restart_requested() const { return restart_requested_.load(); }

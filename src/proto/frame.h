@@ -13,7 +13,8 @@ namespace granary::proto {
 //   i64 epoch
 // body_len must equal the bytes that follow and be at most kMaxFrameBody. epoch (HA): in a
 // request to a master, the epoch the sender's session was opened at (0: none); in a master's
-// reply, the epoch it admitted the request at (0: not leading, or no HA). Frames between
+// reply, the epoch of its last election, also once fenced (0: never elected, or no HA).
+// Frames between
 // clients and nodes carry 0.
 inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 2: HelloRequest.token; kShmOffer and kShmAttach. 3: WireStatus.reason (every reply).

@@ -74,8 +74,8 @@ class RpcClient {
   // HA fencing (a connection to a master whose hello reply said `epoch`): every request from
   // now on carries `epoch`, and a reply that carries another non-zero epoch, or one below
   // `*highest` (the highest epoch the owner has seen on any connection), is refused with
-  // UNAVAILABLE + NOT_LEADER instead of being handed on. Replies with epoch 0 (a master's
-  // refusals) pass. Call once the hello has been accepted, before other calls.
+  // UNAVAILABLE + NOT_LEADER instead of being handed on. Replies with epoch 0 (a standby that
+  // never led, refusing) pass. Call once the hello has been accepted, before other calls.
   void SetEpochFence(int64_t epoch, std::shared_ptr<const std::atomic<int64_t>> highest);
   int64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
 

@@ -86,6 +86,8 @@ class LeaderElection {
   bool Leading() const;
   // The epoch while Leading(), else 0.
   int64_t LeadingEpoch() const { return Leading() ? epoch_.load() : 0; }
+  // The epoch of this master's last election, also once fenced (0: never elected).
+  int64_t LastEpoch() const { return epoch_.load(); }
   // The active master as last seen (this one while leading).
   ViewInfo active_view() const;
   const std::string& view_key() const { return view_key_; }
