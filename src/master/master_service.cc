@@ -111,7 +111,19 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   auto id = [&]() -> absl::StatusOr<uint64_t> {
     GRANARY_RETURN_IF_ERROR(sessions_.Touch(sid, /*need_node=*/true));
     // A resumed segment takes no new put until its report is in, for at most one write window.
-    return segments_.Mount(req, sid, clock_->NowMs() + options_.put_start_timeout_ms);
+    // Past this master's own restart quarantine, a resumed mount is a node this master dropped
+    // (client_ttl of silence: a partition) coming back. Writes this master granted on it before
+    // the drop may still be under way, and cancelled tcp writes land when the link is back,
+    // retransmitted as late as the partition was long (the 30-minute soak saw them land on
+    // reused space): its unreported space stays quarantined for the write window + margin +
+    // client_ttl after this mount.
+    const int64_t now = clock_->NowMs();
+    const int64_t after_partition = now >= segments_.quarantine_until()
+                                        ? now + options_.WriteWindowMs() +
+                                              options_.restart_quarantine_margin_ms +
+                                              options_.client_ttl_ms
+                                        : 0;
+    return segments_.Mount(req, sid, now + options_.put_start_timeout_ms, after_partition);
   }();
   if (!id.ok()) {
     rep.status = WireStatus::From(id.status());

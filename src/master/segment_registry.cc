@@ -30,7 +30,8 @@ SegmentRegistry::SegmentRegistry() {
 }
 
 absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest& req,
-                                                uint64_t session, int64_t restore_deadline_ms) {
+                                                uint64_t session, int64_t restore_deadline_ms,
+                                                int64_t quarantine_until_ms) {
   if (req.size < proto::kAllocAlignment * 2) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' is ", req.size,
                                                    " bytes; the minimum is ",
@@ -92,6 +93,7 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
   s.restoring = req.resumed;
   s.restore_deadline_ms = restore_deadline_ms;
+  s.quarantine_until_ms = req.resumed ? quarantine_until_ms : 0;
   if (!req.pool.empty()) pools_seen_.insert(PoolKey(req.pool, req.tier));
   RebuildOrderLocked();
   return id;
@@ -129,7 +131,7 @@ absl::StatusOr<Placement> SegmentRegistry::Reserve(uint64_t segment_id, uint64_t
 uint64_t SegmentRegistry::FinishRestoreLocked(Segment& s, int64_t now_ms) {
   if (!s.restoring) return 0;
   s.restoring = false;
-  if (now_ms >= quarantine_until_ms_) return 0;
+  if (now_ms >= QuarantineEndLocked(s)) return 0;
   uint64_t bytes = 0;
   for (const auto& a : s.alloc->TakeAllFree()) {
     bytes += a.size;
@@ -151,7 +153,7 @@ uint64_t SegmentRegistry::Expire(int64_t now_ms) {
   uint64_t released = 0;
   for (auto& [id, s] : segments_) {
     if (s.restoring && now_ms >= s.restore_deadline_ms) FinishRestoreLocked(s, now_ms);
-    if (s.quarantined == 0 || now_ms < quarantine_until_ms_) continue;
+    if (s.quarantined == 0 || now_ms < QuarantineEndLocked(s)) continue;
     for (const auto& a : s.quarantine) s.alloc->Free(a);
     released += s.quarantined;
     s.quarantine.clear();

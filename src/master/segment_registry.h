@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,13 +49,21 @@ class SegmentRegistry {
   // segment (req.resumed: it may hold objects of a previous master session) is *restoring*:
   // nothing is allocated in it until FinishRestore, or until restore_deadline_ms passes
   // (Expire), so that no new put lands on an object its node is still reporting.
+  // A resumed segment's unreported space is quarantined (FinishRestore) until the later of
+  // SetQuarantineUntil's time and `quarantine_until_ms`: a node that re-mounts after a
+  // partition may still receive late writes granted before the master dropped it.
   [[nodiscard]] absl::StatusOr<uint64_t> Mount(const proto::MountSegmentRequest& req,
                                                uint64_t session,
-                                               int64_t restore_deadline_ms = INT64_MAX);
+                                               int64_t restore_deadline_ms = INT64_MAX,
+                                               int64_t quarantine_until_ms = 0);
   // Space of restoring segments that no inventory reported stays out of allocation until this
   // time (the master's start + the write window + a margin; 0: no quarantine). Set once, before
   // anything mounts.
   void SetQuarantineUntil(int64_t ms);
+  int64_t quarantine_until() const {
+    granary::MutexLock lock(&mu_);
+    return quarantine_until_ms_;
+  }
 
   // --- Restore (a master rebuilding from node inventories).
   // Reserves [offset, offset + size) of a segment that `session` mounted: the range a reported
@@ -135,10 +144,15 @@ class SegmentRegistry {
     std::unique_ptr<OffsetAllocator> alloc;
     bool restoring = false;  // resumed, its inventory not yet complete: not allocatable
     int64_t restore_deadline_ms = INT64_MAX;
-    std::vector<OffsetAllocator::Allocation> quarantine;  // until quarantine_until_ms_
+    // Until max(quarantine_until_ms_, this), for a resumed segment.
+    int64_t quarantine_until_ms = 0;
+    std::vector<OffsetAllocator::Allocation> quarantine;  // until QuarantineEndLocked
     uint64_t quarantined = 0;
   };
   uint64_t FinishRestoreLocked(Segment& s, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t QuarantineEndLocked(const Segment& s) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return std::max(quarantine_until_ms_, s.quarantine_until_ms);
+  }
   // Adds one segment's figures to `t`.
   void AddLocked(const Segment& s, Totals* t) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t quarantine_until_ms_ ABSL_GUARDED_BY(mu_) = 0;

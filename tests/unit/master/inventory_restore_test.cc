@@ -425,6 +425,42 @@ TEST_F(InventoryRestoreTest, ASegmentWhoseReportNeverEndsIsAllocatableAfterItsDe
   EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "k", 100).status), absl::StatusCode::kOk);
 }
 
+// A node this master dropped (a partition past client_ttl) and that re-mounts later: writes
+// granted before the drop may still land (cancelled tcp writes retransmitted when the link is
+// back), so its unreported space is quarantined for window + margin + client_ttl after the
+// re-mount, not reused at once. (The 30-minute soak read wrong bytes before this.)
+TEST_F(InventoryRestoreTest, ANodeBackFromAPartitionIsQuarantinedAgainstLateWriters) {
+  Master m(opts_);
+  m.clock.AdvanceMs(opts_.WriteWindowMs() + opts_.restart_quarantine_margin_ms + 1);
+  m.svc.Tick();  // the master's own restart quarantine is over
+  SessionId n1 = m.Hello(proto::Role::kNode);
+  m.Mount(n1, 1, false);
+  SessionId c = m.Hello(proto::Role::kClient, "t");
+  auto granted = test_calls::PutStart(m.svc, c, "late-writer", 5000);
+  ASSERT_EQ(Code(granted.status), absl::StatusCode::kOk) << granted.status.message;
+  m.svc.SessionClosed(n1);  // dropped: its allocations and the grant are gone here
+  m.clock.AdvanceMs(1500);
+  SessionId n2 = m.Hello(proto::Role::kNode);
+  const uint64_t s2 = m.Mount(n2, 1, true);
+  EXPECT_EQ(m.svc.InventoryReport(n2, ReportOf({}, s2)).restored, 0u);
+  const int64_t quarantine =
+      opts_.WriteWindowMs() + opts_.restart_quarantine_margin_ms + opts_.client_ttl_ms;
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "new", 5000).status),
+            absl::StatusCode::kUnavailable);
+  for (int64_t left = quarantine - 1; left > 0; left -= 1000) {
+    m.clock.AdvanceMs(std::min<int64_t>(left, 1000));
+    (void)m.svc.Heartbeat(n2, proto::HeartbeatRequest{});  // the node stays alive
+    m.svc.Tick();
+  }
+  c = m.Hello(proto::Role::kClient, "t");  // the first one's session ran out meanwhile
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "new", 5000).status),
+            absl::StatusCode::kUnavailable)
+      << "1 ms before the quarantine of the re-mounted segment ends";
+  m.clock.AdvanceMs(1);
+  m.svc.Tick();
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "new", 5000).status), absl::StatusCode::kOk);
+}
+
 // HA: a successor takes the previous leader's fencing margin off its quarantine (that leader
 // admitted nothing within the margin before its view disappeared), never below zero.
 TEST_F(InventoryRestoreTest, ATakeoverCreditsThePreviousLeadersFencingMargin) {
