@@ -86,6 +86,13 @@ void MasterService::SessionClosed(SessionId sid) {
              << " allocation(s) it had in flight";
   }
   if (s->role == proto::Role::kNode) {
+    {
+      granary::MutexLock lock(&dropped_mu_);
+      // Past 15 minutes an entry no longer lengthens a quarantine (MountSegment): forget it.
+      const int64_t stale = clock_->NowMs() - 15 * 60'000;
+      absl::erase_if(dropped_nodes_, [&](const auto& e) { return e.second < stale; });
+      dropped_nodes_[s->client_id] = s->last_seen_ms;
+    }
     std::vector<uint64_t> ids = segments_.SegmentsOf(sid);
     if (!ids.empty()) {
       LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size() << " segment(s)";
@@ -116,13 +123,22 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     // the drop may still be under way, and cancelled tcp writes land when the link is back,
     // retransmitted as late as the partition was long (the 30-minute soak saw them land on
     // reused space): its unreported space stays quarantined for the write window + margin +
-    // client_ttl after this mount.
+    // client_ttl after this mount, and longer by as long as the node was gone (a retransmission
+    // comes up to about that long after the link returns; capped at 15 minutes, when Linux has
+    // given up retransmitting: tcp_retries2).
     const int64_t now = clock_->NowMs();
-    const int64_t after_partition = now >= segments_.quarantine_until()
-                                        ? now + options_.WriteWindowMs() +
-                                              options_.restart_quarantine_margin_ms +
-                                              options_.client_ttl_ms
-                                        : 0;
+    int64_t gone_ms = options_.client_ttl_ms;
+    {
+      granary::MutexLock lock(&dropped_mu_);
+      if (auto it = dropped_nodes_.find(req.node_id); it != dropped_nodes_.end()) {
+        gone_ms = std::clamp<int64_t>(now - it->second, options_.client_ttl_ms, 15 * 60'000);
+        if (!req.resumed) dropped_nodes_.erase(it);
+      }
+    }
+    const int64_t after_partition =
+        now >= segments_.quarantine_until()
+            ? now + options_.WriteWindowMs() + options_.restart_quarantine_margin_ms + gone_ms
+            : 0;
     return segments_.Mount(req, sid, now + options_.put_start_timeout_ms, after_partition);
   }();
   if (!id.ok()) {

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "master/copy_coordinator.h"
 #include "master/eviction.h"
 #include "master/inventory_outbox.h"
@@ -173,6 +175,11 @@ class MasterService {
   ObjectStore objects_;
   CopyCoordinator copies_;
   InventoryRestore restore_;
+  // Node id -> when the node's session was last heard from, for node sessions this master
+  // dropped (a partition or a death): how long a node that comes back was gone. Bounded by
+  // the nodes seen; an entry goes when the node mounts again.
+  granary::Mutex dropped_mu_;
+  absl::flat_hash_map<std::string, int64_t> dropped_nodes_ ABSL_GUARDED_BY(dropped_mu_);
   MetricGauge* quarantined_bytes_;
 };
 
