@@ -132,7 +132,6 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
       granary::MutexLock lock(&dropped_mu_);
       if (auto it = dropped_nodes_.find(req.node_id); it != dropped_nodes_.end()) {
         gone_ms = std::clamp<int64_t>(now - it->second, options_.client_ttl_ms, 15 * 60'000);
-        if (!req.resumed) dropped_nodes_.erase(it);
       }
     }
     const int64_t after_partition =

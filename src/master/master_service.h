@@ -176,8 +176,8 @@ class MasterService {
   CopyCoordinator copies_;
   InventoryRestore restore_;
   // Node id -> when the node's session was last heard from, for node sessions this master
-  // dropped (a partition or a death): how long a node that comes back was gone. Bounded by
-  // the nodes seen; an entry goes when the node mounts again.
+  // dropped (a partition or a death): how long a node that comes back was gone. Entries older
+  // than 15 minutes (which no longer lengthen a quarantine) are pruned at each drop.
   granary::Mutex dropped_mu_;
   absl::flat_hash_map<std::string, int64_t> dropped_nodes_ ABSL_GUARDED_BY(dropped_mu_);
   MetricGauge* quarantined_bytes_;
