@@ -143,7 +143,8 @@ bool CopyCoordinator::AbortCopy(const std::string& tk, uint64_t generation, cons
     pc = it->second;
     copies_.erase(it);
   }
-  segments_->Free(pc.dest);
+  // The destination node's fetch may still land (MasterOptions::aborted_put_hold_ms).
+  segments_->FreeAfter({pc.dest}, clock_->NowMs(), options_.AbortedPutHoldMs());
   ledger_->Refund(TenantOfKey(tk), pc.dest.size);
   ReleaseLease(tk, pc.object_generation, pc.lease_until);
   LOG_DEBUG << "copy aborted (" << why << ")";

@@ -59,7 +59,21 @@ InventoryRestore::InventoryRestore(const MasterOptions& options, Clock* clock,
           "Keys reported at two generations; the older one was dropped at its node")),
       quarantined_(metrics->Counter(
           "granary_master_quarantined_bytes_total",
-          "Bytes of re-mounted segments quarantined because no inventory reported them")) {}
+          "Bytes of re-mounted segments quarantined because no inventory reported them")),
+      unheld_(metrics->Counter(
+          "granary_master_inventory_unheld_total",
+          "Records refused from a node back from a partition: not on it when it was dropped")) {}
+
+void InventoryRestore::Forget(uint64_t session) {
+  granary::MutexLock lock(&expect_mu_);
+  expected_.erase(session);
+}
+
+void InventoryRestore::ExpectOnly(uint64_t session,
+                                  std::shared_ptr<const absl::flat_hash_set<uint64_t>> held) {
+  granary::MutexLock lock(&expect_mu_);
+  expected_[session] = std::move(held);
+}
 
 uint64_t InventoryRestore::SeedAccess(uint64_t commit_ms) {
   // Unique unless 2^20 records of one commit millisecond are restored in between; then two
@@ -72,11 +86,18 @@ uint64_t InventoryRestore::SeedAccess(uint64_t commit_ms) {
 }
 
 absl::Status InventoryRestore::RestoreOne(uint64_t session, const proto::InventoryRecord& r,
-                                          int64_t now) {
+                                          int64_t now, const absl::flat_hash_set<uint64_t>* held) {
   if (absl::Status st = CheckRecord(r); !st.ok()) return st;
   const std::string tk = TableKey(r.tenant, r.key);
   InventoryOutbox* out = shards_->outbox();
   const Placement reported{r.segment_id, r.offset, r.alloc_size, 0};
+  if (held != nullptr && !held->contains(r.generation)) {
+    unheld_->Inc();
+    if (out != nullptr) out->FreedReplica(tk, r.generation, reported);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key '", r.key, "' generation ", r.generation,
+        " was not on this node when the master dropped it (removed or replaced since)"));
+  }
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
   granary::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
@@ -143,8 +164,16 @@ proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
   proto::InventoryReportReply rep;
   const int64_t now = clock_->NowMs();
   absl::Status first_error;
+  std::shared_ptr<const absl::flat_hash_set<uint64_t>> held;
+  {
+    granary::MutexLock lock(&expect_mu_);
+    if (auto it = expected_.find(session); it != expected_.end()) {
+      held = it->second;
+      if (req.last) expected_.erase(it);
+    }
+  }
   for (const proto::InventoryRecord& r : req.records) {
-    absl::Status st = RestoreOne(session, r, now);
+    absl::Status st = RestoreOne(session, r, now, held.get());
     if (st.ok()) {
       ++rep.restored;
     } else {

@@ -2,10 +2,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "master/master_options.h"
 #include "master/object.h"
 #include "master/object_shards.h"
@@ -42,10 +46,22 @@ class InventoryRestore {
   // session mounted.
   proto::InventoryReportReply Report(uint64_t session, const proto::InventoryReportRequest& req);
 
+  // Node session `session` is a node this master dropped (a partition) coming back: restore
+  // only the objects it held when it was dropped (`held`: their generations), until its report
+  // ends. Anything else it reports was removed or replaced meanwhile, and its bytes cannot be
+  // trusted: the free record may never have reached the node (records queued for a dropped
+  // node are forgotten), and the space may have been reused, inside the old object, by a put
+  // whose commit record did not reach it either; restoring the old object would then serve
+  // the new one's bytes under a valid header. Such a record is refused and its node told to
+  // drop it (a free record, which also invalidates the header); its space stays quarantined.
+  void ExpectOnly(uint64_t session, std::shared_ptr<const absl::flat_hash_set<uint64_t>> held);
+  // The session is gone (its report may not have ended).
+  void Forget(uint64_t session);
+
  private:
   // OK when the record was restored; otherwise why not (the record is then counted rejected).
   [[nodiscard]] absl::Status RestoreOne(uint64_t session, const proto::InventoryRecord& r,
-                                        int64_t now);
+                                        int64_t now, const absl::flat_hash_set<uint64_t>* held);
   // The LRU ordinal of a record committed at commit_ms: commit order, with later accesses after
   // every restored one.
   uint64_t SeedAccess(uint64_t commit_ms);
@@ -60,6 +76,10 @@ class InventoryRestore {
   MetricCounter* rejected_;
   MetricCounter* conflicts_;
   MetricCounter* quarantined_;
+  MetricCounter* unheld_;
+  granary::Mutex expect_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const absl::flat_hash_set<uint64_t>>> expected_
+      ABSL_GUARDED_BY(expect_mu_);
 };
 
 }  // namespace granary::master

@@ -24,6 +24,9 @@ DEFINE_int64(write_window_ms, 0,
 DEFINE_int64(restart_quarantine_margin_ms, 500,
              "After a restart or takeover, unreported space of re-mounted segments stays unused "
              "for the write window plus this margin (late writers of the previous master)");
+DEFINE_int64(aborted_put_hold_ms, -1,
+             "How long the space of a put aborted before its commit stays unused (cancelled tcp "
+             "writes may still land); -1: 2 x client_ttl + restart_quarantine_margin_ms");
 DEFINE_double(put_start_timeout_sec, 30,
               "Seconds an allocation may stay uncommitted before it is freed");
 DEFINE_uint64(default_kv_lease_ttl, 5000, "Read lease granted by Get, in milliseconds");
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
   o.put_start_timeout_ms = static_cast<int64_t>(FLAGS_put_start_timeout_sec * 1000);
   o.write_window_ms = FLAGS_write_window_ms;
   o.restart_quarantine_margin_ms = FLAGS_restart_quarantine_margin_ms;
+  o.aborted_put_hold_ms = FLAGS_aborted_put_hold_ms;
   o.kv_lease_ttl_ms = static_cast<int64_t>(FLAGS_default_kv_lease_ttl);
   o.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;
   o.eviction_ratio = FLAGS_eviction_ratio;

@@ -19,6 +19,10 @@ absl::Status MasterOptions::Validate() const {
     return bad("--restart_quarantine_margin_ms must not be negative, got ",
                restart_quarantine_margin_ms);
   }
+  if (aborted_put_hold_ms < -1) {
+    return bad("--aborted_put_hold_ms must be -1 (2 x client_ttl + margin), 0 or more, got ",
+               aborted_put_hold_ms);
+  }
   if (kv_lease_ttl_ms <= 0)
     return bad("--default_kv_lease_ttl must be positive, got ", kv_lease_ttl_ms);
   if (!(eviction_high_watermark_ratio > 0 && eviction_high_watermark_ratio <= 1)) {

@@ -38,6 +38,17 @@ struct MasterOptions {
   // stays out of allocation until start + the write window (the last moment a client of the
   // previous master may write) + this margin (clock drift, a transfer being cancelled).
   int64_t restart_quarantine_margin_ms = 500;
+  // The space of a put (or copy) aborted before its commit (revoked, past its deadline, its
+  // writer's session gone) stays out of allocation this long before it is reused: writes the
+  // writer cancelled can still be queued in a tcp socket and land when a stalled link comes
+  // back, which takes up to about twice as long as the link was down. A link down for longer
+  // than client_ttl gets its node dropped and re-mounted with a quarantine of its own; so the
+  // default, -1, holds for 2 x client_ttl + restart_quarantine_margin_ms. 0 frees at once.
+  int64_t aborted_put_hold_ms = -1;
+  int64_t AbortedPutHoldMs() const {
+    return aborted_put_hold_ms >= 0 ? aborted_put_hold_ms
+                                    : 2 * client_ttl_ms + restart_quarantine_margin_ms;
+  }
   int64_t WriteWindowMs() const {
     return write_window_ms > 0 ? write_window_ms : std::min<int64_t>(2'000, put_start_timeout_ms);
   }

@@ -34,7 +34,9 @@ MasterService::MasterService(const MasterOptions& options, Clock* clock, Metrics
       restore_(options_, clock, metrics, &shards_, &segments_, &ledger_),
       quarantined_bytes_(metrics->Gauge(
           "granary_master_quarantined_bytes",
-          "Bytes of re-mounted segments out of allocation until the restart's write window ends")) {
+          "Bytes out of allocation for a while: unreported space of re-mounted segments until the "
+          "write window after the mount ends, and space of aborted puts held against their late "
+          "writes")) {
   shards_.set_outbox(&outbox_);
   // Any write granted by a previous master ended within the write window of its PutStart: until
   // then, space that no inventory reports may still be written by a late writer of that master.
@@ -86,24 +88,33 @@ void MasterService::SessionClosed(SessionId sid) {
              << " allocation(s) it had in flight";
   }
   if (s->role == proto::Role::kNode) {
-    {
-      granary::MutexLock lock(&dropped_mu_);
-      // Past 15 minutes an entry no longer lengthens a quarantine (MountSegment): forget it.
-      const int64_t stale = clock_->NowMs() - 15 * 60'000;
-      absl::erase_if(dropped_nodes_, [&](const auto& e) { return e.second < stale; });
-      dropped_nodes_[s->client_id] = s->last_seen_ms;
-    }
+    restore_.Forget(sid);
     std::vector<uint64_t> ids = segments_.SegmentsOf(sid);
+    // Node ids as its segments name them (the hello's client id is the same for granary_node).
+    absl::flat_hash_set<std::string> node_ids{s->client_id};
+    for (uint64_t id : ids) {
+      if (auto info = segments_.Find(id)) node_ids.insert(info->node_id);
+    }
+    auto held = std::make_shared<absl::flat_hash_set<uint64_t>>();
     if (!ids.empty()) {
       LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size() << " segment(s)";
-      DropSegments(ids);
+      *held = DropSegments(ids);
+    }
+    granary::MutexLock lock(&dropped_mu_);
+    // Past 15 minutes an entry no longer lengthens a quarantine (MountSegment): forget it.
+    const int64_t stale = clock_->NowMs() - 15 * 60'000;
+    absl::erase_if(dropped_nodes_, [&](const auto& e) { return e.second.last_seen_ms < stale; });
+    for (const std::string& node : node_ids) {
+      dropped_nodes_[node] = DroppedNode{s->last_seen_ms, held};
     }
   }
 }
 
-void MasterService::DropSegments(const std::vector<uint64_t>& segment_ids) {
-  objects_.DropSegments(segment_ids);
+absl::flat_hash_set<uint64_t> MasterService::DropSegments(
+    const std::vector<uint64_t>& segment_ids) {
+  absl::flat_hash_set<uint64_t> held = objects_.DropSegments(segment_ids);
   RescaleQuotas();
+  return held;
 }
 
 void MasterService::RescaleQuotas() {
@@ -126,12 +137,21 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     // client_ttl after this mount, and longer by as long as the node was gone (a retransmission
     // comes up to about that long after the link returns; capped at 15 minutes, when Linux has
     // given up retransmitting: tcp_retries2).
+    // Its report may then restore only what it held when it was dropped (ExpectOnly).
     const int64_t now = clock_->NowMs();
     int64_t gone_ms = options_.client_ttl_ms;
     {
       granary::MutexLock lock(&dropped_mu_);
+      const bool known = !mounted_nodes_.insert(req.node_id).second;
       if (auto it = dropped_nodes_.find(req.node_id); it != dropped_nodes_.end()) {
-        gone_ms = std::clamp<int64_t>(now - it->second, options_.client_ttl_ms, 15 * 60'000);
+        gone_ms =
+            std::clamp<int64_t>(now - it->second.last_seen_ms, options_.client_ttl_ms, 15 * 60'000);
+        if (req.resumed && it->second.held) restore_.ExpectOnly(sid, it->second.held);
+      } else if (known && req.resumed) {
+        // Dropped more than 15 minutes ago (or unmounted): nothing it holds is known to be
+        // current.
+        gone_ms = 15 * 60'000;
+        restore_.ExpectOnly(sid, std::make_shared<absl::flat_hash_set<uint64_t>>());
       }
     }
     const int64_t after_partition =
@@ -274,8 +294,8 @@ std::vector<SessionId> MasterService::Tick() {
     SessionClosed(sid);
   }
   if (uint64_t released = segments_.Expire(now); released > 0) {
-    LOG_INFO << "the restart's write window has passed: " << FormatSize(released)
-             << " of quarantined space is allocatable again";
+    LOG_INFO << FormatSize(released)
+             << " of quarantined or held space is allocatable again (its late writes are past)";
   }
   quarantined_bytes_->Set(static_cast<double>(segments_.totals().quarantined));
   evictor_.EvictAboveWatermark();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -154,8 +155,9 @@ class MasterService {
   // Resolves the session's tenant and runs f(tenant), or answers with the session's error.
   template <typename Reply, typename F>
   Reply ForTenant(SessionId sid, F&& f);
-  // Unmounts segments, drops their replicas and rescales the quotas.
-  void DropSegments(const std::vector<uint64_t>& segment_ids);
+  // Unmounts segments, drops their replicas and rescales the quotas. Returns the generations of
+  // the complete objects that had a replica there (ObjectStore::DropSegments).
+  absl::flat_hash_set<uint64_t> DropSegments(const std::vector<uint64_t>& segment_ids);
   // After a mount or unmount: the shared capacity and the pooled tenants to the ledger.
   void RescaleQuotas();
 
@@ -175,11 +177,19 @@ class MasterService {
   ObjectStore objects_;
   CopyCoordinator copies_;
   InventoryRestore restore_;
-  // Node id -> when the node's session was last heard from, for node sessions this master
-  // dropped (a partition or a death): how long a node that comes back was gone. Entries older
-  // than 15 minutes (which no longer lengthen a quarantine) are pruned at each drop.
+  // Node sessions this master dropped (a partition or a death), by node id: when the node was
+  // last heard from (how long one that comes back was gone) and the generations of the objects
+  // it held then (the only ones its report may restore: InventoryRestore::ExpectOnly). Entries
+  // older than 15 minutes are pruned at each drop; a node id in mounted_nodes_ without an entry
+  // then restores nothing.
+  struct DroppedNode {
+    int64_t last_seen_ms = 0;
+    std::shared_ptr<const absl::flat_hash_set<uint64_t>> held;
+  };
   granary::Mutex dropped_mu_;
-  absl::flat_hash_map<std::string, int64_t> dropped_nodes_ ABSL_GUARDED_BY(dropped_mu_);
+  absl::flat_hash_map<std::string, DroppedNode> dropped_nodes_ ABSL_GUARDED_BY(dropped_mu_);
+  // Every node id that mounted a segment at this master (a node process has one id).
+  absl::flat_hash_set<std::string> mounted_nodes_ ABSL_GUARDED_BY(dropped_mu_);
   MetricGauge* quarantined_bytes_;
 };
 

@@ -215,7 +215,8 @@ bool ObjectStore::AbortPut(const std::string& tk, uint64_t generation, const cha
     sh.objects.erase(it);
     --sh.processing;
   }
-  segments_->Free(freed);
+  // Its writes may still land (options.h, aborted_put_hold_ms); its tenant is refunded now.
+  segments_->FreeAfter(freed, clock_->NowMs(), options_.AbortedPutHoldMs());
   ledger_->Refund(TenantOfKey(tk), PlacedBytes(freed));
   sessions_->ForgetInFlight(writer, tk);
   LOG_DEBUG << "put aborted (" << why << "), generation " << generation;
@@ -253,7 +254,7 @@ void ObjectStore::FreeInFlight(SessionId sid, const std::vector<std::string>& ta
       sh.objects.erase(it);
       --sh.processing;
     }
-    segments_->Free(freed);
+    segments_->FreeAfter(freed, clock_->NowMs(), options_.AbortedPutHoldMs());
     ledger_->Refund(TenantOfKey(k), PlacedBytes(freed));
     counters_->put_revoke->Inc();
   }
@@ -445,8 +446,9 @@ proto::LookupPrefixReply ObjectStore::LookupPrefix(const std::string& tenant,
   return rep;
 }
 
-void ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
+absl::flat_hash_set<uint64_t> ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
   absl::flat_hash_set<uint64_t> gone(ids.begin(), ids.end());
+  absl::flat_hash_set<uint64_t> held;
   for (uint64_t id : ids) {
     segments_->Unmount(id);
     if (InventoryOutbox* out = shards_->outbox()) out->Forget(id);
@@ -464,6 +466,7 @@ void ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
       for (auto p = end; p != r.end(); ++p) dropped += p->size;
       r.erase(end, r.end());
       if (dropped > 0) {
+        if (o.state == ObjectState::kComplete) held.insert(o.generation);
         const std::string tenant = TenantOfKey(it->first);
         if (o.state == ObjectState::kProcessing) {
           ledger_->Refund(tenant, dropped);  // its writer's PutEnd commits what is left
@@ -486,6 +489,7 @@ void ObjectStore::DropSegments(const std::vector<uint64_t>& ids) {
     counters_->lost->Inc(lost);
     LOG_WARN << lost << " object(s) lost with their only replica(s)";
   }
+  return held;
 }
 
 void ObjectStore::Count(uint64_t* objects, uint64_t* processing) const {

@@ -53,7 +53,9 @@ class ObjectStore {
   // A writer's session ended: frees its puts still in progress on these table keys.
   void FreeInFlight(SessionId sid, const std::vector<std::string>& table_keys);
   // Unmounts segments and drops the replicas on them; objects left with none are lost.
-  void DropSegments(const std::vector<uint64_t>& segment_ids);
+  // Returns the generations of the complete objects that had a replica there: what the node
+  // held as far as this master knows (InventoryRestore::ExpectOnly, when it comes back).
+  absl::flat_hash_set<uint64_t> DropSegments(const std::vector<uint64_t>& segment_ids);
   // Objects in the table, and those with a put in progress.
   void Count(uint64_t* objects, uint64_t* processing) const;
 

@@ -153,6 +153,16 @@ uint64_t SegmentRegistry::Expire(int64_t now_ms) {
   uint64_t released = 0;
   for (auto& [id, s] : segments_) {
     if (s.restoring && now_ms >= s.restore_deadline_ms) FinishRestoreLocked(s, now_ms);
+    if (!s.held.empty()) {
+      auto due = std::stable_partition(s.held.begin(), s.held.end(),
+                                       [&](const auto& h) { return h.first > now_ms; });
+      for (auto it = due; it != s.held.end(); ++it) {
+        s.alloc->Free(it->second);
+        released += it->second.size;
+        s.held_bytes -= it->second.size;
+      }
+      s.held.erase(due, s.held.end());
+    }
     if (s.quarantined == 0 || now_ms < QuarantineEndLocked(s)) continue;
     for (const auto& a : s.quarantine) s.alloc->Free(a);
     released += s.quarantined;
@@ -300,6 +310,16 @@ std::optional<proto::SegmentInfo> SegmentRegistry::Find(uint64_t segment_id) con
   return it->second.info;
 }
 
+void SegmentRegistry::FreeLater(const Placements& ps, int64_t at_ms) {
+  granary::MutexLock lock(&mu_);
+  for (const auto& p : ps) {
+    auto it = segments_.find(p.segment_id);
+    if (it == segments_.end()) continue;
+    it->second.held.emplace_back(at_ms, AllocationOf(p));
+    it->second.held_bytes += p.size;
+  }
+}
+
 void SegmentRegistry::Free(const Placement& p) {
   granary::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);
@@ -331,8 +351,8 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
   Totals t;
   for (const auto& [id, s] : segments_) {
     t.capacity += s.info.size;
-    t.used += s.alloc->used_bytes() - s.quarantined;
-    t.quarantined += s.quarantined;
+    t.used += s.alloc->used_bytes() - s.quarantined - s.held_bytes;
+    t.quarantined += s.quarantined + s.held_bytes;
   }
   t.segments = segments_.size();
   return t;
@@ -340,8 +360,8 @@ SegmentRegistry::Totals SegmentRegistry::totals() const {
 
 void SegmentRegistry::AddLocked(const Segment& s, Totals* t) const {
   t->capacity += s.info.size;
-  t->used += s.alloc->used_bytes() - s.quarantined;
-  t->quarantined += s.quarantined;
+  t->used += s.alloc->used_bytes() - s.quarantined - s.held_bytes;
+  t->quarantined += s.quarantined + s.held_bytes;
   ++t->segments;
 }
 
@@ -379,7 +399,7 @@ std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
   std::vector<proto::SegmentInfo> out;
   for (const auto& [id, s] : segments_) {
     out.push_back(s.info);
-    out.back().used = s.alloc->used_bytes() - s.quarantined;
+    out.back().used = s.alloc->used_bytes() - s.quarantined - s.held_bytes;
   }
   return out;
 }

@@ -40,8 +40,10 @@ class SegmentRegistry {
   SegmentRegistry();
   struct Totals {
     uint64_t capacity = 0;
-    uint64_t used = 0;         // held by objects and puts (quarantined space is not "used")
-    uint64_t quarantined = 0;  // unreported space of re-mounted segments, out of allocation
+    uint64_t used = 0;  // held by objects and puts (quarantined space is not "used")
+    // Out of allocation for a while: unreported space of re-mounted segments, and the space of
+    // aborted puts and copies held against their late writes (FreeLater).
+    uint64_t quarantined = 0;
     size_t segments = 0;
   };
 
@@ -75,7 +77,8 @@ class SegmentRegistry {
   // end, every range still free is quarantined until then. Returns the bytes quarantined.
   uint64_t FinishRestore(uint64_t segment_id, int64_t now_ms);
   // Ends the restore of segments past their deadline (as FinishRestore) and gives quarantined
-  // space back once the quarantine has ended. Returns the bytes given back. Once per tick.
+  // space back once the quarantine has ended, and held space (FreeLater) once its time has
+  // come. Returns the bytes given back. Once per tick.
   uint64_t Expire(int64_t now_ms);
   // Whether a segment `who` may use is restoring or holds quarantined space: a put that finds no
   // room then gets UNAVAILABLE (retry), not an eviction of restored objects.
@@ -98,6 +101,19 @@ class SegmentRegistry {
                                                      const Placements& existing);
   // The mounted segment with this id.
   std::optional<proto::SegmentInfo> Find(uint64_t segment_id) const;
+  // Frees placements at `at_ms` (Expire) rather than now: the space of a put or copy that was
+  // aborted while its writes may still be on the way (a tcp retransmission after a link comes
+  // back lands seconds later), so that they never land on an object allocated there meanwhile.
+  // Held space counts as quarantined; a placement on a segment that is gone is ignored.
+  void FreeLater(const Placements& ps, int64_t at_ms);
+  // FreeLater for hold_ms from now_ms; at once when hold_ms is 0.
+  void FreeAfter(const Placements& ps, int64_t now_ms, int64_t hold_ms) {
+    if (hold_ms <= 0) {
+      Free(ps);
+    } else {
+      FreeLater(ps, now_ms + hold_ms);
+    }
+  }
   // Frees a placement; a placement on a segment that is gone is ignored.
   void Free(const Placement& p);
   void Free(const Placements& ps) {
@@ -148,6 +164,9 @@ class SegmentRegistry {
     int64_t quarantine_until_ms = 0;
     std::vector<OffsetAllocator::Allocation> quarantine;  // until QuarantineEndLocked
     uint64_t quarantined = 0;
+    // FreeLater: (free at, what), in the order they were held; aborts are rare, a few entries.
+    std::vector<std::pair<int64_t, OffsetAllocator::Allocation>> held;
+    uint64_t held_bytes = 0;
   };
   uint64_t FinishRestoreLocked(Segment& s, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t QuarantineEndLocked(const Segment& s) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {

@@ -20,15 +20,19 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
+#include "proto/alloc_header.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/netns.h"
 
@@ -78,6 +82,69 @@ json Sample(Cluster* c) {
   return s;
 }
 
+// Why a read of `key` returned bytes that match none of its versions: the read's placement
+// (from a fresh Get), the version whose value it matches longest and where it departs, and
+// whose value (any worker's key and version, from `all_puts`) the departing bytes begin.
+std::string ExplainWrongRead(
+    const std::string& key, const std::string& got, const std::set<uint64_t>& versions,
+    double last_good, double now, client::ClientImpl* client,
+    const std::function<std::vector<std::tuple<std::string, uint64_t, double, bool>>()>& all_puts) {
+  std::string out = absl::StrCat("at ", now, " s, ", got.size(), " bytes");
+  auto g = client->Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                             proto::KeysRequest{{key}});
+  if (g.ok() && g->results.size() == 1) {
+    const auto& r = g->results[0];
+    absl::StrAppend(&out, "; now generation ", r.generation, " size ", r.size, " on");
+    for (const auto& p : r.replicas) {
+      absl::StrAppend(&out, " segment ", p.segment_id, " @", p.address, "+", p.length);
+    }
+  }
+  size_t best = 0;
+  uint64_t best_v = 0;
+  for (uint64_t v : versions) {
+    const std::string want = MakeValue(key, v, got.size());
+    size_t m = 0;
+    while (m < got.size() && got[m] == want[m]) ++m;
+    if (m >= best) best = m, best_v = v;
+  }
+  const std::string want = MakeValue(key, best_v, got.size());
+  size_t last = got.size();
+  while (last > best && got[last - 1] == want[last - 1]) --last;
+  absl::StrAppend(&out, "; version ", best_v, " matches bytes [0, ", best, ") and [", last, ", ",
+                  got.size(), "), differs in between; last good read at ", last_good, " s");
+  auto puts = all_puts();
+  for (const auto& [k, v, at, ok] : puts) {
+    if (k == key && v == best_v) absl::StrAppend(&out, "; its put ran at ", at, " s ok=", ok);
+  }
+  std::map<uint64_t, std::string> first8;  // a value's first 8 bytes -> whose value it is
+  for (const auto& [k, v, at, ok] : puts) {
+    std::string head = MakeValue(k, v, 8);
+    uint64_t h;
+    std::memcpy(&h, head.data(), 8);
+    first8[h] = absl::StrCat(k, " v", v, " (put at ", at, " s ok=", ok, ")");
+  }
+  int shown = 0;
+  for (size_t s = best / 64 * 64; s + 8 <= last && shown < 4; s += 64) {
+    uint64_t h, magic;
+    std::memcpy(&h, got.data() + s, 8);
+    std::memcpy(&magic, got.data() + s, 8);
+    if (auto it = first8.find(h); it != first8.end()) {
+      absl::StrAppend(&out, "; at offset ", s, " begins the value of ", it->second);
+      ++shown;
+    } else if (magic == proto::AllocHeader::kMagic && s + 64 <= got.size()) {
+      proto::AllocHeader hd;
+      std::memcpy(&hd, got.data() + s, sizeof hd);
+      absl::StrAppend(&out, "; at offset ", s, " an allocation header (generation ", hd.generation,
+                      ", length ", hd.value_length, ")");
+      ++shown;
+    }
+  }
+  absl::StrAppend(
+      &out, "; bytes at ", best, ": ",
+      absl::BytesToHexString(got.substr(best, std::min<size_t>(32, got.size() - best))));
+  return out;
+}
+
 TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   const char* env = std::getenv("GRANARY_CHAOS_SECONDS");
   const int seconds = env != nullptr ? std::max(5, std::atoi(env)) : 150;
@@ -114,6 +181,20 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   std::atomic<uint64_t> ops{0}, wrong_bytes{0}, errors{0};
   std::mutex report_mu;
   constexpr int kWorkers = 4, kKeys = 40;
+  const auto t_begin = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_begin).count();
+  };
+  // Every put attempted by any worker (key, version, time, outcome), so that a wrong read can
+  // be explained: whose value landed in it, and when that value's put ran.
+  struct PutRecord {
+    std::string key;
+    uint64_t version;
+    double at;
+    bool ok;
+  };
+  std::mutex puts_mu;
+  std::vector<PutRecord> puts;
   std::vector<std::thread> workers;
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&, w] {
@@ -121,13 +202,14 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
       co.replica_num = 1 + w % 2;
       co.transfer_timeout_ms = 3000;
       co.rpc_timeout_ms = 3000;
-      auto client = Client::Create(co);
+      auto client = client::ClientImpl::Create(co);
       if (!client.ok()) {
         ++errors;
         return;
       }
       std::mt19937 rng(77 + w);
       std::map<std::string, std::set<uint64_t>> written;  // every version ever attempted
+      std::map<std::string, double> last_good;            // the last read that matched
       uint64_t next_version = 1;
       while (!stop.load()) {
         std::string key = absl::StrCat("w", w, "-k", rng() % kKeys);
@@ -135,7 +217,10 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
           case 0: {
             uint64_t v = next_version++;
             written[key].insert(v);
-            (void)(*client)->Put(key, MakeValue(key, v, 4096 + rng() % 60000));
+            const double at = since();
+            const bool ok = (*client)->Put(key, MakeValue(key, v, 4096 + rng() % 60000)).ok();
+            std::lock_guard<std::mutex> l(puts_mu);
+            puts.push_back({key, v, at, ok});
             break;
           }
           case 1:
@@ -146,10 +231,19 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
               for (uint64_t v : written[key]) {
                 match |= *got == MakeValue(key, v, got->size());
               }
-              if (!match) {
+              if (match) {
+                last_good[key] = since();
+              } else {
                 ++wrong_bytes;
+                std::string why = ExplainWrongRead(
+                    key, *got, written[key], last_good[key], since(), client->get(), [&] {
+                      std::lock_guard<std::mutex> l(puts_mu);
+                      std::vector<std::tuple<std::string, uint64_t, double, bool>> all;
+                      for (const auto& p : puts) all.emplace_back(p.key, p.version, p.at, p.ok);
+                      return all;
+                    });
                 std::lock_guard<std::mutex> l(report_mu);
-                ADD_FAILURE() << "WRONG BYTES for " << key;
+                ADD_FAILURE() << "WRONG BYTES for " << key << ": " << why;
               }
             }
             break;

@@ -69,6 +69,11 @@ struct Master {
               absl::StatusCode::kOk);
     return r.generation;
   }
+  // Lets the master's own restart quarantine run out.
+  void PastRestartQuarantine(const MasterOptions& o) {
+    clock.AdvanceMs(o.WriteWindowMs() + o.restart_quarantine_margin_ms + 1);
+    svc.Tick();
+  }
   // A node's poll: acknowledges the batch its last poll got, as a node that applied it does.
   std::vector<InventoryRecord> Take(SessionId node) {
     uint64_t token = 0;
@@ -431,8 +436,7 @@ TEST_F(InventoryRestoreTest, ASegmentWhoseReportNeverEndsIsAllocatableAfterItsDe
 // re-mount, not reused at once. (The 30-minute soak read wrong bytes before this.)
 TEST_F(InventoryRestoreTest, ANodeBackFromAPartitionIsQuarantinedAgainstLateWriters) {
   Master m(opts_);
-  m.clock.AdvanceMs(opts_.WriteWindowMs() + opts_.restart_quarantine_margin_ms + 1);
-  m.svc.Tick();  // the master's own restart quarantine is over
+  m.PastRestartQuarantine(opts_);
   SessionId n1 = m.Hello(proto::Role::kNode);
   m.Mount(n1, 1, false);
   SessionId c = m.Hello(proto::Role::kClient, "t");
@@ -459,6 +463,86 @@ TEST_F(InventoryRestoreTest, ANodeBackFromAPartitionIsQuarantinedAgainstLateWrit
   m.clock.AdvanceMs(1);
   m.svc.Tick();
   EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "new", 5000).status), absl::StatusCode::kOk);
+}
+
+// A node back from a partition reports what its inventory holds, which can be stale: records
+// queued for it while it was cut off are forgotten when the master drops it. Here an object
+// was removed and its space reused, inside it, by a put: neither the free record nor the new
+// commit record reached the node, whose inventory still lists the old object under a valid
+// header (the new one's header lies inside the old body). Restoring it would serve the new
+// put's bytes as the old key's (the 30-minute soak read such wrong bytes). Only what the node
+// held when it was dropped comes back; the stale record is refused, and the node is told to
+// drop it.
+TEST_F(InventoryRestoreTest, ANodeBackFromAPartitionRestoresOnlyWhatItHeldWhenDropped) {
+  Master m(opts_);
+  m.PastRestartQuarantine(opts_);
+  SessionId n1 = m.Hello(proto::Role::kNode);
+  m.Mount(n1, 1, false);
+  SessionId c = m.Hello(proto::Role::kClient, "t");
+  const uint64_t kept = m.Put(c, "kept", 1000);
+  const uint64_t removed = m.Put(c, "removed", 20000);
+  std::vector<InventoryRecord> inv;
+  Apply(&inv, m.Take(n1));  // the node has both commit records
+  ASSERT_EQ(inv.size(), 2u);
+  ASSERT_EQ(Code(test_calls::Remove(m.svc, c, "removed")), absl::StatusCode::kOk);
+  m.Put(c, "inside", 1000);  // may land inside the removed object's space
+  m.svc.SessionClosed(n1);   // dropped before its next poll: both records are forgotten
+  EXPECT_TRUE(m.Objects("t").empty());
+  m.clock.AdvanceMs(1500);
+  SessionId n2 = m.Hello(proto::Role::kNode);
+  const uint64_t s2 = m.Mount(n2, 1, true);
+  auto rep = m.svc.InventoryReport(n2, ReportOf(inv, s2));
+  EXPECT_EQ(rep.restored, 1u);
+  EXPECT_EQ(rep.rejected, 1u);
+  auto objects = m.Objects("t");
+  ASSERT_EQ(objects.size(), 1u);
+  EXPECT_EQ(std::get<1>(objects["kept"]), kept);
+  EXPECT_EQ(m.Counter("granary_master_inventory_unheld_total"), 1);
+  // The node is told to drop the stale entry (and so to invalidate its header).
+  std::vector<InventoryRecord> told = m.Take(n2);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].op, InventoryOp::kFree);
+  EXPECT_EQ(told[0].generation, removed);
+  EXPECT_EQ(m.Charge("t"), (Charged{AllocBytes(1000), 1}));
+}
+
+// A put aborted before its commit (revoked, run past its deadline, its writer gone) keeps its
+// space out of allocation for aborted_put_hold_ms: writes its writer cancelled may still be in
+// a tcp socket and land when a stalled link comes back. Its tenant is refunded at once.
+TEST_F(InventoryRestoreTest, TheSpaceOfAnAbortedPutIsHeldAgainstItsLateWrites) {
+  opts_.aborted_put_hold_ms = 4000;
+  Master m(opts_);
+  m.PastRestartQuarantine(opts_);
+  SessionId n = m.Hello(proto::Role::kNode);
+  m.Mount(n, 1, false);
+  SessionId c = m.Hello(proto::Role::kClient, "t");
+  auto held = [&] {
+    m.svc.Tick();
+    return m.Counter("granary_master_quarantined_bytes");
+  };
+  const uint64_t big = kSegBytes * 3 / 4;  // two of these do not fit
+  auto doomed = test_calls::PutStart(m.svc, c, "doomed", big);
+  ASSERT_EQ(Code(doomed.status), absl::StatusCode::kOk) << doomed.status.message;
+  ASSERT_EQ(
+      Code(test_calls::KeyGenOp(m.svc, &MasterService::PutRevoke, c, "doomed", doomed.generation)),
+      absl::StatusCode::kOk);
+  EXPECT_EQ(m.Charge("t"), (Charged{0, 0})) << "refunded at once";
+  EXPECT_EQ(held(), static_cast<double>(AllocBytes(big)));
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "next", big).status),
+            absl::StatusCode::kResourceExhausted)
+      << "the aborted put's space was handed out again at once";
+  m.clock.AdvanceMs(3999);
+  (void)m.svc.Heartbeat(n, proto::HeartbeatRequest{});
+  (void)m.svc.Heartbeat(c, proto::HeartbeatRequest{});
+  EXPECT_EQ(held(), static_cast<double>(AllocBytes(big))) << "1 ms before the hold ends";
+  m.clock.AdvanceMs(1);
+  EXPECT_EQ(held(), 0);
+  EXPECT_EQ(Code(test_calls::PutStart(m.svc, c, "next", big).status), absl::StatusCode::kOk);
+  // The same for a put whose writer's session ends (-1: 2 x client_ttl + margin by default).
+  EXPECT_EQ(MasterOptions{}.AbortedPutHoldMs(),
+            2 * MasterOptions{}.client_ttl_ms + MasterOptions{}.restart_quarantine_margin_ms);
+  m.svc.SessionClosed(c);
+  EXPECT_EQ(held(), static_cast<double>(AllocBytes(big)));
 }
 
 // HA: a successor takes the previous leader's fencing margin off its quarantine (that leader
