@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
 # The Python rows move by +-15% between 3-round runs (1 MiB put: 0.82x, then 1.00x and 0.98x
 # with 5 rounds); 5 rounds of each side per shape.
-PY_ROUNDS="${PY_ROUNDS:-5}"
+PY_ROUNDS="${PY_ROUNDS:-9}"
 SIZES="${SIZES:-4096 65536 1048576}"
 DURATION="${DURATION:-2}"
 BATCH="${BATCH:-32}"
