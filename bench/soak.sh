@@ -60,6 +60,9 @@ print(f"objects      {s['objects']:.0f} at the start, {e['objects']:.0f} at the 
 bad = []
 if rc != 0: bad.append(f"chaos_test exited {rc}")
 if r["violations"] != 0: bad.append("violations")
+for c in r.get("crashes", []):
+    print(f"CRASH        {c}")
+if r.get("crashes"): bad.append(f"{len(r['crashes'])} crash(es): a process died without being killed (restarted in place)")
 procs = [("master", s["master_pid"], e["master_pid"], s["master_rss_kib"], e["master_rss_kib"],
           s["master_rss_kib"] + slack + max(0, e["objects"] - s["objects"]) * 200 / 1024)]
 for i, (sp, ep, sk, ek) in enumerate(zip(s["node_pids"], e["node_pids"], s["node_rss_kib"],

@@ -1,6 +1,7 @@
 #include "master/inventory_restore.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,9 @@
 
 namespace granary::master {
 namespace {
+
+// How many keys ahead the restore loop asks for their index slots.
+constexpr uint32_t kPrefetchAhead = 8;
 
 uint8_t PinOfFlags(uint32_t flags) {
   return (flags & kPutFlagHardPin) ? kPinHard : (flags & kPutFlagSoftPin) ? kPinSoft : kPinNone;
@@ -67,6 +71,7 @@ InventoryRestore::InventoryRestore(const MasterOptions& options, Clock* clock,
 void InventoryRestore::Forget(uint64_t session) {
   granary::MutexLock lock(&expect_mu_);
   expected_.erase(session);
+  reporting_.erase(session);
 }
 
 void InventoryRestore::ExpectOnly(uint64_t session,
@@ -78,35 +83,60 @@ void InventoryRestore::ExpectOnly(uint64_t session,
 uint64_t InventoryRestore::SeedAccess(uint64_t commit_ms) {
   // Unique unless 2^20 records of one commit millisecond are restored in between; then two
   // objects share an ordinal and eviction may skip one in a round (never takes the wrong one:
-  // TakeVictim re-checks the slot's object).
-  const uint64_t ordinal = (std::min<uint64_t>(commit_ms, uint64_t{1} << 43) << 20) |
-                           (seq_.fetch_add(1, std::memory_order_relaxed) & 0xFFFFF);
-  shards_->RaiseAccessClock(ordinal);
-  return ordinal;
+  // TakeVictim re-checks the slot's object). The access clock is raised past it by the caller
+  // (once per shard of a batch, before the shard is unlocked).
+  return (std::min<uint64_t>(commit_ms, uint64_t{1} << 43) << 20) |
+         (seq_.fetch_add(1, std::memory_order_relaxed) & 0xFFFFF);
 }
 
-absl::Status InventoryRestore::RestoreOne(uint64_t session, const proto::InventoryRecord& r,
-                                          int64_t now, const absl::flat_hash_set<uint64_t>* held) {
-  if (absl::Status st = CheckRecord(r); !st.ok()) return st;
-  const std::string tk = TableKey(r.tenant, r.key);
+void InventoryRestore::ShardBatch::Charge(absl::string_view tenant, uint64_t bytes,
+                                          bool new_entry) {
+  // A report holds a few tenants: the last one charged is nearly always the one again.
+  if (charges.empty() || charges.back().tenant != tenant) {
+    auto it = std::find_if(charges.begin(), charges.end(),
+                           [&](const TenantCharge& c) { return c.tenant == tenant; });
+    if (it == charges.end()) {
+      charges.push_back(TenantCharge{tenant, 0, 0});
+    } else {
+      std::iter_swap(it, charges.end() - 1);
+    }
+  }
+  charges.back().bytes += bytes;
+  charges.back().entries += new_entry ? 1 : 0;
+}
+
+void InventoryRestore::Settle(ShardBatch* b) {
+  for (const ShardBatch::TenantCharge& c : b->charges) {
+    ledger_->Restore(c.tenant, c.bytes, c.entries);
+  }
+  b->charges.clear();
+  if (b->max_generation > 0) shards_->RaiseGeneration(b->max_generation + 1);
+  if (b->max_access > 0) shards_->RaiseAccessClock(b->max_access);
+  b->max_generation = b->max_access = 0;
+}
+
+absl::Status InventoryRestore::RestoreLocked(ObjectShards::Shard& sh,
+                                             const proto::InventoryRecord& r, absl::string_view tk,
+                                             absl::StatusOr<Placement>& placed, bool* used,
+                                             int64_t now, ShardBatch* b) {
   InventoryOutbox* out = shards_->outbox();
   const Placement reported{r.segment_id, r.offset, r.alloc_size, 0};
-  if (held != nullptr && !held->contains(r.generation)) {
-    unheld_->Inc();
-    if (out != nullptr) out->FreedReplica(tk, r.generation, reported);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key '", r.key, "' generation ", r.generation,
-        " was not on this node when the master dropped it (removed or replaced since)"));
-  }
-  ObjectShards::Shard& sh = shards_->ShardOf(tk);
-  granary::MutexLock lock(&sh.mu);
-  auto it = sh.objects.find(tk);
-  if (it != sh.objects.end()) {
+  // One lookup: a key the table does not hold yet (every record of a plain restart) is
+  // inserted by it, and taken out again if its range cannot be reserved.
+  auto [it, inserted] = sh.objects.try_emplace(tk);
+  if (inserted) {
+    if (!placed.ok()) {
+      sh.objects.erase(it);
+      return placed.status();
+    }
+    *used = true;
+    it->second.replicas.push_back(*placed);
+  } else {
     Object& o = it->second;
     if (o.state != ObjectState::kComplete || o.generation > r.generation) {
       // A newer version exists (a put since the restart, or another node's newer report).
       conflicts_->Inc();
-      if (out != nullptr) out->FreedReplica(tk, r.generation, reported);
+      if (out != nullptr) out->FreedReplica(std::string(tk), r.generation, reported);
       return absl::AlreadyExistsError(absl::StrCat("key '", r.key, "' has generation ",
                                                    o.generation, " here; reported ", r.generation));
     }
@@ -124,26 +154,24 @@ absl::Status InventoryRestore::RestoreOne(uint64_t session, const proto::Invento
             "replica of key '", r.key, "' generation ", r.generation, " disagrees in length (",
             r.value_length, " vs ", o.size, ") or exceeds ", proto::kMaxReplicaNum, " replicas"));
       }
-      auto placed = segments_->Reserve(r.segment_id, session, r.offset, r.alloc_size);
       if (!placed.ok()) return placed.status();
+      *used = true;
       o.replicas.push_back(*placed);
-      ledger_->Restore(r.tenant, placed->size, /*new_entry=*/false);
+      b->Charge(r.tenant, placed->size, /*new_entry=*/false);
       return absl::OkStatus();
     }
     // The reported generation is newer: it replaces the restored older one, whose nodes drop it.
-    auto placed = segments_->Reserve(r.segment_id, session, r.offset, r.alloc_size);
     if (!placed.ok()) return placed.status();
+    *used = true;
     conflicts_->Inc();
-    if (out != nullptr) out->Freed(tk, o.generation, o.replicas);
+    if (out != nullptr) out->Freed(std::string(tk), o.generation, o.replicas);
     segments_->Free(o.replicas);
-    ledger_->Release(r.tenant, PlacedBytes(o.replicas));
+    // The old version's charge. Settled first, so that a charge of this batch for the old
+    // version is in the ledger to release.
+    Settle(b);
+    ledger_->Release(r.tenant, PlacedBytes(o.replicas));  // bytes and entry; restored below
     o.replicas.clear();
     o.replicas.push_back(*placed);  // every other field is set below
-  } else {
-    auto placed = segments_->Reserve(r.segment_id, session, r.offset, r.alloc_size);
-    if (!placed.ok()) return placed.status();
-    it = sh.objects.try_emplace(tk).first;
-    it->second.replicas.push_back(*placed);
   }
   Object& o = it->second;
   o.size = r.value_length;
@@ -154,9 +182,27 @@ absl::Status InventoryRestore::RestoreOne(uint64_t session, const proto::Invento
   o.lease_count = 1;
   o.lease_until_ms = now + options_.kv_lease_ttl_ms;
   o.pin = PinOfFlags(r.flags);
-  ledger_->Restore(r.tenant, PlacedBytes(o.replicas), /*new_entry=*/true);
-  shards_->RaiseGeneration(r.generation + 1);
+  b->Charge(r.tenant, PlacedBytes(o.replicas), /*new_entry=*/true);
+  b->max_generation = std::max(b->max_generation, r.generation);
+  b->max_access = std::max(b->max_access, o.last_access);
   return absl::OkStatus();
+}
+
+void InventoryRestore::SizeTablesFor(uint64_t session, uint64_t total) {
+  // `total` comes from the node: it is believed only as far as its segments could hold that
+  // many objects (each takes at least AllocBytes(1)).
+  uint64_t capacity = 0;
+  for (uint64_t id : segments_->SegmentsOf(session)) {
+    if (auto info = segments_->Find(id)) capacity += info->size / AllocBytes(1);
+  }
+  const uint64_t per_shard = std::min(total, capacity) / ObjectShards::kShards;
+  if (per_shard < 1024) return;  // growing is cheap at this size
+  for (size_t i = 0; i < ObjectShards::kShards; ++i) {
+    ObjectShards::Shard& sh = shards_->shard(i);
+    granary::MutexLock lock(&sh.mu);
+    // An eighth more than the share: the keys do not spread over the shards exactly evenly.
+    sh.objects.reserve(sh.objects.size() + per_shard + per_shard / 8);
+  }
 }
 
 proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
@@ -164,22 +210,119 @@ proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
   proto::InventoryReportReply rep;
   const int64_t now = clock_->NowMs();
   absl::Status first_error;
+  auto refuse = [&](absl::Status st) {
+    ++rep.rejected;
+    if (first_error.ok()) first_error = std::move(st);
+  };
   std::shared_ptr<const absl::flat_hash_set<uint64_t>> held;
+  bool first_batch = false;
   {
     granary::MutexLock lock(&expect_mu_);
     if (auto it = expected_.find(session); it != expected_.end()) {
       held = it->second;
       if (req.last) expected_.erase(it);
     }
+    first_batch = reporting_.insert(session).second;
+    if (req.last) reporting_.erase(session);
   }
-  for (const proto::InventoryRecord& r : req.records) {
-    absl::Status st = RestoreOne(session, r, now, held.get());
-    if (st.ok()) {
-      ++rep.restored;
-    } else {
-      ++rep.rejected;
-      if (first_error.ok()) first_error = st;
+  if (first_batch && req.total > req.records.size()) SizeTablesFor(session, req.total);
+
+  // The batch's records by shard (a counting sort that keeps their order within a shard), with
+  // their table keys in one buffer: each shard is then locked once per batch, its ledger
+  // charges settled per tenant and its counters raised once.
+  struct Item {
+    uint32_t record;
+    uint32_t key_pos;
+    uint32_t key_len;
+  };
+  size_t key_bytes = 0;
+  for (const proto::InventoryRecord& r : req.records)
+    key_bytes += r.tenant.size() + 1 + r.key.size();
+  std::string keys;
+  keys.reserve(key_bytes);
+  std::vector<Item> items;
+  items.reserve(req.records.size());
+  std::vector<uint8_t> shard_of;
+  shard_of.reserve(req.records.size());
+  std::array<uint32_t, ObjectShards::kShards + 1> first{};
+  InventoryOutbox* out = shards_->outbox();
+  for (uint32_t i = 0; i < req.records.size(); ++i) {
+    const proto::InventoryRecord& r = req.records[i];
+    if (absl::Status st = CheckRecord(r); !st.ok()) {
+      refuse(std::move(st));
+      continue;
     }
+    const uint32_t pos = static_cast<uint32_t>(keys.size());
+    keys.append(r.tenant);
+    keys.push_back('\0');
+    keys.append(r.key);
+    const absl::string_view tk(keys.data() + pos, keys.size() - pos);
+    if (held != nullptr && !held->contains(r.generation)) {
+      unheld_->Inc();
+      if (out != nullptr) {
+        out->FreedReplica(std::string(tk), r.generation,
+                          Placement{r.segment_id, r.offset, r.alloc_size, 0});
+      }
+      refuse(absl::FailedPreconditionError(absl::StrCat(
+          "key '", r.key, "' generation ", r.generation,
+          " was not on this node when the master dropped it (removed or replaced since)")));
+      continue;
+    }
+    const size_t shard = shards_->ShardIndexOf(tk);
+    items.push_back(Item{i, pos, static_cast<uint32_t>(tk.size())});
+    shard_of.push_back(static_cast<uint8_t>(shard));
+    ++first[shard + 1];
+  }
+  // The ranges are reserved first, in the records' order (ascending offsets per segment, which
+  // keeps AllocateAt O(1)), under one lock; a reservation the table then has no use for (the
+  // key is newer here, or already has this replica) is freed at the end. Two overlapping
+  // records of one batch (never both valid) thus both fail when the first is refused.
+  std::vector<SegmentRegistry::Range> ranges;
+  ranges.reserve(items.size());
+  for (const Item& item : items) {
+    const proto::InventoryRecord& r = req.records[item.record];
+    ranges.push_back(SegmentRegistry::Range{r.segment_id, r.offset, r.alloc_size});
+  }
+  std::vector<absl::StatusOr<Placement>> placed;
+  segments_->ReserveAll(session, ranges, &placed);
+  std::vector<bool> used(items.size(), false);
+  for (size_t s = 0; s < ObjectShards::kShards; ++s) first[s + 1] += first[s];
+  std::vector<uint32_t> order(items.size());
+  {
+    std::array<uint32_t, ObjectShards::kShards> next;
+    std::copy(first.begin(), first.end() - 1, next.begin());
+    for (uint32_t j = 0; j < items.size(); ++j) order[next[shard_of[j]]++] = j;
+  }
+  ShardBatch batch;
+  for (size_t s = 0; s < ObjectShards::kShards; ++s) {
+    if (first[s] == first[s + 1]) continue;
+    ObjectShards::Shard& sh = shards_->shard(s);
+    granary::MutexLock lock(&sh.mu);
+    for (uint32_t k = first[s]; k < first[s + 1]; ++k) {
+      // The index is a random access per key: start the one a few keys ahead meanwhile.
+      if (k + kPrefetchAhead < first[s + 1]) {
+        const Item& ahead = items[order[k + kPrefetchAhead]];
+        sh.objects.prefetch(absl::string_view(keys.data() + ahead.key_pos, ahead.key_len));
+      }
+      const uint32_t j = order[k];
+      const Item& item = items[j];
+      const absl::string_view tk(keys.data() + item.key_pos, item.key_len);
+      bool took = false;
+      absl::Status st =
+          RestoreLocked(sh, req.records[item.record], tk, placed[j], &took, now, &batch);
+      used[j] = took;
+      if (st.ok()) {
+        ++rep.restored;
+      } else {
+        refuse(std::move(st));
+      }
+    }
+    // Before the shard is unlocked: a remove of a restored object releases a charge that is
+    // there, and a put of a restored key gets a higher generation.
+    Settle(&batch);
+  }
+  for (size_t j = 0; j < items.size(); ++j) {
+    if (!used[j] && placed[j].ok()) segments_->Free(*placed[j]);
   }
   restored_->Inc(rep.restored);
   rejected_->Inc(rep.rejected);

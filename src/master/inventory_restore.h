@@ -3,10 +3,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -33,10 +35,13 @@ namespace granary::master {
 // (SegmentRegistry::FinishRestore).
 //
 // Owned by MasterService; every pointer given to the constructor must outlive it. Thread-safe:
-// per record one shard lock, under which the registry's and the ledger's (leaves) are taken, and
-// the outbox's when a loser is told to drop. Cost per record: one hash of the table key, one
-// insert, an O(1) AllocateAt when a node's records come in ascending offset order per segment
-// (the node sorts them), and no allocation beyond the key's.
+// a batch's records are taken shard by shard, each shard locked once per batch; under it the
+// registry's lock (per record) and the ledger's (per tenant and shard) are taken (leaves), and
+// the outbox's when a loser is told to drop. Cost per record: one hash of the table key for its
+// shard, one lookup-or-insert, an O(1) AllocateAt when a node's records come in ascending
+// offset order per segment (the node sorts them), and no allocation of its own (the table key
+// goes to a buffer of the batch); the report's first batch sizes every shard's table for the
+// report's total, so the index never rehashes during it.
 class InventoryRestore {
  public:
   InventoryRestore(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics,
@@ -59,9 +64,29 @@ class InventoryRestore {
   void Forget(uint64_t session);
 
  private:
+  // What the records of one shard in a batch add up to, settled (Settle) before the shard is
+  // unlocked: ledger charges per tenant, and the counters to raise.
+  struct ShardBatch {
+    struct TenantCharge {
+      absl::string_view tenant;  // into the report's records
+      uint64_t bytes = 0;
+      uint64_t entries = 0;
+    };
+    std::vector<TenantCharge> charges;
+    uint64_t max_generation = 0;
+    uint64_t max_access = 0;
+    void Charge(absl::string_view tenant, uint64_t bytes, bool new_entry);
+  };
+  void Settle(ShardBatch* b);
   // OK when the record was restored; otherwise why not (the record is then counted rejected).
-  [[nodiscard]] absl::Status RestoreOne(uint64_t session, const proto::InventoryRecord& r,
-                                        int64_t now, const absl::flat_hash_set<uint64_t>* held);
+  // tk: its table key; sh: its shard; placed: its range reserved (or why not), which the call
+  // takes (*used) or leaves to be freed.
+  [[nodiscard]] absl::Status RestoreLocked(ObjectShards::Shard& sh, const proto::InventoryRecord& r,
+                                           absl::string_view tk, absl::StatusOr<Placement>& placed,
+                                           bool* used, int64_t now, ShardBatch* b)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sh.mu);
+  // A report of `total` records begins: every shard's table makes room for its share at once.
+  void SizeTablesFor(uint64_t session, uint64_t total);
   // The LRU ordinal of a record committed at commit_ms: commit order, with later accesses after
   // every restored one.
   uint64_t SeedAccess(uint64_t commit_ms);
@@ -80,6 +105,8 @@ class InventoryRestore {
   granary::Mutex expect_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const absl::flat_hash_set<uint64_t>>> expected_
       ABSL_GUARDED_BY(expect_mu_);
+  // Node sessions whose report has begun and not ended (its first batch sizes the tables).
+  absl::flat_hash_set<uint64_t> reporting_ ABSL_GUARDED_BY(expect_mu_);
 };
 
 }  // namespace granary::master

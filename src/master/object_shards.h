@@ -53,7 +53,8 @@ class ObjectShards {
     RaiseTo(next_generation_, base);
   }
 
-  Shard& ShardOf(absl::string_view table_key) { return shards_[HashBytes(table_key) % kShards]; }
+  Shard& ShardOf(absl::string_view table_key) { return shards_[ShardIndexOf(table_key)]; }
+  static size_t ShardIndexOf(absl::string_view table_key) { return HashBytes(table_key) % kShards; }
   const Shard& ShardOf(absl::string_view table_key) const {
     return shards_[HashBytes(table_key) % kShards];
   }

@@ -107,12 +107,33 @@ void SegmentRegistry::SetQuarantineUntil(int64_t ms) {
 absl::StatusOr<Placement> SegmentRegistry::Reserve(uint64_t segment_id, uint64_t session,
                                                    uint64_t offset, uint64_t size) {
   granary::MutexLock lock(&mu_);
-  auto it = segments_.find(segment_id);
-  if (it == segments_.end() || it->second.session != session) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("segment ", segment_id, " is not mounted by this node"));
+  Segment* last = nullptr;
+  return ReserveLocked(segment_id, session, offset, size, &last);
+}
+
+void SegmentRegistry::ReserveAll(uint64_t session, const std::vector<Range>& ranges,
+                                 std::vector<absl::StatusOr<Placement>>* out) {
+  out->clear();
+  out->reserve(ranges.size());
+  granary::MutexLock lock(&mu_);
+  Segment* last = nullptr;
+  for (const Range& r : ranges) {
+    out->push_back(ReserveLocked(r.segment_id, session, r.offset, r.size, &last));
   }
-  Segment& s = it->second;
+}
+
+absl::StatusOr<Placement> SegmentRegistry::ReserveLocked(uint64_t segment_id, uint64_t session,
+                                                         uint64_t offset, uint64_t size,
+                                                         Segment** last) {
+  if (*last == nullptr || (*last)->info.segment_id != segment_id) {
+    auto it = segments_.find(segment_id);
+    if (it == segments_.end() || it->second.session != session) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("segment ", segment_id, " is not mounted by this node"));
+    }
+    *last = &it->second;
+  }
+  Segment& s = **last;
   if (size == 0 || offset % proto::kAllocAlignment != 0 || size > s.info.size ||
       offset > s.info.size - size) {
     return absl::InvalidArgumentError(absl::StrCat("range of ", size, " bytes at offset ", offset,

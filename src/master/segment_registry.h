@@ -73,6 +73,14 @@ class SegmentRegistry {
   // is outside it or unaligned; FAILED_PRECONDITION when part of it is already taken.
   [[nodiscard]] absl::StatusOr<Placement> Reserve(uint64_t segment_id, uint64_t session,
                                                   uint64_t offset, uint64_t size);
+  struct Range {
+    uint64_t segment_id = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+  // Reserve of each range in turn, under one lock: out[i] is ranges[i]'s outcome.
+  void ReserveAll(uint64_t session, const std::vector<Range>& ranges,
+                  std::vector<absl::StatusOr<Placement>>* out);
   // The segment's report is complete: it is allocatable, and if now_ms is before the quarantine
   // end, every range still free is quarantined until then. Returns the bytes quarantined.
   uint64_t FinishRestore(uint64_t segment_id, int64_t now_ms);
@@ -169,6 +177,10 @@ class SegmentRegistry {
     uint64_t held_bytes = 0;
   };
   uint64_t FinishRestoreLocked(Segment& s, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserve; *last caches the segment of the previous call (null: none).
+  absl::StatusOr<Placement> ReserveLocked(uint64_t segment_id, uint64_t session, uint64_t offset,
+                                          uint64_t size, Segment** last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t QuarantineEndLocked(const Segment& s) const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return std::max(quarantine_until_ms_, s.quarantine_until_ms);
   }

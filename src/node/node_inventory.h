@@ -41,6 +41,8 @@ namespace granary::node {
 // about 80 bytes plus its key (tenant names are kept once, in a dictionary). Report sorts each
 // segment's entries by offset (O(n log n)) so that the master reserves them in ascending order.
 class NodeInventory {
+  struct Entry;  // below
+
  public:
   explicit NodeInventory(const std::vector<SegmentSpan>* segments) : segments_(segments) {}
   NodeInventory(const NodeInventory&) = delete;
@@ -58,13 +60,24 @@ class NodeInventory {
                                                           size_t max_records, size_t max_bytes);
   // The same one batch at a time, so that a re-mount streams its report (the node builds the
   // next batch while the master restores the last) and never holds the whole report in memory:
-  // BeginReport snapshots the slots in report order (8 bytes an entry); each NextBatch builds
-  // the next batch from the entries still there (empty: the report is complete). An entry
-  // changed or erased in between is skipped or reported as it is then.
+  // BeginReport snapshots the slots in report order (16 bytes an entry: the offset and where
+  // the entry is); each NextBatch builds the next batch from the entries still there (empty:
+  // the report is complete). An entry changed or erased in between is skipped or reported as
+  // it is then. While no entry has been added or erased since BeginReport (the usual case: a
+  // master that was just restarted sends no records until the report has ended) the entries
+  // are read where the snapshot found them, in offset order, instead of looked up one by one
+  // (a random access into a table of a million entries each).
   struct ReportCursor {
-    std::vector<std::vector<uint64_t>> offsets;  // per segment, ascending
-    size_t index = 0;                            // segment
-    size_t pos = 0;                              // into offsets[index]
+    struct At {
+      uint64_t offset;
+      const Entry* entry;  // valid while the inventory's layout has not changed
+      bool operator<(const At& o) const { return offset < o.offset; }
+    };
+    std::vector<std::vector<At>> slots;  // per segment, ascending offsets
+    size_t index = 0;                    // segment
+    size_t pos = 0;                      // into slots[index]
+    uint64_t total = 0;                  // entries at BeginReport
+    uint64_t layout = 0;                 // layout_changes_ at BeginReport
   };
   ReportCursor BeginReport() const;
   std::vector<proto::InventoryRecord> NextBatch(ReportCursor* cursor,
@@ -100,6 +113,9 @@ class NodeInventory {
   std::vector<std::string> tenants_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> tenant_ids_ ABSL_GUARDED_BY(mu_);
   uint64_t mismatches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Entries added or erased by Apply (each may move or free an entry that a report cursor
+  // points to; a change in place or an erase by NextBatch of the entry it is at does not).
+  uint64_t layout_changes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace granary::node

@@ -530,6 +530,7 @@ absl::Status NodeServer::ReportInventory() {
     if (!current.empty()) next = next_batch();
     proto::InventoryReportRequest req;
     req.last = next.empty();
+    req.total = cursor.total;
     req.records = std::move(current);
     sent += req.records.size();
     ++batches;

@@ -32,7 +32,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 8: FetchRequest.timeout_ms and PushRequest.timeout_ms (the node's deadline for the transfer).
 // 9: the frame header's epoch (32-byte header): every master reply and command carries the
 //    master's epoch, every request the epoch its session expects.
-inline constexpr uint16_t kProtocolVersion = 9;
+// 10: InventoryReportRequest.total (the report's record count: the master sizes its table).
+inline constexpr uint16_t kProtocolVersion = 10;
 inline constexpr size_t kFrameHeaderSize = 32;
 inline constexpr size_t kFrameEpochOffset = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;

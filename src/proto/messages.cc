@@ -680,10 +680,12 @@ absl::Status Decode(Reader& r, InventorySyncReply* m) {
 void Encode(const InventoryReportRequest& m, Writer& w) {
   PutRecords(m.records, w);
   w.Bool(m.last);
+  w.U64(m.total);
 }
 absl::Status Decode(Reader& r, InventoryReportRequest* m) {
   GetRecords(r, &m->records);
   m->last = r.Bool("last");
+  m->total = r.U64("total");
   return r.status();
 }
 void Encode(const InventoryReportReply& m, Writer& w) {

@@ -484,9 +484,12 @@ struct InventorySyncReply {
 };
 // A re-mounted node's committed objects (kCommit records naming the segment ids of this
 // session), in batches; `last` ends the report and lets the master allocate in the segments.
+// `total` is the number of records the whole report holds (protocol 10), so that the master can
+// size its table once instead of growing it; 0 when unknown.
 struct InventoryReportRequest {
   std::vector<InventoryRecord> records;
   bool last = false;
+  uint64_t total = 0;
   bool operator==(const InventoryReportRequest&) const = default;
 };
 struct InventoryReportReply {

@@ -6,6 +6,8 @@
 //   - after quiescence the quota ledger is exact: charged == committed bytes, in flight == 0,
 //   - no two live allocations overlap,
 //   - after everything is removed, all segment space is free.
+// A master or node that dies without being killed (a crash) is restarted in place, so that the
+// run and its checks go on, and fails the test with the line its log died on.
 // GRANARY_CHAOS_SECONDS sets the length of the random run (default 150: about 3 minutes with
 // start-up and the checks at the end). GRANARY_CHAOS_NETNS=1 runs master, nodes and clients as
 // separate hosts (network namespaces, tests/integration/netns.h; root), where half the node
@@ -26,12 +28,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/client_impl.h"
+#include "common/status_macros.h"
 #include "proto/alloc_header.h"
 #include "tests/integration/cluster.h"
 #include "tests/integration/netns.h"
@@ -66,6 +71,25 @@ uint64_t RssKib(pid_t pid) {
 }
 
 // RSS of the master and of each node, and the master's object count, at one moment.
+// Why a process the test did not kill exited: its status and the first line of its log that
+// says (an assertion, a fatal check), else the log's last line.
+std::string WhyItDied(Process* p) {
+  const int status = p->Wait();
+  std::istringstream log(p->Log());
+  std::string line, last, said;
+  while (std::getline(log, line)) {
+    if (line.empty()) continue;
+    if (said.empty() && (line.find("Assertion") != std::string::npos ||
+                         line.find("Check failed") != std::string::npos ||
+                         line.find("FATAL") != std::string::npos ||
+                         line.find("Segmentation") != std::string::npos)) {
+      said = line;
+    }
+    last = line;
+  }
+  return absl::StrCat("exit status ", status, ": ", said.empty() ? last : said);
+}
+
 json Sample(Cluster* c) {
   json s;
   s["master_rss_kib"] = RssKib(c->master()->pid());
@@ -267,7 +291,29 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   const auto warm = begin + std::chrono::seconds(std::min(60, seconds / 10));
   json start_sample;
   int seq = 0;
+  // Processes that died without being killed (a crash: a bug here or in a library), each
+  // restarted in place so that the run and its checks go on, and reported as a failure.
+  std::vector<std::string> crashes;
+  auto restart_crashed = [&]() -> absl::Status {
+    const double at =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    if (!cluster_->master()->Running()) {
+      crashes.push_back(
+          absl::StrCat("master at ", static_cast<int>(at), " s: ", WhyItDied(cluster_->master())));
+      std::cerr << "[ chaos ] CRASH " << crashes.back() << "\n";
+      GRANARY_RETURN_IF_ERROR(cluster_->RestartMaster());
+    }
+    for (int i = 0; i < cluster_->node_count(); ++i) {
+      if (cluster_->node(i)->Running()) continue;
+      crashes.push_back(absl::StrCat("node", i, " at ", static_cast<int>(at),
+                                     " s: ", WhyItDied(cluster_->node(i))));
+      std::cerr << "[ chaos ] CRASH " << crashes.back() << "\n";
+      GRANARY_RETURN_IF_ERROR(cluster_->StartNode(i));
+    }
+    return absl::OkStatus();
+  };
   while (std::chrono::steady_clock::now() < end) {
+    ASSERT_TRUE(restart_crashed().ok());
     if (start_sample.is_null() && std::chrono::steady_clock::now() >= warm) {
       start_sample = Sample(cluster_.get());
     }
@@ -336,6 +382,7 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   raw->reset();
 
   // Quiescence: every deadline, lease and dead session has run out.
+  ASSERT_TRUE(restart_crashed().ok());
   ASSERT_TRUE(cluster_->WaitForSegments(3).ok());
   std::this_thread::sleep_for(milliseconds(2000 + 2 * 1000 + 500));
 
@@ -394,7 +441,7 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   }
   std::cerr << "[ chaos ] " << seconds << " s, " << ops.load() << " operations, " << total_faults
             << " faults (" << fault_text << " ), " << violations << " violations"
-            << (netns ? " (separate hosts)" : "") << "\n";
+            << (netns ? " (separate hosts)" : "") << ", " << crashes.size() << " crashes\n";
   if (report_path != nullptr) {
     json r;
     r["seconds"] = seconds;
@@ -404,12 +451,14 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
     r["client_errors"] = errors.load();
     r["faults"] = faults;
     r["violations"] = violations;
+    r["crashes"] = crashes;
     r["start"] = start_sample;
     r["end"] = end_sample;
     std::ofstream(report_path) << r.dump(2) << "\n";
   }
   EXPECT_EQ(violations, 0u);
   EXPECT_GT(total_faults, 0u);
+  EXPECT_TRUE(crashes.empty()) << absl::StrJoin(crashes, "\n");
 }
 
 }  // namespace

@@ -242,14 +242,14 @@ void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "CommitBytes", tenant);
 }
 
-void QuotaLedger::Restore(absl::string_view tenant, uint64_t bytes, bool new_entry) {
+void QuotaLedger::Restore(absl::string_view tenant, uint64_t bytes, uint64_t entries) {
   if (IsReserved(tenant)) return;
   {
     granary::ReaderMutexLock lock(&mu_);
     auto it = accounts_.find(tenant);
     if (it != accounts_.end()) {
       it->second->charged.fetch_add(bytes, kRelaxed);
-      if (new_entry) it->second->entries.fetch_add(1, kRelaxed);
+      it->second->entries.fetch_add(entries, kRelaxed);
       return;
     }
   }
@@ -261,7 +261,7 @@ void QuotaLedger::Restore(absl::string_view tenant, uint64_t bytes, bool new_ent
     slot->admission_closed = enforce_;
   }
   slot->charged.fetch_add(bytes, kRelaxed);
-  if (new_entry) slot->entries.fetch_add(1, kRelaxed);
+  slot->entries.fetch_add(entries, kRelaxed);
 }
 
 void QuotaLedger::Refund(absl::string_view tenant, uint64_t bytes) {

@@ -111,11 +111,12 @@ class QuotaLedger {
   // Frees committed bytes but keeps the entry: one replica of an object was lost and the
   // object stays with the others.
   void ReleaseBytes(absl::string_view tenant, uint64_t bytes);
-  // A master rebuilding from node inventories: `bytes` of a stored object become committed
-  // without admission (they are in memory already), plus one entry when `new_entry` (not for a
-  // second replica). A tenant without an account gets one: with enforcement and no policy entry
-  // it is closed to admission, as a tenant dropped from the policy is (readable, removable).
-  void Restore(absl::string_view tenant, uint64_t bytes, bool new_entry);
+  // A master rebuilding from node inventories: `bytes` of stored objects become committed
+  // without admission (they are in memory already), and `entries` more entries (one per
+  // object, none for a second replica). A tenant without an account gets one: with enforcement
+  // and no policy entry it is closed to admission, as a tenant dropped from the policy is
+  // (readable, removable).
+  void Restore(absl::string_view tenant, uint64_t bytes, uint64_t entries);
 
   // A snapshot reads each counter atomically but not all of them at one instant (a concurrent
   // Commit may show in `entries` before `inflight`). nullopt for a tenant without an account.

@@ -178,5 +178,45 @@ TEST_F(NodeInventoryTest, ReportIsBatchedAndSkipsSegmentsNotMountedNow) {
   EXPECT_EQ(inv.size(), 11u);
 }
 
+// A streamed report while records still arrive: entries read where BeginReport found them while
+// nothing was added or erased, looked up again once something was (an added entry may have
+// moved every other one: the ASan tree catches a stale read). An entry freed between batches is
+// not reported; one replaced in place is reported as it is then; one added after BeginReport
+// waits for the next report.
+TEST_F(NodeInventoryTest, AStreamedReportFollowsChangesBetweenItsBatches) {
+  NodeInventory inv(&spans_);
+  for (uint64_t i = 0; i < 8; ++i) {
+    Write(0, i * 4096, "k" + std::to_string(i), 100 + i, 1000);
+    ASSERT_TRUE(inv.Apply(0, Commit("k" + std::to_string(i), i * 4096, 100 + i)));
+  }
+  NodeInventory::ReportCursor c = inv.BeginReport();
+  EXPECT_EQ(c.total, 8u);
+  std::vector<InventoryRecord> got = inv.NextBatch(&c, {7, 8}, 2, 1 << 20);
+  ASSERT_EQ(got.size(), 2u);
+  // In place (no entry added or erased): k2 replaced by a newer commit at its offset.
+  Write(0, 2 * 4096, "k2b", 500, 1000);
+  ASSERT_TRUE(inv.Apply(0, Commit("k2b", 2 * 4096, 500)));
+  auto b = inv.NextBatch(&c, {7, 8}, 2, 1 << 20);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].key, "k2b");
+  EXPECT_EQ(b[0].generation, 500u);
+  EXPECT_EQ(b[1].key, "k3");
+  // Now k5 is freed and 2,000 entries arrive on the other segment (the table grows, moving
+  // every entry): the rest of the report looks each entry up.
+  ASSERT_TRUE(inv.Apply(0, Free(5 * 4096, 105)));
+  for (uint64_t i = 0; i < 2000; ++i) {
+    Write(1, i * 512, "n" + std::to_string(i), 1 + i, 100);
+    ASSERT_TRUE(inv.Apply(1, Commit("n" + std::to_string(i), i * 512, 1 + i, 100)));
+  }
+  std::vector<std::string> rest;
+  for (auto more = inv.NextBatch(&c, {7, 8}, 2, 1 << 20); !more.empty();
+       more = inv.NextBatch(&c, {7, 8}, 2, 1 << 20)) {
+    for (const auto& r : more) rest.push_back(r.key);
+  }
+  EXPECT_EQ(rest, (std::vector<std::string>{"k4", "k6", "k7"}));
+  EXPECT_EQ(inv.mismatches(), 0u);
+  EXPECT_EQ(inv.size(), 2007u);
+}
+
 }  // namespace
 }  // namespace granary::node

@@ -192,7 +192,7 @@ InventorySyncReply SampleInventorySyncReply() {
           0x0102030405060708ull};
 }
 InventoryReportRequest SampleInventoryReport() {
-  return {{SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kCommit)}, true};
+  return {{SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kCommit)}, true, 1234567};
 }
 InventoryReportReply SampleInventoryReportReply() {
   return {Ws(absl::StatusCode::kFailedPrecondition, "not a node"), 17, 3};
@@ -413,7 +413,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x09\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x0a\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
       "\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
