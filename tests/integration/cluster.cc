@@ -173,9 +173,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
     c->http_port_ = o.netns ? 9003 : FreePort();
     st = c->StartMaster();
     if (st.ok() || c->master_ == nullptr || c->master_->Running()) break;
+    // The RPC listener (UCX) says "Address already in use"; the admin HTTP server "cannot
+    // bind an HTTP server to HOST:PORT (in use, ...)".
     std::string log = c->master_->Log();
     if (log.find("Address already in use") == std::string::npos &&
-        log.find("address already in use") == std::string::npos) {
+        log.find("address already in use") == std::string::npos &&
+        log.find("cannot bind an HTTP server") == std::string::npos) {
       break;
     }
   }
