@@ -24,7 +24,7 @@ namespace granary::master {
 // A master rebuilding its state from the inventories re-mounted nodes report
 // (docs/architecture.md, "Node inventories and master restart"). Each reported commit record
 // becomes a complete object again: its range is reserved in the segment's allocator
-// (SegmentRegistry::Reserve), its bytes are charged to its tenant without admission
+// (SegmentRegistry::ReserveAll), its bytes are charged to its tenant without admission
 // (QuotaLedger::Restore: charged_bytes and entries are re-derived, not stored anywhere), its LRU
 // position is seeded from the commit time, it gets one read lease (a reader of the old master
 // may still be reading it), and the generation counter is raised above it. The same object

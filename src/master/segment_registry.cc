@@ -104,13 +104,6 @@ void SegmentRegistry::SetQuarantineUntil(int64_t ms) {
   quarantine_until_ms_ = ms;
 }
 
-absl::StatusOr<Placement> SegmentRegistry::Reserve(uint64_t segment_id, uint64_t session,
-                                                   uint64_t offset, uint64_t size) {
-  granary::MutexLock lock(&mu_);
-  Segment* last = nullptr;
-  return ReserveLocked(segment_id, session, offset, size, &last);
-}
-
 void SegmentRegistry::ReserveAll(uint64_t session, const std::vector<Range>& ranges,
                                  std::vector<absl::StatusOr<Placement>>* out) {
   out->clear();

@@ -68,17 +68,15 @@ class SegmentRegistry {
   }
 
   // --- Restore (a master rebuilding from node inventories).
-  // Reserves [offset, offset + size) of a segment that `session` mounted: the range a reported
-  // object occupies. INVALID_ARGUMENT for a segment that is not the session's, or a range that
-  // is outside it or unaligned; FAILED_PRECONDITION when part of it is already taken.
-  [[nodiscard]] absl::StatusOr<Placement> Reserve(uint64_t segment_id, uint64_t session,
-                                                  uint64_t offset, uint64_t size);
   struct Range {
     uint64_t segment_id = 0;
     uint64_t offset = 0;
     uint64_t size = 0;
   };
-  // Reserve of each range in turn, under one lock: out[i] is ranges[i]'s outcome.
+  // Reserves each range [offset, offset + size) of a segment that `session` mounted (the range
+  // a reported object occupies), in turn, under one lock: out[i] is ranges[i]'s outcome.
+  // INVALID_ARGUMENT for a segment that is not the session's, or a range that is outside it or
+  // unaligned; FAILED_PRECONDITION when part of it is already taken.
   void ReserveAll(uint64_t session, const std::vector<Range>& ranges,
                   std::vector<absl::StatusOr<Placement>>* out);
   // The segment's report is complete: it is allocatable, and if now_ms is before the quarantine
@@ -177,7 +175,7 @@ class SegmentRegistry {
     uint64_t held_bytes = 0;
   };
   uint64_t FinishRestoreLocked(Segment& s, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reserve; *last caches the segment of the previous call (null: none).
+  // One range of ReserveAll; *last caches the segment of the previous call (null: none).
   absl::StatusOr<Placement> ReserveLocked(uint64_t segment_id, uint64_t session, uint64_t offset,
                                           uint64_t size, Segment** last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
