@@ -124,11 +124,16 @@ bool InventoryOutbox::HasPending(const std::vector<uint64_t>& segment_ids) const
 int64_t InventoryOutbox::OldestPendingMs() const {
   const int64_t now = clock_->NowMs();
   int64_t oldest = now;
+  bool any = false;
   granary::MutexLock lock(&mu_);
   for (const auto& [id, q] : queues_) {
-    if (!q.empty()) oldest = std::min(oldest, q.front().queued_ms);
+    if (q.empty()) continue;
+    any = true;
+    oldest = std::min(oldest, q.front().queued_ms);
   }
-  return now - oldest;
+  // 0 means nothing is pending: a record queued in this very millisecond reads 1, or a caller
+  // waiting for the gauge to reach 0 (a handover, a test) would go on with it still queued.
+  return any ? std::max<int64_t>(1, now - oldest) : 0;
 }
 
 void InventoryOutbox::Forget(uint64_t segment_id) {

@@ -59,7 +59,8 @@ class InventoryOutbox {
                                            size_t max_records, size_t max_bytes, uint64_t acked,
                                            uint64_t* token);
   bool HasPending(const std::vector<uint64_t>& segment_ids) const;
-  // The age of the oldest record no node has acknowledged yet, in ms (0: none).
+  // The age of the oldest record no node has acknowledged yet, in ms: 0 when there is none, at
+  // least 1 when there is one (queued this millisecond).
   int64_t OldestPendingMs() const;
   // The segment is gone: its queue with it.
   void Forget(uint64_t segment_id);

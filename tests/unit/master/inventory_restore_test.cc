@@ -244,6 +244,7 @@ TEST_F(InventoryRestoreTest, TheOldestPendingRecordsAgeIsTheLagAMasterDeathWould
   EXPECT_TRUE(m.Take(n2).empty());
   EXPECT_EQ(m.Counter(gauge), 0);
   m.Put(c, "third", 1000, 1);
+  EXPECT_EQ(m.Counter(gauge), 1) << "queued this millisecond is pending, not none";
   m.clock.AdvanceMs(40);
   EXPECT_EQ(m.Counter(gauge), 40);
 }
