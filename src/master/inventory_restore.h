@@ -35,7 +35,8 @@ namespace granary::master {
 // (SegmentRegistry::FinishRestore).
 //
 // Owned by MasterService; every pointer given to the constructor must outlive it. Thread-safe:
-// a batch's records are taken shard by shard, each shard locked once per batch; under it the
+// a batch's records are taken shard by shard, each shard locked once per batch (a large batch's
+// shards in two halves on two threads, the caller's and one started for it); under it the
 // registry's lock (per record) and the ledger's (per tenant and shard) are taken (leaves), and
 // the outbox's when a loser is told to drop. Cost per record: one hash of the table key for its
 // shard, one lookup-or-insert, an O(1) AllocateAt when a node's records come in ascending
@@ -75,6 +76,7 @@ class InventoryRestore {
     std::vector<TenantCharge> charges;
     uint64_t max_generation = 0;
     uint64_t max_access = 0;
+    uint64_t next_seq = 0;  // of SeedAccess: a range of seq_ taken for the shard's records
     void Charge(absl::string_view tenant, uint64_t bytes, bool new_entry);
   };
   void Settle(ShardBatch* b);
@@ -88,8 +90,8 @@ class InventoryRestore {
   // A report of `total` records begins: every shard's table makes room for its share at once.
   void SizeTablesFor(uint64_t session, uint64_t total);
   // The LRU ordinal of a record committed at commit_ms: commit order, with later accesses after
-  // every restored one.
-  uint64_t SeedAccess(uint64_t commit_ms);
+  // every restored one; seq is the record's own number from seq_ (taken per shard of a batch).
+  static uint64_t SeedAccess(uint64_t commit_ms, uint64_t seq);
 
   const MasterOptions& options_;
   Clock* clock_;

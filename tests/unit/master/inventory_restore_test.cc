@@ -402,6 +402,116 @@ TEST_F(InventoryRestoreTest, BadRecordsAreRefusedAndNothingStoredIsDisturbed) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// A batch large enough to be restored by two threads (the shards in two halves) gives what
+// the same records give in batches small enough for one: every object, charge, refusal and
+// conflict, in both halves of the shards. (Under TSan this is the test of the two threads.)
+TEST_F(InventoryRestoreTest, ALargeBatchRestoredByTwoThreadsEqualsSmallBatches) {
+  constexpr int kRecords = 6000;  // one batch of them takes the two-thread path (>= 4096)
+  constexpr uint64_t kLen = 100;
+  std::vector<InventoryRecord> n1_inv, n2_inv;
+  for (int i = 0; i < kRecords; ++i) {
+    const std::string tenant = i % 3 ? "a" : "b";
+    const uint64_t at = uint64_t(i) * AllocBytes(kLen);
+    if (i % 97 == 5) {  // refused: generation 0
+      n1_inv.push_back(Record(tenant, absl::StrCat("k", i), at, 0, kLen));
+    } else if (i % 89 == 7) {  // overlaps the previous record's range: refused
+      n1_inv.push_back(Record(tenant, absl::StrCat("k", i), at - 64, 10 + i, kLen));
+    } else {
+      n1_inv.push_back(Record(tenant, absl::StrCat("k", i), at, 10 + i, kLen, 1000 + i));
+    }
+    // Node 2 holds every 10th key too, at a higher generation for half of them (their node-1
+    // record loses) and as a second replica for the other half.
+    if (i % 10 == 0) {
+      n2_inv.push_back(Record(tenant, absl::StrCat("k", i), uint64_t(i / 10) * AllocBytes(kLen),
+                              i % 20 == 0 ? 100'000 + i : 10 + i, kLen, 1000 + i));
+    }
+  }
+  struct Result {
+    uint64_t restored = 0, rejected = 0;
+    std::map<std::string, std::tuple<uint64_t, uint64_t, uint32_t>> a, b;
+    Charged charge_a, charge_b;
+    uint64_t used = 0;
+    double conflicts = 0;
+  };
+  auto run = [&](size_t batch) {
+    Master m(opts_);
+    SessionId n1 = m.Hello(proto::Role::kNode), n2 = m.Hello(proto::Role::kNode);
+    uint64_t s1 = m.Mount(n1, 1, true), s2 = m.Mount(n2, 2, true);
+    Result res;
+    for (auto [sid, seg, inv] : {std::tuple{n2, s2, &n2_inv}, std::tuple{n1, s1, &n1_inv}}) {
+      for (size_t i = 0; i < inv->size(); i += batch) {
+        std::vector<InventoryRecord> part(inv->begin() + i,
+                                          inv->begin() + std::min(inv->size(), i + batch));
+        auto rep =
+            m.svc.InventoryReport(sid, ReportOf(std::move(part), seg, i + batch >= inv->size()));
+        res.restored += rep.restored;
+        res.rejected += rep.rejected;
+      }
+    }
+    res.a = m.Objects("a");
+    res.b = m.Objects("b");
+    res.charge_a = m.Charge("a");
+    res.charge_b = m.Charge("b");
+    res.used = m.svc.GetStats().used;
+    res.conflicts = m.Counter("granary_master_inventory_conflicts_total");
+    return res;
+  };
+  const Result one = run(kRecords), small = run(1000);
+  // What the records must give: each refusal counted, each conflict lost by node 1's record.
+  uint64_t bad = 0, lost = 0, both = 0;
+  for (int i = 0; i < kRecords; ++i) {
+    if (i % 97 == 5 || i % 89 == 7) {
+      ++bad;
+    } else if (i % 20 == 0) {
+      ++lost;
+    } else if (i % 10 == 0) {
+      ++both;
+    }
+  }
+  EXPECT_EQ(one.rejected, bad + lost);
+  EXPECT_EQ(one.restored, n1_inv.size() + n2_inv.size() - bad - lost);
+  // A conflict is a node-1 record that passes the record checks and meets node 2's newer one
+  // (an overlapping one meets it before its range is looked at).
+  uint64_t conflicts = 0;
+  for (int i = 0; i < kRecords; i += 20) conflicts += i % 97 == 5 ? 0 : 1;
+  EXPECT_EQ(one.conflicts, static_cast<double>(conflicts));
+  EXPECT_GE(conflicts, lost);
+  // Every key with a valid record somewhere: node 1's, or node 2's where node 1's was bad.
+  uint64_t bad_on_node1_only_there = 0;
+  for (int i = 0; i < kRecords; i += 10)
+    bad_on_node1_only_there += (i % 97 == 5 || i % 89 == 7) ? 1 : 0;
+  EXPECT_EQ(one.a.size() + one.b.size(), kRecords - bad + bad_on_node1_only_there);
+  uint64_t two_replicas = 0;
+  for (const auto* objs : {&one.a, &one.b}) {
+    for (const auto& [key, o] : *objs) two_replicas += std::get<2>(o) == 2 ? 1 : 0;
+  }
+  EXPECT_EQ(two_replicas, both);
+  EXPECT_EQ(one.restored, small.restored);
+  EXPECT_EQ(one.rejected, small.rejected);
+  EXPECT_EQ(one.a, small.a);
+  EXPECT_EQ(one.b, small.b);
+  EXPECT_EQ(one.charge_a, small.charge_a);
+  EXPECT_EQ(one.charge_b, small.charge_b);
+  EXPECT_EQ(one.used, small.used);
+  EXPECT_EQ(one.conflicts, small.conflicts);
+  EXPECT_EQ(one.used, (one.restored) * AllocBytes(kLen));
+}
+
+TEST_F(InventoryRestoreTest, RestoreThreadsAreOneOrTwo) {
+  MasterOptions o = opts_;
+  for (int bad : {0, 3, -1}) {
+    o.restore_threads = bad;
+    absl::Status st = o.Validate();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(
+        st.message().find(absl::StrCat("--inventory_restore_threads must be 1 or 2, got ", bad)),
+        absl::string_view::npos)
+        << st;
+  }
+  o.restore_threads = 1;
+  EXPECT_TRUE(o.Validate().ok());
+}
+
 TEST_F(InventoryRestoreTest, EvictionOrderIsSeededFromCommitTime) {
   opts_.eviction_ratio = 0.0001;
   Master m(opts_);
