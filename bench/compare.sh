@@ -27,9 +27,10 @@ RAW="$OUT/raw.jsonl"
 
 GRANARY_SETUP_BENCH=1 bash scripts/setup.sh
 GRANARY_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
+ROUND=0  # the round being measured (0: outside the rounds): per-round ratios pair by it
 record() {  # tool mode transport size gbps keys_per_s
-  printf '{"tool":"%s","mode":"%s","transport":"%s","block_size":%s,"gbps":%s,"keys_per_s":%s}\n' \
-    "$1" "$2" "$3" "$4" "$5" "$6" >>"$RAW"
+  printf '{"tool":"%s","mode":"%s","transport":"%s","block_size":%s,"gbps":%s,"keys_per_s":%s,"round":%s}\n' \
+    "$1" "$2" "$3" "$4" "$5" "$6" "$ROUND" >>"$RAW"
 }
 
 # --- ucx_perftest: its "MB/s" is MiB/s; converted to 10^9 bytes per second.
@@ -70,23 +71,34 @@ redis_bench() {  # size
   local keys=$(( (128 << 20) / size )) csv
   csv=$(redis-benchmark -p "$p" -t set,get -d "$size" -n "$n" -r "$keys" -c 2 -P "$pipe" --csv \
     2>/dev/null)
-  kill "$srv"; wait "$srv" 2>/dev/null || true
   local set get
   set=$(grep '^"SET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
   get=$(grep '^"GET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
   record redis put default "$size" "$($PY -c "print($set*$size/1e9)")" "$set"
   record redis get default "$size" "$($PY -c "print($get*$size/1e9)")" "$get"
+  if (( size == 4096 )); then
+    # Single operations: one connection, no pipelining, -r over the same keys (the rows
+    # get/batch=1 and put/batch=1 of granary_bench, one thread).
+    csv=$(redis-benchmark -p "$p" -t set,get -d "$size" -n 60000 -r "$keys" -c 1 -P 1 --csv \
+      2>/dev/null)
+    set=$(grep '^"SET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
+    get=$(grep '^"GET"' <<<"$csv" | cut -d, -f2 | tr -d '"')
+    record redis put/batch=1 default "$size" "$($PY -c "print($set*$size/1e9)")" "$set"
+    record redis get/batch=1 default "$size" "$($PY -c "print($get*$size/1e9)")" "$get"
+  fi
+  kill "$srv"; wait "$srv" 2>/dev/null || true
 }
 
 # granary_bench's JSON records (file) into the raw records, for `transport`, with `suffix`
 # appended to each mode.
 granary_records() {  # file transport suffix
-  $PY - "$1" "$2" "$3" >>"$RAW" <<'PYEOF'
+  $PY - "$1" "$2" "$3" "$ROUND" >>"$RAW" <<'PYEOF'
 import json, sys
 for r in json.load(open(sys.argv[1])):
     print(json.dumps({"tool": "granary", "mode": r["mode"] + sys.argv[3], "transport": sys.argv[2],
                       "block_size": r["block_size"], "gbps": r["gbps"],
-                      "keys_per_s": r["keys_per_s"]}))
+                      "keys_per_s": r["keys_per_s"], "p99_us": r.get("p99_us"),
+                      "round": int(sys.argv[4])}))
 PYEOF
 }
 
@@ -112,6 +124,14 @@ granary_bench() {  # transport [runs]
         granary_records "$OUT/g.json" "$tls" "$([[ $th == 1 ]] || echo "/threads=$th")"
       done
     done
+    # Single operations, one thread, 4 KiB (against redis-benchmark -c 1 -P 1).
+    if [[ $tls == default ]]; then
+      for r in $(seq "$runs"); do
+        "$BIN/granary_bench" "$mode" --master="127.0.0.1:$RPC" --threads=1 --block_size=4096 \
+          --batch=1 --duration="$DURATION" --working_set=128MB --out="$OUT/g.json" >/dev/null
+        granary_records "$OUT/g.json" "$tls" /batch=1
+      done
+    fi
   done
   stop_cluster
   RUN_ENV=()
@@ -161,13 +181,25 @@ granary_meta() {
     done
     stop_cluster
   done
+  # Unbatched: batch 1, 2 threads, one in flight each; the target is 3x Mooncake's master with
+  # two clients on this machine class (Put 6.6k, Get 15.1k keys/s; issue 18).
+  start_cluster meta -- --host_segment_size=1TB --virtual_segments
+  for r in $(seq "$RUNS"); do
+    "$BIN/granary_bench" meta --master="127.0.0.1:$RPC" --threads=2 --batch=1 --lanes=1 \
+      --block_size=4KB --duration="$DURATION" --out="$OUT/m.json" >/dev/null
+    granary_records "$OUT/m.json" default /batch=1
+  done
+  stop_cluster
   record target meta-put default 4096 0 500000
   record target meta-get default 4096 0 1000000
+  record target meta-put/batch=1 default 4096 0 19800
+  record target meta-get/batch=1 default 4096 0 45300
 }
 
 # Rounds: each round measures every tool once, back to back, so that a slow spell of this
 # shared machine hits granary and its references alike; the medians are over the rounds.
 for r in $(seq "$RUNS"); do
+  ROUND=$r
   echo "== round $r of $RUNS: ucx_perftest"
   for tls in default tcp; do
     for s in $SIZES; do perftest "$tls" ucp_get "$s"; perftest "$tls" ucp_put_bw "$s"; done
@@ -180,6 +212,7 @@ for r in $(seq "$RUNS"); do
   echo "== round $r of $RUNS: memcpy ceiling"
   memcpy_ref 1
 done
+ROUND=0
 echo "== granary meta"
 granary_meta
 echo "== a full store: 4 KiB puts of fresh keys, each making room by eviction, and Redis at maxmemory"

@@ -14,7 +14,12 @@ for line in open(raw):
 med = {}
 for k, rs in runs.items():
     med[k] = {"gbps": statistics.median(r["gbps"] for r in rs),
-              "keys_per_s": statistics.median(r["keys_per_s"] for r in rs), "runs": len(rs)}
+              "keys_per_s": statistics.median(r["keys_per_s"] for r in rs), "runs": len(rs),
+              # Per round, for the rows whose target must hold in each round, not in the median.
+              "by_round": {r["round"]: r["keys_per_s"] for r in rs if r.get("round")}}
+    p99 = [r["p99_us"] for r in rs if r.get("p99_us") is not None]
+    if p99:
+        med[k]["p99_us"] = statistics.median(p99)  # granary_bench: per batch
 
 def size_name(b):
     return f"{b // 1048576} MiB" if b >= 1048576 else f"{b // 1024} KiB"
@@ -26,7 +31,10 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], 
     if mode.startswith("meta-") or mode == "master-bytes-per-object":
         continue  # the targets table below
     # "get/threads=2": two client threads, compared with redis-benchmark's two connections only.
+    # "get/batch=1": single operations, one thread, against redis-benchmark -c 1 -P 1 (its
+    # records carry the same mode).
     base, _, threads = mode.partition("/")
+    ref_mode = mode if threads.startswith("batch=") else base
     for ref in ("ucx_perftest", "memcpy", "redis"):
         if threads and ref != "redis":
             continue
@@ -37,7 +45,7 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], 
         if ref == "memcpy" and (size <= 4096 or tls != "default"):
             continue
         rtls = tls if ref == "ucx_perftest" else "default"  # memcpy and redis: one figure
-        r = med.get((ref, base, rtls, size))
+        r = med.get((ref, ref_mode, rtls, size))
         if r is None:
             continue
         use_keys = size <= 4096
@@ -45,7 +53,12 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], 
         rv = r["keys_per_s"] if use_keys else r["gbps"]
         rows.append({"mode": mode, "transport": tls, "block_size": size, "reference": ref,
                      "unit": "keys/s" if use_keys else "GB/s", "granary": g, "ref": rv,
-                     "ratio": g / rv if rv else None, "runs": m["runs"]})
+                     "ratio": g / rv if rv else None, "runs": m["runs"],
+                     "p99_us": m.get("p99_us"),
+                     # granary over its reference of the same round (adjacent minutes)
+                     "round_ratios": [m["by_round"][k] / r["by_round"][k]
+                                      for k in sorted(m["by_round"])
+                                      if use_keys and r["by_round"].get(k)] or None})
 
 # Targets of the performance issue that have no reference tool: the master alone (meta) and
 # its memory per object. Ratio >= 1 means the target is met.
@@ -55,9 +68,11 @@ for (tool, mode, tls, size), m in sorted(med.items()):
         continue
     if mode.startswith("meta-"):
         base, lanes = mode.split("/")
-        t = med.get(("target", base, tls, size))
+        t = med.get(("target", mode, tls, size)) or med.get(("target", base, tls, size))
+        shape = ("batch 1, 2 threads (target: 3x Mooncake's master, unbatched)"
+                 if lanes == "batch=1" else f"batch 32, 2 threads, {lanes}")
         if t:
-            targets.append({"what": f"{base} keys/s, batch 32, 2 threads, {lanes}",
+            targets.append({"what": f"{base} keys/s, {shape}",
                             "granary": m["keys_per_s"], "target": t["keys_per_s"],
                             "ratio": m["keys_per_s"] / t["keys_per_s"], "runs": m["runs"]})
     elif mode == "master-bytes-per-object":
@@ -85,13 +100,16 @@ with open(f"{out}/compare.json", "w") as f:
                            for k, v in med.items()], "ratios": rows, "targets": targets,
                "ceilings": ceilings},
               f, indent=2)
-lines = ["| mode | transport | block | unit | granary | reference | ref value | ratio |",
-         "|---|---|---|---|---|---|---|---|"]
+lines = ["| mode | transport | block | unit | granary | p99 per batch | reference | ref value | ratio "
+         "| ratio per round |", "|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     fmt = "{:,.0f}" if r["unit"] == "keys/s" else "{:.2f}"
+    p99 = "-" if r["p99_us"] is None else f"{r['p99_us']:,.0f} µs"
+    rounds = ("-" if not r["round_ratios"] or len(r["round_ratios"]) < 2
+              else " ".join(f"{x:.2f}" for x in r["round_ratios"]))
     lines.append(f"| {r['mode']} | {r['transport']} | {size_name(r['block_size'])} | {r['unit']} | "
-                 f"{fmt.format(r['granary'])} | {r['reference']} | {fmt.format(r['ref'])} | "
-                 f"{r['ratio']:.2f}x |")
+                 f"{fmt.format(r['granary'])} | {p99} | {r['reference']} | {fmt.format(r['ref'])} | "
+                 f"{r['ratio']:.2f}x | {rounds} |")
 if targets:
     lines += ["", "| target | granary | target | ratio |", "|---|---|---|---|"]
     for t in targets:
