@@ -9,13 +9,15 @@
 #      address: objects restored per second (the master's own figure from its log, and
 #      restored objects over the time from the restart), and the seconds from the restart until
 #      a client has read every object back byte-exact.
-# PART=failover or PART=rebuild runs only that part (default: both).
+# PART=failover or PART=rebuild runs only that part (default: both). RESTART_FLAGS: more flags
+# for the restarted master of the rebuild (an A/B run: RESTART_FLAGS=--inventory_restore_threads=1).
 # Results: bench/results/failover.json and a summary on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
 PART="${PART:-both}"
 case "$PART" in both | failover | rebuild) ;; *) echo "PART='$PART' is not both, failover or rebuild" >&2; exit 2 ;; esac
+RESTART_FLAGS="${RESTART_FLAGS:-}"
 ROUNDS="${ROUNDS:-5}" OBJECTS="${OBJECTS:-1000000}" VALUE_SIZE="${VALUE_SIZE:-64}" TTL="${TTL:-5}"
 cmake --build "$BUILD_DIR" --target granary_master granary_node granary_failover_probe >/dev/null
 command -v etcd >/dev/null || { echo "etcd is not installed (bash scripts/setup.sh)" >&2; exit 1; }
@@ -107,7 +109,7 @@ kill -9 "$MASTER_PID"
 wait "$MASTER_PID" 2>/dev/null || true
 restarted=$(now_ms)
 env "${RUN_ENV[@]}" "$BIN/granary_master" --rpc_port="$RPC" --metrics_port="$HTTP" \
-  --metrics_host=127.0.0.1 --client_ttl=30 --log_level=info >"$OUT/failover_rebuild_master2.log" 2>&1 &
+  --metrics_host=127.0.0.1 --client_ttl=30 --log_level=info $RESTART_FLAGS >"$OUT/failover_rebuild_master2.log" 2>&1 &
 pids+=($!)
 wait_health "$HTTP"
 until [[ "$(metric "$HTTP" granary_master_inventory_restored_total)" == "$OBJECTS" ]]; do
