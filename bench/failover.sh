@@ -10,7 +10,7 @@
 #      restored objects over the time from the restart), and the seconds from the restart until
 #      a client has read every object back byte-exact.
 # PART=failover or PART=rebuild runs only that part (default: both). RESTART_FLAGS: more flags
-# for the restarted master of the rebuild (an A/B run: RESTART_FLAGS=--inventory_restore_threads=1).
+# for the restarted master of the rebuild (an A/B run of a master flag).
 # Results: bench/results/failover.json and a summary on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -35,8 +35,7 @@ namespace granary::master {
 // (SegmentRegistry::FinishRestore).
 //
 // Owned by MasterService; every pointer given to the constructor must outlive it. Thread-safe:
-// a batch's records are taken shard by shard, each shard locked once per batch (a large batch's
-// shards in two halves on two threads, the caller's and one started for it); under it the
+// a batch's records are taken shard by shard, each shard locked once per batch; under it the
 // registry's lock (per record) and the ledger's (per tenant and shard) are taken (leaves), and
 // the outbox's when a loser is told to drop. Cost per record: one hash of the table key for its
 // shard, one lookup-or-insert, an O(1) AllocateAt when a node's records come in ascending

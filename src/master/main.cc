@@ -27,9 +27,6 @@ DEFINE_int64(restart_quarantine_margin_ms, 500,
 DEFINE_int64(aborted_put_hold_ms, -1,
              "How long the space of a put aborted before its commit stays unused (cancelled tcp "
              "writes may still land); -1: 2 x client_ttl + restart_quarantine_margin_ms");
-DEFINE_int32(inventory_restore_threads, 2,
-             "Threads restoring one large inventory report batch after a restart or takeover "
-             "(1 or 2; the second runs only while a batch is restored)");
 DEFINE_double(put_start_timeout_sec, 30,
               "Seconds an allocation may stay uncommitted before it is freed");
 DEFINE_uint64(default_kv_lease_ttl, 5000, "Read lease granted by Get, in milliseconds");
@@ -85,7 +82,6 @@ int main(int argc, char** argv) {
   o.put_start_timeout_ms = static_cast<int64_t>(FLAGS_put_start_timeout_sec * 1000);
   o.write_window_ms = FLAGS_write_window_ms;
   o.restart_quarantine_margin_ms = FLAGS_restart_quarantine_margin_ms;
-  o.restore_threads = FLAGS_inventory_restore_threads;
   o.aborted_put_hold_ms = FLAGS_aborted_put_hold_ms;
   o.kv_lease_ttl_ms = static_cast<int64_t>(FLAGS_default_kv_lease_ttl);
   o.eviction_high_watermark_ratio = FLAGS_eviction_high_watermark_ratio;

@@ -23,9 +23,6 @@ absl::Status MasterOptions::Validate() const {
     return bad("--aborted_put_hold_ms must be -1 (2 x client_ttl + margin), 0 or more, got ",
                aborted_put_hold_ms);
   }
-  if (restore_threads < 1 || restore_threads > 2) {
-    return bad("--inventory_restore_threads must be 1 or 2, got ", restore_threads);
-  }
   if (kv_lease_ttl_ms <= 0)
     return bad("--default_kv_lease_ttl must be positive, got ", kv_lease_ttl_ms);
   if (!(eviction_high_watermark_ratio > 0 && eviction_high_watermark_ratio <= 1)) {

@@ -45,9 +45,6 @@ struct MasterOptions {
   // than client_ttl gets its node dropped and re-mounted with a quarantine of its own; so the
   // default, -1, holds for 2 x client_ttl + restart_quarantine_margin_ms. 0 frees at once.
   int64_t aborted_put_hold_ms = -1;
-  // Threads that restore one large inventory report batch (its shards split among them): 1 or
-  // 2. The caller's thread is one of them; the second is started per batch.
-  int restore_threads = 2;
   int64_t AbortedPutHoldMs() const {
     return aborted_put_hold_ms >= 0 ? aborted_put_hold_ms
                                     : 2 * client_ttl_ms + restart_quarantine_margin_ms;
