@@ -1,12 +1,14 @@
 #include "client/client_impl.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <future>
 
 #include "absl/strings/str_cat.h"
 #include "client/device_check.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/size.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "transport/topology.h"
@@ -72,6 +74,23 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   c->worker_->Post([route = &c->log_route_] { SetThreadLogRoute(route); });
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
   c->gpu_ = std::make_unique<GpuSegments>(&c->metrics_);
+  uint64_t pin_cap = DeviceTransfers::kDefaultPinCap;
+  if (const char* cap = std::getenv("GRANARY_GPU_PIN_MAX_BYTES"); cap != nullptr && *cap != 0) {
+    absl::StatusOr<uint64_t> v = ParseSize(cap);
+    if (!v.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GRANARY_GPU_PIN_MAX_BYTES='", cap, "': ", v.status().message()));
+    }
+    pin_cap = *v;
+  }
+  c->device_ = std::make_unique<DeviceTransfers>(&c->metrics_, c->rma_.get(), pin_cap);
+  c->rma_->set_unmap_hook(
+      [d = c->device_.get()](void* local, uint64_t size) { d->Unmapped(local, size); });
+  c->ipc_transfers_ = c->metrics_.Counter(
+      "granary_client_gpu_transfers_total",
+      "Values moved to or from this client's device buffers, by path (ipc, host_segment, "
+      "staging)",
+      {{"path", "ipc"}});
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
       c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
@@ -108,6 +127,7 @@ ClientImpl::~ClientImpl() {
     node_clients_.clear();
   }
   rma_.reset();
+  device_.reset();
   gpu_.reset();
   registrations_.reset();
   worker_.reset();
@@ -116,10 +136,28 @@ ClientImpl::~ClientImpl() {
 
 absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms) {
   if (timeout_ms <= 0) timeout_ms = options_.transfer_timeout_ms;
-  // GPU segments: device copies through the backend, never UCX, never a CPU copy.
-  if (GpuSegments::AnyGpu(ops)) GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops));
+  // GPU segments: device copies through the backend, never UCX, never a CPU copy (to and from
+  // host and device buffers alike).
+  if (GpuSegments::AnyGpu(ops)) {
+    size_t device_values = 0;
+    for (const auto& op : ops) device_values += op.segment->gpu && op.device >= 0 && !op.header;
+    GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops));
+    ipc_transfers_->Inc(device_values);
+  }
+  // This client's device buffers: from mapped node memory, or staged.
+  if (DeviceTransfers::AnyDevice(ops)) {
+    GRANARY_RETURN_IF_ERROR(
+        device_->Run(&ops, timeout_ms, [this](std::vector<transport::RmaOp> staged, int64_t ms) {
+          rma_->CopyMapped(&staged);  // none is mapped, or it would not be staged
+          return staged.empty() ? absl::OkStatus() : Remote(std::move(staged), ms);
+        }));
+  }
   rma_->CopyMapped(&ops);  // same-host shared memory: plain copies, here
   if (ops.empty()) return absl::OkStatus();
+  return Remote(std::move(ops), timeout_ms);
+}
+
+absl::Status ClientImpl::Remote(std::vector<transport::RmaOp> ops, int64_t timeout_ms) {
   std::vector<std::string> nodes;
   for (const auto& op : ops) nodes.push_back(op.segment->node_address);
   auto p = std::make_shared<std::promise<absl::Status>>();
@@ -172,7 +210,8 @@ absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std:
 
 std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                               const std::vector<const void*>& data,
-                                              const std::vector<size_t>& sizes, uint32_t flags) {
+                                              const std::vector<size_t>& sizes, uint32_t flags,
+                                              const std::vector<int>* devices) {
   ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
@@ -197,7 +236,7 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
   std::vector<AllocHeader> headers(n);
   Inputs inputs(this);
   PutPlan plan;
-  PlanPut(keys, data, sizes, *started, &inputs, &headers, &out, &plan);
+  PlanPut(keys, data, sizes, *started, &inputs, &headers, &out, &plan, devices);
   if (!plan.revoke.entries.empty()) {
     (void)Call<proto::KeyGenRequest, proto::BatchStatusReply>(proto::MsgType::kPutRevoke,
                                                               plan.revoke);
@@ -290,7 +329,13 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
   uint32_t flags = (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
                    (options.hard_pin ? proto::kPutFlagHardPin : 0u) |
                    (options.tier == StorageTier::kGpu ? proto::kPutFlagTierGpu : 0u);
-  return PutImpl(keys, data, sizes, flags);
+  if (data.size() != keys.size()) return PutImpl(keys, data, sizes, flags);  // refuses the batch
+  // Values may be views of device memory too (PutFrom's paths).
+  return WithBufferDevices<absl::Status>(
+      keys, data, sizes,
+      [this, flags](const std::vector<std::string>& k, const std::vector<const void*>& b,
+                    const std::vector<size_t>& n,
+                    const std::vector<int>* devices) { return PutImpl(k, b, n, flags, devices); });
 }
 
 std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
@@ -299,17 +344,19 @@ std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string
   if (buffers.size() != keys.size() || sizes.size() != keys.size()) {
     return PutImpl(keys, buffers, sizes);  // refuses the whole batch
   }
-  return WithoutDeviceBuffers<absl::Status>(
+  return WithBufferDevices<absl::Status>(
       keys, buffers, sizes,
       [this](const std::vector<std::string>& k, const std::vector<const void*>& b,
-             const std::vector<size_t>& n) { return PutImpl(k, b, n); });
+             const std::vector<size_t>& n,
+             const std::vector<int>* devices) { return PutImpl(k, b, n, 0, devices); });
 }
 
 // ---------------------------------------------------------------------------------------------
 // Get
 
 std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::string>& keys,
-                                                        const DestFn& dest) {
+                                                        const DestFn& dest,
+                                                        const std::vector<int>* devices) {
   ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::StatusOr<size_t>> out(n, absl::UnknownError("not attempted"));
@@ -333,7 +380,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     }
     Inputs inputs(this);  // its pins last until the round's transfers are done
     GetPlan plan;
-    PlanGet(attempt, keys, pending, *rep, dest, &inputs, &headers, &out, &plan);
+    PlanGet(attempt, keys, pending, *rep, dest, &inputs, &headers, &out, &plan, devices);
     RunGetRound(keys, &plan, &headers, &out, &pending);
   }
   return out;
@@ -462,16 +509,19 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
         keys.size(), absl::InvalidArgumentError("keys, buffers and capacities differ in length"));
   }
   auto run = [this](const std::vector<std::string>& k, const std::vector<void*>& b,
-                    const std::vector<size_t>& cap) {
-    return GetImpl(k, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
-      if (size > cap[i]) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("key '", k[i], "' holds ", size, " bytes but the buffer has ", cap[i]));
-      }
-      return b[i];
-    });
+                    const std::vector<size_t>& cap, const std::vector<int>* devices) {
+    return GetImpl(
+        k,
+        [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
+          if (size > cap[i]) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "key '", k[i], "' holds ", size, " bytes but the buffer has ", cap[i]));
+          }
+          return b[i];
+        },
+        devices);
   };
-  return WithoutDeviceBuffers<absl::StatusOr<size_t>>(keys, buffers, capacities, run);
+  return WithBufferDevices<absl::StatusOr<size_t>>(keys, buffers, capacities, run);
 }
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "client/device_transfers.h"
 #include "client/gpu_segments.h"
 #include "client/master_session.h"
 #include "client/planner.h"
@@ -105,6 +106,8 @@ class ClientImpl : public Client {
   // Runs one batch of transfers, cancelling what has not finished after timeout_ms (0: the
   // configured transfer_timeout_ms).
   [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms = 0);
+  // The one-sided part of Transfer (host memory on this side), through UCX.
+  [[nodiscard]] absl::Status Remote(std::vector<transport::RmaOp> ops, int64_t timeout_ms);
   // Has `node` write the values of req into this client's registered buffer (reads over tcp;
   // proto::PushRequest) and copies the headers it returns into (*headers)[keys[j]].
   [[nodiscard]] absl::Status Push(const std::string& node, const proto::PushRequest& req,
@@ -112,9 +115,13 @@ class ClientImpl : public Client {
                                   std::vector<proto::AllocHeader>* headers);
   std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
                                     const std::vector<const void*>& data,
-                                    const std::vector<size_t>& sizes, uint32_t flags = 0);
+                                    const std::vector<size_t>& sizes, uint32_t flags = 0,
+                                    const std::vector<int>* devices = nullptr);
+  // devices (null: every destination is host memory): per key, the device of its destination
+  // or -1 (WithBufferDevices).
   std::vector<absl::StatusOr<size_t>> GetImpl(const std::vector<std::string>& keys,
-                                              const DestFn& dest);
+                                              const DestFn& dest,
+                                              const std::vector<int>* devices = nullptr);
   // Runs one planned round of reads and checks each header; failed keys go to *pending.
   void RunGetRound(const std::vector<std::string>& keys, GetPlan* plan,
                    std::vector<proto::AllocHeader>* headers,
@@ -138,7 +145,13 @@ class ClientImpl : public Client {
   std::unique_ptr<Registrations> registrations_;
   std::unique_ptr<transport::RmaEngine> rma_;
   std::unique_ptr<GpuSegments> gpu_;  // same-host GPU segments (IPC mappings, streams)
+  // This client's device buffers (host segments and staging); outlives rma_, whose unmap hook
+  // calls it.
+  std::unique_ptr<DeviceTransfers> device_;
   std::unique_ptr<MasterSession> session_;
+  // Device buffers passed to RegisterBuffer: recorded (start -> size), never given to UCX.
+  granary::Mutex device_regs_mu_;
+  absl::flat_hash_map<uintptr_t, size_t> device_regs_ ABSL_GUARDED_BY(device_regs_mu_);
 
   granary::Mutex nodes_mu_;  // control connections to nodes (Fetch, Push)
   absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> node_clients_
@@ -146,6 +159,7 @@ class ClientImpl : public Client {
 
   MetricCounter* pushed_reads_ = nullptr;
   MetricCounter* node_timeouts_ = nullptr;
+  MetricCounter* ipc_transfers_ = nullptr;  // granary_client_gpu_transfers_total{path="ipc"}
 };
 
 }  // namespace granary::client

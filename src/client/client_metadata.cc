@@ -81,11 +81,27 @@ absl::Status ClientImpl::Remove(absl::string_view key, bool force) {
 }
 
 absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
-  GRANARY_RETURN_IF_ERROR(CheckHostMemory(data, size));  // before UCX maps it
-  return registrations_->Register(data, size);
+  // Classified before UCX maps anything: device memory is recorded, never given to UCX (no CUDA
+  // support in it here); its transfers take the device paths (client/device_transfers.h).
+  GRANARY_ASSIGN_OR_RETURN(const int device, BufferDevice(data, size));
+  if (device < 0) return registrations_->Register(data, size);
+  if (size == 0) return absl::InvalidArgumentError("RegisterBuffer: size 0");
+  granary::MutexLock lock(&device_regs_mu_);
+  if (!device_regs_.emplace(reinterpret_cast<uintptr_t>(data), size).second) {
+    return absl::AlreadyExistsError(absl::StrCat("a device buffer starting at 0x",
+                                                 absl::Hex(reinterpret_cast<uintptr_t>(data)),
+                                                 " is registered already"));
+  }
+  return absl::OkStatus();
 }
 
-absl::Status ClientImpl::UnregisterBuffer(void* data) { return registrations_->Unregister(data); }
+absl::Status ClientImpl::UnregisterBuffer(void* data) {
+  {
+    granary::MutexLock lock(&device_regs_mu_);
+    if (device_regs_.erase(reinterpret_cast<uintptr_t>(data)) > 0) return absl::OkStatus();
+  }
+  return registrations_->Unregister(data);
+}
 
 namespace {
 

@@ -31,14 +31,11 @@ GpuSegments::GpuSegments(MetricsRegistry* metrics)
                                  "Batches on GPU segments that failed (open, copy or header)")) {}
 
 GpuSegments::~GpuSegments() {
-  std::vector<Stream> idle;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped;  // closed outside the lock
   {
     granary::MutexLock lock(&mu_);
-    idle.swap(idle_);
     mapped.swap(mapped_);
   }
-  for (Stream& s : idle) s.backend->DestroyStream(s.handle);
 }
 
 void GpuSegments::Retain(const absl::flat_hash_set<uint64_t>& mounted) {
@@ -123,42 +120,10 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
   return m;
 }
 
-absl::StatusOr<GpuSegments::Stream> GpuSegments::TakeStream(cuda::DeviceBackend* backend,
-                                                            int device) {
-  {
-    granary::MutexLock lock(&mu_);
-    for (size_t i = 0; i < idle_.size(); ++i) {
-      if (idle_[i].backend == backend && idle_[i].device == device) {
-        Stream s = idle_[i];
-        idle_.erase(idle_.begin() + static_cast<ptrdiff_t>(i));
-        return s;
-      }
-    }
-  }
-  absl::StatusOr<void*> handle = backend->CreateStream(device);
-  if (!handle.ok()) return handle.status();
-  return Stream{backend, device, *handle};
-}
-
-void GpuSegments::ReturnStream(Stream s) {
-  granary::MutexLock lock(&mu_);
-  idle_.push_back(s);
-}
-
 absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops) {
   // Split: the GPU ops (in order) out, the rest kept in place.
-  std::vector<transport::RmaOp> gpu;
-  size_t kept = 0;
-  for (size_t i = 0; i < ops->size(); ++i) {
-    transport::RmaOp& op = (*ops)[i];
-    if (op.segment->gpu) {
-      gpu.push_back(std::move(op));
-      continue;
-    }
-    if (kept != i) (*ops)[kept] = std::move(op);
-    ++kept;
-  }
-  ops->resize(kept);
+  std::vector<transport::RmaOp> gpu =
+      transport::TakeOps(ops, [](const transport::RmaOp& op) { return op.segment->gpu; });
   if (gpu.empty()) return absl::OkStatus();
   absl::Status st = RunOnDevice(gpu);
   if (!st.ok()) failures_->Inc();
@@ -206,19 +171,17 @@ absl::Status GpuSegments::RunOnDevice(const std::vector<transport::RmaOp>& gpu) 
   }
   regions.insert(regions.end(), fence.begin(), fence.end());
   cuda::DeviceBackend* backend = held.front()->backend;
-  GRANARY_ASSIGN_OR_RETURN(Stream stream, TakeStream(backend, held.front()->device));
+  GRANARY_ASSIGN_OR_RETURN(StreamPool::Stream stream, streams_.Take(backend, held.front()->device));
   absl::Status st =
       backend->BatchCopyAsync(stream.handle, regions.data(), static_cast<int>(regions.size()));
   absl::Status synced = backend->SynchronizeStream(stream.handle);
   if (st.ok()) st = synced;
+  streams_.Return(stream, st.ok());
   if (!st.ok()) {
-    // A stream that saw an error is not reused.
-    backend->DestroyStream(stream.handle);
     return absl::InternalError(
         absl::StrCat("a device copy of GPU segment ", gpu.front().segment->segment_id, " (node ",
                      gpu.front().segment->node_address, ") failed: ", st.message()));
   }
-  ReturnStream(stream);
   // The fence: each get header, read before its value, must be what it is after every value.
   size_t h = 0;
   for (const transport::RmaOp& op : gpu) {

@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/stream_pool.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "cuda/device_backend.h"
@@ -58,21 +59,14 @@ class GpuSegments {
 
  private:
   struct Mapping;
-  struct Stream {
-    cuda::DeviceBackend* backend = nullptr;
-    int device = -1;
-    void* handle = nullptr;
-  };
   [[nodiscard]] absl::Status RunOnDevice(const std::vector<transport::RmaOp>& gpu);
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg);
   [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceBackend& backend,
                                                 const std::string& uuid);
-  [[nodiscard]] absl::StatusOr<Stream> TakeStream(cuda::DeviceBackend* backend, int device);
-  void ReturnStream(Stream s);
 
   granary::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped_ ABSL_GUARDED_BY(mu_);
-  std::vector<Stream> idle_ ABSL_GUARDED_BY(mu_);
+  StreamPool streams_;
   MetricCounter* opened_;
   MetricCounter* failures_;
 };

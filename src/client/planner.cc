@@ -13,7 +13,7 @@ using proto::kAllocHeaderSize;
 void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
              const std::vector<size_t>& sizes, const proto::PutStartReply& started,
              PlanInputs* inputs, std::vector<AllocHeader>* headers, std::vector<absl::Status>* out,
-             PutPlan* plan) {
+             PutPlan* plan, const std::vector<int>* devices) {
   const size_t n = keys.size();
   plan->ops.reserve(n * 2);
   for (size_t i = 0; i < n; ++i) {
@@ -24,7 +24,9 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
     h.generation = res.generation;
     h.key_hash = HashBytes(keys[i]);
     h.value_length = sizes[i];
-    const RegisteredRange reg = inputs->Registered(data[i], sizes[i]);
+    const int device = devices != nullptr ? (*devices)[i] : -1;
+    const RegisteredRange reg =
+        device < 0 ? inputs->Registered(data[i], sizes[i]) : RegisteredRange{};
     const size_t first_op = plan->ops.size();
     for (const auto& r : res.replicas) {
       auto seg = inputs->Segment(r.segment_id);
@@ -39,11 +41,13 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
       value.memh = reg.memh;
       value.remote_addr = r.address + kAllocHeaderSize;
       value.segment = *std::move(seg);
+      value.device = device;
       plan->ops.push_back(value);
       transport::RmaOp hdr = std::move(value);
       hdr.local = &h;
       hdr.length = kAllocHeaderSize;
       hdr.memh = nullptr;
+      hdr.device = -1;
       hdr.remote_addr = r.address;
       hdr.header = true;
       plan->ops.push_back(std::move(hdr));
@@ -81,7 +85,7 @@ void AddToPush(size_t i, const std::string& node, const proto::ReplicaDesc& r, v
 void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vector<size_t>& pending,
              const proto::GetReply& reply, const DestFn& dest, PlanInputs* inputs,
              std::vector<AllocHeader>* headers, std::vector<absl::StatusOr<size_t>>* out,
-             GetPlan* plan) {
+             GetPlan* plan, const std::vector<int>* devices) {
   const size_t n = keys.size();
   plan->gens.assign(n, 0);
   plan->lens.assign(n, 0);
@@ -112,7 +116,9 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     plan->gens[i] = res.generation;
     plan->lens[i] = res.size;
     plan->fetched.push_back(i);
-    const RegisteredRange reg = inputs->Registered(*where, res.size);
+    const int device = devices != nullptr ? (*devices)[i] : -1;
+    const RegisteredRange reg =
+        device < 0 ? inputs->Registered(*where, res.size) : RegisteredRange{};
     // A retry reads one-sided: it works against any node, one that refused the Push too.
     const std::string& node = (*seg)->node_address;
     // A GPU segment is never read over UCX, so never pushed from either.
@@ -133,6 +139,7 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     value.length = res.size;
     value.memh = reg.memh;
     value.remote_addr = r.address + kAllocHeaderSize;
+    value.device = device;
     plan->ops.push_back(std::move(value));
   }
 }

@@ -48,11 +48,13 @@ struct PutPlan {
 // Plans the writes of keys[i] (data[i], sizes[i]) into the places `started` gives them.
 // (*out)[i] gets each key's status so far; (*headers)[i] the header written before each value
 // (the ops point into it, so it must outlive them). Cost: two ops per replica, one
-// registration lookup and one segment lookup per replica per key.
+// registration lookup and one segment lookup per replica per key. devices (null: all host):
+// per key, the device whose memory data[i] is, or -1; the value ops carry it (RmaOp::device).
 void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
              const std::vector<size_t>& sizes, const proto::PutStartReply& started,
              PlanInputs* inputs, std::vector<proto::AllocHeader>* headers,
-             std::vector<absl::Status>* out, PutPlan* plan);
+             std::vector<absl::Status>* out, PutPlan* plan,
+             const std::vector<int>* devices = nullptr);
 
 // ----- Get -----
 
@@ -80,10 +82,12 @@ struct GetPlan {
 // them. Keys that cannot be read get their status in (*out)[i]; the ops read each header into
 // (*headers)[i]. Replica choice: (attempt + i) % replicas, so retries skip a dead node. Path:
 // on the first round, a node that is tcp-only pushes into a registered destination; otherwise
-// (and on every retry, which works against any node) the value is read one-sided.
+// (and on every retry, which works against any node) the value is read one-sided. devices
+// (null: all host): per key, the device whose memory its destination is, or -1; such a key is
+// never pushed, and its value op carries the device (RmaOp::device).
 void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vector<size_t>& pending,
              const proto::GetReply& reply, const DestFn& dest, PlanInputs* inputs,
              std::vector<proto::AllocHeader>* headers, std::vector<absl::StatusOr<size_t>>* out,
-             GetPlan* plan);
+             GetPlan* plan, const std::vector<int>* devices = nullptr);
 
 }  // namespace granary::client

@@ -146,7 +146,12 @@ void RmaEngine::DropPeer(const std::string& address) {
     granary::MutexLock lock(&map_mu_);
     for (auto& [id, rkey] : it->second->rkeys) {
       auto m = mapped_.find(id);
-      if (m != mapped_.end() && m->second.rkey == rkey) mapped_.erase(m);
+      if (m == mapped_.end() || m->second.rkey != rkey) continue;
+      void* local = nullptr;
+      if (unmap_hook_ && ucp_rkey_ptr(rkey, m->second.base, &local) == UCS_OK) {
+        unmap_hook_(local, m->second.size);
+      }
+      mapped_.erase(m);
     }
   }
   for (auto& [id, rkey] : it->second->rkeys) ucp_rkey_destroy(rkey);
@@ -189,6 +194,15 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
     absl::flat_hash_map<Endpoint*, bool> put_eps;
     absl::flat_hash_map<int, bool> alive;  // same-host node processes checked in this batch
     for (RmaOp& op : ops) {
+      if (op.device >= 0) {  // a caller's bug: UCX here cannot touch device memory
+        if (b->status.ok()) {
+          b->status = absl::InternalError(
+              absl::StrCat("device memory (device ", op.device,
+                           ") was handed to UCX, which here has no CUDA "
+                           "support; it must go through the client's device transfers"));
+        }
+        continue;
+      }
       if (op.segment->pid > 0) {
         auto it = alive.find(op.segment->pid);
         if (it == alive.end()) {
@@ -245,32 +259,43 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
   });
 }
 
+struct RmaEngine::MapCursor {
+  const RemoteSegment* seg = nullptr;
+  const Mapped* mapped = nullptr;
+  absl::flat_hash_map<int, bool> alive;  // node processes checked in this call
+};
+
+void* RmaEngine::MappedLocked(const RmaOp& op, MapCursor* c) {
+  if (op.segment.get() != c->seg) {
+    c->seg = op.segment.get();
+    auto it = mapped_.find(c->seg->segment_id);
+    c->mapped = it != mapped_.end() && it->second.node_address == c->seg->node_address ? &it->second
+                                                                                       : nullptr;
+    if (c->mapped != nullptr && c->seg->pid > 0) {
+      auto a = c->alive.find(c->seg->pid);
+      if (a == c->alive.end()) a = c->alive.emplace(c->seg->pid, ProcessAlive(c->seg->pid)).first;
+      if (!a->second) c->mapped = nullptr;  // Execute reports it and drops the endpoint
+    }
+  }
+  const Mapped* last = c->mapped;
+  void* remote = nullptr;
+  if (last != nullptr && op.length > 0 && op.remote_addr >= last->base && op.length <= last->size &&
+      op.remote_addr - last->base <= last->size - op.length &&
+      ucp_rkey_ptr(last->rkey, op.remote_addr, &remote) == UCS_OK) {
+    return remote;
+  }
+  return nullptr;
+}
+
 size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
   granary::ReaderMutexLock lock(&map_mu_);
   if (mapped_.empty()) return 0;
   size_t kept = 0, copied = 0;
-  const RemoteSegment* last_seg = nullptr;
-  const Mapped* last = nullptr;
-  absl::flat_hash_map<int, bool> alive;  // node processes checked in this call
+  MapCursor cursor;
   for (size_t i = 0; i < ops->size(); ++i) {
     RmaOp& op = (*ops)[i];
-    if (op.segment.get() != last_seg) {
-      last_seg = op.segment.get();
-      auto it = mapped_.find(last_seg->segment_id);
-      last = it != mapped_.end() && it->second.node_address == last_seg->node_address ? &it->second
-                                                                                      : nullptr;
-      if (last != nullptr && last_seg->pid > 0) {
-        auto a = alive.find(last_seg->pid);
-        if (a == alive.end()) {
-          a = alive.emplace(last_seg->pid, ProcessAlive(last_seg->pid)).first;
-        }
-        if (!a->second) last = nullptr;  // Execute reports it and drops the endpoint
-      }
-    }
-    void* remote = nullptr;
-    if (last != nullptr && op.length > 0 && op.remote_addr >= last->base &&
-        op.length <= last->size && op.remote_addr - last->base <= last->size - op.length &&
-        ucp_rkey_ptr(last->rkey, op.remote_addr, &remote) == UCS_OK) {
+    void* remote = op.device < 0 ? MappedLocked(op, &cursor) : nullptr;
+    if (remote != nullptr) {
       if (op.is_put) {
         std::memcpy(remote, op.local, op.length);
       } else {
@@ -286,6 +311,31 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
   // The node's other readers learn of a put from the master, after this returns.
   if (copied > 0) std::atomic_thread_fence(std::memory_order_release);
   return copied;
+}
+
+absl::Status RmaEngine::RunMapped(std::vector<RmaOp>* ops,
+                                  absl::FunctionRef<bool(const RmaOp&)> want,
+                                  absl::FunctionRef<absl::Status(std::vector<MappedOp>&)> fn) {
+  granary::ReaderMutexLock lock(&map_mu_);
+  if (mapped_.empty()) return absl::OkStatus();
+  std::vector<MappedOp> taken;
+  size_t kept = 0;
+  MapCursor cursor;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    RmaOp& op = (*ops)[i];
+    void* remote = want(op) ? MappedLocked(op, &cursor) : nullptr;
+    if (remote != nullptr) {
+      void* base = nullptr;
+      (void)ucp_rkey_ptr(cursor.mapped->rkey, cursor.mapped->base, &base);
+      taken.push_back({std::move(op), remote, base, cursor.mapped->size});
+      continue;
+    }
+    if (kept != i) (*ops)[kept] = std::move(op);
+    ++kept;
+  }
+  ops->resize(kept);
+  if (taken.empty()) return absl::OkStatus();
+  return fn(taken);
 }
 
 bool RmaEngine::TcpOnly(const std::string& node_address) {

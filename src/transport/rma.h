@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/backoff.h"
 #include "common/metrics.h"
@@ -55,6 +56,36 @@ struct RmaOp {
   uint64_t remote_addr = 0;
   std::shared_ptr<const RemoteSegment> segment;
   bool header = false;  // the op moves the 64-byte allocation header (set by the planners)
+  // `local` is device (or managed) memory of this device (a client's GPU destination or source,
+  // client/device_transfers.h); -1: host memory. Such an op is never a CPU copy and never
+  // reaches UCX here: CopyMapped leaves it, Execute refuses it (INTERNAL).
+  int device = -1;
+};
+
+// Moves the ops of *ops that pred accepts into the result, in order; the others stay, in order.
+template <typename Pred>
+std::vector<RmaOp> TakeOps(std::vector<RmaOp>* ops, const Pred& pred) {
+  std::vector<RmaOp> taken;
+  size_t kept = 0;
+  for (size_t i = 0; i < ops->size(); ++i) {
+    RmaOp& op = (*ops)[i];
+    if (pred(op)) {
+      taken.push_back(std::move(op));
+      continue;
+    }
+    if (kept != i) (*ops)[kept] = std::move(op);
+    ++kept;
+  }
+  ops->resize(kept);
+  return taken;
+}
+
+// An op of RmaEngine::RunMapped with the address its remote range is mapped at here.
+struct MappedOp {
+  RmaOp op;
+  void* mapped = nullptr;       // where op's remote range is, here
+  void* mapped_base = nullptr;  // where the segment's first byte is, here
+  uint64_t mapped_size = 0;     // the segment's size
 };
 
 // Runs batches of one-sided puts and gets on one worker, keeping one endpoint per node and one
@@ -77,8 +108,23 @@ class RmaEngine {
   // leaves the others in *ops, in order, for Execute. No hand-off to the progress thread, no
   // UCX request: that hand-off and its wake-ups cost more than copying a 4 KiB value. Copies
   // are done (puts visible to the node's other readers) when it returns. Host memory only on
-  // this side. Thread-safe; returns how many ops it copied.
+  // this side (ops with device >= 0 are left in *ops). Thread-safe; returns how many ops it
+  // copied.
   size_t CopyMapped(std::vector<RmaOp>* ops);
+  // The ops of *ops that `want` accepts and whose segment is mapped here, taken out of *ops
+  // (the others stay, in order) and handed to fn with the address of each one's remote range,
+  // under the mapping lock: the mappings stay valid until fn returns, so fn finishes every
+  // access (a device copy included) before it does. Returns fn's status; OK with nothing taken
+  // (fn not called). Thread-safe.
+  [[nodiscard]] absl::Status RunMapped(std::vector<RmaOp>* ops,
+                                       absl::FunctionRef<bool(const RmaOp&)> want,
+                                       absl::FunctionRef<absl::Status(std::vector<MappedOp>&)> fn);
+  // Called with a segment's local address and size just before its mapping goes away (the node
+  // was dropped), with the mapping lock held exclusively: a client unregisters memory it pinned
+  // there (client/device_transfers.h). Set once, before the first transfer.
+  void set_unmap_hook(std::function<void(void* local, uint64_t size)> hook) {
+    unmap_hook_ = std::move(hook);
+  }
   // Whether this engine's endpoint to the node moves data over tcp alone (no RDMA, no shared
   // memory), known once a transfer has connected to it; false before. A client then has the
   // node push values into a registered buffer (proto::PushRequest) instead of reading them.
@@ -111,8 +157,13 @@ class RmaEngine {
   [[nodiscard]] absl::StatusOr<ucp_rkey_h> GetRkey(Peer* peer, const RemoteSegment& seg);
   void DropPeer(const std::string& address);
 
+  // The mapped op of *ops at i, or nullptr (shared by CopyMapped and RunMapped).
+  struct MapCursor;
+  void* MappedLocked(const RmaOp& op, MapCursor* cursor) ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+
   Worker* worker_;
   MetricCounter* refusals_ = nullptr;
+  std::function<void(void*, uint64_t)> unmap_hook_;
   // Progress-thread state.
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_;
   struct Unreachable {

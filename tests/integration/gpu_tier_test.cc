@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/client_impl.h"
 #include "cuda/device_backend.h"
 #include "cuda/fake_backend.h"
@@ -90,7 +92,100 @@ class GpuTierTest : public ::testing::Test {
     if (HasFailure() && cluster_) cluster_->DumpLogs();
     client_.reset();
     cluster_.reset();
+    for (void* d : device_buffers_) backend_->Free(0, d);
     cuda::SetBackendForTesting(nullptr);
+    unsetenv("UCX_TLS");
+  }
+  // Device memory of the test's backend, freed at TearDown.
+  char* DeviceAlloc(size_t n) {
+    auto d = backend_->Alloc(0, n);
+    EXPECT_TRUE(d.ok()) << d.status();
+    if (!d.ok()) return nullptr;
+    device_buffers_.push_back(*d);
+    return static_cast<char*>(*d);
+  }
+  void ToDevice(char* d, const std::string& v) {
+    ASSERT_TRUE(backend_->Copy(0, d, v.data(), v.size(), cuda::CopyKind::kHostToDevice).ok());
+  }
+  std::string FromDevice(const char* d, size_t n) {
+    std::string v(n, '\0');
+    EXPECT_TRUE(backend_->Copy(0, v.data(), d, n, cuda::CopyKind::kDeviceToHost).ok());
+    return v;
+  }
+  // A sample of this process's client metrics, 0 when absent.
+  double ClientMetric(const std::string& sample) {
+    const std::string text = client_->MetricsText();
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, sample + " ")) {
+        double v = 0;
+        EXPECT_TRUE(absl::SimpleAtod(line.substr(sample.size() + 1), &v)) << line;
+        return v;
+      }
+    }
+    return 0;
+  }
+  // PutFrom device buffers, GetInto device buffers, host reads of device writes, device reads of
+  // host writes, mixed batches and a registered device buffer, all byte-exact; the device
+  // destinations are filled with a marker first, so a value that did not arrive shows.
+  void RoundTripsThroughDeviceBuffers(const std::string& prefix,
+                                      std::vector<size_t> sizes = {1, 63, 4096, 65537,
+                                                                   (1u << 20) + 7}) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::string key = absl::StrCat(prefix, i);
+      const std::string value = MakeValue(key, 1, sizes[i]);
+      char* src = DeviceAlloc(sizes[i]);
+      char* dst = DeviceAlloc(sizes[i] + 16);
+      ASSERT_TRUE(src != nullptr && dst != nullptr);
+      ASSERT_NO_FATAL_FAILURE(ToDevice(src, value));
+      ASSERT_NO_FATAL_FAILURE(ToDevice(dst, std::string(sizes[i] + 16, '\x5a')));
+      ASSERT_TRUE(client_->PutFrom(key, src, sizes[i]).ok()) << key;
+      auto host = client_->Get(key);
+      ASSERT_TRUE(host.ok()) << key << ": " << host.status();
+      EXPECT_TRUE(*host == value) << key << ": the device write reads back wrong on the host";
+      auto n = client_->GetInto(key, dst, sizes[i] + 16);
+      ASSERT_TRUE(n.ok()) << key << ": " << n.status();
+      EXPECT_EQ(*n, sizes[i]);
+      const std::string back = FromDevice(dst, sizes[i] + 16);
+      EXPECT_TRUE(back.substr(0, sizes[i]) == value) << key << ": the device read differs";
+      EXPECT_EQ(back.substr(sizes[i]), std::string(16, '\x5a')) << key << ": wrote past the value";
+      // Too small a device buffer: refused, untouched.
+      if (sizes[i] > 1) {
+        auto small = client_->GetInto(key, dst, sizes[i] - 1);
+        EXPECT_EQ(small.status().code(), absl::StatusCode::kFailedPrecondition) << small.status();
+      }
+    }
+    // A host write read into a device buffer, beside a host read, in one batch; and a batch of
+    // writes from a device and a host buffer.
+    const std::string hv = MakeValue(prefix + "h", 2, 30000);
+    ASSERT_TRUE(client_->Put(prefix + "h", hv).ok());
+    char* d = DeviceAlloc(30000);
+    std::vector<char> h(sizes.back(), '\0');
+    auto gets = client_->BatchGetInto({prefix + "h", prefix + std::to_string(sizes.size() - 1)},
+                                      {d, h.data()}, {30000, h.size()});
+    ASSERT_EQ(gets.size(), 2u);
+    ASSERT_TRUE(gets[0].ok()) << gets[0].status();
+    ASSERT_TRUE(gets[1].ok()) << gets[1].status();
+    EXPECT_TRUE(FromDevice(d, 30000) == hv);
+    EXPECT_TRUE(std::string(h.data(), h.size()) ==
+                MakeValue(prefix + std::to_string(sizes.size() - 1), 1, sizes.back()));
+    const std::string dv = MakeValue(prefix + "d", 3, 20000);
+    ASSERT_NO_FATAL_FAILURE(ToDevice(d, dv));
+    const std::string hv2 = MakeValue(prefix + "h2", 3, 777);
+    auto puts = client_->BatchPutFrom({prefix + "d", prefix + "h2"}, {d, hv2.data()},
+                                      {dv.size(), hv2.size()});
+    ASSERT_TRUE(puts[0].ok()) << puts[0];
+    ASSERT_TRUE(puts[1].ok()) << puts[1];
+    EXPECT_TRUE(*client_->Get(prefix + "d") == dv);
+    EXPECT_TRUE(*client_->Get(prefix + "h2") == hv2);
+    // A registered device buffer: recorded, used, unregistered; twice is ALREADY_EXISTS.
+    char* reg = DeviceAlloc(1 << 16);
+    ASSERT_TRUE(client_->RegisterBuffer(reg, 1 << 16).ok());
+    EXPECT_EQ(client_->RegisterBuffer(reg, 1 << 16).code(), absl::StatusCode::kAlreadyExists);
+    auto r = client_->GetInto(prefix + "d", reg + 4096, dv.size());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(FromDevice(reg + 4096, dv.size()) == dv);
+    EXPECT_TRUE(client_->UnregisterBuffer(reg).ok());
+    EXPECT_EQ(client_->UnregisterBuffer(reg).code(), absl::StatusCode::kNotFound);
   }
   void Start(std::vector<std::string> node_flags = {}, int segments_per_node = 1,
              int get_retries = 3) {
@@ -98,6 +193,7 @@ class GpuTierTest : public ::testing::Test {
     o.nodes = 1;
     o.node_segment_size = "32MB";
     o.env = {BackendEnv()};
+    o.env.insert(o.env.end(), extra_env_.begin(), extra_env_.end());
     o.node_flags = std::move(node_flags);
     o.segments_per_node = segments_per_node;
     auto c = Cluster::Start(o);
@@ -125,19 +221,22 @@ class GpuTierTest : public ::testing::Test {
   std::unique_ptr<cuda::FakeBackend> fake_;  // null on the cuda backend
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<client::ClientImpl> client_;
+  std::vector<std::string> extra_env_;  // for the cluster's processes (UCX_TLS=tcp)
+  std::vector<void*> device_buffers_;
 };
 
-// Point 2 of the GPU tier: every buffer is classified through the device backend, so fake device
-// memory (PROT_NONE to the CPU: any CPU copy would crash this test) is refused with the device
-// pointer error on every call, and nothing is stored or charged.
-TEST_F(GpuTierTest, DeviceBuffersAreRefusedUntouchedAndNothingIsCharged) {
+// Point 2 of the GPU tier: every buffer is classified through the device backend. Device memory
+// of the backend (fake: PROT_NONE to the CPU, so any CPU copy would crash this test) takes the
+// device paths (below); device memory no backend here can copy (a test's fake range, standing in
+// for the engine's own CUDA memory under the none backend) is refused with the device-pointer
+// error on every call, untouched, and nothing is stored or charged.
+TEST_F(GpuTierTest, DeviceMemoryNoBackendCanCopyIsRefusedUntouchedAndNothingIsCharged) {
   ASSERT_NO_FATAL_FAILURE(Start());
   constexpr size_t kBytes = 64 << 10;
-  auto dev = backend_->Alloc(0, kBytes);
-  ASSERT_TRUE(dev.ok()) << dev.status();
-  char* device = static_cast<char*>(*dev);
+  std::vector<char> foreign(kBytes, '\x42');  // "device memory" of no backend of this process
+  char* device = foreign.data();
+  granary::testing::AddFakeDeviceRange(device, kBytes);
   ASSERT_TRUE(IsDevicePointer(device, kBytes));
-  ASSERT_TRUE(IsDevicePointer(device + kBytes - 1, 1));
   std::vector<char> host(kBytes, '\x11');
   ASSERT_FALSE(IsDevicePointer(host.data(), host.size()));
   ASSERT_TRUE(client_->Put("stored", MakeValue("stored", 1, 1000)).ok());
@@ -161,19 +260,43 @@ TEST_F(GpuTierTest, DeviceBuffersAreRefusedUntouchedAndNothingIsCharged) {
   ExpectDevicePointer(gets[0].status(), device);
   ASSERT_TRUE(gets[1].ok()) << gets[1].status();
   EXPECT_EQ(std::string(into.data(), 1000), std::string(host.data(), 1000));
+  granary::testing::ClearFakeDeviceRanges();
+  EXPECT_EQ(foreign, std::vector<char>(kBytes, '\x42')) << "a refused buffer was written";
 
   // Only "h" was stored: one allocation more, nothing for the refused keys.
   EXPECT_EQ(Metric("granary_master_objects"), 2);
   EXPECT_GT(Metric("granary_master_used_bytes{tier=\"host\"}"), used);
   EXPECT_EQ(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}") - charged,
             Metric("granary_master_used_bytes{tier=\"host\"}") - used);
-  // The device bytes are unchanged (read back through the backend, never by the CPU).
-  std::vector<char> back(kBytes, '\x55');
-  ASSERT_TRUE(backend_->Memset(0, device, 0x7e, kBytes).ok());
-  ExpectDevicePointer(client_->PutFrom("d", device, kBytes), device);
-  ASSERT_TRUE(backend_->Copy(0, back.data(), device, kBytes, cuda::CopyKind::kDeviceToHost).ok());
-  EXPECT_EQ(back, std::vector<char>(kBytes, '\x7e'));
-  backend_->Free(0, device);
+}
+
+// Point 4, same host, host segment: a device buffer is written from and read into straight from
+// the node's mapped memory (pinned lazily, copied host-to-device and device-to-host by the
+// backend); device and host buffers mix in one batch; RegisterBuffer of device memory is
+// recorded, not handed to UCX. Every value compared through the backend, never the CPU.
+TEST_F(GpuTierTest, DeviceBuffersMoveStraightFromAndToSameHostNodeMemory) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_TRUE(client_->Put("warm", "up").ok());  // maps the segment into this process
+  ASSERT_TRUE(client_->Get("warm").ok());
+  ASSERT_NO_FATAL_FAILURE(RoundTripsThroughDeviceBuffers("hs"));
+  EXPECT_GT(ClientMetric("granary_client_gpu_transfers_total{path=\"host_segment\"}"), 0);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"staging\"}"), 0);
+  EXPECT_GT(ClientMetric("granary_client_gpu_pinned_node_bytes"), 0)
+      << "the node's memory was not pinned for the device copies";
+}
+
+// Point 4, no mapping (UCX_TLS=tcp: nothing is shared memory, as from another host): device
+// buffers are staged through the client's pinned slots, values larger than a slot split and small
+// ones packed, byte-exact both ways.
+TEST_F(GpuTierTest, DeviceBuffersAreStagedWhereNothingIsMapped) {
+  setenv("UCX_TLS", "tcp", 1);
+  extra_env_ = {"UCX_TLS=tcp"};
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_NO_FATAL_FAILURE(
+      RoundTripsThroughDeviceBuffers("st", {1, 4096, 65537, (4u << 20) + 1, (9u << 20) + 7}));
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"host_segment\"}"), 0);
+  EXPECT_GT(ClientMetric("granary_client_gpu_transfers_total{path=\"staging\"}"), 0);
+  unsetenv("UCX_TLS");
 }
 
 // Point 3: a node with a GPU segment and a same-host client. Puts that ask for the GPU tier land
@@ -261,6 +384,58 @@ TEST_F(GpuTierTest, GpuPutsLandOnTheGpuSegmentAndReadBackByteExactThroughIpc) {
   ASSERT_TRUE(backend_->CloseIpc(*mapped).ok());
   EXPECT_EQ(client_->Remove(keys[0]).code(), absl::StatusCode::kOk);
   EXPECT_EQ(client_->Get(keys[0]).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Point 4, same host, GPU segment: device buffers as sources and destinations of the GPU tier
+// copy device to device through the IPC mapping, with no host bounce.
+TEST_F(GpuTierTest, DeviceBuffersReachGpuSegmentsDeviceToDeviceThroughIpc) {
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::vector<size_t> sizes = {1, 4096, (1u << 20) + 7};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string key = absl::StrCat("dg", i);
+    const std::string value = MakeValue(key, 1, sizes[i]);
+    char* src = DeviceAlloc(sizes[i]);
+    char* dst = DeviceAlloc(sizes[i]);
+    ASSERT_NO_FATAL_FAILURE(ToDevice(src, value));
+    ASSERT_TRUE(client_->BatchPutWith({key}, {absl::string_view(src, sizes[i])}, on_gpu)[0].ok());
+    auto r = ReplicasOf(key);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].segment_id, SegmentsOf(proto::Tier::kGpu)[0].segment_id);
+    auto n = client_->GetInto(key, dst, sizes[i]);
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_TRUE(FromDevice(dst, sizes[i]) == value) << key;
+    EXPECT_TRUE(*client_->Get(key) == value) << key;  // and to a host buffer
+  }
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"ipc\"}"), 2 * sizes.size());
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"host_segment\"}"), 0);
+}
+
+// Injected: a sticky copy error while a device buffer is read or written through the node's
+// mapped memory fails the call clearly; the failed put stores nothing and leaves no charge, the
+// failed get leaves the destination untouched; host transfers go on working.
+TEST_F(GpuTierTest, ACopyErrorOnADeviceBufferFailsClearlyAndLeaksNoCharge) {
+  if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
+  ASSERT_NO_FATAL_FAILURE(Start({}, 1, /*get_retries=*/0));
+  const std::string value = MakeValue("kept", 1, 10000);
+  ASSERT_TRUE(client_->Put("kept", value).ok());
+  ASSERT_TRUE(client_->Get("kept").ok());  // maps the segment
+  char* d = DeviceAlloc(10000);
+  ASSERT_NO_FATAL_FAILURE(ToDevice(d, std::string(10000, '\x5a')));
+  const double charged = Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}");
+  fake_->InjectStickyCopyError();
+  absl::Status put = client_->PutFrom("lost", d, 5000);
+  EXPECT_EQ(put.code(), absl::StatusCode::kInternal) << put;
+  EXPECT_TRUE(absl::StrContains(put.message(), "device copy")) << put;
+  EXPECT_FALSE(*client_->Exist("lost"));
+  auto got = client_->GetInto("kept", d, 10000);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "device copy")) << got.status();
+  EXPECT_EQ(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}"), charged);
+  ASSERT_TRUE(client_->Put("host", "bytes").ok());
+  EXPECT_EQ(*client_->Get("host"), "bytes");
+  EXPECT_TRUE(*client_->Get("kept") == value);
 }
 
 // A node asked for a GPU segment where there is none refuses to start and names what is missing.

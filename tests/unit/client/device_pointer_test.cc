@@ -50,6 +50,15 @@ TEST_F(DevicePointerTest, TheFakeBackendsDeviceAndManagedMemoryAreDevicePinnedIs
   EXPECT_FALSE(IsDevicePointer(*pinned, 4096));
   EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));
   EXPECT_EQ(client::CheckHostMemory(d, 16).code(), absl::StatusCode::kInvalidArgument);
+  // The client's classification: the fake's device and managed memory take the device paths,
+  // pinned and pageable host memory the host ones, a buffer running off a device allocation is
+  // refused untouched.
+  EXPECT_EQ(*client::BufferDevice(d, 1 << 20), 0);
+  EXPECT_EQ(*client::BufferDevice(*managed, 4096), 0);
+  EXPECT_EQ(*client::BufferDevice(*pinned, 4096), -1);
+  EXPECT_EQ(*client::BufferDevice(heap.data(), heap.size()), -1);
+  EXPECT_EQ(ErrorReasonOf(client::BufferDevice(d + (1 << 20) - 8, 4096).status()),
+            ErrorReason::kDevicePointer);
   (*fake)->Free(0, d);
   (*fake)->Free(0, *managed);
   (*fake)->HostFreePinned(*pinned);
@@ -92,10 +101,11 @@ TEST_F(DevicePointerTest, ABatchRunsOnlyItsHostKeysInOrder) {
   const std::vector<const void*> bufs = {mem.data(), mem.data() + 1024, mem.data() + 2048};
   const std::vector<size_t> sizes = {1024, 1024, 1024};
   std::vector<std::string> ran;
-  auto out = client::WithoutDeviceBuffers<absl::StatusOr<size_t>>(
+  auto out = client::WithBufferDevices<absl::StatusOr<size_t>>(
       keys, bufs, sizes,
       [&](const std::vector<std::string>& k, const std::vector<const void*>& b,
-          const std::vector<size_t>&) {
+          const std::vector<size_t>&, const std::vector<int>* devices) {
+        EXPECT_EQ(devices, nullptr) << "host buffers only";
         ran = k;
         EXPECT_EQ(b[1], mem.data() + 2048);
         return std::vector<absl::StatusOr<size_t>>{size_t{1}, size_t{2}};
@@ -107,9 +117,9 @@ TEST_F(DevicePointerTest, ABatchRunsOnlyItsHostKeysInOrder) {
   EXPECT_EQ(*out[2], 2u);
   // Every key refused: the batch never runs.
   bool called = false;
-  auto none = client::WithoutDeviceBuffers<absl::Status>(
+  auto none = client::WithBufferDevices<absl::Status>(
       {"dev"}, std::vector<const void*>{mem.data() + 1500}, {1},
-      [&](const auto&, const auto&, const auto&) {
+      [&](const auto&, const auto&, const auto&, const auto*) {
         called = true;
         return std::vector<absl::Status>{};
       });

@@ -1,0 +1,102 @@
+#pragma once
+
+// The client's paths for its own device buffers (../shared/GPU.md section 5): GetInto, PutFrom
+// and their batch forms given a CUDA device (or managed) pointer. Such a buffer is never touched
+// by a CPU copy and never handed to UCX (Debian's UCX has no CUDA support). Per op, after the GPU
+// segments (client/gpu_segments.h, which copy device to device through IPC) have taken theirs:
+//   host_segment  the replica's segment is mapped into this process (a node on this host, shared
+//                 memory): the mapped node memory is pinned with the device backend lazily, in
+//                 pieces of kPinPiece, under a byte cap (past the cap, or if pinning fails, the
+//                 copy reads pageable memory: correct, slower), and the value is copied host to
+//                 device (or device to host) straight from the node's memory on a backend
+//                 stream; the batch's mapped get headers are read before that copy and again
+//                 after it, and must be unchanged (a fenced read);
+//   staging       any other replica (another host, or a transport that maps nothing, such as
+//                 UCX_TLS=tcp): through two pinned host slots of kSlotBytes per call, pipelined;
+//                 a get reads chunk k+1 one-sided while chunk k is copied to the device; a put
+//                 copies chunk k+1 from the device while chunk k is written. Values larger than a
+//                 slot are split; small ones share a slot.
+// Each value op counts once in granary_client_gpu_transfers_total{path} (ipc is counted by the
+// caller for the GPU-segment ops with a device-local side).
+//
+// Thread-safe: each call takes its own stream and slots from pools guarded by mu_.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/stream_pool.h"
+#include "common/metrics.h"
+#include "common/mutex.h"
+#include "cuda/device_backend.h"
+#include "transport/rma.h"
+
+namespace granary::client {
+
+class DeviceTransfers {
+ public:
+  // Runs one-sided ops (host memory on this side) against remote segments, within timeout_ms.
+  using RemoteFn =
+      std::function<absl::Status(std::vector<transport::RmaOp> ops, int64_t timeout_ms)>;
+
+  static constexpr uint64_t kPinPiece = 1ull << 30;  // node memory pinned per registration
+  static constexpr size_t kSlotBytes = 4u << 20;     // one staging slot
+  static constexpr uint64_t kDefaultPinCap = 64ull << 30;
+
+  // pin_cap: the most node memory this client pins (HostRegister) for host_segment copies.
+  DeviceTransfers(MetricsRegistry* metrics, transport::RmaEngine* rma, uint64_t pin_cap);
+  ~DeviceTransfers();
+  DeviceTransfers(const DeviceTransfers&) = delete;
+  DeviceTransfers& operator=(const DeviceTransfers&) = delete;
+
+  // Whether any op has a device-local side (one load per op).
+  static bool AnyDevice(const std::vector<transport::RmaOp>& ops);
+
+  // Takes every op with device >= 0 out of *ops (GPU segments' ops must be gone already) and runs
+  // them, mapped ones by device copies from the node's memory and the rest through staging,
+  // `remote` moving the staged chunks; also takes and runs the batch's get headers on mapped
+  // segments (the fence). The ops left in *ops are host-local, in order. Returns when every
+  // taken op is complete. Errors: UNAVAILABLE (a header changed during the read: retry), the
+  // remote transfer's error, INTERNAL (a device copy failed, the backend's error named).
+  [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops, int64_t timeout_ms,
+                                 const RemoteFn& remote);
+
+  // Unpins what was pinned in [local, local + size) (the RmaEngine's unmap hook).
+  void Unmapped(void* local, uint64_t size);
+
+  uint64_t pinned_bytes() const;
+
+ private:
+  struct Slots {
+    cuda::DeviceBackend* backend = nullptr;
+    unsigned char* slot[2] = {nullptr, nullptr};
+  };
+  [[nodiscard]] absl::Status RunMapped(std::vector<transport::MappedOp>& values,
+                                       std::vector<transport::MappedOp>& headers);
+  [[nodiscard]] absl::Status RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
+                                       const RemoteFn& remote);
+  [[nodiscard]] absl::StatusOr<Slots> TakeSlots(cuda::DeviceBackend* backend);
+  void ReturnSlots(Slots s);
+
+  transport::RmaEngine* rma_;
+  const uint64_t pin_cap_;
+  mutable granary::Mutex mu_;
+  // Pinned pieces of mapped node memory: start -> {bytes, backend}.
+  struct Piece {
+    uint64_t bytes = 0;
+    cuda::DeviceBackend* backend = nullptr;
+  };
+  std::map<uintptr_t, Piece> pinned_ ABSL_GUARDED_BY(mu_);
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  StreamPool streams_;
+  std::vector<Slots> idle_slots_ ABSL_GUARDED_BY(mu_);
+  MetricCounter* host_segment_;
+  MetricCounter* staging_;
+  MetricCounter* pin_failures_;
+  MetricGauge* pinned_gauge_;
+};
+
+}  // namespace granary::client
