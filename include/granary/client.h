@@ -14,6 +14,29 @@
 
 namespace granary {
 
+// One piece of a scatter (get) or gather (put) list: host memory, or device memory of the
+// process's device backend (the GPU paths of GetInto/PutFrom).
+struct BufferRegion {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+// An engine's paged KV cache on one device (or in host memory): per layer, a K and a V cache of
+// [num_blocks, block_size, num_heads, head_dim] elements of elem_bytes (1, 2 or 4) each; a
+// block_stride_bytes above the dense block size describes caches that interleave K and V per
+// block ([num_blocks, 2, block_size, num_heads, head_dim]: stride 2 x block, v = k + block).
+// The value stored for a list of blocks is [K(b0) | V(b0) | K(b1) | V(b1) | ...].
+struct PagedKvCache {
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;
+  int64_t elem_bytes = 0;
+  int64_t block_stride_bytes = 0;  // 0: dense
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+};
+
 // One object as the master describes it.
 struct ObjectInfo {
   std::string key;
@@ -114,6 +137,32 @@ class Client {
       const std::vector<std::string>& keys, const std::vector<void*>& buffers,
       const std::vector<size_t>& capacities) = 0;
 
+  // Scatter-list forms (vLLM's multi-buffer calls): object i is the concatenation of
+  // regions[i], in order. A one-region list is BatchPutFrom/BatchGetInto itself; longer lists
+  // are gathered into (or read into and scattered from) one staging buffer per batch, on the
+  // device when any region is device memory (copies on the copy engine), else in host memory.
+  // BatchGetIntoRegions returns each object's size; FAILED_PRECONDITION when it exceeds the sum
+  // of the list's sizes (nothing is written then).
+  virtual std::vector<absl::Status> BatchPutFromRegions(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<BufferRegion>>& regions) = 0;
+  virtual std::vector<absl::StatusOr<size_t>> BatchGetIntoRegions(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<BufferRegion>>& regions) = 0;
+
+  // Paged KV: keys[i] stores the blocks block_ids[i] of `cache` as one contiguous value,
+  // gathered for the whole batch in one kernel launch (the CPU reference for host caches), and
+  // GetPagedKv scatters each value back into those blocks (one launch per run of keys read).
+  // INVALID_ARGUMENT names a bad layout field, an empty block list or a block id out of range
+  // (and, for GetPagedKv, a block listed twice in the batch); a stored value whose size is not
+  // the layout's for its block count is FAILED_PRECONDITION and scatters nothing.
+  virtual std::vector<absl::Status> PutPagedKv(
+      const std::vector<std::string>& keys, const PagedKvCache& cache,
+      const std::vector<std::vector<int32_t>>& block_ids) = 0;
+  virtual std::vector<absl::Status> GetPagedKv(
+      const std::vector<std::string>& keys, const PagedKvCache& cache,
+      const std::vector<std::vector<int32_t>>& block_ids) = 0;
+
   // Puts with pins (see PutOptions).
   virtual std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
                                                  const std::vector<absl::string_view>& values,
@@ -144,8 +193,9 @@ class Client {
   [[nodiscard]] virtual absl::Status Move(absl::string_view key, absl::string_view node) = 0;
 
   // Registers memory with the transport once, so transfers into it need no per-call
-  // registration. Host memory now; GPU memory when UCX supports CUDA. ALREADY_EXISTS when a
-  // buffer starting at `data` is registered.
+  // registration. Device memory of the device backend is recorded and never handed to UCX (its
+  // transfers take the GPU paths). ALREADY_EXISTS when a buffer starting at `data` is
+  // registered.
   [[nodiscard]] virtual absl::Status RegisterBuffer(void* data, size_t size) = 0;
   // Deregisters the buffer that starts at `data`. Waits (does not refuse) while transfers that
   // started before the call still use the buffer, so once it returns no transfer of this client

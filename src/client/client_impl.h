@@ -52,6 +52,18 @@ class ClientImpl : public Client {
   std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
                                          const std::vector<absl::string_view>& values,
                                          const PutOptions& options) override;
+  std::vector<absl::Status> BatchPutFromRegions(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<BufferRegion>>& regions) override;
+  std::vector<absl::StatusOr<size_t>> BatchGetIntoRegions(
+      const std::vector<std::string>& keys,
+      const std::vector<std::vector<BufferRegion>>& regions) override;
+  std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
+                                       const PagedKvCache& cache,
+                                       const std::vector<std::vector<int32_t>>& block_ids) override;
+  std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
+                                       const PagedKvCache& cache,
+                                       const std::vector<std::vector<int32_t>>& block_ids) override;
   [[nodiscard]] absl::StatusOr<PrefixLookup> LookupPrefix(
       absl::string_view model, absl::string_view hash_scheme,
       const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,

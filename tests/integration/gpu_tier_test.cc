@@ -438,6 +438,158 @@ TEST_F(GpuTierTest, ACopyErrorOnADeviceBufferFailsClearlyAndLeaksNoCharge) {
   EXPECT_TRUE(*client_->Get("kept") == value);
 }
 
+// Point 4, scatter lists: an object is the concatenation of its regions (device, host or both);
+// multi-region lists are gathered into and scattered from one staging buffer per batch.
+TEST_F(GpuTierTest, ScatterListsOfDeviceAndHostRegionsRoundTripByteExact) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_TRUE(client_->Put("warm", "up").ok());
+  ASSERT_TRUE(client_->Get("warm").ok());
+  // Region sizes per key; `on_device` says which regions are device memory.
+  const std::vector<std::vector<size_t>> shape = {
+      {1000, 70000, 5}, {300, 4096}, {65536}, {7, 9000, 1}};
+  const std::vector<std::vector<bool>> on_device = {
+      {true, true, true}, {false, false}, {true}, {false, true, false}};
+  std::vector<std::string> keys, values;
+  std::vector<std::vector<BufferRegion>> src, dst;
+  std::vector<std::vector<char>> host_mem;  // keeps host regions alive
+  host_mem.reserve(64);
+  auto region = [&](size_t n, bool device) -> BufferRegion {
+    if (device) return {DeviceAlloc(n), n};
+    host_mem.emplace_back(n, '\x5a');
+    return {host_mem.back().data(), n};
+  };
+  for (size_t i = 0; i < shape.size(); ++i) {
+    keys.push_back(absl::StrCat("sl", i));
+    size_t total = 0;
+    for (size_t n : shape[i]) total += n;
+    values.push_back(MakeValue(keys.back(), 1, total));
+    std::vector<BufferRegion> s, d;
+    size_t off = 0;
+    for (size_t j = 0; j < shape[i].size(); ++j) {
+      s.push_back(region(shape[i][j], on_device[i][j]));
+      const std::string part = values.back().substr(off, shape[i][j]);
+      if (on_device[i][j]) {
+        ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(s.back().data), part));
+      } else {
+        std::memcpy(s.back().data, part.data(), part.size());
+      }
+      d.push_back(region(shape[i][j], on_device[i][j]));
+      if (on_device[i][j]) {
+        ASSERT_NO_FATAL_FAILURE(
+            ToDevice(static_cast<char*>(d.back().data), std::string(shape[i][j], '\x5a')));
+      }
+      off += shape[i][j];
+    }
+    src.push_back(s);
+    dst.push_back(d);
+  }
+  for (const absl::Status& st : client_->BatchPutFromRegions(keys, src)) ASSERT_TRUE(st.ok()) << st;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto got = client_->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == values[i]) << keys[i] << ": the gathered value differs";
+  }
+  auto read = client_->BatchGetIntoRegions(keys, dst);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(read[i].ok()) << keys[i] << ": " << read[i].status();
+    EXPECT_EQ(*read[i], values[i].size());
+    std::string back;
+    for (size_t j = 0; j < dst[i].size(); ++j) {
+      const auto* p = static_cast<const char*>(dst[i][j].data);
+      back += on_device[i][j] ? FromDevice(p, dst[i][j].size) : std::string(p, dst[i][j].size);
+    }
+    EXPECT_TRUE(back == values[i]) << keys[i] << ": the scattered value differs";
+  }
+  // Too small a list, and an empty one.
+  auto small =
+      client_->BatchGetIntoRegions({keys[0], keys[1]}, {{region(10, true), region(10, false)}, {}});
+  EXPECT_EQ(small[0].status().code(), absl::StatusCode::kFailedPrecondition) << small[0].status();
+  EXPECT_EQ(small[1].status().code(), absl::StatusCode::kInvalidArgument) << small[1].status();
+}
+
+// Point 5: PutPagedKv gathers an engine's paged blocks (device caches here, host caches too)
+// into one value per key, GetPagedKv scatters them back; both against the CPU reference, with
+// the refusals named.
+TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  PagedKvCache c;
+  c.num_blocks = 32;
+  c.block_size = 4;
+  c.num_heads = 2;
+  c.head_dim = 8;
+  c.elem_bytes = 2;
+  const size_t block = 4 * 2 * 8 * 2;
+  const size_t cache_bytes = 32 * block;
+  const std::string k_host = MakeValue("K", 1, cache_bytes),
+                    v_host = MakeValue("V", 1, cache_bytes);
+  const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}};
+  auto reference = [&](const std::vector<int32_t>& b) {
+    std::string r;
+    for (int32_t x : b) r += k_host.substr(x * block, block) + v_host.substr(x * block, block);
+    return r;
+  };
+  for (const bool device : {true, false}) {
+    SCOPED_TRACE(device ? "device caches" : "host caches");
+    std::string kh = k_host, vh = v_host;
+    if (device) {
+      c.k_cache = DeviceAlloc(cache_bytes);
+      c.v_cache = DeviceAlloc(cache_bytes);
+      ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.k_cache), k_host));
+      ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.v_cache), v_host));
+    } else {
+      c.k_cache = kh.data();
+      c.v_cache = vh.data();
+    }
+    const std::vector<std::string> keys = {device ? "kvd0" : "kvh0", device ? "kvd1" : "kvh1"};
+    for (const absl::Status& st : client_->PutPagedKv(keys, c, ids)) ASSERT_TRUE(st.ok()) << st;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto got = client_->Get(keys[i]);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(*got == reference(ids[i])) << keys[i];
+    }
+    // Clear the caches, scatter back: the listed blocks return, the others stay cleared.
+    const std::string zero(cache_bytes, '\0');
+    if (device) {
+      ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.k_cache), zero));
+      ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.v_cache), zero));
+    } else {
+      kh = zero;
+      vh = zero;
+      c.k_cache = kh.data();
+      c.v_cache = vh.data();
+    }
+    for (const absl::Status& st : client_->GetPagedKv(keys, c, ids)) ASSERT_TRUE(st.ok()) << st;
+    const std::string kb = device ? FromDevice(static_cast<char*>(c.k_cache), cache_bytes) : kh;
+    const std::string vb = device ? FromDevice(static_cast<char*>(c.v_cache), cache_bytes) : vh;
+    for (int32_t b = 0; b < 32; ++b) {
+      const bool listed = b == 3 || b == 7 || b == 1 || b == 30 || b == 0;
+      EXPECT_EQ(kb.substr(b * block, block),
+                listed ? k_host.substr(b * block, block) : std::string(block, '\0'))
+          << "K block " << b;
+      EXPECT_EQ(vb.substr(b * block, block),
+                listed ? v_host.substr(b * block, block) : std::string(block, '\0'))
+          << "V block " << b;
+    }
+    // Refusals: a block out of range, a block listed by two keys of one get, a value of
+    // another layout, a bad layout field.
+    auto out_of_range = client_->PutPagedKv({"bad"}, c, {{2, 32}});
+    EXPECT_EQ(out_of_range[0].code(), absl::StatusCode::kInvalidArgument) << out_of_range[0];
+    EXPECT_TRUE(absl::StrContains(out_of_range[0].message(), "32")) << out_of_range[0];
+    EXPECT_FALSE(*client_->Exist("bad"));
+    auto twice = client_->GetPagedKv(keys, c, {ids[0], {7}});
+    EXPECT_TRUE(twice[0].ok()) << twice[0];
+    EXPECT_EQ(twice[1].code(), absl::StatusCode::kInvalidArgument) << twice[1];
+    EXPECT_TRUE(absl::StrContains(twice[1].message(), "block 7")) << twice[1];
+    auto other = client_->GetPagedKv({keys[0]}, c, {{3, 7}});  // stored with 3 blocks
+    EXPECT_EQ(other[0].code(), absl::StatusCode::kFailedPrecondition) << other[0];
+    PagedKvCache odd = c;
+    odd.elem_bytes = 3;
+    auto layout = client_->PutPagedKv({"odd"}, odd, {{1}});
+    EXPECT_EQ(layout[0].code(), absl::StatusCode::kInvalidArgument) << layout[0];
+    EXPECT_TRUE(absl::StrContains(layout[0].message(), "elem_bytes")) << layout[0];
+  }
+}
+
 // A node asked for a GPU segment where there is none refuses to start and names what is missing.
 TEST_F(GpuTierTest, ANodeRefusesAGpuSegmentWithoutGpuSupportOrWithoutTheDevice) {
   ASSERT_NO_FATAL_FAILURE(Start());
