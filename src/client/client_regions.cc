@@ -203,6 +203,26 @@ absl::StatusOr<int> CheckPagedKv(const std::vector<std::string>& keys, const Pag
   return *k;
 }
 
+// The keys of a paged-KV batch that passed the checks, each one's place in the batch's staging
+// buffer and its value's size.
+struct KvSlices {
+  std::vector<size_t> which, offsets, sizes;
+  size_t total = 0;
+};
+KvSlices SliceKv(const cuda::PagedKvLayout& layout,
+                 const std::vector<std::vector<int32_t>>& block_ids,
+                 const std::vector<absl::Status>& out) {
+  KvSlices k;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].ok()) continue;
+    k.which.push_back(i);
+    k.offsets.push_back(k.total);
+    k.sizes.push_back(layout.GatheredBytes(static_cast<int>(block_ids[i].size())));
+    k.total += k.sizes.back();
+  }
+  return k;
+}
+
 }  // namespace
 
 std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
@@ -333,17 +353,10 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(
   }
   const cuda::PagedKvLayout layout = LayoutOf(cache);
   // One gather for the batch: the keys' lists back to back give each key a contiguous value.
+  const KvSlices sl = SliceKv(layout, block_ids, out);
+  const auto& [which, offsets, sizes, total] = sl;
   std::vector<int32_t> ids;
-  std::vector<size_t> which, offsets, sizes;
-  size_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!out[i].ok()) continue;
-    which.push_back(i);
-    offsets.push_back(total);
-    sizes.push_back(layout.GatheredBytes(static_cast<int>(block_ids[i].size())));
-    total += sizes.back();
-    ids.insert(ids.end(), block_ids[i].begin(), block_ids[i].end());
-  }
+  for (size_t i : which) ids.insert(ids.end(), block_ids[i].begin(), block_ids[i].end());
   if (which.empty()) return out;
   Scratch scratch;
   absl::Status st = scratch.Allocate(*device, total);
@@ -382,15 +395,8 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(
     return out;
   }
   const cuda::PagedKvLayout layout = LayoutOf(cache);
-  std::vector<size_t> which, offsets, sizes;
-  size_t total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!out[i].ok()) continue;
-    which.push_back(i);
-    offsets.push_back(total);
-    sizes.push_back(layout.GatheredBytes(static_cast<int>(block_ids[i].size())));
-    total += sizes.back();
-  }
+  const KvSlices sl = SliceKv(layout, block_ids, out);
+  const auto& [which, offsets, sizes, total] = sl;
   if (which.empty()) return out;
   Scratch scratch;
   if (absl::Status st = scratch.Allocate(*device, total); !st.ok()) {
