@@ -102,16 +102,6 @@ void Measure(const std::string& name, size_t bytes, const std::function<void()>&
   Record(j);
 }
 
-uint64_t Checksum(const unsigned char* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t w = 0;
-    std::memcpy(&w, p + i, std::min<size_t>(8, n - i));
-    h = (h ^ w) * 1099511628211ull;
-  }
-  return h;
-}
-
 void Fill(unsigned char* p, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (size_t i = 0; i < n; i += 8) {

@@ -30,6 +30,10 @@ from granary._granary import (  # noqa: F401
 )
 # The client's device-pointer check, for the Mooncake layer's own CPU copies.
 from granary._granary import _is_device_pointer  # noqa: F401
+# The device backend (cuda, none or fake) and test hooks for its memory.
+from granary._granary import (  # noqa: F401
+    _device_backend, _testing_device_alloc, _testing_device_copy, _testing_device_free,
+)
 
 __all__ = [
     "Client", "EmbeddedNode", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup",

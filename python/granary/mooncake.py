@@ -612,7 +612,7 @@ class MooncakeDistributedStore:
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
         """Object i is the concatenation of its scatter list. A one-entry list goes to the core
         as is; longer lists are gathered into this thread's staging buffer first (one memcpy
-        per entry), after checking that no entry is device memory."""
+        per entry); lists with device memory are gathered on the device by the core."""
         w = "batch_put_from_multi_buffers"
         keys = args.check_keys(keys, w)
         all_buffer_ptrs = args.check_uint_lists(all_buffer_ptrs, w, "all_buffer_ptrs")
@@ -631,7 +631,10 @@ class MooncakeDistributedStore:
         plan = self._plan_scatter(w, keys, all_buffer_ptrs, all_sizes, out)
         if plan is None:
             return out
-        idx, addrs, sizes, gathers = plan
+        idx, addrs, sizes, gathers, device = plan
+        self._regions(w, c, keys, all_buffer_ptrs, all_sizes, device, out, put=True)
+        if not idx:
+            return out
         for base, ptrs, szs in gathers:
             off = base
             for p, s in zip(ptrs, szs):
@@ -644,8 +647,9 @@ class MooncakeDistributedStore:
 
     def _plan_scatter(self, w, keys, all_ptrs, all_sizes, out):
         """Validates scatter lists (bad ones get their code in `out`) and places the multi-entry
-        ones in the staging buffer. -> (indices, addrs, sizes, [(staging addr, ptrs, sizes)])."""
-        idx, addrs, sizes, staged = [], [], [], []
+        ones in the staging buffer; lists with device memory go to the core's region calls.
+        -> (indices, addrs, sizes, [(staging addr, ptrs, sizes)], device indices)."""
+        idx, addrs, sizes, staged, device = [], [], [], [], []
         total = 0
         for i, k in enumerate(keys):
             ptrs, szs = all_ptrs[i], all_sizes[i]
@@ -664,22 +668,45 @@ class MooncakeDistributedStore:
                 addrs.append(ptrs[0])
                 sizes.append(szs[0])
             elif any(self._is_device(p, s) for p, s in zip(ptrs, szs) if s):
-                out[i] = self._fail(w, codes.INVALID_PARAMS, f"key {i}: a device pointer in a "
-                                    "scatter list; no GPU path yet")
+                device.append(i)  # the core gathers or scatters it on the device
             else:
                 idx.append(i)
                 addrs.append(None)
                 sizes.append(sum(szs))
                 staged.append((len(addrs) - 1, total, ptrs, szs))
                 total += sum(szs)
-        if not idx:
+        if not idx and not device:
             return None
         base = self._staging().reserve(total) if total else 0
         gathers = []
         for j, off, ptrs, szs in staged:
             addrs[j] = base + off
             gathers.append((base + off, ptrs, szs))
-        return idx, addrs, sizes, gathers
+        return idx, addrs, sizes, gathers, device
+
+    def _regions(self, w, c, keys, all_ptrs, all_sizes, device, out, put):
+        """The scatter lists with device memory, through the core (gathered or scattered on the
+        device, then moved by the client's GPU paths); results into `out`."""
+        if not device:
+            return
+        ks = [keys[i] for i in device]
+        ps = [list(all_ptrs[i]) for i in device]
+        ss = [list(all_sizes[i]) for i in device]
+        try:
+            res = (c.batch_put_from_regions if put else c.batch_get_into_regions)(ks, ps, ss)
+        except _core.Error as e:
+            for i, code in zip(device, self._whole_batch(w, e, len(device))):
+                out[i] = code
+            return
+        causes = {}
+        for i, r in zip(device, res):
+            if isinstance(r, _core.Error):
+                code = code_of(r)
+                out[i] = 0 if put and code == codes.OBJECT_ALREADY_EXISTS else code
+                causes[i] = cause_of(r)
+            else:
+                out[i] = 0 if put else int(r)
+        self._log_batch(w, out, causes)
 
     # ------------------------------------------------------------------ gets
 
@@ -787,7 +814,10 @@ class MooncakeDistributedStore:
         plan = self._plan_scatter(w, keys, all_buffer_ptrs, all_sizes, out)
         if plan is None:
             return out
-        idx, addrs, caps, gathers = plan
+        idx, addrs, caps, gathers, device = plan
+        self._regions(w, c, keys, all_buffer_ptrs, all_sizes, device, out, put=False)
+        if not idx:
+            return out
         res = self._get_into_many(w, c, [keys[i] for i in idx], addrs, caps)
         by_addr = {g[0]: g for g in gathers}
         for i, a, r in zip(idx, addrs, res):

@@ -66,6 +66,11 @@ class PyClient {
   pybind11::list BatchGet(pybind11::handle keys);
   pybind11::list BatchPutFrom(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);
   pybind11::list BatchGetInto(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);
+  // Scatter lists of addresses (host memory, or device memory of the device backend).
+  pybind11::list BatchPutFromRegions(pybind11::handle keys, pybind11::handle ptr_lists,
+                                     pybind11::handle size_lists);
+  pybind11::list BatchGetIntoRegions(pybind11::handle keys, pybind11::handle ptr_lists,
+                                     pybind11::handle size_lists);
   pybind11::list BatchExists(pybind11::handle keys);
   pybind11::list BatchRemove(pybind11::handle keys, bool force);
 

@@ -109,6 +109,87 @@ py::list PyClient::BatchGetInto(py::handle keys, py::handle bufs, py::handle siz
   return ValueList(results, [](size_t n) -> py::object { return py::int_(n); });
 }
 
+namespace {
+
+// One list of integers per key (addresses or sizes); a value that is not a non-negative
+// integer is named with its position.
+std::vector<std::vector<uint64_t>> IntLists(py::handle lists, const char* what) {
+  if (!py::isinstance<py::sequence>(lists) || py::isinstance<py::str>(lists)) {
+    ThrowInvalidArgument(absl::StrCat(what, " must be a list of lists of integers"));
+  }
+  std::vector<std::vector<uint64_t>> out;
+  size_t i = 0;
+  for (py::handle inner : lists) {
+    if (!py::isinstance<py::sequence>(inner) || py::isinstance<py::str>(inner)) {
+      ThrowInvalidArgument(absl::StrCat(what, "[", i, "] must be a list of integers"));
+    }
+    std::vector<uint64_t>& row = out.emplace_back();
+    size_t j = 0;
+    for (py::handle v : inner) {
+      unsigned long long x = 0;
+      if (py::isinstance<py::int_>(v) || py::hasattr(v, "__index__")) {
+        PyObject* n = PyNumber_Index(v.ptr());
+        if (n != nullptr) {
+          x = PyLong_AsUnsignedLongLong(n);
+          Py_DECREF(n);
+        }
+        if (n == nullptr || PyErr_Occurred()) {
+          PyErr_Clear();
+          ThrowInvalidArgument(absl::StrCat(what, "[", i, "][", j,
+                                            "] = ", py::str(v).cast<std::string>(),
+                                            " is not a non-negative 64-bit integer"));
+        }
+      } else {
+        ThrowInvalidArgument(absl::StrCat(what, "[", i, "][", j, "] is a ",
+                                          py::str(py::type::of(v)).cast<std::string>(),
+                                          ", not an integer"));
+      }
+      row.push_back(x);
+      ++j;
+    }
+    ++i;
+  }
+  return out;
+}
+
+// Lists of address lists and size lists, one per key, as BufferRegion lists.
+std::vector<std::vector<BufferRegion>> RegionsOf(py::handle ptr_lists, py::handle size_lists,
+                                                 size_t n) {
+  std::vector<std::vector<uint64_t>> ptrs = IntLists(ptr_lists, "ptr_lists");
+  std::vector<std::vector<uint64_t>> sizes = IntLists(size_lists, "size_lists");
+  CheckLength(n, ptrs.size(), "ptr_lists");
+  CheckLength(n, sizes.size(), "size_lists");
+  std::vector<std::vector<BufferRegion>> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (ptrs[i].size() != sizes[i].size()) {
+      ThrowInvalidArgument(absl::StrCat("key ", i, ": ", ptrs[i].size(), " addresses but ",
+                                        sizes[i].size(), " sizes"));
+    }
+    for (size_t j = 0; j < ptrs[i].size(); ++j) {
+      out[i].push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(ptrs[i][j])),
+                        static_cast<size_t>(sizes[i][j])});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+py::list PyClient::BatchPutFromRegions(py::handle keys, py::handle ptr_lists,
+                                       py::handle size_lists) {
+  std::vector<std::string> k = KeysOf(keys);
+  std::vector<std::vector<BufferRegion>> r = RegionsOf(ptr_lists, size_lists, k.size());
+  return StatusList(Run([&](Client& c) { return c.BatchPutFromRegions(k, r); }));
+}
+
+py::list PyClient::BatchGetIntoRegions(py::handle keys, py::handle ptr_lists,
+                                       py::handle size_lists) {
+  std::vector<std::string> k = KeysOf(keys);
+  std::vector<std::vector<BufferRegion>> r = RegionsOf(ptr_lists, size_lists, k.size());
+  auto results = Run([&](Client& c) { return c.BatchGetIntoRegions(k, r); });
+  return ValueList(results, [](size_t n) -> py::object { return py::int_(n); });
+}
+
 py::list PyClient::BatchExists(py::handle keys) {
   std::vector<std::string> k = KeysOf(keys);
   auto results = Run([&](Client& c) { return c.BatchExist(k); });

@@ -85,6 +85,15 @@ void BindBatch(py::class_<PyClient>& c) {
       .def("batch_get_into", &PyClient::BatchGetInto, py::arg("keys"), py::arg("bufs"),
            py::arg("sizes") = py::none(),
            "batch_get_into(keys, bufs, sizes=None) -> list[int | Error]: bytes written per key")
+      .def("batch_put_from_regions", &PyClient::BatchPutFromRegions, py::arg("keys"),
+           py::arg("ptr_lists"), py::arg("size_lists"),
+           "batch_put_from_regions(keys, ptr_lists, size_lists) -> list[None | Error]: object i "
+           "is the concatenation of [ptr_lists[i][j], +size_lists[i][j]) (host or device "
+           "memory)")
+      .def("batch_get_into_regions", &PyClient::BatchGetIntoRegions, py::arg("keys"),
+           py::arg("ptr_lists"), py::arg("size_lists"),
+           "batch_get_into_regions(keys, ptr_lists, size_lists) -> list[int | Error]: object "
+           "i scattered over its regions in order; its size per key")
       .def("batch_exists", &PyClient::BatchExists, py::arg("keys"),
            "batch_exists(keys) -> list[bool | Error]")
       .def("batch_remove", &PyClient::BatchRemove, py::arg("keys"), py::arg("force") = false,

@@ -8,6 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "bindings.h"
+#include "cuda/device_backend.h"
 #include "errors.h"
 #include "granary/device_pointer.h"
 #include "granary/embedded_node.h"
@@ -127,6 +128,34 @@ void BindEmbedded(py::module_& m) {
       "True when [addr, addr + size) touches CUDA device or managed memory (the client's own "
       "check: the CUDA driver when loaded, and the test hook's fake ranges). For layers above "
       "the client that copy with the CPU themselves.");
+  m.def(
+      "_device_backend", [] { return std::string(cuda::ActiveBackendName()); },
+      "The device backend this process uses: cuda, none or fake (GRANARY_DEVICE_BACKEND).");
+  m.def(
+      "_testing_device_alloc",
+      [](size_t size) {
+        absl::StatusOr<void*> p = cuda::ActiveBackend().Alloc(0, size);
+        if (!p.ok()) throw py::value_error(std::string(p.status().message()));
+        return reinterpret_cast<uintptr_t>(*p);
+      },
+      py::arg("size"),
+      "Test hook: device memory of the active backend on device 0 (fake device memory under "
+      "GRANARY_DEVICE_BACKEND=fake, which the CPU cannot touch), as an address.");
+  m.def(
+      "_testing_device_free",
+      [](uintptr_t addr) { cuda::ActiveBackend().Free(0, reinterpret_cast<void*>(addr)); },
+      py::arg("addr"), "Test hook: frees what _testing_device_alloc returned.");
+  m.def(
+      "_testing_device_copy",
+      [](uintptr_t dst, uintptr_t src, size_t size) {
+        absl::Status st = cuda::ActiveBackend().Copy(0, reinterpret_cast<void*>(dst),
+                                                     reinterpret_cast<const void*>(src), size,
+                                                     cuda::CopyKind::kDefault);
+        if (!st.ok()) throw py::value_error(std::string(st.message()));
+      },
+      py::arg("dst"), py::arg("src"), py::arg("size"),
+      "Test hook: a synchronous copy through the active device backend (either side device or "
+      "host memory).");
   m.def("_testing_clear_fake_device_ranges", &testing::ClearFakeDeviceRanges,
         "Test hook: forget every range _testing_add_fake_device_range added.");
 }

@@ -148,6 +148,27 @@ def test_batch_put_from_get_into(client, key, kind):
     assert read(small[2]) == bytes(len(data[2]))  # nothing written on failure
 
 
+def test_batch_regions_host_memory(client, key):
+    """Scatter lists of host addresses: an object is the concatenation of its regions."""
+    keys = [f"{key}/{i}" for i in range(2)]
+    a = np.frombuffer(pattern(5000, 3), np.uint8).copy()
+    b = np.frombuffer(pattern(300, 4), np.uint8).copy()
+    ptrs = [[a.ctypes.data, a.ctypes.data + 4000], [b.ctypes.data]]
+    assert client.batch_put_from_regions(keys, ptrs, [[100, 1000], [300]]) == [None, None]
+    assert client.get(keys[0]) == a[:100].tobytes() + a[4000:5000].tobytes()
+    x, y = np.zeros(600, np.uint8), np.zeros(500, np.uint8)
+    got = client.batch_get_into_regions(keys[:1], [[x.ctypes.data, y.ctypes.data]], [[600, 500]])
+    assert got == [1100]
+    assert x.tobytes() + y.tobytes() == a[:100].tobytes() + a[4000:5000].tobytes()
+    with pytest.raises(granary.InvalidArgument, match=r"ptr_lists\[0\]\[1\] is a <class 'str'>"):
+        client.batch_put_from_regions(keys[:1], [[a.ctypes.data, "x"]], [[1, 1]])
+    with pytest.raises(granary.InvalidArgument, match=r"size_lists\[0\]\[0\] = -1"):
+        client.batch_put_from_regions(keys[:1], [[a.ctypes.data]], [[-1]])
+    with pytest.raises(granary.InvalidArgument, match="key 0: 2 addresses but 1 sizes"):
+        client.batch_get_into_regions(keys[:1], [[x.ctypes.data, y.ctypes.data]], [[600]])
+    assert client.get(keys[1]) == b.tobytes()  # nothing stored was touched
+
+
 def test_batch_exists_remove(client, key):
     keys = [f"{key}/{i}" for i in range(3)]
     client.batch_put(keys[:2], [b"a", b"b"])
