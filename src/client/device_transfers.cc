@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/slot_chunks.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/alloc_header.h"
@@ -209,36 +210,13 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
   return absl::OkStatus();
 }
 
-namespace {
-
-// One piece of a staged op: op index, offset into it, length, and where in the slot.
-struct Part {
-  size_t op = 0;
-  size_t offset = 0;
-  size_t length = 0;
-  size_t slot_offset = 0;
-};
-
-}  // namespace
-
 absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
                                         const RemoteFn& remote) {
   // Chunks of at most one slot: values split at slot size, small ones packed together.
-  std::vector<std::vector<Part>> chunks(1);
-  size_t fill = 0;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    for (size_t off = 0; off < ops[i].length;) {
-      if (fill == kSlotBytes) {
-        chunks.emplace_back();
-        fill = 0;
-      }
-      const size_t n = std::min(ops[i].length - off, kSlotBytes - fill);
-      chunks.back().push_back({i, off, n, fill});
-      fill += n;
-      off += n;
-    }
-  }
-  if (chunks.back().empty()) chunks.pop_back();
+  std::vector<uint64_t> lengths;
+  lengths.reserve(ops.size());
+  for (const transport::RmaOp& op : ops) lengths.push_back(op.length);
+  const std::vector<std::vector<SlotPart>> chunks = PackIntoSlots(lengths, kSlotBytes);
   if (chunks.empty()) return absl::OkStatus();
   cuda::DeviceBackend* backend = &cuda::ActiveBackend();
   const int device = ops.front().device;
@@ -270,8 +248,8 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   auto regions_of = [&](size_t k, bool to_slot) {
     std::vector<cuda::CopyRegion> r;
     unsigned char* slot = slots.slot[k % 2];
-    for (const Part& p : chunks[k]) {
-      auto* dev = static_cast<unsigned char*>(ops[p.op].local) + p.offset;
+    for (const SlotPart& p : chunks[k]) {
+      auto* dev = static_cast<unsigned char*>(ops[p.item].local) + p.offset;
       if (to_slot) {
         r.push_back({dev, slot + p.slot_offset, p.length});
       } else {
@@ -283,8 +261,8 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   auto rma_of = [&](size_t k) {
     std::vector<transport::RmaOp> r;
     unsigned char* slot = slots.slot[k % 2];
-    for (const Part& p : chunks[k]) {
-      transport::RmaOp op = ops[p.op];
+    for (const SlotPart& p : chunks[k]) {
+      transport::RmaOp op = ops[p.item];
       op.device = -1;
       op.memh = nullptr;
       op.local = slot + p.slot_offset;
