@@ -91,9 +91,15 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
       "Values moved to or from this client's device buffers, by path (ipc, host_segment, "
       "staging)",
       {{"path", "ipc"}});
+  c->bounce_transfers_ = c->metrics_.Counter(
+      "granary_client_gpu_transfers_total",
+      "Values moved to or from this client's device buffers, by path (ipc, host_segment, "
+      "staging)",
+      {{"path", "bounce"}});
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
       c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
+  c->bounce_ = std::make_unique<GpuBounce>(&c->metrics_, c->registrations_.get());
   c->node_timeouts_ = c->metrics_.Counter(
       "granary_client_node_transfer_timeouts_total",
       "Transfers to a node that did not finish within transfer_timeout_ms (the node then backs "
@@ -129,6 +135,7 @@ ClientImpl::~ClientImpl() {
   rma_.reset();
   device_.reset();
   gpu_.reset();
+  bounce_.reset();  // unregisters its slots
   registrations_.reset();
   worker_.reset();
   ctx_.reset();
@@ -139,10 +146,26 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
   // GPU segments: device copies through the backend, never UCX, never a CPU copy (to and from
   // host and device buffers alike).
   if (GpuSegments::AnyGpu(ops)) {
+    std::vector<transport::RmaOp> bounced;
     size_t device_values = 0;
     for (const auto& op : ops) device_values += op.segment->gpu && op.device >= 0 && !op.header;
-    GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops));
+    GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops, &bounced));
+    for (const auto& op : bounced) device_values -= op.device >= 0 && !op.header ? 1 : 0;
     ipc_transfers_->Inc(device_values);
+    // Segments this process cannot map: the node stages them (Push and Fetch).
+    if (!bounced.empty()) {
+      size_t device_bounced = 0;
+      for (const auto& op : bounced) device_bounced += op.device >= 0 && !op.header;
+      GRANARY_RETURN_IF_ERROR(bounce_->Run(
+          std::move(bounced), proto::NodeTransferTimeoutMs(timeout_ms),
+          [this](const std::string& node, const proto::PushRequest& req) {
+            return PushRpc(node, req);
+          },
+          [this](const std::string& node, const proto::FetchRequest& req) {
+            return FetchRpc(node, req);
+          }));
+      bounce_transfers_->Inc(device_bounced);
+    }
   }
   // This client's device buffers: from mapped node memory, or staged.
   if (DeviceTransfers::AnyDevice(ops)) {
@@ -426,8 +449,8 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
   }
 }
 
-absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,
-                              const std::vector<size_t>& keys, std::vector<AllocHeader>* headers) {
+absl::StatusOr<std::string> ClientImpl::PushRpc(const std::string& node,
+                                                const proto::PushRequest& req) {
   GRANARY_ASSIGN_OR_RETURN(auto rpc, NodeClient(node));
   auto rep = rpc->Invoke<proto::PushRequest, proto::PushReply>(
       proto::MsgType::kPush, req, absl::Milliseconds(options_.transfer_timeout_ms));
@@ -435,12 +458,27 @@ absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest&
     return absl::Status(rep.status().code(),
                         absl::StrCat("node ", node, " push: ", rep.status().message()));
   }
-  if (rep->headers.size() != keys.size() * kAllocHeaderSize) {
-    return absl::InternalError(absl::StrCat("node ", node, " returned ", rep->headers.size(),
+  return std::move(rep->headers);
+}
+
+absl::Status ClientImpl::FetchRpc(const std::string& node, const proto::FetchRequest& req) {
+  GRANARY_ASSIGN_OR_RETURN(auto rpc, NodeClient(node));
+  auto rep = rpc->Invoke<proto::FetchRequest, proto::StatusReply>(
+      proto::MsgType::kFetch, req, absl::Milliseconds(options_.transfer_timeout_ms));
+  if (rep.ok()) return absl::OkStatus();
+  return absl::Status(rep.status().code(),
+                      absl::StrCat("node ", node, " fetch: ", rep.status().message()));
+}
+
+absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,
+                              const std::vector<size_t>& keys, std::vector<AllocHeader>* headers) {
+  GRANARY_ASSIGN_OR_RETURN(std::string got, PushRpc(node, req));
+  if (got.size() != keys.size() * kAllocHeaderSize) {
+    return absl::InternalError(absl::StrCat("node ", node, " returned ", got.size(),
                                             " header bytes for ", keys.size(), " values"));
   }
   for (size_t j = 0; j < keys.size(); ++j) {
-    std::memcpy(&(*headers)[keys[j]], rep->headers.data() + j * kAllocHeaderSize, kAllocHeaderSize);
+    std::memcpy(&(*headers)[keys[j]], got.data() + j * kAllocHeaderSize, kAllocHeaderSize);
   }
   pushed_reads_->Inc(keys.size());
   return absl::OkStatus();

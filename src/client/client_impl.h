@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "client/device_transfers.h"
+#include "client/gpu_bounce.h"
 #include "client/gpu_segments.h"
 #include "client/master_session.h"
 #include "client/planner.h"
@@ -125,6 +126,11 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::Status Push(const std::string& node, const proto::PushRequest& req,
                                   const std::vector<size_t>& keys,
                                   std::vector<proto::AllocHeader>* headers);
+  // The Push RPC itself: the node's header bytes, or its error naming the node.
+  [[nodiscard]] absl::StatusOr<std::string> PushRpc(const std::string& node,
+                                                    const proto::PushRequest& req);
+  // The Fetch RPC: `node` reads req.length bytes from req.source into its own memory.
+  [[nodiscard]] absl::Status FetchRpc(const std::string& node, const proto::FetchRequest& req);
   std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
                                     const std::vector<const void*>& data,
                                     const std::vector<size_t>& sizes, uint32_t flags = 0,
@@ -157,6 +163,8 @@ class ClientImpl : public Client {
   std::unique_ptr<Registrations> registrations_;
   std::unique_ptr<transport::RmaEngine> rma_;
   std::unique_ptr<GpuSegments> gpu_;  // same-host GPU segments (IPC mappings, streams)
+  // GPU segments this process cannot map, staged by their node; its slots are registrations_'.
+  std::unique_ptr<GpuBounce> bounce_;
   // This client's device buffers (host segments and staging); outlives rma_, whose unmap hook
   // calls it.
   std::unique_ptr<DeviceTransfers> device_;
@@ -171,7 +179,8 @@ class ClientImpl : public Client {
 
   MetricCounter* pushed_reads_ = nullptr;
   MetricCounter* node_timeouts_ = nullptr;
-  MetricCounter* ipc_transfers_ = nullptr;  // granary_client_gpu_transfers_total{path="ipc"}
+  MetricCounter* ipc_transfers_ = nullptr;     // granary_client_gpu_transfers_total{path="ipc"}
+  MetricCounter* bounce_transfers_ = nullptr;  // {path="bounce"}: a node's GPU segment, staged
 };
 
 }  // namespace granary::client

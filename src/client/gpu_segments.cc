@@ -1,5 +1,6 @@
 #include "client/gpu_segments.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -28,7 +29,10 @@ GpuSegments::GpuSegments(MetricsRegistry* metrics)
     : opened_(metrics->Counter("granary_client_gpu_segment_opens_total",
                                "GPU segments this client mapped through their IPC handle")),
       failures_(metrics->Counter("granary_client_gpu_segment_failures_total",
-                                 "Batches on GPU segments that failed (open, copy or header)")) {}
+                                 "Batches on GPU segments that failed (open, copy or header)")),
+      fallbacks_(metrics->Counter("granary_client_gpu_fallback_total",
+                                  "GPU segments whose IPC open failed, so the node staged the "
+                                  "transfer instead")) {}
 
 GpuSegments::~GpuSegments() {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped;  // closed outside the lock
@@ -68,9 +72,9 @@ absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceBackend& backend,
       return d;
     }
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "no device of this process (", n, " on the ", backend.Name(), " backend) has UUID ",
-      absl::BytesToHexString(uuid), "; the remote GPU path (node bounce) is not built yet"));
+  return absl::FailedPreconditionError(absl::StrCat("no device of this process (", n, " on the ",
+                                                    backend.Name(), " backend) has UUID ",
+                                                    absl::BytesToHexString(uuid)));
 }
 
 absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
@@ -92,10 +96,7 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
   const std::string where =
       absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
   if (!seg.same_host) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(where,
-                     " is on another host: only same-host clients reach GPU segments "
-                     "(through IPC); the remote GPU path (node bounce) is not built yet"));
+    return absl::FailedPreconditionError(absl::StrCat(where, " is on another host"));
   }
   absl::StatusOr<int> device = LocalDevice(backend, seg.gpu_uuid);
   if (!device.ok()) {
@@ -120,10 +121,38 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
   return m;
 }
 
-absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops) {
+absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops,
+                              std::vector<transport::RmaOp>* bounced) {
   // Split: the GPU ops (in order) out, the rest kept in place.
   std::vector<transport::RmaOp> gpu =
       transport::TakeOps(ops, [](const transport::RmaOp& op) { return op.segment->gpu; });
+  if (gpu.empty()) return absl::OkStatus();
+  // Segments this process cannot map go to the node bounce: another host or no device with the
+  // UUID (FAILED_PRECONDITION from Open), or an IPC open that failed (UNAVAILABLE: counted as a
+  // fallback). Anything else fails the batch.
+  std::vector<const transport::RemoteSegment*> remote;
+  const transport::RemoteSegment* last = nullptr;
+  for (const transport::RmaOp& op : gpu) {
+    if (op.segment.get() == last) continue;
+    last = op.segment.get();
+    if (std::find(remote.begin(), remote.end(), last) != remote.end()) continue;
+    absl::StatusOr<std::shared_ptr<Mapping>> m = Open(*op.segment);
+    if (m.ok()) continue;
+    if (absl::IsUnavailable(m.status())) {
+      fallbacks_->Inc();
+      LOG_WARN << m.status() << "; the node stages this transfer instead";
+    } else if (!absl::IsFailedPrecondition(m.status())) {
+      failures_->Inc();
+      return m.status();
+    }
+    remote.push_back(last);
+  }
+  if (!remote.empty()) {
+    std::vector<transport::RmaOp> far = transport::TakeOps(&gpu, [&](const transport::RmaOp& op) {
+      return std::find(remote.begin(), remote.end(), op.segment.get()) != remote.end();
+    });
+    for (transport::RmaOp& op : far) bounced->push_back(std::move(op));
+  }
   if (gpu.empty()) return absl::OkStatus();
   absl::Status st = RunOnDevice(gpu);
   if (!st.ok()) failures_->Inc();

@@ -39,19 +39,20 @@ class GpuSegments {
   // path pays only this).
   static bool AnyGpu(const std::vector<transport::RmaOp>& ops);
 
-  // Removes from *ops every op whose segment is a GPU segment and runs those: device copies on
-  // one backend stream, in the ops' order (a value before its header on a put; the header before
-  // the value on a get), complete when it returns. A get's headers are copied again after the
-  // values (into scratch host memory) and must be unchanged, so a header that the caller checks
-  // afterwards vouches for the bytes read before it (a fenced read). The other ops are left in
-  // *ops, in order. Errors, for the whole batch (nothing half-done is reported as done):
-  //   FAILED_PRECONDITION  the segment is on another host (the remote GPU path is not built), or
-  //                        no local device has the segment's UUID;
+  // Removes from *ops every op whose segment is a GPU segment and runs those it can map:
+  // device copies on one backend stream, in the ops' order (a value before its header on a put;
+  // the header before the value on a get), complete when it returns. A get's headers are copied
+  // again after the values (into scratch host memory) and must be unchanged, so a header that
+  // the caller checks afterwards vouches for the bytes read before it (a fenced read). The ops
+  // on segments it cannot map (another host, no local device with the segment's UUID, or an IPC
+  // open that failed: granary_client_gpu_fallback_total) are appended to *bounced, in order,
+  // for the node bounce (client/gpu_bounce.h). The other ops are left in *ops, in order.
+  // Errors, for the whole batch (nothing half-done is reported as done):
   //   INVALID_ARGUMENT     an op outside the segment;
-  //   UNAVAILABLE          the IPC open failed (the node is gone, or the backend refused), or a
-  //                        header changed during the read (retry);
+  //   UNAVAILABLE          a header changed during the read (retry);
   //   INTERNAL             a device copy failed (the backend's error in the message).
-  [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops);
+  [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops,
+                                 std::vector<transport::RmaOp>* bounced);
 
   // Closes the mappings of segments not in `mounted` (unmounted at the master), each once no
   // batch holds it. Thread-safe.
@@ -69,6 +70,7 @@ class GpuSegments {
   StreamPool streams_;
   MetricCounter* opened_;
   MetricCounter* failures_;
+  MetricCounter* fallbacks_;
 };
 
 }  // namespace granary::client

@@ -93,6 +93,10 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   transport::RmaEngine* rma = n->rma_.get();
   n->watchdog_ = std::make_unique<TransferWatchdog>(
       [rma](const std::vector<std::string>& peers) { rma->MarkUnreachable(peers); });
+  if (options.gpu_segment_size > 0) {
+    GRANARY_ASSIGN_OR_RETURN(
+        n->bounce_, GpuBounce::Create(&cuda::ActiveBackend(), n->ctx_.get(), rma, &n->metrics_));
+  }
   transport::RpcServer::Callbacks cb;
   NodeServer* self = n.get();
   cb.on_request = [self](transport::RpcServer::ConnId c, const proto::FrameView& f) {
@@ -318,8 +322,10 @@ NodeServer::~NodeServer() {
   master_.reset();
   if (watchdog_) watchdog_->Stop();  // no deadline fires (and uses rma_) from here on
   listener_.reset();
+  if (bounce_) bounce_->Stop();  // no staged job uses rma_ from here on
   rma_.reset();
   watchdog_.reset();  // after rma_: a transfer it ends still reports to the watchdog
+  bounce_.reset();    // its slots' registrations, before the context; before the GPU segments
   for (auto& s : segments_) {
     s.region.reset();
     s.gpu.reset();
@@ -350,6 +356,27 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   src->rkey = req->source.rkey;
   src->worker_address = req->source.worker_address;
   transport::SetHostInfo(src.get(), req->source.host_id);
+  const int device = DeviceOf(*service_->SegmentHolding(req->dest_address, req->length));
+  if (device >= 0) {
+    // Into a GPU segment (a client that cannot map it): read into pinned slots, copied to the
+    // device; answered once the last copy completed.
+    if (!bounce_) return answer(absl::FailedPreconditionError("no GPU bounce on this node"));
+    src->pid = 0;  // a client: never mapped
+    const uint64_t token = watchdog_->Start(
+        "fetch", src->node_address, req->timeout_ms,
+        [this, conn, reply_type, id](const absl::Status& st) {
+          if (absl::IsDeadlineExceeded(st)) fetch_timeouts_->Inc();
+          Reply(conn, proto::EncodeFrame(reply_type, id,
+                                         proto::StatusReply{proto::WireStatus::From(st)}));
+        });
+    GpuBounce::FetchJob job;
+    job.peer = src;
+    job.part = {device, req->dest_address, req->source_address, req->length};
+    job.timeout_ms = req->timeout_ms;
+    bounce_->Fetch(std::move(job),
+                   [this, token](absl::Status st) { watchdog_->Finish(token, st); });
+    return std::nullopt;
+  }
   transport::RmaOp op;
   op.is_put = false;
   op.local = reinterpret_cast<void*>(req->dest_address);
@@ -365,6 +392,11 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
       });
   rma_->Execute({op}, [this, token](absl::Status st) { watchdog_->Finish(token, st); });
   return std::nullopt;
+}
+
+int NodeServer::DeviceOf(size_t index) const {
+  const SegmentSpan& s = service_->segments()[index];
+  return s.tier == proto::Tier::kGpu ? s.gpu : -1;
 }
 
 void NodeServer::Reply(transport::RpcServer::ConnId conn, std::string frame) {
@@ -394,6 +426,44 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   seg->worker_address = dest.worker_address;
   transport::SetHostInfo(seg.get(), dest.host_id);
   seg->pid = 0;  // the client's own liveness is its connection's; never mapped
+  auto& clients = push_clients_[conn];
+  if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
+    clients.push_back(dest.node_address);
+  }
+  bool gpu = false;
+  for (size_t src : sources) gpu = gpu || DeviceOf(src) >= 0;
+  for (uint64_t h : req->headers) {
+    gpu = gpu || DeviceOf(*service_->SegmentHolding(h, proto::kAllocHeaderSize)) >= 0;
+  }
+  if (gpu) {
+    // Out of a GPU segment: copied to pinned slots, written from there; the headers after.
+    if (!bounce_) return answer(absl::FailedPreconditionError("no GPU bounce on this node"));
+    GpuBounce::PushJob job;
+    job.peer = seg;
+    job.timeout_ms = req->timeout_ms;
+    for (size_t i = 0; i < req->entries.size(); ++i) {
+      const proto::PushEntry& e = req->entries[i];
+      job.parts.push_back({DeviceOf(sources[i]), e.source_address, e.dest_address, e.length});
+    }
+    for (uint64_t h : req->headers) {
+      job.headers.push_back({DeviceOf(*service_->SegmentHolding(h, proto::kAllocHeaderSize)), h});
+    }
+    auto headers = std::make_shared<std::string>();
+    const uint64_t token =
+        watchdog_->Start("push", dest.node_address, req->timeout_ms,
+                         [this, conn, reply_type, id, headers](const absl::Status& st) {
+                           proto::PushReply rep;
+                           rep.status = proto::WireStatus::From(st);
+                           if (absl::IsDeadlineExceeded(st)) push_timeouts_->Inc();
+                           if (st.ok()) rep.headers = std::move(*headers);
+                           Reply(conn, proto::EncodeFrame(reply_type, id, rep));
+                         });
+    bounce_->Push(std::move(job), [this, token, headers](absl::Status st, std::string h) {
+      *headers = std::move(h);  // read by the answer, which Finish runs after this
+      watchdog_->Finish(token, st);
+    });
+    return std::nullopt;
+  }
   for (size_t i = 0; i < req->entries.size(); ++i) {
     const proto::PushEntry& e = req->entries[i];
     transport::RmaOp op;
@@ -404,10 +474,6 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
     op.remote_addr = e.dest_address;
     op.segment = seg;
     ops.push_back(std::move(op));
-  }
-  auto& clients = push_clients_[conn];
-  if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
-    clients.push_back(dest.node_address);
   }
   // The headers are read once the values have been written (and flushed): a header that still
   // matches then vouches for the bytes sent before it. Past timeout_ms the watchdog closes the

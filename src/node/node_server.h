@@ -14,6 +14,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "node/cgroup.h"
+#include "node/gpu_bounce.h"
 #include "node/gpu_segment.h"
 #include "node/host_segment.h"
 #include "node/node_inventory.h"
@@ -82,6 +83,8 @@ class NodeServer {
   // Push: writes values into a client's registered buffer and answers with their headers.
   std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
                                         const proto::FrameView& frame);
+  // The device index of segment `index` (a GPU segment), else -1.
+  int DeviceOf(size_t index) const;
   // listener_->Reply while there is a listener (Fetch and Push answers may come late).
   void Reply(transport::RpcServer::ConnId conn, std::string frame);
   // The heartbeat, with the cgroup's figures when there is one (and they could be read).
@@ -108,6 +111,9 @@ class NodeServer {
   // Deadlines of Fetch and Push (the requests' timeout_ms): a peer that does not complete one in
   // time is closed and held off through rma_ (RmaEngine::MarkUnreachable), then answered.
   std::unique_ptr<TransferWatchdog> watchdog_;
+  // Push out of and Fetch into GPU segments for clients that cannot map them (another host, an
+  // IPC open that failed): staged through pinned slots. Null without GPU segments.
+  std::unique_ptr<GpuBounce> bounce_;
   // Progress-thread state: the clients (RmaEngine peer names) each connection pushed to.
   absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
   std::vector<Segment> segments_;

@@ -98,14 +98,6 @@ std::optional<size_t> NodeService::SegmentHolding(uint64_t address, uint64_t len
   return std::nullopt;
 }
 
-absl::Status NodeService::CheckNotGpu(size_t index, const char* what) const {
-  if (segments_[index].tier != proto::Tier::kGpu) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, " touches GPU segment ", segments_[index].name,
-      ": device memory is never handed to UCX, and the node bounce (pinned staging) that "
-      "would serve it is not built yet; same-host clients reach it through IPC"));
-}
-
 namespace {
 
 absl::Status CheckTransferTimeout(const char* what, uint32_t timeout_ms) {
@@ -123,7 +115,6 @@ absl::Status NodeService::CheckFetch(const proto::FetchRequest& req) const {
                                                    req.dest_address,
                                                    " is outside this node's segments"));
   }
-  GRANARY_RETURN_IF_ERROR(CheckNotGpu(*dest, "a fetch"));
   if (req.source.worker_address.empty() || req.source.rkey.empty()) {
     return absl::InvalidArgumentError("fetch without a source worker address and rkey");
   }
@@ -146,7 +137,6 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
                                                      e.source_address,
                                                      " is outside this node's segments"));
     }
-    GRANARY_RETURN_IF_ERROR(CheckNotGpu(*src, "a push"));
     if (e.dest_address < dest.base || e.length > dest.size ||
         e.dest_address - dest.base > dest.size - e.length) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -161,7 +151,6 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
       return absl::InvalidArgumentError(
           absl::StrCat("header at address ", h, " is outside this node's segments"));
     }
-    GRANARY_RETURN_IF_ERROR(CheckNotGpu(*in, "a push"));
   }
   return absl::OkStatus();
 }

@@ -85,22 +85,18 @@ class NodeService {
   // does or length is 0. No overflow: address + length is never computed.
   std::optional<size_t> SegmentHolding(uint64_t address, uint64_t length) const;
   // A Fetch writes req.length bytes at req.dest_address: that must lie inside one segment, and
-  // the source must name a worker address and rkey. INVALID_ARGUMENT naming the range otherwise;
-  // FAILED_PRECONDITION when the destination is a GPU segment (device memory is never handed to
-  // UCX; the node bounce that would stage it is not built yet).
+  // the source must name a worker address and rkey. INVALID_ARGUMENT naming the range otherwise.
+  // A GPU segment is accepted: the node stages it (node/gpu_bounce.h), never handing it to UCX.
   [[nodiscard]] absl::Status CheckFetch(const proto::FetchRequest& req) const;
   // A Push reads each entry's source (inside one segment), writes it at its destination (inside
   // the client's buffer req.dest) and then reads each header (inside one segment). On success
   // `sources` (cleared first) holds, per entry, the index of the segment its source lies in.
-  // INVALID_ARGUMENT naming the first range that is outside otherwise; FAILED_PRECONDITION for a
-  // source or header on a GPU segment (as CheckFetch).
+  // INVALID_ARGUMENT naming the first range that is outside otherwise. Sources and headers on
+  // GPU segments are accepted (as in CheckFetch).
   [[nodiscard]] absl::Status CheckPush(const proto::PushRequest& req,
                                        std::vector<size_t>* sources) const;
 
  private:
-  // FAILED_PRECONDITION when segment `index` is a GPU segment; `what` names the request.
-  [[nodiscard]] absl::Status CheckNotGpu(size_t index, const char* what) const;
-
   const std::vector<SegmentSpan> segments_;
   mutable granary::Mutex mu_;
   // Per segment: its id in the current master session, 0 while not mounted.

@@ -662,20 +662,24 @@ TEST_F(GpuTierTest, ACopyErrorFailsTheTransferAndLeaksNoCharge) {
   EXPECT_EQ(*client_->Get("host"), "bytes");
 }
 
-// Injected: the IPC open fails, so the get fails with a clear status (no remote path to fall
-// back to yet); the next get opens the handle and succeeds.
-TEST_F(GpuTierTest, AnIpcOpenFailureFailsTheGetClearlyAndTheNextOpenWorks) {
+// Injected: the IPC open fails, so the client falls back to the node bounce (counted): the put
+// and the get succeed byte-exact; the next batch opens the handle and copies through IPC again.
+TEST_F(GpuTierTest, AnIpcOpenFailureFallsBackToTheNodeBounce) {
   if (fake_ == nullptr) GTEST_SKIP() << "fault injection needs the fake backend";
   ASSERT_NO_FATAL_FAILURE(StartWithGpu(/*get_retries=*/0));
   fake_->FailNextIpcOpen();
   PutOptions on_gpu;
   on_gpu.tier = StorageTier::kGpu;
-  absl::Status put = client_->BatchPutWith({"k"}, {MakeValue("k", 1, 3000)}, on_gpu)[0];
-  EXPECT_EQ(put.code(), absl::StatusCode::kUnavailable) << put;
-  EXPECT_TRUE(absl::StrContains(put.message(), "opening its IPC handle")) << put;
-  EXPECT_FALSE(*client_->Exist("k"));
-  ASSERT_TRUE(client_->BatchPutWith({"k"}, {MakeValue("k", 1, 3000)}, on_gpu)[0].ok());
-  // A fresh client, whose first open fails on the get.
+  const std::string value = MakeValue("k", 1, 3000);
+  absl::Status put = client_->BatchPutWith({"k"}, {value}, on_gpu)[0];
+  ASSERT_TRUE(put.ok()) << put;
+  EXPECT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 1);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_bounced_values_total"), 1);
+  auto got = client_->Get("k");  // the handle opens now: through IPC
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == value);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_bounced_values_total"), 1);
+  // A fresh client, whose first open fails on the get: staged by the node.
   client_.reset();
   ClientOptions co = cluster_->ClientOpts();
   co.get_retries = 0;
@@ -683,13 +687,120 @@ TEST_F(GpuTierTest, AnIpcOpenFailureFailsTheGetClearlyAndTheNextOpenWorks) {
   ASSERT_TRUE(c.ok()) << c.status();
   client_ = std::move(*c);
   fake_->FailNextIpcOpen();
-  auto got = client_->Get("k");
-  ASSERT_FALSE(got.ok());
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
-  EXPECT_TRUE(absl::StrContains(got.status().message(), "IPC")) << got.status();
+  char* d = DeviceAlloc(3000);
+  auto n = client_->GetInto("k", d, 3000);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_TRUE(FromDevice(d, 3000) == value);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 1);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"bounce\"}"), 1);
   auto again = client_->Get("k");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_TRUE(*again == MakeValue("k", 1, 3000));
+  EXPECT_TRUE(*again == value);
+}
+
+// Point 3, other hosts: a client whose devices do not include the segment's (another fake UUID
+// seed: as on another host) reaches the GPU segment through the node bounce, over UCX_TLS=tcp
+// as well: GPU-tier puts from host and device buffers, gets into host and device buffers, values
+// from 1 byte to past two node slots (split) and small ones packed, all byte-exact; the headers
+// the node wrote last check out on every read, and a read of a replaced key gets the new value.
+class GpuBounceTest : public GpuTierTest {
+ protected:
+  void SetUp() override {
+    if (OnCuda()) GTEST_SKIP() << "another host needs a second fake UUID seed";
+    cuda::FakeOptions o;
+    o.uuid_seed = 0x11;  // the node's fake devices are 0xfa...: none is local here
+    auto fake = cuda::FakeBackend::Create(o);
+    ASSERT_TRUE(fake.ok()) << fake.status();
+    fake_ = std::move(*fake);
+    backend_ = fake_.get();
+    cuda::SetBackendForTesting(fake_.get());
+  }
+  void RoundTrips() {
+    ASSERT_NO_FATAL_FAILURE(Start({"--gpu_segment_size=64MB"}, /*segments_per_node=*/2));
+    const uint64_t gpu_id = SegmentsOf(proto::Tier::kGpu).at(0).segment_id;
+    PutOptions on_gpu;
+    on_gpu.tier = StorageTier::kGpu;
+    const std::vector<size_t> sizes = {
+        1, 63, 64, 65, 4096, (4u << 20) - 64, (4u << 20) + 1, (9u << 20) + 7};
+    std::vector<std::string> keys, values;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      keys.push_back(absl::StrCat("b", i));
+      values.push_back(MakeValue(keys.back(), 1, sizes[i]));
+    }
+    // Host sources, one batch (small ones packed into one node slot).
+    std::vector<absl::string_view> views(values.begin(), values.end());
+    for (const absl::Status& st : client_->BatchPutWith(keys, views, on_gpu)) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    for (const std::string& k : keys) {
+      auto r = ReplicasOf(k);
+      ASSERT_EQ(r.size(), 1u) << k;
+      EXPECT_EQ(r[0].segment_id, gpu_id) << k;
+    }
+    auto batch = client_->BatchGet(keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(batch[i].ok()) << keys[i] << ": " << batch[i].status();
+      EXPECT_TRUE(*batch[i] == values[i]) << keys[i] << " differs";
+    }
+    // Device destinations and device sources.
+    for (size_t i = 0; i < keys.size(); ++i) {
+      char* d = DeviceAlloc(sizes[i] + 8);
+      ASSERT_NO_FATAL_FAILURE(ToDevice(d, std::string(sizes[i] + 8, '\x5a')));
+      auto n = client_->GetInto(keys[i], d, sizes[i] + 8);
+      ASSERT_TRUE(n.ok()) << keys[i] << ": " << n.status();
+      EXPECT_EQ(*n, sizes[i]);
+      const std::string back = FromDevice(d, sizes[i] + 8);
+      EXPECT_TRUE(back.substr(0, sizes[i]) == values[i]) << keys[i] << ": the device read differs";
+      EXPECT_EQ(back.substr(sizes[i]), std::string(8, '\x5a')) << keys[i];
+      const std::string key2 = keys[i] + "d";
+      const std::string v2 = MakeValue(key2, 2, sizes[i]);
+      ASSERT_NO_FATAL_FAILURE(ToDevice(d, v2));
+      ASSERT_TRUE(client_->BatchPutWith({key2}, {absl::string_view(d, sizes[i])}, on_gpu)[0].ok());
+      auto h = client_->Get(key2);
+      ASSERT_TRUE(h.ok()) << key2 << ": " << h.status();
+      EXPECT_TRUE(*h == v2) << key2 << ": the device write reads back wrong";
+      ASSERT_TRUE(client_->Remove(key2).ok());
+    }
+    // A replaced key reads its new bytes.
+    ASSERT_TRUE(client_->Remove(keys[4]).ok());
+    const std::string fresh = MakeValue(keys[4], 9, sizes[4]);
+    ASSERT_TRUE(client_->BatchPutWith({keys[4]}, {fresh}, on_gpu)[0].ok());
+    EXPECT_TRUE(*client_->Get(keys[4]) == fresh);
+    EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"ipc\"}"), 0);
+    EXPECT_EQ(ClientMetric("granary_client_gpu_segment_opens_total"), 0);
+    EXPECT_GE(ClientMetric("granary_client_gpu_bounced_values_total"), 4.0 * keys.size());
+    EXPECT_GE(ClientMetric("granary_client_gpu_transfers_total{path=\"bounce\"}"),
+              2.0 * keys.size());
+    EXPECT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 0);
+  }
+};
+
+TEST_F(GpuBounceTest, AnotherHostsClientReachesTheGpuSegmentThroughTheNodeBounce) {
+  ASSERT_NO_FATAL_FAILURE(RoundTrips());
+}
+
+TEST_F(GpuBounceTest, AnotherHostsClientReachesTheGpuSegmentOverTcp) {
+  setenv("UCX_TLS", "tcp", 1);
+  extra_env_ = {"UCX_TLS=tcp"};
+  ASSERT_NO_FATAL_FAILURE(RoundTrips());
+}
+
+// A node killed after a bounced write: the next read fails clearly and writes nothing.
+TEST_F(GpuBounceTest, AGoneNodeFailsTheBouncedReadClearly) {
+  ASSERT_NO_FATAL_FAILURE(Start({"--gpu_segment_size=16MB"}, 2, /*get_retries=*/0));
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string value = MakeValue("gone", 1, 100000);
+  ASSERT_TRUE(client_->BatchPutWith({"gone"}, {value}, on_gpu)[0].ok());
+  EXPECT_TRUE(*client_->Get("gone") == value);
+  cluster_->node(0)->Kill(SIGKILL);
+  cluster_->node(0)->Wait();
+  std::vector<char> into(100000, '\x33');
+  auto got = client_->GetInto("gone", into.data(), into.size());
+  EXPECT_FALSE(got.ok());
+  EXPECT_NE(got.status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(std::string(into.data(), 64), std::string(64, '\x33'))
+      << "a failed read wrote its destination's head";
 }
 
 // The fake device mappings open in this process (each IPC mapping holds its memfd open).
