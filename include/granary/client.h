@@ -78,8 +78,8 @@ struct PrefixLookup {
 // The memory tier of a segment (a node's --host_segment_size or --gpu_segment_size).
 enum class StorageTier {
   kHost,  // host memory: readable by every client, same-host or remote
-  kGpu,   // a node's GPU memory: today read and written by same-host clients only (through the
-          // device backend's IPC); a client on another host gets FAILED_PRECONDITION
+  kGpu,   // a node's GPU memory: same-host clients copy through the device backend's IPC; a
+          // client on another host (or whose IPC open fails) is served by the node's bounce
 };
 
 // Options of one put.
