@@ -356,19 +356,20 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   src->rkey = req->source.rkey;
   src->worker_address = req->source.worker_address;
   transport::SetHostInfo(src.get(), req->source.host_id);
-  const int device = DeviceOf(*service_->SegmentHolding(req->dest_address, req->length));
+  const uint64_t token = watchdog_->Start(
+      "fetch", src->node_address, req->timeout_ms,
+      [this, conn, reply_type, id](const absl::Status& st) {
+        if (absl::IsDeadlineExceeded(st)) fetch_timeouts_->Inc();
+        Reply(conn,
+              proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)}));
+      });
+  // bounce_ exists exactly when the node has GPU segments.
+  const int device =
+      bounce_ ? DeviceOf(*service_->SegmentHolding(req->dest_address, req->length)) : -1;
   if (device >= 0) {
     // Into a GPU segment (a client that cannot map it): read into pinned slots, copied to the
     // device; answered once the last copy completed.
-    if (!bounce_) return answer(absl::FailedPreconditionError("no GPU bounce on this node"));
-    src->pid = 0;  // a client: never mapped
-    const uint64_t token = watchdog_->Start(
-        "fetch", src->node_address, req->timeout_ms,
-        [this, conn, reply_type, id](const absl::Status& st) {
-          if (absl::IsDeadlineExceeded(st)) fetch_timeouts_->Inc();
-          Reply(conn, proto::EncodeFrame(reply_type, id,
-                                         proto::StatusReply{proto::WireStatus::From(st)}));
-        });
+    src->pid = 0;  // never mapped
     GpuBounce::FetchJob job;
     job.peer = src;
     job.part = {device, req->dest_address, req->source_address, req->length};
@@ -383,13 +384,6 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   op.length = req->length;
   op.remote_addr = req->source_address;
   op.segment = src;
-  const uint64_t token = watchdog_->Start(
-      "fetch", src->node_address, req->timeout_ms,
-      [this, conn, reply_type, id](const absl::Status& st) {
-        if (absl::IsDeadlineExceeded(st)) fetch_timeouts_->Inc();
-        Reply(conn,
-              proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)}));
-      });
   rma_->Execute({op}, [this, token](absl::Status st) { watchdog_->Finish(token, st); });
   return std::nullopt;
 }
@@ -430,24 +424,24 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
     clients.push_back(dest.node_address);
   }
+  // Only a node with GPU segments (bounce_) looks for them: host-only nodes pay nothing.
+  GpuBounce::PushJob job;
   bool gpu = false;
-  for (size_t src : sources) gpu = gpu || DeviceOf(src) >= 0;
-  for (uint64_t h : req->headers) {
-    gpu = gpu || DeviceOf(*service_->SegmentHolding(h, proto::kAllocHeaderSize)) >= 0;
-  }
-  if (gpu) {
-    // Out of a GPU segment: copied to pinned slots, written from there; the headers after.
-    if (!bounce_) return answer(absl::FailedPreconditionError("no GPU bounce on this node"));
-    GpuBounce::PushJob job;
-    job.peer = seg;
-    job.timeout_ms = req->timeout_ms;
+  if (bounce_) {
     for (size_t i = 0; i < req->entries.size(); ++i) {
       const proto::PushEntry& e = req->entries[i];
       job.parts.push_back({DeviceOf(sources[i]), e.source_address, e.dest_address, e.length});
+      gpu = gpu || job.parts.back().device >= 0;
     }
     for (uint64_t h : req->headers) {
       job.headers.push_back({DeviceOf(*service_->SegmentHolding(h, proto::kAllocHeaderSize)), h});
+      gpu = gpu || job.headers.back().device >= 0;
     }
+  }
+  if (gpu) {
+    // Out of a GPU segment: copied to pinned slots, written from there; the headers after.
+    job.peer = seg;
+    job.timeout_ms = req->timeout_ms;
     auto headers = std::make_shared<std::string>();
     const uint64_t token =
         watchdog_->Start("push", dest.node_address, req->timeout_ms,
