@@ -35,7 +35,11 @@ GpuBounce::GpuBounce(MetricsRegistry* metrics, Registrations* registrations)
       values_(metrics->Counter(
           "granary_client_gpu_bounced_values_total",
           "Values moved to or from GPU segments this client cannot map (another host, or an IPC "
-          "open that failed), staged by the node")) {}
+          "open that failed), staged by the node")),
+      retired_(metrics->Counter(
+          "granary_client_gpu_bounce_slots_retired_total",
+          "Bounce slots never reused because a staged transfer through them failed (a late "
+          "write of the node could still land in them)")) {}
 
 GpuBounce::~GpuBounce() {
   std::vector<Slot> idle;
@@ -44,6 +48,8 @@ GpuBounce::~GpuBounce() {
     idle.swap(idle_);
   }
   for (Slot& s : idle) FreeSlot(s);
+  // retired_slots_ stay allocated and registered: a late write may still be on its way, and the
+  // registrations go with the client.
 }
 
 absl::StatusOr<GpuBounce::Slot> GpuBounce::TakeSlot() {
@@ -125,7 +131,18 @@ absl::Status GpuBounce::Run(std::vector<transport::RmaOp> ops, uint32_t node_tim
       }
     }
   }
-  ReturnSlot(slot);
+  if (st.ok()) {
+    ReturnSlot(slot);
+  } else {
+    // A node that missed its deadline may still write into the slot later (a stalled node that
+    // resumes runs the request it had queued): never reuse it. Kept registered, and never
+    // freed while this client lives.
+    retired_->Inc();
+    LOG_WARN << "retiring a " << kSlotBytes
+             << "-byte GPU bounce slot after a failed transfer: " << st;
+    granary::MutexLock lock(&mu_);
+    retired_slots_.push_back(slot);
+  }
   return st;
 }
 

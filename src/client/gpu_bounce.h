@@ -13,7 +13,8 @@
 //        with it in one Fetch ([header | value], the node writes the header last), else the
 //        header follows its value in a Fetch of its own. A PutEnd after Run therefore never
 //        commits bytes still in flight.
-// Thread-safe: each call takes a slot from a pool (made on demand, kept for reuse).
+// Thread-safe: each call takes a slot from a pool (made on demand, kept for reuse). A slot whose
+// transfer failed is retired, never reused: the node may still write into it late.
 
 #include <cstdint>
 #include <functional>
@@ -73,7 +74,9 @@ class GpuBounce {
   Registrations* const registrations_;
   granary::Mutex mu_;
   std::vector<Slot> idle_ ABSL_GUARDED_BY(mu_);
+  std::vector<Slot> retired_slots_ ABSL_GUARDED_BY(mu_);  // after a failed transfer: leaked
   MetricCounter* values_;
+  MetricCounter* retired_;
 };
 
 }  // namespace granary::client

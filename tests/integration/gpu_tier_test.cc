@@ -196,6 +196,7 @@ class GpuTierTest : public ::testing::Test {
     o.env.insert(o.env.end(), extra_env_.begin(), extra_env_.end());
     o.node_flags = std::move(node_flags);
     o.segments_per_node = segments_per_node;
+    o.client_ttl_sec = client_ttl_sec_;
     auto c = Cluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);
@@ -223,6 +224,7 @@ class GpuTierTest : public ::testing::Test {
   std::unique_ptr<client::ClientImpl> client_;
   std::vector<std::string> extra_env_;  // for the cluster's processes (UCX_TLS=tcp)
   std::vector<void*> device_buffers_;
+  double client_ttl_sec_ = 2;  // the cluster's --client_ttl (nodes' sessions too)
 };
 
 // Point 2 of the GPU tier: every buffer is classified through the device backend. Device memory
@@ -785,22 +787,43 @@ TEST_F(GpuBounceTest, AnotherHostsClientReachesTheGpuSegmentOverTcp) {
   ASSERT_NO_FATAL_FAILURE(RoundTrips());
 }
 
-// A node killed after a bounced write: the next read fails clearly and writes nothing.
-TEST_F(GpuBounceTest, AGoneNodeFailsTheBouncedReadClearly) {
+// A node stalled (SIGSTOP) during a bounced read: the read fails within the transfer timeout
+// and writes nothing; the slot it used is retired (the node, once resumed, still runs the queued
+// Push into it), and after SIGCONT the next read, through a fresh slot, is byte-exact.
+TEST_F(GpuBounceTest, AStalledNodeFailsTheBouncedReadInTimeAndItsSlotIsRetired) {
+  client_ttl_sec_ = 20;  // the node stays mounted while stopped
   ASSERT_NO_FATAL_FAILURE(Start({"--gpu_segment_size=16MB"}, 2, /*get_retries=*/0));
   PutOptions on_gpu;
   on_gpu.tier = StorageTier::kGpu;
-  const std::string value = MakeValue("gone", 1, 100000);
-  ASSERT_TRUE(client_->BatchPutWith({"gone"}, {value}, on_gpu)[0].ok());
-  EXPECT_TRUE(*client_->Get("gone") == value);
-  cluster_->node(0)->Kill(SIGKILL);
-  cluster_->node(0)->Wait();
-  std::vector<char> into(100000, '\x33');
-  auto got = client_->GetInto("gone", into.data(), into.size());
-  EXPECT_FALSE(got.ok());
-  EXPECT_NE(got.status().code(), absl::StatusCode::kOk);
-  EXPECT_EQ(std::string(into.data(), 64), std::string(64, '\x33'))
-      << "a failed read wrote its destination's head";
+  const std::string value = MakeValue("stall", 1, 100000);
+  ASSERT_TRUE(client_->BatchPutWith({"stall"}, {value}, on_gpu)[0].ok());
+  client_.reset();
+  ClientOptions co = cluster_->ClientOpts();
+  co.get_retries = 0;
+  co.transfer_timeout_ms = 1000;
+  auto c = client::ClientImpl::Create(co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  client_ = std::move(*c);
+  EXPECT_TRUE(*client_->Get("stall") == value);
+  cluster_->node(0)->Kill(SIGSTOP);
+  std::vector<char> into(value.size(), '\x33');
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = client_->GetInto("stall", into.data(), into.size());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cluster_->node(0)->Kill(SIGCONT);
+  ASSERT_FALSE(got.ok()) << "a read from a stopped node succeeded";
+  EXPECT_LT(s, 5.0) << got.status();
+  EXPECT_EQ(std::string(into.data(), into.size()), std::string(into.size(), '\x33'))
+      << "a failed read wrote its destination";
+  EXPECT_EQ(ClientMetric("granary_client_gpu_bounce_slots_retired_total"), 1);
+  absl::StatusOr<std::string> again;
+  for (int i = 0; i < 50; ++i) {  // the node catches up with its queued requests first
+    again = client_->Get("stall");
+    if (again.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again == value);
 }
 
 // The fake device mappings open in this process (each IPC mapping holds its memfd open).
