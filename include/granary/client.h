@@ -75,20 +75,26 @@ struct PrefixLookup {
   uint32_t lease_ms = 0;      // with lease: the blocks are leased this long
 };
 
-// The memory tier of a segment (a node's --host_segment_size or --gpu_segment_size).
+// Where a put places its replicas: the memory tier of a segment (a node's --host_segment_size
+// or --gpu_segment_size), `any`, or the tenant's default. Every replica of one object sits on
+// one tier.
 enum class StorageTier {
   kHost,  // host memory: readable by every client, same-host or remote
   kGpu,   // a node's GPU memory: same-host clients copy through the device backend's IPC; a
           // client on another host (or whose IPC open fails) is served by the node's bounce
+  kAny,   // GPU segments while they have room without evicting anything there, else host
+          // segments (evicting there as a host put would)
+  kTenantDefault,  // the tenant's `default_tier` in the master's policy (host when unset)
 };
 
 // Options of one put.
 struct PutOptions {
   bool soft_pin = false;  // evicted only when nothing unpinned is left
   bool hard_pin = false;  // never evicted (still removable, still charged)
-  // The tier every replica is placed on (only that tier: RESOURCE_EXHAUSTED when it has no
-  // room). Host by default, so a put that does not ask never lands in GPU memory.
-  StorageTier tier = StorageTier::kHost;
+  // The tier every replica is placed on (kHost or kGpu: only that tier, RESOURCE_EXHAUSTED
+  // when it has no room; kAny: see StorageTier). By default the tenant's policy decides
+  // (`default_tier`), and a tenant whose policy names none puts on host memory only.
+  StorageTier tier = StorageTier::kTenantDefault;
 };
 
 struct ListResult {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -61,8 +62,9 @@ class PyClient {
   std::string MetricsText();
 
   // Batch calls: one entry per key, the value or a granary.Error instance (client_batch.cc).
+  // tier: None (the tenant's default_tier) or "host", "gpu", "any" (ValueError otherwise).
   pybind11::list BatchPut(pybind11::handle keys, pybind11::handle values, bool soft_pin,
-                          bool hard_pin);
+                          bool hard_pin, std::optional<std::string> tier);
   pybind11::list BatchGet(pybind11::handle keys);
   pybind11::list BatchPutFrom(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);
   pybind11::list BatchGetInto(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);

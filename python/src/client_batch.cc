@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client.h"
+#include "common/tier_preference.h"
 #include "errors.h"
 #include "keys.h"
 
@@ -60,7 +61,16 @@ py::list ValueList(const std::vector<absl::StatusOr<T>>& results, Convert conver
 
 }  // namespace
 
-py::list PyClient::BatchPut(py::handle keys, py::handle values, bool soft_pin, bool hard_pin) {
+py::list PyClient::BatchPut(py::handle keys, py::handle values, bool soft_pin, bool hard_pin,
+                            std::optional<std::string> tier) {
+  PutOptions options{.soft_pin = soft_pin, .hard_pin = hard_pin};
+  if (tier.has_value()) {
+    absl::StatusOr<TierPreference> t = ParseTierPreference(*tier);
+    if (!t.ok()) throw py::value_error(std::string(t.status().message()));
+    options.tier = *t == TierPreference::kGpu   ? StorageTier::kGpu
+                   : *t == TierPreference::kAny ? StorageTier::kAny
+                                                : StorageTier::kHost;
+  }
   std::vector<std::string> k = KeysOf(keys);
   py::list keep;
   std::vector<py::handle> items = ItemsOf(values, "values", &keep);
@@ -74,7 +84,6 @@ py::list PyClient::BatchPut(py::handle keys, py::handle values, bool soft_pin, b
         ToBuffer(h, std::nullopt, Access::kRead, /*allow_address=*/false, "values item"));
     views.push_back(refs.back().view());
   }
-  PutOptions options{.soft_pin = soft_pin, .hard_pin = hard_pin};
   return StatusList(Run([&](Client& c) { return c.BatchPutWith(k, views, options); }));
 }
 

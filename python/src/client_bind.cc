@@ -75,8 +75,10 @@ void BindSingle(py::class_<PyClient>& c) {
 
 void BindBatch(py::class_<PyClient>& c) {
   c.def("batch_put", &PyClient::BatchPut, py::arg("keys"), py::arg("values"), py::kw_only(),
-        py::arg("soft_pin") = false, py::arg("hard_pin") = false,
-        "batch_put(keys, values, *, soft_pin=False, hard_pin=False) -> list[None | Error]")
+        py::arg("soft_pin") = false, py::arg("hard_pin") = false, py::arg("tier") = py::none(),
+        "batch_put(keys, values, *, soft_pin=False, hard_pin=False, tier=None) -> "
+        "list[None | Error]. tier: None (the tenant's default_tier in the master's policy), "
+        "'host', 'gpu' or 'any' (GPU while it has room, else host)")
       .def("batch_get", &PyClient::BatchGet, py::arg("keys"),
            "batch_get(keys) -> list[bytes | Error]")
       .def("batch_put_from", &PyClient::BatchPutFrom, py::arg("keys"), py::arg("bufs"),

@@ -189,6 +189,11 @@ std::string FormatTenantTable(const json& snapshots) {
     if (Flag(s, "has_explicit_policy")) flags.push_back("policy");
     if (Flag(s, "has_token")) flags.push_back("token");
     if (Flag(s, "pool_spill")) flags.push_back("pool-spill");
+    // The default tier when it is not host (older masters do not send it).
+    if (s.contains("default_tier") && s["default_tier"].is_string() &&
+        s["default_tier"] != "host") {
+      flags.push_back(absl::StrCat("tier=", s["default_tier"].get<std::string>()));
+    }
     std::optional<uint64_t> max = MaybeU64(s, "max_entries");
     rows.push_back({Str(s, "tenant_id"), FormatSize(U64(s, "requested_quota_bytes")),
                     FormatSize(U64(s, "effective_quota_bytes")),
@@ -252,6 +257,7 @@ int RunTenants(const AdminTarget& target, const std::vector<std::string>& args,
     json body = {{"requested_quota_bytes", setting->quota_bytes}};
     if (setting->max_entries.has_value()) body["max_entries"] = *setting->max_entries;
     if (setting->pool_spill.has_value()) body["pool_spill"] = *setting->pool_spill;
+    if (setting->default_tier.has_value()) body["default_tier"] = *setting->default_tier;
     auto r = AdminCall(target, "PUT", TenantQuery(tenant), body.dump());
     if (!r.ok()) return Fail("tenants set '" + tenant + "'", r.status());
     std::cout << FormatTenantTable(json::array({*r}));

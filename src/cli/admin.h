@@ -46,12 +46,13 @@ struct AdminTarget {
                                                        const std::string& body = "",
                                                        bool any_status = false);
 
-// What `tenants set` sends: --quota and the optional --max_entries and --pool_spill, already
-// parsed.
+// What `tenants set` sends: --quota and the optional --max_entries, --pool_spill and
+// --default_tier, already parsed.
 struct TenantSetting {
   uint64_t quota_bytes = 0;
   std::optional<uint64_t> max_entries;
-  std::optional<bool> pool_spill;  // absent: the tenant keeps what it has
+  std::optional<bool> pool_spill;           // absent: the tenant keeps what it has
+  std::optional<std::string> default_tier;  // host, gpu or any; absent: kept
 };
 
 // The commands; each prints its table or result on stdout, errors on stderr, and returns the

@@ -29,6 +29,7 @@
 #include "common/mutex.h"
 #include "common/size.h"
 #include "common/status_macros.h"
+#include "common/tier_preference.h"
 #include "granary/client.h"
 #include "granary/error_reason.h"
 #include "transport/topology.h"
@@ -70,6 +71,9 @@ DEFINE_string(max_entries, "",
 DEFINE_string(pool_spill, "",
               "tenants set: true lets a pooled tenant's puts spill to shared segments when its "
               "pool is full, false keeps them in the pool; empty = unchanged");
+DEFINE_string(default_tier, "",
+              "tenants set: where the tenant's puts go when a client names no tier: host, gpu "
+              "or any (GPU while it has room, else host); empty = unchanged");
 DEFINE_string(sysfs_root, "/sys", "topology: where the host's topology is read (tests)");
 DEFINE_bool(deep, false, "health: also probe a node through the master (one round trip)");
 
@@ -99,7 +103,7 @@ const char* kUsageText =
     "etcd:// --master and no --admin, the active master's, as its master_view names it):\n"
     "  tenants             every tenant's quota, charge, in-flight bytes and entries\n"
     "  tenants set T --quota=SIZE [--max_entries=N] [--pool_spill=true|false]\n"
-    "                                                 create or change tenant T's quota\n"
+    "              [--default_tier=host|gpu|any]     create or change tenant T's quota\n"
     "  tenants rm T        delete tenant T (it must hold no objects)\n"
     "  nodes               nodes with their segments, tier, pool, NIC, NUMA node and usage\n"
     "  health              the master's status and role ([--deep]: probe a node too)\n";
@@ -292,8 +296,9 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
     return Usage("tenants set takes --quota=SIZE");
   }
   if (cmd == "tenants" && (args.empty() || args[0] != "set") &&
-      (!FLAGS_quota.empty() || !FLAGS_max_entries.empty() || !FLAGS_pool_spill.empty())) {
-    return Usage("--quota, --max_entries and --pool_spill go with 'tenants set'");
+      (!FLAGS_quota.empty() || !FLAGS_max_entries.empty() || !FLAGS_pool_spill.empty() ||
+       !FLAGS_default_tier.empty())) {
+    return Usage("--quota, --max_entries, --pool_spill and --default_tier go with 'tenants set'");
   }
   return kOk;
 }
@@ -321,6 +326,14 @@ std::optional<granary::cli::TenantSetting> ParseTenantSetting(int* rc) {
   } else if (!FLAGS_pool_spill.empty()) {
     *rc = Usage(absl::StrCat("--pool_spill '", FLAGS_pool_spill, "' is not true or false"));
     return std::nullopt;
+  }
+  if (!FLAGS_default_tier.empty()) {
+    absl::StatusOr<granary::TierPreference> tier = granary::ParseTierPreference(FLAGS_default_tier);
+    if (!tier.ok()) {
+      *rc = Usage(absl::StrCat("--default_tier: ", tier.status().message()));
+      return std::nullopt;
+    }
+    t.default_tier = FLAGS_default_tier;
   }
   return t;
 }

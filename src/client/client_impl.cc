@@ -30,6 +30,25 @@ namespace client {
 using proto::AllocHeader;
 using proto::kAllocHeaderSize;
 
+namespace {
+
+// PutOptions::tier as the master's preference (nullopt: the tenant's default_tier).
+std::optional<TierPreference> TierPreferenceOf(StorageTier tier) {
+  switch (tier) {
+    case StorageTier::kHost:
+      return TierPreference::kHost;
+    case StorageTier::kGpu:
+      return TierPreference::kGpu;
+    case StorageTier::kAny:
+      return TierPreference::kAny;
+    case StorageTier::kTenantDefault:
+      break;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 // The planners' view of this client, for one batch: lookups pin registrations into pins_,
 // which the batch drops when it ends (after its transfers).
 class ClientImpl::Inputs : public PlanInputs {
@@ -351,7 +370,7 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
   }
   uint32_t flags = (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
                    (options.hard_pin ? proto::kPutFlagHardPin : 0u) |
-                   (options.tier == StorageTier::kGpu ? proto::kPutFlagTierGpu : 0u);
+                   proto::PutTierFlags(TierPreferenceOf(options.tier));
   if (data.size() != keys.size()) return PutImpl(keys, data, sizes, flags);  // refuses the batch
   // Values may be views of device memory too (PutFrom's paths).
   return WithBufferDevices<absl::Status>(

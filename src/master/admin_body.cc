@@ -9,7 +9,8 @@ namespace granary::master {
 
 using nlohmann::json;
 
-// Reads {"requested_quota_bytes": N, "max_entries": M?, "pool_spill": B?}; names the bad field.
+// Reads {"requested_quota_bytes": N, "max_entries": M?, "pool_spill": B?, "default_tier": T?};
+// names the bad field.
 absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body) {
   QuotaBody out;
   json j;
@@ -21,10 +22,10 @@ absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body) {
   if (!j.is_object()) return absl::InvalidArgumentError("body must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() != "requested_quota_bytes" && it.key() != "max_entries" &&
-        it.key() != "pool_spill") {
+        it.key() != "pool_spill" && it.key() != "default_tier") {
       return absl::InvalidArgumentError(absl::StrCat("unknown field '", it.key(),
                                                      "' (expected requested_quota_bytes, "
-                                                     "max_entries, pool_spill)"));
+                                                     "max_entries, pool_spill, default_tier)"));
     }
   }
   auto positive = [](const json& v, const char* name, uint64_t* out) -> absl::Status {
@@ -63,6 +64,17 @@ absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body) {
           absl::StrCat("pool_spill must be true or false, got ", v.dump()));
     }
     out.pool_spill = v.get<bool>();
+  }
+  if (j.contains("default_tier")) {
+    const json& v = j["default_tier"];
+    if (!v.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("default_tier must be \"host\", \"gpu\" or \"any\", got ", v.dump()));
+    }
+    absl::StatusOr<TierPreference> t = ParseTierPreference(v.get<std::string>());
+    if (!t.ok())
+      return absl::InvalidArgumentError(absl::StrCat("default_tier: ", t.status().message()));
+    out.default_tier = *t;
   }
   return out;
 }

@@ -108,7 +108,8 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token, json pool) {
             {"over_quota", s.over_quota},
             {"has_explicit_policy", s.has_explicit_policy},
             {"has_token", has_token},
-            {"pool_spill", s.pool_spill}};
+            {"pool_spill", s.pool_spill},
+            {"default_tier", TierPreferenceName(s.default_tier)}};
   j["max_entries"] = s.max_entries.has_value() ? json(*s.max_entries) : json(nullptr);
   j["pool"] = std::move(pool);
   return j;
@@ -186,7 +187,12 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
     // Capacity and use per tier, every tier listed (zero when none of it is mounted).
     json tiers = json::object();
     for (proto::Tier t : {proto::Tier::kHost, proto::Tier::kGpu}) {
-      tiers[TierName(t)] = {{"segments", 0}, {"size_bytes", 0}, {"used_bytes", 0}};
+      const SegmentRegistry::Evictions e = service->Evicted(t);
+      tiers[TierName(t)] = {{"segments", 0},
+                            {"size_bytes", 0},
+                            {"used_bytes", 0},
+                            {"evicted_objects", e.objects},
+                            {"evicted_bytes", e.bytes}};
     }
     for (const auto& seg : service->ListSegments()) {
       arr.push_back({{"segment_id", seg.segment_id},
@@ -372,7 +378,9 @@ void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
     if (!guard(req, res, true, &id)) return;
     absl::StatusOr<QuotaBody> body = ParseQuotaBody(req.body);
     absl::Status st = body.status();
-    if (st.ok()) st = tenants->Upsert(id, body->quota, body->max_entries, body->pool_spill);
+    if (st.ok())
+      st =
+          tenants->Upsert(id, body->quota, body->max_entries, body->pool_spill, body->default_tier);
     if (!st.ok()) {
       SendStatus(res, st);
       return;

@@ -174,7 +174,8 @@ absl::StatusOr<Placements> Evictor::AllocateWithEviction(const PlacementRequest&
     if (totals.segments == 0) break;
     uint64_t target = std::max<uint64_t>(
         bytes * replicas, static_cast<uint64_t>(options_.eviction_ratio * totals.capacity));
-    if (EvictObjects(target, "space", nullptr, UINT64_MAX, shared ? &*shared : nullptr) == 0) {
+    if (EvictObjects(target, "space", nullptr, UINT64_MAX, shared ? &*shared : nullptr,
+                     who.tier()) == 0) {
       break;
     }
     p = segments_->Allocate(who, bytes, replicas);
@@ -206,14 +207,8 @@ absl::Status Evictor::CheckEvictionHelps(const PlacementRequest& who, uint64_t b
         absl::StrCat(allocated.message(), "; eviction cannot help: ", nodes,
                      " node(s) have a segment that holds ", FormatSize(need)));
   }
-  if (who.tier() != proto::Tier::kHost) {
-    // Victims are picked by recency over every object, whatever its tier: evicting them could
-    // free only host space, destroying cached objects for nothing. No eviction within the GPU
-    // tier yet.
-    return absl::Status(allocated.code(),
-                        absl::StrCat(allocated.message(), "; the ", TierName(who.tier()),
-                                     " tier is not evicted into (not built yet)"));
-  }
+  // Eviction then takes only objects with a replica on the segments `who` may use, which are
+  // of its tier alone: a GPU put evicts within the GPU tier, a host put within the host tier.
   return absl::OkStatus();
 }
 
@@ -229,7 +224,9 @@ absl::StatusOr<Placements> Evictor::AllocateInPool(const std::string& tenant, pr
     const uint64_t target = std::max<uint64_t>(
         bytes * replicas, static_cast<uint64_t>(options_.eviction_ratio * capacity));
     // Only the tenant's own objects with a replica in its pool: no other tenant's are there.
-    if (EvictObjects(target, "pool", &tenant, UINT64_MAX, ids ? &*ids : nullptr) == 0) break;
+    if (EvictObjects(target, "pool", &tenant, UINT64_MAX, ids ? &*ids : nullptr, tier) == 0) {
+      break;
+    }
     p = segments_->Allocate(pool, bytes, replicas);
   }
   return p;
@@ -243,7 +240,32 @@ absl::Status Evictor::PoolError(const std::string& tenant, const absl::Status& s
 }
 
 absl::StatusOr<Placements> Evictor::AllocateForPut(const std::string& tenant, bool pool_spill,
-                                                   proto::Tier tier, uint64_t bytes, int replicas) {
+                                                   TierPreference tier, uint64_t bytes,
+                                                   int replicas) {
+  switch (tier) {
+    case TierPreference::kHost:
+      return AllocateOnTier(tenant, pool_spill, proto::Tier::kHost, bytes, replicas, true);
+    case TierPreference::kGpu:
+      return AllocateOnTier(tenant, pool_spill, proto::Tier::kGpu, bytes, replicas, true);
+    case TierPreference::kAny:
+      break;
+  }
+  // GPU memory is the scarce, fast tier: a put that takes any tier never evicts there.
+  absl::StatusOr<Placements> gpu =
+      AllocateOnTier(tenant, pool_spill, proto::Tier::kGpu, bytes, replicas, false);
+  if (gpu.ok()) return gpu;
+  absl::StatusOr<Placements> host =
+      AllocateOnTier(tenant, pool_spill, proto::Tier::kHost, bytes, replicas, true);
+  if (host.ok()) return host;
+  return absl::Status(
+      host.status().code(),
+      absl::StrCat("tier any: the gpu tier has no room without evicting (", gpu.status().message(),
+                   ") and the host tier has none (", host.status().message(), ")"));
+}
+
+absl::StatusOr<Placements> Evictor::AllocateOnTier(const std::string& tenant, bool pool_spill,
+                                                   proto::Tier tier, uint64_t bytes, int replicas,
+                                                   bool evict) {
   const SegmentRegistry::PoolState state = segments_->PoolOf(tenant, tier);
   const PutRoute route = PutRoute::For(state.mounted, state.seen, pool_spill);
   const PlacementRequest shared = PlacementRequest::Put(tenant, tier);
@@ -253,6 +275,12 @@ absl::StatusOr<Placements> Evictor::AllocateForPut(const std::string& tenant, bo
         "' has no segment mounted (its node is down or restarting) "
         "and pool_spill is false: retry once it is back, or set pool_spill: true to place on "
         "shared segments meanwhile"));
+  }
+  if (!evict) {
+    absl::StatusOr<Placements> p = absl::ResourceExhaustedError("no route");
+    if (route.pool) p = segments_->Allocate(PlacementRequest::Pool(tenant, tier), bytes, replicas);
+    if (route.shared && !p.ok()) p = segments_->Allocate(shared, bytes, replicas);
+    return p;
   }
   if (!route.pool) return AllocateWithEviction(shared, bytes, replicas);
   auto p = segments_->Allocate(PlacementRequest::Pool(tenant, tier), bytes, replicas);
@@ -279,14 +307,18 @@ void Evictor::EnforceMaxEntries(const std::string& tenant) {
 }
 
 void Evictor::EvictAboveWatermark() {
-  auto t = SharedCapacity(proto::Tier::kHost);
-  if (t.capacity > 0 &&
-      static_cast<double>(t.used) > options_.eviction_high_watermark_ratio * t.capacity) {
-    // Shared space only: objects held only in pools free none of it.
+  for (proto::Tier tier : {proto::Tier::kHost, proto::Tier::kGpu}) {
+    auto t = SharedCapacity(tier);
+    if (t.capacity == 0 ||
+        static_cast<double>(t.used) <= options_.eviction_high_watermark_ratio * t.capacity) {
+      continue;
+    }
+    // The tier's shared space only: objects held only in pools (or on the other tier) free
+    // none of it.
     const std::optional<SegmentIds> shared =
-        segments_->SegmentIdsFor(PlacementRequest::SharedCapacity(proto::Tier::kHost));
+        segments_->SegmentIdsFor(PlacementRequest::SharedCapacity(tier));
     EvictObjects(static_cast<uint64_t>(options_.eviction_ratio * t.capacity), "watermark", nullptr,
-                 UINT64_MAX, shared ? &*shared : nullptr);
+                 UINT64_MAX, shared ? &*shared : nullptr, tier);
   }
 }
 
@@ -308,7 +340,7 @@ Placements Evictor::TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_acce
 }
 
 uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,
-                               uint64_t max_objects, const SegmentIds* on) {
+                               uint64_t max_objects, const SegmentIds* on, proto::Tier tier) {
   granary::MutexLock round(&round_mu_);
   const int64_t now = clock_->NowMs();
   const int64_t started_us = MonotonicUs();
@@ -319,8 +351,7 @@ uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::st
     auto snap = ledger_->Snapshot(name);
     ts.favoured = snap.has_value() && (snap->over_quota || snap->admission_closed);
   }
-  const uint64_t fair_share =
-      tenants.empty() ? 0 : SharedCapacity(proto::Tier::kHost).capacity / tenants.size();
+  const uint64_t fair_share = tenants.empty() ? 0 : SharedCapacity(tier).capacity / tenants.size();
   uint64_t freed = 0, count = 0;
   for (int p = 0; p < 2; ++p) {
     while (freed < bytes && count < max_objects) {
@@ -333,7 +364,7 @@ uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::st
       heap.pop_back();
       Placements ps = TakeVictim(c.shard, c.slot, c.last_access, now);
       if (ps.empty()) continue;
-      segments_->Free(ps);
+      segments_->FreeEvicted(ps);
       ledger_->ReleaseEvicted(picked->first, PlacedBytes(ps));
       ts.bytes -= std::min(ts.bytes, c.bytes);
       ++ts.evicted;

@@ -39,7 +39,8 @@ class Evictor {
   uint64_t Evict(uint64_t bytes, const char* reason) {
     return EvictObjects(bytes, reason, nullptr);
   }
-  // Above the high watermark of the shared host capacity, evicts eviction_ratio of it.
+  // For each tier: above the high watermark of its shared capacity, evicts eviction_ratio of
+  // it among the objects on that tier's shared segments.
   void EvictAboveWatermark();
 
   // Charges a tenant; over its quota, evicts the tenant's own oldest objects and retries, at
@@ -50,13 +51,15 @@ class Evictor {
   // for a shared put).
   [[nodiscard]] absl::StatusOr<Placements> AllocateWithEviction(const PlacementRequest& who,
                                                                 uint64_t bytes, int replicas);
-  // A new object's replicas for `tenant`, along its PutRoute (placement.h): its pool when it
-  // has one, shared segments when it has none or may spill (pool_spill), and last its own
-  // least recently used objects in the pool evicted. RESOURCE_EXHAUSTED naming the pool when
-  // the pool is full, it may not spill and nothing of it can be evicted there; UNAVAILABLE
-  // when its pool is down and it may not spill.
+  // A new object's replicas for `tenant` on the tier(s) `tier` names, along its PutRoute
+  // (placement.h) on each: its pool when it has one, shared segments when it has none or may
+  // spill (pool_spill), and last its own least recently used objects in the pool evicted.
+  // RESOURCE_EXHAUSTED naming the pool when the pool is full, it may not spill and nothing of
+  // it can be evicted there; UNAVAILABLE when its pool is down and it may not spill. kAny: the
+  // GPU tier when it has room without evicting, else the host tier (evicting there); the error
+  // names both tiers.
   [[nodiscard]] absl::StatusOr<Placements> AllocateForPut(const std::string& tenant,
-                                                          bool pool_spill, proto::Tier tier,
+                                                          bool pool_spill, TierPreference tier,
                                                           uint64_t bytes, int replicas);
   // After a commit: a tenant past its max_entries loses its oldest entries (never rejected).
   void EnforceMaxEntries(const std::string& tenant);
@@ -75,10 +78,16 @@ class Evictor {
   uint64_t TenantRound(uint64_t cap) const;
   // Evict, limited to one tenant's objects when only_tenant is set; stops after `bytes` or
   // `max_objects`, whichever comes first.
-  // When `on` is set, only objects with a replica on one of those segments are candidates.
+  // When `on` is set, only objects with a replica on one of those segments are candidates;
+  // `tier` is the tier whose shared capacity sets each tenant's fair share.
   uint64_t EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,
                         uint64_t max_objects = UINT64_MAX,
-                        const absl::flat_hash_set<uint64_t>* on = nullptr);
+                        const absl::flat_hash_set<uint64_t>* on = nullptr,
+                        proto::Tier tier = proto::Tier::kHost);
+  // AllocateForPut on one tier; without `evict`, nothing is evicted (the first try of kAny).
+  [[nodiscard]] absl::StatusOr<Placements> AllocateOnTier(const std::string& tenant,
+                                                          bool pool_spill, proto::Tier tier,
+                                                          uint64_t bytes, int replicas, bool evict);
   // Allocation failed with `allocated`: UNAVAILABLE when the space `who` may use is fenced
   // after a restart, RESOURCE_EXHAUSTED when no eviction could make room; OK otherwise.
   [[nodiscard]] absl::Status CheckEvictionHelps(const PlacementRequest& who, uint64_t bytes,

@@ -83,6 +83,12 @@ void ExportMasterGauges(MetricsRegistry* metrics, std::function<MasterStats()> s
       w.Gauge("granary_master_capacity_bytes", "Mounted segment bytes", l, t.capacity);
       w.Gauge("granary_master_used_bytes", "Allocated segment bytes", l, t.used);
       w.Gauge("granary_master_tier_segments", "Mounted segments of the tier", l, t.segments);
+      const SegmentRegistry::Evictions e = segments->Evicted(tier);
+      w.Counter("granary_master_tier_evicted_objects_total",
+                "Objects evicted from the tier's segments (space, watermark, quota, entries)", l,
+                e.objects);
+      w.Counter("granary_master_tier_evicted_bytes_total",
+                "Placed bytes (every replica) that eviction freed on the tier", l, e.bytes);
     }
     w.Gauge("granary_master_segments", "Mounted segments", {}, s.segments);
     w.Gauge("granary_master_sessions", "Live sessions", {}, s.sessions);

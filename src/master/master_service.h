@@ -146,8 +146,14 @@ class MasterService {
   int64_t NowMs() const { return clock_->NowMs(); }
   // Per-tenant byte accounting. The TenantManager applies policies to it.
   tenant::QuotaLedger* ledger() { return &ledger_; }
-  // The shared host capacity (placement.h): what quotas are scaled against.
-  uint64_t capacity() const { return evictor_.SharedCapacity(proto::Tier::kHost).capacity; }
+  // The shared capacity of every tier (placement.h): what quotas are scaled against. A
+  // tenant's byte quota covers its bytes on every tier.
+  uint64_t capacity() const {
+    return evictor_.SharedCapacity(proto::Tier::kHost).capacity +
+           evictor_.SharedCapacity(proto::Tier::kGpu).capacity;
+  }
+  // What eviction freed on a tier since start.
+  SegmentRegistry::Evictions Evicted(proto::Tier tier) const { return segments_.Evicted(tier); }
   // Bytes one replica of a value of this size occupies: header + value, aligned.
   static uint64_t AllocBytes(uint64_t value_size) { return master::AllocBytes(value_size); }
 

@@ -88,8 +88,7 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
   const int64_t now = clock_->NowMs();
   const int64_t deadline = now + options_.put_start_timeout_ms;
   const bool pool_spill = ledger_->PoolSpill(tenant);
-  const proto::Tier tier =
-      (req.flags & proto::kPutFlagTierGpu) != 0 ? proto::Tier::kGpu : proto::Tier::kHost;
+  const TierPreference tier = proto::PutTierOf(req.flags).value_or(ledger_->DefaultTier(tenant));
   rep.results.resize(req.entries.size());
   std::vector<std::string> started;
   for (size_t i = 0; i < req.entries.size(); ++i) {

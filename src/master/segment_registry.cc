@@ -341,6 +341,26 @@ void SegmentRegistry::Free(const Placement& p) {
   it->second.alloc->Free(AllocationOf(p));
 }
 
+void SegmentRegistry::FreeEvicted(const Placements& ps) {
+  granary::MutexLock lock(&mu_);
+  Evictions* counted = nullptr;
+  for (const auto& p : ps) {
+    auto it = segments_.find(p.segment_id);
+    if (it == segments_.end()) continue;
+    it->second.alloc->Free(AllocationOf(p));
+    if (counted == nullptr) {
+      counted = &evicted_[static_cast<int>(it->second.info.tier)];
+      ++counted->objects;
+    }
+    counted->bytes += p.size;
+  }
+}
+
+SegmentRegistry::Evictions SegmentRegistry::Evicted(proto::Tier tier) const {
+  granary::MutexLock lock(&mu_);
+  return evicted_[static_cast<int>(tier)];
+}
+
 std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
   granary::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);

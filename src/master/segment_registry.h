@@ -125,6 +125,15 @@ class SegmentRegistry {
   void Free(const Placements& ps) {
     for (const auto& p : ps) Free(p);
   }
+  // Free of an evicted object's placements (one object: every replica sits on one tier), also
+  // counted in Evicted() of the tier of its first placement that is still mounted.
+  void FreeEvicted(const Placements& ps);
+  struct Evictions {
+    uint64_t objects = 0;
+    uint64_t bytes = 0;  // placed bytes, every replica
+  };
+  // What eviction freed on a tier since this registry started.
+  Evictions Evicted(proto::Tier tier) const;
 
   // Remote address of a placement (segment base + offset), or nullopt if the segment is gone.
   std::optional<uint64_t> AddressOf(const Placement& p) const;
@@ -186,6 +195,7 @@ class SegmentRegistry {
   void AddLocked(const Segment& s, Totals* t) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t quarantine_until_ms_ ABSL_GUARDED_BY(mu_) = 0;
   mutable granary::Mutex mu_;
+  Evictions evicted_[2] ABSL_GUARDED_BY(mu_);  // by proto::Tier
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
   // Segment ids are never reused, not even across master restarts (clients cache descriptors
   // by id): they start from the wall clock in milliseconds, shifted.

@@ -33,7 +33,9 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 9: the frame header's epoch (32-byte header): every master reply and command carries the
 //    master's epoch, every request the epoch its session expects.
 // 10: InventoryReportRequest.total (the report's record count: the master sizes its table).
-inline constexpr uint16_t kProtocolVersion = 10;
+// 11: PutStartRequest flags bits 2-3 are a tier preference (kPutFlagTierMask): 0 now means the
+//     tenant's default_tier, and host, gpu and any are named.
+inline constexpr uint16_t kProtocolVersion = 11;
 inline constexpr size_t kFrameHeaderSize = 32;
 inline constexpr size_t kFrameEpochOffset = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
+#include "common/tier_preference.h"
 #include "proto/codec.h"
 #include "proto/frame.h"
 
@@ -91,9 +93,32 @@ enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
 // PutStartRequest.flags bits: how the object is pinned against eviction (granary::PutOptions).
 inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;  // evicted only when nothing else is left
 inline constexpr uint32_t kPutFlagHardPin = 1u << 1;  // never evicted (still removable)
-// The tier the replicas are placed on (granary::PutOptions::tier): without the bit, host
-// segments only; with it, GPU segments only.
-inline constexpr uint32_t kPutFlagTierGpu = 1u << 2;
+// Bits 2-3: the tier the replicas are placed on (granary::PutOptions::tier): 0 the tenant's
+// default_tier from the policy (host when it names none), else 1 + TierPreference (1 GPU
+// segments only, 2 host segments only, 3 any: GPU while it has room, else host). Protocol 10
+// knew only 0 (host) and kPutFlagTierGpu.
+inline constexpr uint32_t kPutFlagTierShift = 2;
+inline constexpr uint32_t kPutFlagTierMask = 3u << kPutFlagTierShift;
+inline constexpr uint32_t kPutFlagTierGpu = 1u << kPutFlagTierShift;
+// The flag bits of a tier preference (nullopt: the tenant's default).
+inline uint32_t PutTierFlags(std::optional<TierPreference> t) {
+  if (!t.has_value()) return 0;
+  const uint32_t v = *t == TierPreference::kGpu ? 1u : *t == TierPreference::kHost ? 2u : 3u;
+  return v << kPutFlagTierShift;
+}
+// The tier preference of PutStartRequest.flags (nullopt: the tenant's default).
+inline std::optional<TierPreference> PutTierOf(uint32_t flags) {
+  switch ((flags & kPutFlagTierMask) >> kPutFlagTierShift) {
+    case 1:
+      return TierPreference::kGpu;
+    case 2:
+      return TierPreference::kHost;
+    case 3:
+      return TierPreference::kAny;
+    default:
+      return std::nullopt;
+  }
+}
 
 struct HelloRequest {
   Role role = Role::kClient;

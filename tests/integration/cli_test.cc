@@ -198,6 +198,20 @@ TEST_F(CliAdminTest, TenantsSetListAndRemoveWithTheAdminToken) {
   EXPECT_EQ(out_.find("pool-spill"), std::string::npos) << out_;
   EXPECT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--pool_spill=maybe"}), 2);
   EXPECT_NE(out_.find("'maybe'"), std::string::npos) << out_;
+  // --default_tier too (shown when not host): with gpu, a put that names no tier finds no GPU
+  // segment in this cluster and is refused, naming the tier.
+  ASSERT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--default_tier=gpu"}), 0)
+      << out_;
+  EXPECT_NE(out_.find("tier=gpu"), std::string::npos) << out_;
+  std::string tiny = dir_ + "/tiny.bin";
+  std::ofstream(tiny) << "tiny";
+  EXPECT_EQ(Run({"--tenant_id=tenant-x", "put", "on-gpu", tiny}), 1) << out_;
+  EXPECT_NE(out_.find("gpu tier"), std::string::npos) << out_;
+  ASSERT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--default_tier=host"}), 0)
+      << out_;
+  EXPECT_EQ(out_.find("tier="), std::string::npos) << out_;
+  EXPECT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--default_tier=ssd"}), 2);
+  EXPECT_NE(out_.find("tier 'ssd' is not one of host, gpu, any"), std::string::npos) << out_;
 
   // An object of tenant-x shows in its charge and entries, and keeps it from being deleted.
   std::string file = dir_ + "/v.bin";

@@ -871,20 +871,50 @@ TEST_F(GpuTierTest, TheClientMapsASegmentOnceAndClosesItWhenTheSegmentIsGone) {
   EXPECT_EQ(OpenFakeMappings(), 1) << "the dead node's segment is still mapped";
 }
 
-// A full GPU tier refuses the put and evicts nothing: eviction picks victims over every tier,
-// so it would destroy host objects without freeing GPU space.
-TEST_F(GpuTierTest, AFullGpuTierRefusesThePutAndEvictsNothing) {
+// A full GPU tier evicts its own least recently used object, never a host object (even an
+// older one); a put that takes any tier goes to host once the GPU tier is full, evicting
+// nothing there, and back to the GPU while it has room.
+TEST_F(GpuTierTest, AFullGpuTierEvictsWithinItselfAndAnyFallsBackToHost) {
   ASSERT_NO_FATAL_FAILURE(StartWithGpu());
-  ASSERT_TRUE(client_->Put("host", MakeValue("host", 1, 1 << 20)).ok());
+  const std::vector<proto::SegmentInfo> gpu = SegmentsOf(proto::Tier::kGpu);
+  const std::vector<proto::SegmentInfo> host = SegmentsOf(proto::Tier::kHost);
+  ASSERT_EQ(gpu.size(), 1u);
+  ASSERT_EQ(host.size(), 1u);
+  ASSERT_TRUE(client_->Put("host", MakeValue("host", 1, 1 << 20)).ok());  // default: host
   PutOptions on_gpu;
   on_gpu.tier = StorageTier::kGpu;
   const std::string big = MakeValue("big", 1, 10 << 20);
   ASSERT_TRUE(client_->BatchPutWith({"big"}, {big}, on_gpu)[0].ok());
-  absl::Status st = client_->BatchPutWith({"big2"}, {big}, on_gpu)[0];
-  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  const std::string big2 = MakeValue("big2", 1, 10 << 20);
+  absl::Status st = client_->BatchPutWith({"big2"}, {big2}, on_gpu)[0];
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_FALSE(*client_->Exist("big"));  // the GPU tier's oldest
   EXPECT_TRUE(*client_->Exist("host"));
-  EXPECT_TRUE(*client_->Exist("big"));
-  EXPECT_FALSE(*client_->Exist("big2"));
+  ASSERT_EQ(ReplicasOf("big2").size(), 1u);
+  EXPECT_EQ(ReplicasOf("big2")[0].segment_id, gpu[0].segment_id);
+  auto got = client_->Get("big2");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == big2);
+  EXPECT_EQ(Metric("granary_master_tier_evicted_objects_total{tier=\"gpu\"}"), 1);
+  EXPECT_EQ(Metric("granary_master_tier_evicted_objects_total{tier=\"host\"}"), 0);
+
+  PutOptions any;
+  any.tier = StorageTier::kAny;
+  const std::string spill = MakeValue("spill", 1, 10 << 20);
+  ASSERT_TRUE(client_->BatchPutWith({"spill"}, {spill}, any)[0].ok());
+  ASSERT_EQ(ReplicasOf("spill").size(), 1u);
+  EXPECT_EQ(ReplicasOf("spill")[0].segment_id, host[0].segment_id);
+  EXPECT_TRUE(*client_->Exist("big2"));
+  const std::string small = MakeValue("small", 1, 1 << 20);
+  ASSERT_TRUE(client_->BatchPutWith({"small"}, {small}, any)[0].ok());
+  ASSERT_EQ(ReplicasOf("small").size(), 1u);
+  EXPECT_EQ(ReplicasOf("small")[0].segment_id, gpu[0].segment_id);
+  for (const auto& [key, value] : {std::pair{"spill", &spill}, std::pair{"small", &small}}) {
+    auto v = client_->Get(key);
+    ASSERT_TRUE(v.ok()) << key << ": " << v.status();
+    EXPECT_TRUE(*v == *value) << key;
+  }
+  EXPECT_EQ(Metric("granary_master_tier_evicted_objects_total{tier=\"gpu\"}"), 1);
 }
 
 // A GPU-tier put with no GPU segment mounted is refused for lack of room, not placed on host.

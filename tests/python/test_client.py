@@ -126,6 +126,19 @@ def test_batch_put_get(client, key):
     assert client.batch_get([]) == []
 
 
+def test_batch_put_tier(client, key):
+    # The test cluster has host segments only: host and any land there, gpu has no room.
+    assert client.batch_put([key + "/h"], [b"h"], tier="host") == [None]
+    assert client.batch_put([key + "/a"], [b"a"], tier="any") == [None]
+    res = client.batch_put([key + "/g"], [b"g"], tier="gpu")
+    assert isinstance(res[0], granary.ResourceExhausted) and "gpu tier" in str(res[0])
+    with pytest.raises(ValueError, match="tier 'ssd' is not one of host, gpu, any"):
+        client.batch_put([key + "/s"], [b"s"], tier="ssd")
+    assert client.batch_exists([key + "/h", key + "/a", key + "/g", key + "/s"]) == [
+        True, True, False, False]
+    assert client.batch_get([key + "/h", key + "/a"]) == [b"h", b"a"]
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_batch_put_from_get_into(client, key, kind):
     make, empty, read = KINDS[kind]

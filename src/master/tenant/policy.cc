@@ -157,6 +157,17 @@ absl::StatusOr<bool> ParsePoolSpill(const YAML::Node& node, absl::string_view wh
       absl::StrCat("'", Printable(text), "' is not a boolean; expected true or false"));
 }
 
+// host, gpu or any.
+absl::StatusOr<TierPreference> ParseDefaultTier(const YAML::Node& node, absl::string_view who) {
+  if (!node.IsScalar()) {
+    return FieldError(who, "default_tier", node,
+                      absl::StrCat("expected host, gpu or any, got ", KindName(node)));
+  }
+  absl::StatusOr<TierPreference> t = ParseTierPreference(node.Scalar());
+  if (!t.ok()) return FieldError(who, "default_tier", node, t.status().message());
+  return *t;
+}
+
 // One entry of `tenants`. `index` is its position, used to name it when the name is bad.
 absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   std::string at_index = absl::StrCat("tenants[", index, "]");
@@ -177,8 +188,8 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   tenant.name = name.Scalar();
   std::string who = absl::StrCat("tenant '", Printable(tenant.name), "' (", at_index, ")");
 
-  GRANARY_RETURN_IF_ERROR(
-      CheckKeys(node, {"name", "quota", "max_entries", "token_sha256", "pool_spill"}, who));
+  GRANARY_RETURN_IF_ERROR(CheckKeys(
+      node, {"name", "quota", "max_entries", "token_sha256", "pool_spill", "default_tier"}, who));
   const YAML::Node quota = node["quota"];
   if (!quota) {
     return FieldError(who, "quota", node, absl::StrCat("missing; expected ", kSizeUnitsHelp));
@@ -192,6 +203,9 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
   }
   if (const YAML::Node spill = node["pool_spill"]) {
     GRANARY_ASSIGN_OR_RETURN(tenant.pool_spill, ParsePoolSpill(spill, who));
+  }
+  if (const YAML::Node tier = node["default_tier"]) {
+    GRANARY_ASSIGN_OR_RETURN(tenant.default_tier, ParseDefaultTier(tier, who));
   }
   return tenant;
 }
@@ -392,6 +406,9 @@ std::string SerializePolicy(const Policy& policy) {
       absl::StrAppend(&out, "    token_sha256: \"", t->token_sha256, "\"\n");
     }
     if (t->pool_spill) absl::StrAppend(&out, "    pool_spill: true\n");
+    if (t->default_tier != TierPreference::kHost) {
+      absl::StrAppend(&out, "    default_tier: ", TierPreferenceName(t->default_tier), "\n");
+    }
   }
   return out;
 }

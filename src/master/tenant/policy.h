@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tier_preference.h"
 
 namespace granary::master::tenant {
 
@@ -25,6 +26,9 @@ struct TenantPolicy {
   // own oldest objects there) and fail when nothing can be evicted, so its bytes never sit in
   // memory that other tenants' read keys cover. No effect without a pool.
   bool pool_spill = false;
+  // Where its puts go when the client names no tier (PutOptions::tier kTenantDefault, and every
+  // put of the Python and Mooncake layers): host, gpu or any (common/tier_preference.h).
+  TierPreference default_tier = TierPreference::kHost;
   bool operator==(const TenantPolicy&) const = default;
 };
 
@@ -36,6 +40,7 @@ struct TenantPolicy {
 //       max_entries: 200000   # optional
 //       token_sha256: ba78…ad # optional: sha256 of the client token, 64 hex characters
 //       pool_spill: false     # optional, default false: see TenantPolicy::pool_spill
+//       default_tier: host    # optional, default host: host, gpu or any
 // Tenants are kept sorted by name.
 struct Policy {
   std::vector<TenantPolicy> tenants;
@@ -58,12 +63,14 @@ struct Policy {
 // and the field for: a version other than 1; a bad, duplicated or reserved name; a quota that
 // is not a positive integer with an optional unit or that overflows 2^63-1; a max_entries that
 // is not a positive integer; a token_sha256 that is not 64 hex digits (upper case is accepted
-// and stored lower case); a pool_spill that is not true or false; unknown keys at any level; YAML
+// and stored lower case); a pool_spill that is not true or false; a default_tier that is not
+// host, gpu or any; unknown keys at any level; YAML
 // syntax errors (with line). An empty document is an error; `tenants: []` is an empty policy.
 [[nodiscard]] absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
 
 // Serializes a policy to YAML that ParsePolicy reads back to an equal Policy. Quotas are
-// written as plain byte counts; token_sha256 is written when set, pool_spill when true.
+// written as plain byte counts; token_sha256 is written when set, pool_spill when true,
+// default_tier when it is not host.
 std::string SerializePolicy(const Policy& policy);
 
 }  // namespace granary::master::tenant

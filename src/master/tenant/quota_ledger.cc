@@ -111,6 +111,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
         account.requested_quota_bytes = 0;
         account.max_entries.reset();
         account.pool_spill = false;
+        account.default_tier = TierPreference::kHost;
         // Without enforcement nothing is ever closed: the account is a plain on-demand one.
         account.admission_closed = enforce_;
       }
@@ -134,6 +135,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
       slot->requested_quota_bytes = tp->quota_bytes;
       slot->max_entries = tp->max_entries;
       slot->pool_spill = tp->pool_spill;
+      slot->default_tier = tp->default_tier;
       slot->has_explicit_policy = true;
       slot->admission_closed = false;
     }
@@ -332,6 +334,7 @@ TenantSnapshot QuotaLedger::MakeSnapshot(const Account& account) const {
   s.entries = account.entries.load(kRelaxed);
   s.max_entries = account.max_entries;
   s.pool_spill = account.pool_spill;
+  s.default_tier = account.default_tier;
   s.admission_closed = account.admission_closed;
   s.over_quota = enforce_ && s.charged_bytes > s.effective_quota_bytes;
   s.has_explicit_policy = account.has_explicit_policy;
@@ -375,6 +378,12 @@ bool QuotaLedger::PoolSpill(absl::string_view tenant) const {
   granary::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   return it != accounts_.end() && it->second->pool_spill;
+}
+
+TierPreference QuotaLedger::DefaultTier(absl::string_view tenant) const {
+  granary::ReaderMutexLock lock(&mu_);
+  auto it = accounts_.find(tenant);
+  return it != accounts_.end() ? it->second->default_tier : TierPreference::kHost;
 }
 
 uint64_t QuotaLedger::capacity() const {

@@ -27,7 +27,8 @@ struct TenantSnapshot {
   uint64_t inflight_bytes = 0;  // charged for allocations not yet committed
   uint64_t entries = 0;         // committed objects
   std::optional<uint64_t> max_entries;
-  bool pool_spill = false;  // the policy's pool_spill (placement.h)
+  bool pool_spill = false;                              // the policy's pool_spill (placement.h)
+  TierPreference default_tier = TierPreference::kHost;  // the policy's default_tier
   bool admission_closed = false;
   bool over_quota = false;  // charged > effective (after a quota was lowered)
   bool has_explicit_policy = false;
@@ -131,6 +132,9 @@ class QuotaLedger {
   // The policy's pool_spill for the tenant (false without an account or policy entry). One
   // shared acquire of `mu_` and a lookup.
   bool PoolSpill(absl::string_view tenant) const;
+  // The policy's default_tier for the tenant (host without an account or policy entry). One
+  // shared acquire of `mu_` and a lookup.
+  TierPreference DefaultTier(absl::string_view tenant) const;
   bool enforce() const { return enforce_; }
   uint64_t capacity() const;
   // Sum of the requested quotas of the policy's tenants (saturates at 2^64-1).
@@ -162,6 +166,7 @@ class QuotaLedger {
     uint64_t effective_quota_bytes = 0;
     std::optional<uint64_t> max_entries;
     bool pool_spill = false;
+    TierPreference default_tier = TierPreference::kHost;
     bool has_explicit_policy = false;
     bool admission_closed = false;
     std::atomic<uint64_t> charged{0};  // committed + in flight

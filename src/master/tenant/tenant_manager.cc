@@ -136,7 +136,8 @@ absl::Status TenantManager::RefreshBeforeWrite() {
 
 absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_bytes,
                                    std::optional<uint64_t> max_entries,
-                                   std::optional<bool> pool_spill) {
+                                   std::optional<bool> pool_spill,
+                                   std::optional<TierPreference> default_tier) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
   if (absl::Status st = ValidateTenantId(tenant); !st.ok()) return st;
   if (quota_bytes == 0 || quota_bytes > static_cast<uint64_t>(INT64_MAX)) {
@@ -166,6 +167,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   t->quota_bytes = quota_bytes;
   t->max_entries = max_entries;
   if (pool_spill.has_value()) t->pool_spill = *pool_spill;
+  if (default_tier.has_value()) t->default_tier = *default_tier;
   absl::Status st = SaveAndApply(next);
   if (st.ok()) {
     LOG_INFO << "tenant '" << tenant << "' quota set to " << FormatSize(quota_bytes);

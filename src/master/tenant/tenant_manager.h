@@ -43,11 +43,12 @@ class TenantManager {
   bool enabled() const { return enabled_; }
   // Re-reads the store. An invalid or unreadable policy is an error and the running one stays.
   [[nodiscard]] absl::Status Reload();
-  // Creates or updates one tenant's requested quota (and entry quota), and its pool_spill when
-  // given (nullopt keeps the tenant's, false for a new one).
+  // Creates or updates one tenant's requested quota (and entry quota), and its pool_spill and
+  // default_tier when given (nullopt keeps the tenant's: false and host for a new one).
   [[nodiscard]] absl::Status Upsert(const std::string& tenant, uint64_t quota_bytes,
                                     std::optional<uint64_t> max_entries,
-                                    std::optional<bool> pool_spill = std::nullopt);
+                                    std::optional<bool> pool_spill = std::nullopt,
+                                    std::optional<TierPreference> default_tier = std::nullopt);
   // Removes a tenant's policy; only when it owns no objects and no charge.
   [[nodiscard]] absl::Status Delete(const std::string& tenant);
   Policy policy() const;

@@ -12,7 +12,8 @@ granary_test(NAME master_hello_token_test LABELS unit
 granary_test(NAME master_object_table_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/object_table_test.cc LIBS granary::master)
 granary_test(NAME master_placement_test LABELS unit
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc LIBS granary::master)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc ${CMAKE_CURRENT_LIST_DIR}/tier_placement_test.cc
+  LIBS granary::master)
 granary_test(NAME master_pool_placement_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/pool_placement_test.cc LIBS granary::master)
 granary_test(NAME master_dashboard_test LABELS unit

@@ -413,7 +413,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x0a\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x0b\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
       "\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
@@ -794,6 +794,19 @@ TEST(AllocHeader, GenerationKeyHashLengthOrMagicMismatchIsUnavailable) {
                                Header(7, 0xABCDEF, 4095), bad_magic}) {
     absl::Status st = CheckAllocHeader(h, 7, 0xABCDEF, 4096);
     EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  }
+}
+
+// PutStartRequest.flags bits 2-3 (protocol 11): no bits is the tenant's default; gpu keeps
+// protocol 10's kPutFlagTierGpu; the pins and the tier do not overlap.
+TEST(PutTierFlagsTest, RoundTripsEveryPreferenceBesideThePins) {
+  EXPECT_EQ(PutTierFlags(std::nullopt), 0u);
+  EXPECT_EQ(PutTierOf(0), std::nullopt);
+  EXPECT_EQ(PutTierFlags(TierPreference::kGpu), kPutFlagTierGpu);
+  for (TierPreference t : {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny}) {
+    const uint32_t flags = PutTierFlags(t) | kPutFlagSoftPin | kPutFlagHardPin;
+    EXPECT_EQ(flags & ~kPutFlagTierMask, kPutFlagSoftPin | kPutFlagHardPin);
+    EXPECT_EQ(PutTierOf(flags), t) << TierPreferenceName(t);
   }
 }
 

@@ -286,6 +286,7 @@ const char* const kSnapshotFields[] = {"tenant_id",
                                        "evicted_objects",
                                        "evicted_bytes",
                                        "pool_spill",
+                                       "default_tier",
                                        "pool"};
 
 // ---------------------------------------------------------------------------------------------
@@ -481,6 +482,10 @@ TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
        "pool_spill must be true or false, got 1"},
       {R"({"requested_quota_bytes": 100, "pool_spill": null})",
        "pool_spill must be true or false, got null"},
+      {R"({"requested_quota_bytes": 100, "default_tier": "ssd"})",
+       "tier 'ssd' is not one of host, gpu, any"},
+      {R"({"requested_quota_bytes": 100, "default_tier": 1})",
+       "default_tier must be \"host\", \"gpu\" or \"any\", got 1"},
   };
   for (const Case& c : cases) {
     for (const std::string& tenant : {std::string("tenant-a"), std::string("tenant-new")}) {
@@ -492,6 +497,23 @@ TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
   EXPECT_EQ(GetOne("tenant-a")["requested_quota_bytes"], 1000u);
   ExpectError(Get(Of("tenant-new")), 404, "TENANT_NOT_FOUND");
   EXPECT_EQ(ReadFile(path_), before);
+}
+
+// default_tier: set by PUT, saved to the policy file, kept by a PUT that leaves it out, shown by
+// GET, and applied to the ledger the master places puts by.
+TEST_F(AdminApiTest, PutSetsTheDefaultTier) {
+  Start();
+  EXPECT_EQ(Upsert("tenant-a", Quota(4096))["default_tier"], "host");  // a new tenant's
+  json d = Upsert("tenant-a", R"({"requested_quota_bytes": 4096, "default_tier": "gpu"})");
+  EXPECT_EQ(d["default_tier"], "gpu") << d;
+  ASSERT_NE(FilePolicy().Find("tenant-a"), nullptr);
+  EXPECT_EQ(FilePolicy().Find("tenant-a")->default_tier, TierPreference::kGpu);
+  EXPECT_EQ(svc_->ledger()->DefaultTier("tenant-a"), TierPreference::kGpu);
+  Upsert("tenant-a", Quota(8192));  // no default_tier: kept
+  EXPECT_EQ(GetOne("tenant-a")["default_tier"], "gpu");
+  Upsert("tenant-a", R"({"requested_quota_bytes": 8192, "default_tier": "any"})");
+  EXPECT_EQ(GetOne("tenant-a")["default_tier"], "any");
+  EXPECT_EQ(svc_->ledger()->DefaultTier("tenant-a"), TierPreference::kAny);
 }
 
 // pool_spill: set by PUT, saved to the policy file, kept by a PUT that leaves it out, shown by

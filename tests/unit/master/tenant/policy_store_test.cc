@@ -30,11 +30,13 @@ namespace granary::master::tenant {
 namespace {
 
 // Every field set somewhere, so a round trip through a store shows that each is carried.
-// Every field set somewhere (tenant-b: a token and pool_spill), so each store round-trips them.
+// Every field set somewhere (tenant-b: a token, pool_spill and a default tier), so each store
+// round-trips them.
 Policy SmallPolicy() {
   return Policy{{{"tenant-a", 200ull << 30, 200000},
                  {"tenant-b", 1ull << 30, std::nullopt,
-                  "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", true}}};
+                  "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", true,
+                  TierPreference::kAny}}};
 }
 
 // A policy whose YAML is ~40 KB, so a torn write would be visible.

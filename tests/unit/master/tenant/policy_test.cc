@@ -326,6 +326,46 @@ TEST(ParsePolicyTest, PoolSpillNotABoolean) {
   ExpectInvalid(WithPoolSpill(""), {"'pool_spill'", "nothing"});
 }
 
+std::string WithDefaultTier(absl::string_view value) {
+  return absl::StrCat(
+      "version: 1\ntenants:\n  - name: t1\n    quota: 1GB\n    default_tier: ", value, "\n");
+}
+
+TEST(ParsePolicyTest, DefaultTier) {
+  for (TierPreference t : {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny}) {
+    absl::StatusOr<Policy> p = ParsePolicy(WithDefaultTier(TierPreferenceName(t)));
+    ASSERT_TRUE(p.ok()) << TierPreferenceName(t) << ": " << p.status();
+    EXPECT_EQ(p->tenants[0].default_tier, t);
+  }
+  absl::StatusOr<Policy> absent = ParsePolicy(WithQuota("1GB"));
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->tenants[0].default_tier, TierPreference::kHost);  // the default
+}
+
+TEST(ParsePolicyTest, DefaultTierNotATier) {
+  ExpectInvalid(WithDefaultTier("GPU"),
+                {"tenant 't1'", "'default_tier'", "line 5", "'GPU'", "host, gpu, any"});
+  ExpectInvalid(WithDefaultTier("ssd"), {"'default_tier'", "'ssd'"});
+  ExpectInvalid(WithDefaultTier("[gpu]"), {"'default_tier'", "a list"});
+  ExpectInvalid(WithDefaultTier(""), {"'default_tier'", "nothing"});
+}
+
+TEST(SerializePolicyTest, DefaultTierRoundTrips) {
+  Policy policy;
+  policy.tenants.push_back(TenantPolicy{.name = "a", .quota_bytes = 100});
+  policy.tenants.push_back(TenantPolicy{.name = "b", .quota_bytes = 200});
+  policy.tenants.back().default_tier = TierPreference::kGpu;
+  policy.tenants.push_back(TenantPolicy{.name = "c", .quota_bytes = 300});
+  policy.tenants.back().default_tier = TierPreference::kAny;
+  const std::string yaml = SerializePolicy(policy);
+  EXPECT_NE(yaml.find("default_tier: gpu"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("default_tier: any"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("default_tier: host"), std::string::npos) << yaml;  // the default
+  absl::StatusOr<Policy> back = ParsePolicy(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(*back, policy);
+}
+
 TEST(SerializePolicyTest, PoolSpillRoundTrips) {
   Policy policy;
   policy.tenants.push_back(TenantPolicy{"a", 100, std::nullopt, "", true});

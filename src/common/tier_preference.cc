@@ -1,0 +1,29 @@
+#include "common/tier_preference.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace granary {
+
+absl::string_view TierPreferenceName(TierPreference t) {
+  switch (t) {
+    case TierPreference::kHost:
+      return "host";
+    case TierPreference::kGpu:
+      return "gpu";
+    case TierPreference::kAny:
+      return "any";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<TierPreference> ParseTierPreference(absl::string_view text) {
+  for (TierPreference t : {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny}) {
+    if (text == TierPreferenceName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("tier '", absl::CHexEscape(text), "' is not one of host, gpu, any"));
+}
+
+}  // namespace granary
