@@ -60,6 +60,7 @@ class NoneBackendImpl final : public DeviceBackend {
   absl::StatusOr<void*> OpenIpc(int, absl::string_view) override { return reason_; }
   absl::Status CloseIpc(void*) override { return reason_; }
   absl::StatusOr<DeviceUuid> DeviceUuidOf(int) override { return reason_; }
+  absl::Status CompareExchange64(int, const CasOp64*, int) override { return reason_; }
 
  private:
   const absl::Status reason_;

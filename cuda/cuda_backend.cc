@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
+#include "cuda/cas_kernel.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/device_backend.h"
 #include "cuda/kv_layout_cuda.h"
@@ -313,6 +314,33 @@ class CudaBackendImpl final : public DeviceBackend {
     DeviceUuid uuid;
     std::memcpy(uuid.data(), prop.uuid.bytes, uuid.size());
     return uuid;
+  }
+
+  absl::Status CompareExchange64(int device, const CasOp64* ops, int n) override {
+    constexpr const char* kOp = "CompareExchange64";
+    if (n < 0 || (n > 0 && ops == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", n, " ops"));
+    }
+    for (int i = 0; i < n; ++i) {
+      const PointerInfo info = Classify(ops[i].p);
+      if (reinterpret_cast<uintptr_t>(ops[i].p) % 8 != 0 ||
+          (info.kind != MemoryKind::kDevice && info.kind != MemoryKind::kManaged)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kOp, ": ops[", i, "].p ", reinterpret_cast<uintptr_t>(ops[i].p),
+                         " is not 8-byte aligned device memory (", MemoryKindName(info.kind), ")"));
+      }
+    }
+    if (n == 0) return absl::OkStatus();
+    ScopedDevice scope;
+    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+    // The legacy default stream of `device`, then a wait: a free is rare next to reads, and the
+    // caller needs the header gone before it goes on.
+    if (absl::Status s =
+            CudaStatus(internal::LaunchCompareExchange64(ops, n, nullptr), "CompareExchange64");
+        !s.ok()) {
+      return s;
+    }
+    return CudaStatus(cudaStreamSynchronize(nullptr), "CompareExchange64: cudaStreamSynchronize");
   }
 
  private:

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cuda/cas_op.h"
 #include "cuda/copy_region.h"
 #include "cuda/kv_layout.h"
 
@@ -155,6 +156,14 @@ class DeviceBackend {
 
   // The device's 16-byte UUID (nvidia-smi's GPU-... id).
   [[nodiscard]] virtual absl::StatusOr<DeviceUuid> DeviceUuidOf(int device) = 0;
+
+  // ops[0..n) as device atomics (atomicCAS), in one launch on `device`; synchronous: done on
+  // return. Each swap is atomic against other device atomics and against another process's
+  // copies into the same 8-byte word (through IPC): such a write lands wholly before the swap
+  // (which then fails) or after it. The node invalidates the header of a freed allocation in
+  // GPU memory with it (node_inventory.h). INVALID_ARGUMENT names an op whose pointer is null,
+  // unaligned or not device memory of this backend. n == 0 is a no-op.
+  [[nodiscard]] virtual absl::Status CompareExchange64(int device, const CasOp64* ops, int n) = 0;
 };
 
 // The backend the facade uses. Chosen once per process, at first use, from

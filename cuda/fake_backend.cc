@@ -338,6 +338,37 @@ class FakeBackendImpl final : public FakeBackend {
     return Uuid(device);
   }
 
+  // The swaps run on the alias with std::atomic_ref: the alias is a shared mapping, so they are
+  // atomic against another process's fake copies (which are memcpy of whole 8-byte words at
+  // aligned addresses on x86-64) as CUDA's atomics are against DMA writes.
+  absl::Status CompareExchange64(int device, const CasOp64* ops, int n) override {
+    constexpr const char* kOp = "CompareExchange64";
+    if (absl::Status s = CheckDevice(kOp, device); !s.ok()) return s;
+    if (n < 0 || (n > 0 && ops == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", n, " ops at ", Addr(ops)));
+    }
+    std::vector<uint64_t*> words(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const std::string name = absl::StrCat("ops[", i, "].p");
+      if (reinterpret_cast<uintptr_t>(ops[i].p) % 8 != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kOp, ": ", name, " ", Addr(ops[i].p), " is not 8-byte aligned"));
+      }
+      if (absl::Status s = CheckOnDevice(kOp, name.c_str(), ops[i].p); !s.ok()) return s;
+      absl::StatusOr<unsigned char*> at = Translate(kOp, name.c_str(), ops[i].p, 8, false);
+      if (!at.ok()) return at.status();
+      words[i] = reinterpret_cast<uint64_t*>(*at);
+    }
+    return Execute([&] {
+      for (int i = 0; i < n; ++i) {
+        uint64_t expected = ops[i].expected;
+        std::atomic_ref<uint64_t>(*words[i]).compare_exchange_strong(expected, ops[i].desired,
+                                                                     std::memory_order_acq_rel);
+      }
+      return absl::OkStatus();
+    });
+  }
+
   void FailNthAllocation(int n) override {
     MutexLock lock(&mu_);
     alloc_countdown_ = n;

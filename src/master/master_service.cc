@@ -142,7 +142,12 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     int64_t gone_ms = options_.client_ttl_ms;
     {
       granary::MutexLock lock(&dropped_mu_);
-      const bool known = !mounted_nodes_.insert(req.node_id).second;
+      // Known: mounted by an earlier session of this master. A node mounts each of its
+      // segments (host and GPU, several of each) in one session: its second mount is not a
+      // return (that made a restarted master refuse the whole report of a two-segment node).
+      auto [mounted, fresh] = mounted_nodes_.try_emplace(req.node_id, sid);
+      const bool known = !fresh && mounted->second != sid;
+      mounted->second = sid;
       if (auto it = dropped_nodes_.find(req.node_id); it != dropped_nodes_.end()) {
         gone_ms =
             std::clamp<int64_t>(now - it->second.last_seen_ms, options_.client_ttl_ms, 15 * 60'000);

@@ -194,8 +194,9 @@ class MasterService {
   };
   granary::Mutex dropped_mu_;
   absl::flat_hash_map<std::string, DroppedNode> dropped_nodes_ ABSL_GUARDED_BY(dropped_mu_);
-  // Every node id that mounted a segment at this master (a node process has one id).
-  absl::flat_hash_set<std::string> mounted_nodes_ ABSL_GUARDED_BY(dropped_mu_);
+  // Every node id that mounted a segment at this master (a node process has one id), and the
+  // session of its latest mount.
+  absl::flat_hash_map<std::string, SessionId> mounted_nodes_ ABSL_GUARDED_BY(dropped_mu_);
   MetricGauge* quarantined_bytes_;
 };
 

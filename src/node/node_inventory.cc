@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 
+#include "common/log.h"
 #include "common/util.h"
+#include "cuda/device_backend.h"
 
 namespace granary::node {
 namespace {
@@ -13,6 +15,38 @@ uint64_t* WordAt(const SegmentSpan& s, uint64_t offset, size_t word) {
 }
 
 }  // namespace
+
+NodeInventory::~NodeInventory() {
+  granary::MutexLock lock(&mu_);
+  if (gpu_headers_ != nullptr) cuda::ActiveBackend().HostFreePinned(gpu_headers_);
+}
+
+absl::Status NodeInventory::ReadGpuHeaders(size_t index, const uint64_t* offsets, size_t n,
+                                           proto::AllocHeader* out) {
+  const SegmentSpan& s = (*segments_)[index];
+  cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  if (gpu_headers_ == nullptr && gpu_headers_fallback_.empty()) {
+    absl::StatusOr<void*> pinned =
+        backend.HostAllocPinned(kGpuHeaderChunk * sizeof(proto::AllocHeader));
+    if (pinned.ok()) {
+      gpu_headers_ = *pinned;
+    } else {
+      gpu_headers_fallback_.resize(kGpuHeaderChunk);
+    }
+  }
+  auto* staged = gpu_headers_ != nullptr ? static_cast<proto::AllocHeader*>(gpu_headers_)
+                                         : gpu_headers_fallback_.data();
+  std::vector<cuda::CopyRegion> regions(n);
+  for (size_t i = 0; i < n; ++i) {
+    regions[i] = {reinterpret_cast<const void*>(s.base + offsets[i]), &staged[i],
+                  sizeof(proto::AllocHeader)};
+  }
+  absl::Status st = backend.BatchCopyAsync(nullptr, regions.data(), static_cast<int>(n));
+  if (st.ok()) st = backend.SynchronizeStream(nullptr);
+  if (!st.ok()) return st;
+  std::copy(staged, staged + n, out);
+  return absl::OkStatus();
+}
 
 proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) const {
   const SegmentSpan& s = (*segments_)[index];
@@ -24,7 +58,18 @@ proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) cons
   return h;
 }
 
-void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) const {
+void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) {
+  const SegmentSpan& s = (*segments_)[index];
+  if (s.tier == proto::Tier::kGpu) {
+    const cuda::CasOp64 op{reinterpret_cast<void*>(s.base + offset + sizeof(uint64_t)), generation,
+                           0};
+    if (absl::Status st = cuda::ActiveBackend().CompareExchange64(s.gpu, &op, 1); !st.ok()) {
+      ++gpu_errors_;
+      LOG_WARN << "inventory: invalidating the header at offset " << offset << " of GPU segment '"
+               << s.name << "' failed: " << st;
+    }
+    return;
+  }
   uint64_t expected = generation;
   std::atomic_ref<uint64_t>(*WordAt((*segments_)[index], offset, 1))
       .compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
@@ -39,9 +84,6 @@ uint32_t NodeInventory::TenantIdLocked(const std::string& tenant) {
 bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   if (index >= segments_->size()) return false;
   const SegmentSpan& s = (*segments_)[index];
-  // A GPU segment's headers are device memory, which the CPU must not load or CAS: its objects
-  // are not kept in the inventory (a restarted master does not restore them yet).
-  if (s.tier == proto::Tier::kGpu) return false;
   // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
   if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
       r.alloc_size > s.size || r.offset > s.size - r.alloc_size) {
@@ -105,10 +147,16 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
   size_t bytes = 0;
   granary::MutexLock lock(&mu_);
   const bool in_place = layout_changes_ == c->layout;
+  // A GPU segment's headers for v[gpu_from, gpu_from + gpu_n), read ahead in one device copy.
+  std::vector<proto::AllocHeader> gpu(kGpuHeaderChunk);
+  size_t gpu_from = 0, gpu_n = 0;
+  absl::Status gpu_status;
   for (; c->index < c->slots.size(); ++c->index, c->pos = 0) {
     const size_t index = c->index;
     const std::vector<ReportCursor::At>& v = c->slots[index];
     const uint64_t id = index < ids.size() ? ids[index] : 0;
+    const bool on_gpu = (*segments_)[index].tier == proto::Tier::kGpu;
+    gpu_n = 0;
     for (; c->pos < v.size(); ++c->pos) {
       if (batch.size() >= max_records || bytes >= max_bytes) return batch;
       const uint64_t offset = v[c->pos].offset;
@@ -125,8 +173,21 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
         found = &it->second;
       }
       const Entry& e = *found;
-      const proto::AllocHeader h = ReadHeader(index, offset);
-      if (!proto::CheckAllocHeader(h, e.generation, HashBytes(e.key), e.value_length).ok()) {
+      if (on_gpu && (gpu_n == 0 || c->pos >= gpu_from + gpu_n)) {
+        gpu_from = c->pos;
+        gpu_n = std::min(kGpuHeaderChunk, v.size() - c->pos);
+        uint64_t offsets[kGpuHeaderChunk];
+        for (size_t i = 0; i < gpu_n; ++i) offsets[i] = v[gpu_from + i].offset;
+        gpu_status = ReadGpuHeaders(index, offsets, gpu_n, gpu.data());
+        if (!gpu_status.ok()) {
+          LOG_WARN << "inventory: reading " << gpu_n << " header(s) of GPU segment '"
+                   << (*segments_)[index].name << "' failed, not reporting them: " << gpu_status;
+        }
+      }
+      const bool read = !on_gpu || gpu_status.ok();
+      const proto::AllocHeader h = on_gpu ? gpu[c->pos - gpu_from] : ReadHeader(index, offset);
+      if (!read ||
+          !proto::CheckAllocHeader(h, e.generation, HashBytes(e.key), e.value_length).ok()) {
         ++mismatches_;
         entries_.erase(slot);  // moves no other entry
         continue;
@@ -157,6 +218,11 @@ size_t NodeInventory::size() const {
 uint64_t NodeInventory::mismatches() const {
   granary::MutexLock lock(&mu_);
   return mismatches_;
+}
+
+uint64_t NodeInventory::gpu_errors() const {
+  granary::MutexLock lock(&mu_);
+  return gpu_errors_;
 }
 
 }  // namespace granary::node

@@ -30,7 +30,12 @@ namespace granary::node {
 //   valid for the bytes it read with it (the one-sided read fetches both at once); one after it
 //   sees generation 0, which matches no grant (UNAVAILABLE, retry). So no read returns wrong
 //   bytes.
-// - GPU segments (tier gpu) are not kept: their headers are device memory the CPU must not touch.
+// - GPU segments (tier gpu) are kept too. Their headers are device memory the CPU must not
+//   touch: they are read through the device backend (cuda::ActiveBackend()) in batches of up
+//   to kGpuHeaderChunk into a pinned buffer (one batched device-to-host copy each), and a free
+//   swaps the generation word with a device atomic (CompareExchange64: one launch and a wait).
+//   A device error on either is counted in mismatches (the entries are dropped, never reported
+//   unchecked) or, for a free, in gpu_errors().
 // - Report() lists every entry for a re-mount, each checked against the 64-byte AllocHeader in
 //   this node's memory (magic, generation, key hash, value length); a mismatch (the space was
 //   overwritten, or its free record was lost) is dropped and counted.
@@ -45,6 +50,7 @@ class NodeInventory {
 
  public:
   explicit NodeInventory(const std::vector<SegmentSpan>* segments) : segments_(segments) {}
+  ~NodeInventory();
   NodeInventory(const NodeInventory&) = delete;
   NodeInventory& operator=(const NodeInventory&) = delete;
 
@@ -85,6 +91,11 @@ class NodeInventory {
                                                 size_t max_records, size_t max_bytes);
   size_t size() const;
   uint64_t mismatches() const;
+  // Device errors while invalidating a freed GPU allocation's header.
+  uint64_t gpu_errors() const;
+
+  // How many GPU-segment headers one batched device read fetches at most.
+  static constexpr size_t kGpuHeaderChunk = 512;
 
  private:
   struct Entry {
@@ -104,7 +115,12 @@ class NodeInventory {
   // their frames carry the qualified name the suppression matches).
   [[gnu::noinline]] proto::AllocHeader ReadHeader(size_t index, uint64_t offset) const;
   // Swaps the header's generation word to 0 if it still holds `generation`.
-  [[gnu::noinline]] void InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) const;
+  [[gnu::noinline]] void InvalidateHeader(size_t index, uint64_t offset, uint64_t generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The headers at offsets[0..n) (n <= kGpuHeaderChunk) of GPU segment `index`, in one batched
+  // device-to-host copy; an error leaves `out` unset.
+  absl::Status ReadGpuHeaders(size_t index, const uint64_t* offsets, size_t n,
+                              proto::AllocHeader* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t TenantIdLocked(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<SegmentSpan>* const segments_;
@@ -116,6 +132,11 @@ class NodeInventory {
   // Entries added or erased by Apply (each may move or free an entry that a report cursor
   // points to; a change in place or an erase by NextBatch of the entry it is at does not).
   uint64_t layout_changes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t gpu_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  // Pinned host memory for kGpuHeaderChunk headers (HostAllocPinned at first use; pageable
+  // gpu_headers_fallback_ when the backend has no pinned memory).
+  void* gpu_headers_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<proto::AllocHeader> gpu_headers_fallback_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace granary::node

@@ -408,13 +408,41 @@ TYPED_TEST_P(BackendTest, DeviceUuidIsStableAndNotZero) {
   EXPECT_NE(*a, DeviceUuid{});
 }
 
+// CompareExchange64 swaps exactly the words that hold their expected value, in one call; a
+// host or unaligned pointer is refused, naming the op.
+TYPED_TEST_P(BackendTest, CompareExchange64SwapsOnlyMatchingWords) {
+  DeviceBackend& b = this->b();
+  std::vector<uint64_t> words = {10, 20, 30, 40};
+  Bytes content(words.size() * 8);
+  std::memcpy(content.data(), words.data(), content.size());
+  auto* d = static_cast<unsigned char*>(this->Upload(content));
+  ASSERT_NE(d, nullptr);
+  const CasOp64 ops[] = {{d, 10, 0}, {d + 8, 99, 0}, {d + 24, 40, 7}};
+  ASSERT_TRUE(b.CompareExchange64(0, ops, 3).ok());
+  const Bytes after = this->Download(d, content.size());
+  std::vector<uint64_t> got(words.size());
+  std::memcpy(got.data(), after.data(), after.size());
+  EXPECT_EQ(got, (std::vector<uint64_t>{0, 20, 30, 7}));
+  EXPECT_TRUE(b.CompareExchange64(0, nullptr, 0).ok());
+  uint64_t host = 5;
+  const CasOp64 on_host[] = {{d, 0, 1}, {&host, 5, 6}};
+  absl::Status st = b.CompareExchange64(0, on_host, 2);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "ops[1]")) << st;
+  EXPECT_EQ(host, 5u);
+  const CasOp64 unaligned[] = {{d + 4, 0, 1}};
+  st = b.CompareExchange64(0, unaligned, 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "ops[0]")) << st;
+}
+
 REGISTER_TYPED_TEST_SUITE_P(BackendTest, ClassifiesEveryKindOfMemory,
                             AsyncCopiesRoundTripInEveryDirection,
                             ReadingBeforeTheEventSeesTheOldBytes, AnotherStreamWaitsForTheEvent,
                             HostFunctionsRunInStreamOrder, BatchCopyAsyncMatchesTheCpuReference,
                             GatherAndScatterMatchTheCpuReference,
                             IpcMapsTheSameBytesInAnotherProcess, RejectsBadArgumentsNamingThem,
-                            DeviceUuidIsStableAndNotZero);
+                            DeviceUuidIsStableAndNotZero, CompareExchange64SwapsOnlyMatchingWords);
 
 }  // namespace
 }  // namespace granary::cuda

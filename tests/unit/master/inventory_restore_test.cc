@@ -602,6 +602,33 @@ TEST_F(InventoryRestoreTest, ANodeBackFromAPartitionRestoresOnlyWhatItHeldWhenDr
   EXPECT_EQ(m.Charge("t"), (Charged{AllocBytes(1000), 1}));
 }
 
+// A node with two segments (a host and a GPU one, say) mounts both in one session of a restarted
+// master: its second mount is not the node coming back from a partition, so the report of both
+// restores (the second mount used to mark the node "known" and refuse its whole report).
+TEST_F(InventoryRestoreTest, ANodeWithTwoSegmentsRestoresBothAtARestartedMaster) {
+  Master m(opts_);  // just restarted: it has never seen the node
+  SessionId n = m.Hello(proto::Role::kNode);
+  const uint64_t s0 = m.Mount(n, 1, true);
+  proto::MountSegmentRequest second;
+  second.name = "seg1";
+  second.node_id = "node-1";
+  second.node_address = "10.0.0.1:7000";
+  second.base = 0x7f8000000000ull;
+  second.size = kSegBytes;
+  second.rkey = "rkey";
+  second.worker_address = "worker";
+  second.resumed = true;
+  auto mounted = m.svc.MountSegment(n, second);
+  ASSERT_EQ(Code(mounted.status), absl::StatusCode::kOk) << mounted.status.message;
+  auto first = m.svc.InventoryReport(n, ReportOf({Record("t", "a", 0, 11)}, s0, false));
+  auto last = m.svc.InventoryReport(
+      n, ReportOf({Record("t", "b", 0, 12), Record("t", "c", 4096, 13)}, mounted.segment_id));
+  EXPECT_EQ(first.restored + last.restored, 3u);
+  EXPECT_EQ(first.rejected + last.rejected, 0u);
+  EXPECT_EQ(m.Objects("t").size(), 3u);
+  EXPECT_EQ(m.Charge("t"), (Charged{3 * AllocBytes(1000), 3}));
+}
+
 // A put aborted before its commit (revoked, run past its deadline, its writer gone) keeps its
 // space out of allocation for aborted_put_hold_ms: writes its writer cancelled may still be in
 // a tcp socket and land when a stalled link comes back. Its tenant is refunded at once.

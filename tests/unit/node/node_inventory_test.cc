@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/util.h"
+#include "cuda/device_backend.h"
+#include "cuda/fake_backend.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
@@ -216,6 +218,78 @@ TEST_F(NodeInventoryTest, AStreamedReportFollowsChangesBetweenItsBatches) {
   EXPECT_EQ(rest, (std::vector<std::string>{"k4", "k6", "k7"}));
   EXPECT_EQ(inv.mismatches(), 0u);
   EXPECT_EQ(inv.size(), 2007u);
+}
+
+// A GPU segment (device memory of the fake backend, which faults on any CPU access): its
+// records are kept, its headers are checked through batched device reads (more than one chunk
+// of them), and a free swaps the generation word to 0 with a device atomic.
+TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) {
+  absl::StatusOr<std::unique_ptr<cuda::FakeBackend>> fake = cuda::FakeBackend::Create({});
+  ASSERT_TRUE(fake.ok()) << fake.status();
+  cuda::SetBackendForTesting(fake->get());
+  cuda::DeviceBackend& b = **fake;
+  const uint64_t n = NodeInventory::kGpuHeaderChunk + 100;  // two header reads
+  const uint64_t bytes = n * 1088;
+  absl::StatusOr<void*> mem = b.Alloc(0, bytes);
+  ASSERT_TRUE(mem.ok()) << mem.status();
+  {
+    std::vector<SegmentSpan> spans(1);
+    spans[0].name = "gpu0";
+    spans[0].base = reinterpret_cast<uint64_t>(*mem);
+    spans[0].size = bytes;
+    spans[0].tier = proto::Tier::kGpu;
+    spans[0].gpu = 0;
+    NodeInventory inv(&spans);
+    // What a client writes through its IPC mapping: each allocation's header.
+    for (uint64_t i = 0; i < n; ++i) {
+      const std::string key = "k" + std::to_string(i);
+      AllocHeader h;
+      h.generation = i + 1;
+      h.key_hash = HashBytes(key);
+      h.value_length = 1000;
+      if (i == 7) h.value_length = 999;  // a stale header: dropped, not reported
+      ASSERT_TRUE(b.Copy(0, static_cast<char*>(*mem) + i * 1088, &h, sizeof(h),
+                         cuda::CopyKind::kHostToDevice)
+                      .ok());
+      InventoryRecord r;
+      r.op = InventoryOp::kCommit;
+      r.tenant = "t";
+      r.key = key;
+      r.offset = i * 1088;
+      r.alloc_size = 1088;
+      r.value_length = 1000;
+      r.generation = i + 1;
+      ASSERT_TRUE(inv.Apply(0, r)) << i;
+    }
+    InventoryRecord free;
+    free.op = InventoryOp::kFree;
+    free.offset = 3 * 1088;
+    free.alloc_size = 1088;
+    free.generation = 4;
+    ASSERT_TRUE(inv.Apply(0, free));
+    AllocHeader freed;
+    ASSERT_TRUE(b.Copy(0, &freed, static_cast<char*>(*mem) + 3 * 1088, sizeof(freed),
+                       cuda::CopyKind::kDeviceToHost)
+                    .ok());
+    EXPECT_EQ(freed.generation, 0u);
+    EXPECT_EQ(freed.magic, AllocHeader::kMagic);  // the rest of the header is left alone
+    EXPECT_EQ(inv.gpu_errors(), 0u);
+
+    std::vector<InventoryRecord> got;
+    for (const auto& batch : inv.Report({55}, 10000, 1 << 30)) {
+      got.insert(got.end(), batch.begin(), batch.end());
+    }
+    ASSERT_EQ(got.size(), n - 2);  // less the freed one and the stale one
+    EXPECT_EQ(inv.mismatches(), 1u);
+    for (const InventoryRecord& r : got) {
+      EXPECT_NE(r.offset, 3 * 1088);
+      EXPECT_NE(r.offset, 7 * 1088);
+      EXPECT_EQ(r.segment_id, 55u);
+      EXPECT_EQ(r.generation, r.offset / 1088 + 1);
+    }
+  }
+  b.Free(0, *mem);
+  cuda::SetBackendForTesting(nullptr);
 }
 
 }  // namespace
