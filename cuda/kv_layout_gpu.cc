@@ -46,10 +46,12 @@ absl::Status GatherBlocksCuda(int device, const PagedKvLayout& layout, const voi
                               void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  absl::StatusOr<std::vector<CopyRegion>> regions =
-      internal::GatherRegions(layout, k_cache, v_cache, block_ids, n, out);
-  if (!regions.ok()) return regions.status();
-  return RunRegions("GatherBlocksGpu", device, regions->data(), regions->size(), stream);
+  std::vector<CopyRegion> regions;
+  if (absl::Status s = AppendGatherRegions(layout, k_cache, v_cache, block_ids, n, out, &regions);
+      !s.ok()) {
+    return s;
+  }
+  return RunRegions("GatherBlocksGpu", device, regions.data(), regions.size(), stream);
 }
 
 absl::Status ScatterBlocksCuda(int device, const PagedKvLayout& layout, const void* in,
@@ -57,10 +59,12 @@ absl::Status ScatterBlocksCuda(int device, const PagedKvLayout& layout, const vo
                                void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  absl::StatusOr<std::vector<CopyRegion>> regions =
-      internal::ScatterRegions(layout, in, block_ids, n, k_cache, v_cache);
-  if (!regions.ok()) return regions.status();
-  return RunRegions("ScatterBlocksGpu", device, regions->data(), regions->size(), stream);
+  std::vector<CopyRegion> regions;
+  if (absl::Status s = AppendScatterRegions(layout, in, block_ids, n, k_cache, v_cache, &regions);
+      !s.ok()) {
+    return s;
+  }
+  return RunRegions("ScatterBlocksGpu", device, regions.data(), regions.size(), stream);
 }
 
 absl::Status BatchCopyCuda(int device, const CopyRegion* regions, int n, void* stream) {
