@@ -1,5 +1,6 @@
 // The cuda backend's kv_layout.h kernels (kv_layout_cuda.h): validate on the host, express the
-// operation as copy chunks, and run them in one launch of kernels.cu's batched copy.
+// operation as copy chunks, and run them in one launch of kernels.cu's batched copy; and the
+// batched checksum (kernels.cu's LaunchBatchChecksum).
 
 #include <cuda_runtime_api.h>
 
@@ -72,6 +73,24 @@ absl::Status BatchCopyCuda(int device, const CopyRegion* regions, int n, void* s
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
   if (absl::Status s = internal::ValidateRegions(regions, n); !s.ok()) return s;
   return RunRegions("BatchCopyGpu", device, regions, static_cast<size_t>(n), stream);
+}
+
+absl::Status BatchChecksumCuda(int device, const ChecksumRegion* regions, int n, uint64_t* out,
+                               void* stream) {
+  internal::ScopedDevice scope;
+  if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+  if (absl::Status s = ValidateChecksumRegions(regions, n, out); !s.ok()) return s;
+  if (n == 0) return absl::OkStatus();
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (absl::Status s = internal::CudaStatus(
+          internal::LaunchBatchChecksum(regions, n, out, cuda_stream),
+          absl::StrCat("BatchChecksum: launch over ", n, " regions on device ", device));
+      !s.ok()) {
+    return s;
+  }
+  if (stream != nullptr) return absl::OkStatus();
+  return internal::CudaStatus(cudaStreamSynchronize(cuda_stream),
+                              absl::StrCat("BatchChecksum on device ", device));
 }
 
 }  // namespace internal
