@@ -49,6 +49,9 @@ class NoneBackendImpl final : public DeviceBackend {
     return reason_;
   }
   absl::Status BatchCopy(int, const CopyRegion*, int, void*) override { return reason_; }
+  absl::Status BatchChecksum(int, const ChecksumRegion*, int, uint64_t*, void*) override {
+    return reason_;
+  }
   absl::Status LaunchHostFunc(void*, std::function<void()>) override { return reason_; }
   absl::StatusOr<void*> CreateEvent(int) override { return reason_; }
   void DestroyEvent(void*) override {}

@@ -249,6 +249,15 @@ class CudaBackendImpl final : public DeviceBackend {
     return internal::BatchCopyCuda(device, regions, n, stream);
   }
 
+  absl::Status BatchChecksum(int device, const ChecksumRegion* regions, int n, uint64_t* out,
+                             void* stream) override {
+    if (n > 0 && out != nullptr && Classify(out).kind == MemoryKind::kDevice) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchChecksum: out ", Addr(out),
+                                                     " is device memory; it must be host memory"));
+    }
+    return internal::BatchChecksumCuda(device, regions, n, out, stream);
+  }
+
   absl::Status LaunchHostFunc(void* stream, std::function<void()> fn) override {
     if (!fn) return absl::InvalidArgumentError("LaunchHostFunc: fn is empty");
     auto* owned = new std::function<void()>(std::move(fn));

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "cuda/cas_op.h"
+#include "cuda/checksum.h"
 #include "cuda/copy_region.h"
 #include "cuda/kv_layout.h"
 
@@ -129,6 +130,15 @@ class DeviceBackend {
                                                    void* k_cache, void* v_cache, void* stream) = 0;
   [[nodiscard]] virtual absl::Status BatchCopy(int device, const CopyRegion* regions, int n,
                                                void* stream) = 0;
+
+  // out[i] = the checksum of regions[i] (checksum.h; ChecksumCpu is the reference) for i in
+  // [0, n): one batched launch on `device` for the whole list. Region data is device memory of
+  // `device` (or memory it can address); `regions` is a host array that may be released on
+  // return; `out` is host memory of n values, written when the work completes (stream nullptr:
+  // before return; otherwise the caller synchronizes the stream before reading it). n == 0 is a
+  // no-op. INVALID_ARGUMENT names a bad value (ValidateChecksumRegions; `out` in device memory).
+  [[nodiscard]] virtual absl::Status BatchChecksum(int device, const ChecksumRegion* regions, int n,
+                                                   uint64_t* out, void* stream) = 0;
 
   // Runs `fn` on a backend thread once the work enqueued on `stream` before it has completed;
   // later work waits for it. `fn` must not call the backend (as with cudaLaunchHostFunc).

@@ -278,6 +278,35 @@ class FakeBackendImpl final : public FakeBackend {
     return CopyRegions("BatchCopyGpu", stream, regions, n);
   }
 
+  // The CPU reference on the alias views; `out` is written by the stream worker (or before
+  // return for the default stream). Region data outside fake device memory is host memory, read
+  // in place (refused in strict pinned mode unless pinned), as for the other kernels.
+  absl::Status BatchChecksum(int device, const ChecksumRegion* regions, int n, uint64_t* out,
+                             void* stream) override {
+    const char* op = "BatchChecksum";
+    if (absl::Status s = CheckDevice(op, device); !s.ok()) return s;
+    if (absl::Status s = ValidateChecksumRegions(regions, n, out); !s.ok()) return s;
+    if (n == 0) return absl::OkStatus();
+    if (const PointerInfo info = Classify(out); info.kind == MemoryKind::kDevice) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": out ", Addr(out), " is device memory; it must be host memory"));
+    }
+    const bool strict = Strict();
+    std::vector<ChecksumRegion> aliased(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      if (regions[i].bytes == 0) continue;
+      const std::string where = absl::StrCat("regions[", i, "].data");
+      absl::StatusOr<unsigned char*> data =
+          Translate(op, where.c_str(), regions[i].data, regions[i].bytes, strict);
+      if (!data.ok()) return data.status();
+      aliased[i] = {*data, regions[i].bytes};
+    }
+    return Submit(op, stream, [this, aliased = std::move(aliased), out] {
+      return Execute(
+          [&] { return BatchChecksumCpu(aliased.data(), static_cast<int>(aliased.size()), out); });
+    });
+  }
+
   absl::Status LaunchHostFunc(void* stream, std::function<void()> fn) override {
     if (!fn) return absl::InvalidArgumentError("LaunchHostFunc: fn is empty");
     return Submit("LaunchHostFunc", stream, [fn = std::move(fn)] {

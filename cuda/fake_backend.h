@@ -19,7 +19,8 @@
 // died fails (UNAVAILABLE) instead of reading a stale object. Needs the opener to be allowed to
 // read the exporter's /proc/<pid>/fd (same user, same PID namespace).
 //
-// Kernels: GatherBlocks, ScatterBlocks and BatchCopy run the CPU references on the alias views.
+// Kernels: GatherBlocks, ScatterBlocks, BatchCopy and BatchChecksum run the CPU references on
+// the alias views.
 //
 // Differences from CUDA a caller may see: DestroyStream waits for the stream's queued work (CUDA
 // returns at once); a stream or event handle of another backend is refused (INVALID_ARGUMENT)

@@ -42,6 +42,30 @@ absl::Status ValidateBlockOp(const char* op, const PagedKvLayout& layout, const 
   return absl::OkStatus();
 }
 
+// The copies between K(block_ids[i]), V(block_ids[i]) and consecutive BlockBytes() slices of
+// `buffer`: into the buffer (a gather) when `to_buffer`, else out of it (a scatter). Assumes
+// ValidateBlockOp passed. Each side is writable memory of the caller (const only for the gather
+// source).
+void AppendBlockCopies(const PagedKvLayout& layout, const void* k_cache, const void* v_cache,
+                       const int32_t* block_ids, int n, const void* buffer, bool to_buffer,
+                       std::vector<CopyRegion>* regions) {
+  const size_t block = layout.BlockBytes();
+  const size_t stride = layout.BlockStride();
+  auto* k = static_cast<unsigned char*>(const_cast<void*>(k_cache));
+  auto* v = static_cast<unsigned char*>(const_cast<void*>(v_cache));
+  auto* buf = static_cast<unsigned char*>(const_cast<void*>(buffer));
+  for (int i = 0; i < n; ++i) {
+    const size_t offset = static_cast<size_t>(block_ids[i]) * stride;
+    const std::pair<unsigned char*, unsigned char*> pairs[] = {{k + offset, buf},
+                                                               {v + offset, buf + block}};
+    for (const auto& [cache, slice] : pairs) {
+      regions->push_back(to_buffer ? CopyRegion{cache, slice, block}
+                                   : CopyRegion{slice, cache, block});
+    }
+    buf += 2 * block;
+  }
+}
+
 }  // namespace
 
 absl::Status PagedKvLayout::Validate() const {
@@ -170,55 +194,31 @@ absl::Status BatchCopyCpu(const CopyRegion* regions, int n) {
   return absl::OkStatus();
 }
 
-namespace internal {
-
-absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layout,
-                                                      const void* k_cache, const void* v_cache,
-                                                      const int32_t* block_ids, int n, void* out) {
+absl::Status AppendGatherRegions(const PagedKvLayout& layout, const void* k_cache,
+                                 const void* v_cache, const int32_t* block_ids, int n, void* out,
+                                 std::vector<CopyRegion>* regions) {
   if (absl::Status s = ValidateBlockOp("GatherBlocks", layout, k_cache, v_cache, block_ids, n, out,
                                        /*reject_duplicates=*/false);
       !s.ok()) {
     return s;
   }
-  const size_t block = layout.BlockBytes();
-  const size_t stride = layout.BlockStride();
-  const auto* k = static_cast<const unsigned char*>(k_cache);
-  const auto* v = static_cast<const unsigned char*>(v_cache);
-  auto* dst = static_cast<unsigned char*>(out);
-  std::vector<CopyRegion> regions;
-  regions.reserve(2 * static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    const size_t offset = static_cast<size_t>(block_ids[i]) * stride;
-    regions.push_back({k + offset, dst, block});
-    regions.push_back({v + offset, dst + block, block});
-    dst += 2 * block;
-  }
-  return regions;
+  AppendBlockCopies(layout, k_cache, v_cache, block_ids, n, out, /*to_buffer=*/true, regions);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout, const void* in,
-                                                       const int32_t* block_ids, int n,
-                                                       void* k_cache, void* v_cache) {
+absl::Status AppendScatterRegions(const PagedKvLayout& layout, const void* in,
+                                  const int32_t* block_ids, int n, void* k_cache, void* v_cache,
+                                  std::vector<CopyRegion>* regions) {
   if (absl::Status s = ValidateBlockOp("ScatterBlocks", layout, k_cache, v_cache, block_ids, n, in,
                                        /*reject_duplicates=*/true);
       !s.ok()) {
     return s;
   }
-  const size_t block = layout.BlockBytes();
-  const size_t stride = layout.BlockStride();
-  auto* k = static_cast<unsigned char*>(k_cache);
-  auto* v = static_cast<unsigned char*>(v_cache);
-  const auto* src = static_cast<const unsigned char*>(in);
-  std::vector<CopyRegion> regions;
-  regions.reserve(2 * static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    const size_t offset = static_cast<size_t>(block_ids[i]) * stride;
-    regions.push_back({src, k + offset, block});
-    regions.push_back({src + block, v + offset, block});
-    src += 2 * block;
-  }
-  return regions;
+  AppendBlockCopies(layout, k_cache, v_cache, block_ids, n, in, /*to_buffer=*/false, regions);
+  return absl::OkStatus();
 }
+
+namespace internal {
 
 absl::Status ValidateRegions(const CopyRegion* regions, int n) {
   if (n < 0)

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "cuda/copy_region.h"  // CopyRegion
@@ -68,6 +69,18 @@ struct PagedKvLayout {
 [[nodiscard]] absl::Status ScatterBlocksCpu(const PagedKvLayout& layout, const void* in,
                                             const int32_t* block_ids, int n, void* k_cache,
                                             void* v_cache);
+
+// The copies GatherBlocksCpu makes, as regions appended to *regions (2 * n of them, K then V per
+// block into consecutive BlockBytes() slices of `out`), and those of ScatterBlocksCpu (source and
+// destination swapped; duplicate block ids rejected). Validated like the CPU calls; nothing is
+// appended on an error. For callers that batch gathers into (or scatters out of) several buffers
+// into one BatchCopyGpu launch (or BatchCopyCpu): cost one vector append per region.
+[[nodiscard]] absl::Status AppendGatherRegions(const PagedKvLayout& layout, const void* k_cache,
+                                               const void* v_cache, const int32_t* block_ids, int n,
+                                               void* out, std::vector<CopyRegion>* regions);
+[[nodiscard]] absl::Status AppendScatterRegions(const PagedKvLayout& layout, const void* in,
+                                                const int32_t* block_ids, int n, void* k_cache,
+                                                void* v_cache, std::vector<CopyRegion>* regions);
 
 // memcpy of each of regions[0..n). A region with bytes > 0 needs non-null src and dst.
 [[nodiscard]] absl::Status BatchCopyCpu(const CopyRegion* regions, int n);

@@ -1,5 +1,6 @@
 // The cuda backend's kv_layout.h kernels (kv_layout_cuda.h): validate on the host, express the
-// operation as copy chunks, and run them in one launch of kernels.cu's batched copy.
+// operation as copy chunks, and run them in one launch of kernels.cu's batched copy; and the
+// batched checksum (kernels.cu's LaunchBatchChecksum).
 
 #include <cuda_runtime_api.h>
 
@@ -46,10 +47,12 @@ absl::Status GatherBlocksCuda(int device, const PagedKvLayout& layout, const voi
                               void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  absl::StatusOr<std::vector<CopyRegion>> regions =
-      internal::GatherRegions(layout, k_cache, v_cache, block_ids, n, out);
-  if (!regions.ok()) return regions.status();
-  return RunRegions("GatherBlocksGpu", device, regions->data(), regions->size(), stream);
+  std::vector<CopyRegion> regions;
+  if (absl::Status s = AppendGatherRegions(layout, k_cache, v_cache, block_ids, n, out, &regions);
+      !s.ok()) {
+    return s;
+  }
+  return RunRegions("GatherBlocksGpu", device, regions.data(), regions.size(), stream);
 }
 
 absl::Status ScatterBlocksCuda(int device, const PagedKvLayout& layout, const void* in,
@@ -57,10 +60,12 @@ absl::Status ScatterBlocksCuda(int device, const PagedKvLayout& layout, const vo
                                void* stream) {
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  absl::StatusOr<std::vector<CopyRegion>> regions =
-      internal::ScatterRegions(layout, in, block_ids, n, k_cache, v_cache);
-  if (!regions.ok()) return regions.status();
-  return RunRegions("ScatterBlocksGpu", device, regions->data(), regions->size(), stream);
+  std::vector<CopyRegion> regions;
+  if (absl::Status s = AppendScatterRegions(layout, in, block_ids, n, k_cache, v_cache, &regions);
+      !s.ok()) {
+    return s;
+  }
+  return RunRegions("ScatterBlocksGpu", device, regions.data(), regions.size(), stream);
 }
 
 absl::Status BatchCopyCuda(int device, const CopyRegion* regions, int n, void* stream) {
@@ -68,6 +73,24 @@ absl::Status BatchCopyCuda(int device, const CopyRegion* regions, int n, void* s
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
   if (absl::Status s = internal::ValidateRegions(regions, n); !s.ok()) return s;
   return RunRegions("BatchCopyGpu", device, regions, static_cast<size_t>(n), stream);
+}
+
+absl::Status BatchChecksumCuda(int device, const ChecksumRegion* regions, int n, uint64_t* out,
+                               void* stream) {
+  internal::ScopedDevice scope;
+  if (absl::Status s = scope.Enter(device); !s.ok()) return s;
+  if (absl::Status s = ValidateChecksumRegions(regions, n, out); !s.ok()) return s;
+  if (n == 0) return absl::OkStatus();
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (absl::Status s = internal::CudaStatus(
+          internal::LaunchBatchChecksum(regions, n, out, cuda_stream),
+          absl::StrCat("BatchChecksum: launch over ", n, " regions on device ", device));
+      !s.ok()) {
+    return s;
+  }
+  if (stream != nullptr) return absl::OkStatus();
+  return internal::CudaStatus(cudaStreamSynchronize(cuda_stream),
+                              absl::StrCat("BatchChecksum on device ", device));
 }
 
 }  // namespace internal

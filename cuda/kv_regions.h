@@ -1,7 +1,7 @@
 #pragma once
 
-// Private to cuda/: gather and scatter expressed as lists of copy regions, which is how the GPU
-// versions run them (one batched-copy launch). Shares its validation with the CPU reference.
+// Private to cuda/: the validation and chunking of batched-copy region lists, which is how the GPU
+// versions run gathers and scatters (kv_layout.h's Append...Regions, one batched-copy launch).
 
 #include <cstdint>
 #include <vector>
@@ -10,22 +10,6 @@
 #include "cuda/kv_layout.h"
 
 namespace granary::cuda::internal {
-
-// The 2 * n regions GatherBlocksCpu copies, in buffer order: K(block_ids[i]) then
-// V(block_ids[i]) into consecutive BlockBytes() slices of `out`. Validates like the CPU call.
-[[nodiscard]] absl::StatusOr<std::vector<CopyRegion>> GatherRegions(const PagedKvLayout& layout,
-                                                                    const void* k_cache,
-                                                                    const void* v_cache,
-                                                                    const int32_t* block_ids, int n,
-                                                                    void* out);
-
-// The same regions with source and destination swapped (ScatterBlocksCpu); duplicate block ids
-// are rejected.
-[[nodiscard]] absl::StatusOr<std::vector<CopyRegion>> ScatterRegions(const PagedKvLayout& layout,
-                                                                     const void* in,
-                                                                     const int32_t* block_ids,
-                                                                     int n, void* k_cache,
-                                                                     void* v_cache);
 
 // Checks one batched-copy region list: n >= 0, regions non-null when n > 0, and non-null src
 // and dst in every region with bytes > 0 (the message names the region index).

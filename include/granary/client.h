@@ -37,6 +37,19 @@ struct PagedKvCache {
   void* v_cache = nullptr;
 };
 
+// Options of PutPagedKv and GetPagedKv.
+struct PagedKvOptions {
+  // Off by default. On: PutPagedKv stores each value as the gathered blocks followed by a 16-byte
+  // trailer {u32 magic "GKVC", u32 algorithm 1, u64 checksum of the blocks} (little-endian),
+  // the checksums of the batch computed in one launch on the caches' device (the CPU reference
+  // for host caches); GetPagedKv expects that trailer, recomputes the checksum of every value
+  // (one launch) and scatters only the values that match: a mismatch is DATA_LOSS naming the key
+  // and both checksums. A value stored without the trailer read with checksum on, or with it
+  // read with checksum off, is FAILED_PRECONDITION saying so; nothing of it is scattered.
+  // Costs one more launch and a round trip of 8 + 16 bytes per key each way.
+  bool checksum = false;
+};
+
 // One object as the master describes it.
 struct ObjectInfo {
   std::string key;
@@ -158,16 +171,29 @@ class Client {
 
   // Paged KV: keys[i] stores the blocks block_ids[i] of `cache` as one contiguous value,
   // gathered for the whole batch in one kernel launch (the CPU reference for host caches), and
-  // GetPagedKv scatters each value back into those blocks (one launch per run of keys read).
+  // GetPagedKv scatters the values read back into those blocks (one launch for the batch).
   // INVALID_ARGUMENT names a bad layout field, an empty block list or a block id out of range
   // (and, for GetPagedKv, a block listed twice in the batch); a stored value whose size is not
-  // the layout's for its block count is FAILED_PRECONDITION and scatters nothing.
-  virtual std::vector<absl::Status> PutPagedKv(
-      const std::vector<std::string>& keys, const PagedKvCache& cache,
-      const std::vector<std::vector<int32_t>>& block_ids) = 0;
-  virtual std::vector<absl::Status> GetPagedKv(
-      const std::vector<std::string>& keys, const PagedKvCache& cache,
-      const std::vector<std::vector<int32_t>>& block_ids) = 0;
+  // the layout's for its block count is FAILED_PRECONDITION and scatters nothing. `options`
+  // adds the checksum (PagedKvOptions); the three-argument forms use the defaults.
+  virtual std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
+                                               const PagedKvCache& cache,
+                                               const std::vector<std::vector<int32_t>>& block_ids,
+                                               const PagedKvOptions& options) = 0;
+  virtual std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
+                                               const PagedKvCache& cache,
+                                               const std::vector<std::vector<int32_t>>& block_ids,
+                                               const PagedKvOptions& options) = 0;
+  std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
+                                       const PagedKvCache& cache,
+                                       const std::vector<std::vector<int32_t>>& block_ids) {
+    return PutPagedKv(keys, cache, block_ids, PagedKvOptions{});
+  }
+  std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
+                                       const PagedKvCache& cache,
+                                       const std::vector<std::vector<int32_t>>& block_ids) {
+    return GetPagedKv(keys, cache, block_ids, PagedKvOptions{});
+  }
 
   // Puts with pins (see PutOptions).
   virtual std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,

@@ -59,12 +59,16 @@ class ClientImpl : public Client {
   std::vector<absl::StatusOr<size_t>> BatchGetIntoRegions(
       const std::vector<std::string>& keys,
       const std::vector<std::vector<BufferRegion>>& regions) override;
+  using Client::GetPagedKv;  // the three-argument forms
+  using Client::PutPagedKv;
   std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
                                        const PagedKvCache& cache,
-                                       const std::vector<std::vector<int32_t>>& block_ids) override;
+                                       const std::vector<std::vector<int32_t>>& block_ids,
+                                       const PagedKvOptions& options) override;
   std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
                                        const PagedKvCache& cache,
-                                       const std::vector<std::vector<int32_t>>& block_ids) override;
+                                       const std::vector<std::vector<int32_t>>& block_ids,
+                                       const PagedKvOptions& options) override;
   [[nodiscard]] absl::StatusOr<PrefixLookup> LookupPrefix(
       absl::string_view model, absl::string_view hash_scheme,
       const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,

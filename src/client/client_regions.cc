@@ -1,7 +1,8 @@
 // ClientImpl's scatter-list forms and the paged-KV calls (include/granary/client.h): both gather
 // into, or read into and scatter from, one staging buffer per batch, on the device when the
 // engine's memory is device memory, and hand that buffer to BatchPutFrom / BatchGetInto, whose
-// device paths (client/device_transfers.h) then move it.
+// device paths (client/device_transfers.h) then move it. Paged KV with the checksum
+// (client/paged_kv_trailer.h) adds one checksum launch per batch and one trailer copy each way.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -10,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "client/device_check.h"
+#include "client/paged_kv_trailer.h"
+#include "cuda/checksum.h"
 #include "cuda/device_backend.h"
 #include "cuda/kv_layout.h"
 
@@ -203,24 +206,132 @@ absl::StatusOr<int> CheckPagedKv(const std::vector<std::string>& keys, const Pag
   return *k;
 }
 
-// The keys of a paged-KV batch that passed the checks, each one's place in the batch's staging
-// buffer and its value's size.
+// The staging of a paged-KV batch: the keys that passed the checks, each one's place in the
+// staging buffer and its blocks' size (the payload); `trailer` bytes follow each payload (a
+// checksum trailer, or room for one). After the keys' slices, a trailer area of trailer bytes
+// per key collects the trailers in one place, so that they cross between host and device in
+// one copy.
 struct KvSlices {
-  std::vector<size_t> which, offsets, sizes;
-  size_t total = 0;
+  std::vector<size_t> which, offsets, payloads;
+  size_t trailer = 0;
+  size_t total = 0;  // the keys' slices; the trailer area starts here
+  size_t value(size_t j) const { return payloads[j] + trailer; }
+  size_t staging_bytes() const { return total + which.size() * trailer; }
 };
 KvSlices SliceKv(const cuda::PagedKvLayout& layout,
                  const std::vector<std::vector<int32_t>>& block_ids,
-                 const std::vector<absl::Status>& out) {
+                 const std::vector<absl::Status>& out, size_t trailer) {
   KvSlices k;
+  k.trailer = trailer;
   for (size_t i = 0; i < out.size(); ++i) {
     if (!out[i].ok()) continue;
     k.which.push_back(i);
     k.offsets.push_back(k.total);
-    k.sizes.push_back(layout.GatheredBytes(static_cast<int>(block_ids[i].size())));
-    k.total += k.sizes.back();
+    k.payloads.push_back(layout.GatheredBytes(static_cast<int>(block_ids[i].size())));
+    k.total += k.value(k.payloads.size() - 1);
   }
   return k;
+}
+
+// Runs the regions as one batched-copy launch on `device` (BatchCopyCpu for host memory,
+// device < 0), complete on return.
+absl::Status RunCopyKernel(int device, const std::vector<cuda::CopyRegion>& regions) {
+  if (regions.empty()) return absl::OkStatus();
+  const int n = static_cast<int>(regions.size());
+  return device < 0 ? cuda::BatchCopyCpu(regions.data(), n)
+                    : cuda::ActiveBackend().BatchCopy(device, regions.data(), n, nullptr);
+}
+
+// Gathers (or scatters, `scatter`) the blocks of the keys at positions `slots` of `sl` between
+// the caches and their slices of `staging`: one launch.
+absl::Status MoveKvBlocks(int device, const cuda::PagedKvLayout& layout, const PagedKvCache& cache,
+                          const std::vector<std::vector<int32_t>>& block_ids, const KvSlices& sl,
+                          const std::vector<size_t>& slots, unsigned char* staging, bool scatter) {
+  std::vector<cuda::CopyRegion> regions;
+  for (size_t j : slots) {
+    const auto& ids = block_ids[sl.which[j]];
+    const int n = static_cast<int>(ids.size());
+    unsigned char* slice = staging + sl.offsets[j];
+    absl::Status st = scatter ? cuda::AppendScatterRegions(layout, slice, ids.data(), n,
+                                                           cache.k_cache, cache.v_cache, &regions)
+                              : cuda::AppendGatherRegions(layout, cache.k_cache, cache.v_cache,
+                                                          ids.data(), n, slice, &regions);
+    if (!st.ok()) return st;
+  }
+  absl::Status st = RunCopyKernel(device, regions);
+  if (st.ok()) return st;
+  return absl::Status(
+      st.code(), absl::StrCat(scatter ? "scattering" : "gathering", " the blocks: ", st.message()));
+}
+
+// Moves the trailers of the keys at `slots` between their slices and `host` (kKvTrailerBytes
+// each, in slot order) through the trailer area: to the slices (`to_slices`) one host-to-device
+// copy then one launch, from them one launch then one copy. Memcpy for host staging.
+absl::Status MoveKvTrailers(int device, const KvSlices& sl, const std::vector<size_t>& slots,
+                            unsigned char* staging, unsigned char* host, bool to_slices) {
+  unsigned char* area = staging + sl.total;
+  const std::vector<cuda::CopyRegion> bulk = {
+      to_slices ? cuda::CopyRegion{host, area, slots.size() * kKvTrailerBytes}
+                : cuda::CopyRegion{area, host, slots.size() * kKvTrailerBytes}};
+  std::vector<cuda::CopyRegion> spread;
+  for (size_t q = 0; q < slots.size(); ++q) {
+    unsigned char* slot = staging + sl.offsets[slots[q]] + sl.payloads[slots[q]];
+    unsigned char* parked = area + q * kKvTrailerBytes;
+    spread.push_back(to_slices ? cuda::CopyRegion{parked, slot, kKvTrailerBytes}
+                               : cuda::CopyRegion{slot, parked, kKvTrailerBytes});
+  }
+  absl::Status st = to_slices ? CopyAll(device, bulk) : RunCopyKernel(device, spread);
+  if (st.ok()) st = to_slices ? RunCopyKernel(device, spread) : CopyAll(device, bulk);
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("moving the checksum trailers: ", st.message()));
+}
+
+// The checksums of the payloads of the keys at `slots`: one launch on `device`, the CPU reference
+// for host staging.
+absl::StatusOr<std::vector<uint64_t>> KvChecksums(int device, const KvSlices& sl,
+                                                  const std::vector<size_t>& slots,
+                                                  const unsigned char* staging) {
+  std::vector<cuda::ChecksumRegion> regions;
+  for (size_t j : slots) regions.push_back({staging + sl.offsets[j], sl.payloads[j]});
+  std::vector<uint64_t> sums(regions.size());
+  const int n = static_cast<int>(regions.size());
+  absl::Status st = device < 0 ? cuda::BatchChecksumCpu(regions.data(), n, sums.data())
+                               : cuda::ActiveBackend().BatchChecksum(device, regions.data(), n,
+                                                                     sums.data(), nullptr);
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("checksumming the blocks: ", st.message()));
+  }
+  return sums;
+}
+
+// Whether a value of `got` bytes read for `key` (its `blocks` blocks are `payload` bytes) is the
+// kind the caller asked for (`checksum`): OK when it may be scattered (with checksum on, after
+// its checksum is verified), else the FAILED_PRECONDITION that says why. `trailer` is the decoded
+// last kKvTrailerBytes of a value of payload + kKvTrailerBytes bytes, null for any other size.
+absl::Status ClassifyKvValue(const std::string& key, size_t blocks, size_t payload, size_t got,
+                             const KvTrailer* trailer, bool checksum) {
+  const bool has_trailer = trailer != nullptr && trailer->magic == kKvTrailerMagic;
+  static constexpr char kNothing[] = "; nothing was scattered";
+  if (has_trailer && !checksum) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key '", key, "' holds ", blocks, " blocks and a checksum trailer (stored ",
+                     "with PagedKvOptions::checksum): read it with checksum on", kNothing));
+  }
+  if (got == payload && checksum) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key '", key, "' holds ", blocks, " blocks without a checksum trailer ",
+                     "(stored with checksum off): read it with checksum off", kNothing));
+  }
+  if (has_trailer && trailer->algorithm != kKvChecksumAlgorithm) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key '", key, "': checksum algorithm ", trailer->algorithm,
+                     " is not known (this client has ", kKvChecksumAlgorithm, ")", kNothing));
+  }
+  if (got == payload || has_trailer) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "key '", key, "' holds ", got, " bytes but ", blocks, " blocks of this layout are ", payload,
+      checksum ? absl::StrCat(" (", payload + kKvTrailerBytes, " with a checksum trailer)") : "",
+      " (stored with another layout?)", kNothing));
 }
 
 }  // namespace
@@ -341,9 +452,10 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
   return out;
 }
 
-std::vector<absl::Status> ClientImpl::PutPagedKv(
-    const std::vector<std::string>& keys, const PagedKvCache& cache,
-    const std::vector<std::vector<int32_t>>& block_ids) {
+std::vector<absl::Status> ClientImpl::PutPagedKv(const std::vector<std::string>& keys,
+                                                 const PagedKvCache& cache,
+                                                 const std::vector<std::vector<int32_t>>& block_ids,
+                                                 const PagedKvOptions& options) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   absl::StatusOr<int> device = CheckPagedKv(keys, cache, block_ids, false, &out);
@@ -352,41 +464,46 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(
     return out;
   }
   const cuda::PagedKvLayout layout = LayoutOf(cache);
-  // One gather for the batch: the keys' lists back to back give each key a contiguous value.
-  const KvSlices sl = SliceKv(layout, block_ids, out);
-  const auto& [which, offsets, sizes, total] = sl;
-  std::vector<int32_t> ids;
-  for (size_t i : which) ids.insert(ids.end(), block_ids[i].begin(), block_ids[i].end());
-  if (which.empty()) return out;
+  // One gather for the batch, each key's blocks into its slice (then its trailer).
+  const KvSlices sl = SliceKv(layout, block_ids, out, options.checksum ? kKvTrailerBytes : 0);
+  if (sl.which.empty()) return out;
+  std::vector<size_t> all(sl.which.size());
+  for (size_t j = 0; j < all.size(); ++j) all[j] = j;
   Scratch scratch;
-  absl::Status st = scratch.Allocate(*device, total);
-  if (st.ok()) {
-    st = *device < 0 ? cuda::GatherBlocksCpu(layout, cache.k_cache, cache.v_cache, ids.data(),
-                                             static_cast<int>(ids.size()), scratch.data())
-                     : cuda::ActiveBackend().GatherBlocks(
-                           *device, layout, cache.k_cache, cache.v_cache, ids.data(),
-                           static_cast<int>(ids.size()), scratch.data(), nullptr);
-    if (!st.ok())
-      st = absl::Status(st.code(), absl::StrCat("gathering the blocks: ", st.message()));
+  absl::Status st = scratch.Allocate(*device, sl.staging_bytes());
+  if (st.ok()) st = MoveKvBlocks(*device, layout, cache, block_ids, sl, all, scratch.data(), false);
+  if (st.ok() && options.checksum) {
+    absl::StatusOr<std::vector<uint64_t>> sums = KvChecksums(*device, sl, all, scratch.data());
+    std::vector<unsigned char> trailers(all.size() * kKvTrailerBytes);
+    for (size_t j = 0; sums.ok() && j < all.size(); ++j) {
+      EncodeKvTrailer((*sums)[j], trailers.data() + j * kKvTrailerBytes);
+    }
+    st = sums.ok() ? MoveKvTrailers(*device, sl, all, scratch.data(), trailers.data(), true)
+                   : sums.status();
   }
   if (!st.ok()) {
-    for (size_t i : which) out[i] = st;
+    for (size_t i : sl.which) out[i] = st;
     return out;
   }
   std::vector<std::string> k;
   std::vector<const void*> ptrs;
-  for (size_t j = 0; j < which.size(); ++j) {
-    k.push_back(keys[which[j]]);
-    ptrs.push_back(scratch.data() + offsets[j]);
+  std::vector<size_t> sizes;
+  for (size_t j = 0; j < sl.which.size(); ++j) {
+    k.push_back(keys[sl.which[j]]);
+    ptrs.push_back(scratch.data() + sl.offsets[j]);
+    sizes.push_back(sl.value(j));
   }
   std::vector<absl::Status> res = BatchPutFrom(k, ptrs, sizes);
-  for (size_t j = 0; j < which.size() && j < res.size(); ++j) out[which[j]] = std::move(res[j]);
+  for (size_t j = 0; j < sl.which.size() && j < res.size(); ++j) {
+    out[sl.which[j]] = std::move(res[j]);
+  }
   return out;
 }
 
-std::vector<absl::Status> ClientImpl::GetPagedKv(
-    const std::vector<std::string>& keys, const PagedKvCache& cache,
-    const std::vector<std::vector<int32_t>>& block_ids) {
+std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>& keys,
+                                                 const PagedKvCache& cache,
+                                                 const std::vector<std::vector<int32_t>>& block_ids,
+                                                 const PagedKvOptions& options) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   absl::StatusOr<int> device = CheckPagedKv(keys, cache, block_ids, true, &out);
@@ -395,61 +512,82 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(
     return out;
   }
   const cuda::PagedKvLayout layout = LayoutOf(cache);
-  const KvSlices sl = SliceKv(layout, block_ids, out);
-  const auto& [which, offsets, sizes, total] = sl;
+  // Room for a trailer either way, so that a value of the other kind is recognised, not cut.
+  const KvSlices sl = SliceKv(layout, block_ids, out, kKvTrailerBytes);
+  const std::vector<size_t>& which = sl.which;
   if (which.empty()) return out;
   Scratch scratch;
-  if (absl::Status st = scratch.Allocate(*device, total); !st.ok()) {
+  if (absl::Status st = scratch.Allocate(*device, sl.staging_bytes()); !st.ok()) {
     for (size_t i : which) out[i] = st;
     return out;
   }
   std::vector<std::string> k;
   std::vector<void*> ptrs;
+  std::vector<size_t> caps;
   for (size_t j = 0; j < which.size(); ++j) {
     k.push_back(keys[which[j]]);
-    ptrs.push_back(scratch.data() + offsets[j]);
+    ptrs.push_back(scratch.data() + sl.offsets[j]);
+    caps.push_back(sl.value(j));
   }
-  std::vector<absl::StatusOr<size_t>> res = BatchGetInto(k, ptrs, sizes);
-  std::vector<bool> good(which.size(), false);
-  for (size_t j = 0; j < which.size() && j < res.size(); ++j) {
-    const size_t i = which[j];
-    if (!res[j].ok()) {
-      out[i] = res[j].status();
-    } else if (*res[j] != sizes[j]) {
-      out[i] = absl::FailedPreconditionError(absl::StrCat("key '", keys[i], "' holds ", *res[j],
-                                                          " bytes but ", block_ids[i].size(),
-                                                          " blocks of this layout are ", sizes[j],
-                                                          " (stored with another layout?); nothing "
-                                                          "was scattered"));
-    } else {
-      good[j] = true;
-    }
-  }
-  // One scatter per run of consecutive keys read (one for the whole batch when all were).
-  for (size_t j = 0; j < which.size();) {
-    if (!good[j]) {
-      ++j;
+  std::vector<absl::StatusOr<size_t>> res = BatchGetInto(k, ptrs, caps);
+  std::vector<size_t> read, trailed;  // slots read; those as long as blocks + a trailer
+  for (size_t j = 0; j < which.size(); ++j) {
+    if (j >= res.size() || !res[j].ok()) {
+      out[which[j]] = j < res.size() ? res[j].status() : absl::InternalError("no result");
       continue;
     }
-    size_t end = j;
-    std::vector<int32_t> ids;
-    while (end < which.size() && good[end]) {
-      const auto& b = block_ids[which[end]];
-      ids.insert(ids.end(), b.begin(), b.end());
-      ++end;
+    read.push_back(j);
+    if (*res[j] == sl.value(j)) trailed.push_back(j);
+  }
+  // The trailers, in one launch and one copy.
+  std::vector<unsigned char> trailers(trailed.size() * kKvTrailerBytes);
+  absl::Status st = trailed.empty() ? absl::OkStatus()
+                                    : MoveKvTrailers(*device, sl, trailed, scratch.data(),
+                                                     trailers.data(), false);
+  std::vector<size_t> good, verify;
+  for (size_t j : read) {
+    const size_t i = which[j];
+    const auto at = std::lower_bound(trailed.begin(), trailed.end(), j);
+    const bool long_value = at != trailed.end() && *at == j;
+    if (long_value && !st.ok()) {
+      out[i] = st;
+      continue;
     }
-    const void* in = scratch.data() + offsets[j];
-    absl::Status st =
-        *device < 0 ? cuda::ScatterBlocksCpu(layout, in, ids.data(), static_cast<int>(ids.size()),
-                                             cache.k_cache, cache.v_cache)
-                    : cuda::ActiveBackend().ScatterBlocks(*device, layout, in, ids.data(),
-                                                          static_cast<int>(ids.size()),
-                                                          cache.k_cache, cache.v_cache, nullptr);
-    if (!st.ok()) {
-      st = absl::Status(st.code(), absl::StrCat("scattering the blocks: ", st.message()));
-      for (size_t q = j; q < end; ++q) out[which[q]] = st;
+    const KvTrailer trailer =
+        long_value ? DecodeKvTrailer(trailers.data() + (at - trailed.begin()) * kKvTrailerBytes)
+                   : KvTrailer{};
+    out[i] = ClassifyKvValue(keys[i], block_ids[i].size(), sl.payloads[j], *res[j],
+                             long_value ? &trailer : nullptr, options.checksum);
+    if (!out[i].ok()) continue;
+    (options.checksum ? verify : good).push_back(j);
+  }
+  // One checksum launch for the values with a trailer; a mismatch scatters nothing of that key.
+  if (!verify.empty()) {
+    absl::StatusOr<std::vector<uint64_t>> sums = KvChecksums(*device, sl, verify, scratch.data());
+    for (size_t q = 0; q < verify.size(); ++q) {
+      const size_t j = verify[q];
+      const size_t i = which[j];
+      if (!sums.ok()) {
+        out[i] = sums.status();
+        continue;
+      }
+      const size_t t = std::lower_bound(trailed.begin(), trailed.end(), j) - trailed.begin();
+      const uint64_t stored = DecodeKvTrailer(trailers.data() + t * kKvTrailerBytes).checksum;
+      if (stored == (*sums)[q]) {
+        good.push_back(j);
+        continue;
+      }
+      out[i] = absl::DataLossError(absl::StrCat(
+          "key '", keys[i], "': checksum mismatch: its trailer says 0x", absl::Hex(stored),
+          " but its ", sl.payloads[j], " bytes of blocks hash to 0x", absl::Hex((*sums)[q]),
+          " (the value is corrupt); nothing was scattered"));
     }
-    j = end;
+  }
+  // One scatter for every key that passed (CheckPagedKv rejected blocks shared between keys).
+  std::sort(good.begin(), good.end());
+  st = MoveKvBlocks(*device, layout, cache, block_ids, sl, good, scratch.data(), true);
+  if (!st.ok()) {
+    for (size_t j : good) out[which[j]] = st;
   }
   return out;
 }

@@ -5,6 +5,7 @@
 // /proc/<pid>/fd. Runs on machines without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -15,11 +16,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/client_impl.h"
+#include "client/paged_kv_trailer.h"
+#include "cuda/checksum.h"
 #include "cuda/device_backend.h"
 #include "cuda/fake_backend.h"
 #include "granary/device_pointer.h"
@@ -509,27 +513,42 @@ TEST_F(GpuTierTest, ScatterListsOfDeviceAndHostRegionsRoundTripByteExact) {
   EXPECT_EQ(small[1].status().code(), absl::StatusCode::kInvalidArgument) << small[1].status();
 }
 
+// A paged cache of 32 blocks (its layout, caches unset) and contents for its K and V caches.
+struct KvContents {
+  KvContents(int64_t block_size, int64_t num_heads, int64_t head_dim, int64_t elem_bytes,
+             uint64_t seed) {
+    layout.num_blocks = 32;
+    layout.block_size = block_size;
+    layout.num_heads = num_heads;
+    layout.head_dim = head_dim;
+    layout.elem_bytes = elem_bytes;
+    block = static_cast<size_t>(block_size * num_heads * head_dim * elem_bytes);
+    cache_bytes = 32 * block;
+    k = MakeValue("K", seed, cache_bytes);
+    v = MakeValue("V", seed, cache_bytes);
+  }
+  // The value stored for a block list: [K(b0) | V(b0) | K(b1) | ...].
+  std::string Value(const std::vector<int32_t>& ids) const {
+    std::string r;
+    for (int32_t x : ids) r += k.substr(x * block, block) + v.substr(x * block, block);
+    return r;
+  }
+  PagedKvCache layout;
+  size_t block = 0, cache_bytes = 0;
+  std::string k, v;
+};
+
 // Point 5: PutPagedKv gathers an engine's paged blocks (device caches here, host caches too)
 // into one value per key, GetPagedKv scatters them back; both against the CPU reference, with
 // the refusals named.
 TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
   ASSERT_NO_FATAL_FAILURE(Start());
-  PagedKvCache c;
-  c.num_blocks = 32;
-  c.block_size = 4;
-  c.num_heads = 2;
-  c.head_dim = 8;
-  c.elem_bytes = 2;
-  const size_t block = 4 * 2 * 8 * 2;
-  const size_t cache_bytes = 32 * block;
-  const std::string k_host = MakeValue("K", 1, cache_bytes),
-                    v_host = MakeValue("V", 1, cache_bytes);
+  const KvContents kv(4, 2, 8, 2, 1);
+  PagedKvCache c = kv.layout;
+  const size_t block = kv.block, cache_bytes = kv.cache_bytes;
+  const std::string &k_host = kv.k, &v_host = kv.v;
   const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}};
-  auto reference = [&](const std::vector<int32_t>& b) {
-    std::string r;
-    for (int32_t x : b) r += k_host.substr(x * block, block) + v_host.substr(x * block, block);
-    return r;
-  };
+  auto reference = [&](const std::vector<int32_t>& b) { return kv.Value(b); };
   for (const bool device : {true, false}) {
     SCOPED_TRACE(device ? "device caches" : "host caches");
     std::string kh = k_host, vh = v_host;
@@ -589,6 +608,123 @@ TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
     auto layout = client_->PutPagedKv({"odd"}, odd, {{1}});
     EXPECT_EQ(layout[0].code(), absl::StatusCode::kInvalidArgument) << layout[0];
     EXPECT_TRUE(absl::StrContains(layout[0].message(), "elem_bytes")) << layout[0];
+  }
+}
+
+// Point 5, the checksum: each value carries a 16-byte trailer with the CPU reference's checksum
+// of its blocks, and round trips byte-exact for device and host caches; a value corrupted in
+// place is DATA_LOSS naming the key and both checksums and scatters nothing of itself while the
+// other keys of the batch scatter; checksum on and off do not mix. Blocks of 15 bytes, so that
+// values and their trailers sit at odd offsets of the staging buffer.
+TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const KvContents kv(3, 1, 5, 1, 2);
+  PagedKvCache c = kv.layout;
+  const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}, {12}};
+  auto hex = [](uint64_t v) { return absl::StrCat("0x", absl::Hex(v)); };
+  PagedKvOptions on;
+  on.checksum = true;
+  for (const bool device : {true, false}) {
+    SCOPED_TRACE(device ? "device caches" : "host caches");
+    std::string kh = kv.k, vh = kv.v;
+    c.k_cache = device ? static_cast<void*>(DeviceAlloc(kv.cache_bytes)) : kh.data();
+    c.v_cache = device ? static_cast<void*>(DeviceAlloc(kv.cache_bytes)) : vh.data();
+    // Sets both caches to `k` and `v`, or reads them back.
+    auto set = [&](const std::string& k, const std::string& v) {
+      if (!device) {
+        kh = k;
+        vh = v;
+        c.k_cache = kh.data();
+        c.v_cache = vh.data();
+        return;
+      }
+      ToDevice(static_cast<char*>(c.k_cache), k);
+      ToDevice(static_cast<char*>(c.v_cache), v);
+    };
+    auto get = [&](bool v) {
+      if (!device) return v ? vh : kh;
+      return FromDevice(static_cast<char*>(v ? c.v_cache : c.k_cache), kv.cache_bytes);
+    };
+    // The blocks of `listed` hold the original bytes, all others `fill`.
+    auto expect_blocks = [&](const std::vector<int32_t>& listed, char fill) {
+      const std::string kb = get(false), vb = get(true);
+      for (int32_t b = 0; b < 32; ++b) {
+        const bool in = std::find(listed.begin(), listed.end(), b) != listed.end();
+        EXPECT_EQ(kb.substr(b * kv.block, kv.block),
+                  in ? kv.k.substr(b * kv.block, kv.block) : std::string(kv.block, fill))
+            << "K block " << b;
+        EXPECT_EQ(vb.substr(b * kv.block, kv.block),
+                  in ? kv.v.substr(b * kv.block, kv.block) : std::string(kv.block, fill))
+            << "V block " << b;
+      }
+    };
+    ASSERT_NO_FATAL_FAILURE(set(kv.k, kv.v));
+    const std::string p = device ? "sumd" : "sumh";
+    const std::vector<std::string> keys = {p + "0", p + "1", p + "2"};
+    for (const absl::Status& st : client_->PutPagedKv(keys, c, ids, on)) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    // Stored: the blocks, then "GKVC", algorithm 1 and the CPU reference's checksum.
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto got = client_->Get(keys[i]);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const std::string blocks = kv.Value(ids[i]);
+      ASSERT_EQ(got->size(), blocks.size() + client::kKvTrailerBytes) << keys[i];
+      EXPECT_TRUE(got->substr(0, blocks.size()) == blocks) << keys[i];
+      const uint64_t sum = cuda::ChecksumCpu(blocks.data(), blocks.size());
+      std::string trailer = "GKVC" + std::string("\x01\0\0\0", 4);
+      for (int b = 0; b < 8; ++b) trailer += static_cast<char>(sum >> (8 * b));
+      EXPECT_EQ(absl::BytesToHexString(got->substr(blocks.size())), absl::BytesToHexString(trailer))
+          << keys[i];
+    }
+    // Read back into cleared caches: the listed blocks return, the others stay cleared.
+    ASSERT_NO_FATAL_FAILURE(
+        set(std::string(kv.cache_bytes, '\0'), std::string(kv.cache_bytes, '\0')));
+    for (const absl::Status& st : client_->GetPagedKv(keys, c, ids, on)) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    expect_blocks({3, 7, 1, 30, 0, 12}, '\0');
+
+    // Corrupt key 1 in place: one byte of its blocks flipped, same size, same trailer.
+    auto raw = client_->Get(keys[1]);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    std::string corrupt = *raw;
+    corrupt[20] ^= 0x40;
+    ASSERT_TRUE(client_->Remove(keys[1]).ok());
+    ASSERT_TRUE(client_->Put(keys[1], corrupt).ok());
+    const size_t payload = corrupt.size() - client::kKvTrailerBytes;
+    const uint64_t stored = cuda::ChecksumCpu(raw->data(), payload);
+    const uint64_t computed = cuda::ChecksumCpu(corrupt.data(), payload);
+    ASSERT_NE(stored, computed);
+    ASSERT_NO_FATAL_FAILURE(
+        set(std::string(kv.cache_bytes, 'z'), std::string(kv.cache_bytes, 'z')));
+    auto res = client_->GetPagedKv(keys, c, ids, on);
+    EXPECT_TRUE(res[0].ok()) << res[0];
+    EXPECT_TRUE(res[2].ok()) << res[2];
+    EXPECT_EQ(res[1].code(), absl::StatusCode::kDataLoss) << res[1];
+    for (const std::string& want : {keys[1], hex(stored), hex(computed)}) {
+      EXPECT_TRUE(absl::StrContains(res[1].message(), want)) << want << " not in " << res[1];
+    }
+    expect_blocks({3, 7, 1, 12}, 'z');  // key 1's blocks 30 and 0 untouched
+
+    // Checksum on and off do not mix, and nothing is scattered.
+    ASSERT_NO_FATAL_FAILURE(
+        set(std::string(kv.cache_bytes, 'q'), std::string(kv.cache_bytes, 'q')));
+    auto off = client_->GetPagedKv({keys[0]}, c, {ids[0]});
+    EXPECT_EQ(off[0].code(), absl::StatusCode::kFailedPrecondition) << off[0];
+    EXPECT_TRUE(absl::StrContains(off[0].message(), "checksum trailer")) << off[0];
+    EXPECT_TRUE(absl::StrContains(off[0].message(), "checksum on")) << off[0];
+    const std::string plain = p + "plain";
+    for (const absl::Status& st : client_->PutPagedKv({plain}, c, {{5, 6}})) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    auto plain_on = client_->GetPagedKv({plain}, c, {{5, 6}}, on);
+    EXPECT_EQ(plain_on[0].code(), absl::StatusCode::kFailedPrecondition) << plain_on[0];
+    EXPECT_TRUE(absl::StrContains(plain_on[0].message(), "without a checksum trailer"))
+        << plain_on[0];
+    auto other = client_->GetPagedKv({keys[0]}, c, {{3, 7}}, on);  // stored with 3 blocks
+    EXPECT_EQ(other[0].code(), absl::StatusCode::kFailedPrecondition) << other[0];
+    expect_blocks({}, 'q');
   }
 }
 

@@ -17,12 +17,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
+#include "cuda/checksum.h"
 #include "cuda/device_backend.h"
 #include "cuda/kv_layout.h"
 #include "tests/unit/cuda/backend_pattern.h"
@@ -355,6 +357,75 @@ TYPED_TEST_P(BackendTest, GatherAndScatterMatchTheCpuReference) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TYPED_TEST_P(BackendTest, BatchChecksumMatchesTheCpuReference) {
+  DeviceBackend& b = this->b();
+  std::mt19937_64 rng(13);
+  constexpr size_t kN = (1 << 20) + 64;
+  Bytes host(kN);
+  for (auto& c : host) c = static_cast<unsigned char>(rng());
+  auto* dev = static_cast<unsigned char*>(this->Upload(host));
+  ASSERT_NE(dev, nullptr);
+  // Sizes around the word and the per-block piece (64 KiB), at aligned and odd starts.
+  const std::vector<std::pair<size_t, size_t>> spans = {
+      {0, 0},     {0, 1},     {3, 7},          {8, 8},      {1, 9},       {16, 4095},
+      {0, 65536}, {5, 65537}, {64, 3 * 65536}, {7, 200003}, {0, 1 << 20}, {33, 1 << 19}};
+  std::vector<ChecksumRegion> regions, cpu;
+  for (const auto& [start, bytes] : spans) {
+    regions.push_back({dev + start, bytes});
+    cpu.push_back({host.data() + start, bytes});
+  }
+  const int n = static_cast<int>(regions.size());
+  std::vector<uint64_t> expected(regions.size());
+  ASSERT_TRUE(BatchChecksumCpu(cpu.data(), n, expected.data()).ok());
+  std::vector<uint64_t> got(regions.size(), 0);
+  absl::Status s = b.BatchChecksum(0, regions.data(), n, got.data(), nullptr);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(got, expected);
+
+  // On a stream: `out` is written when the stream gets there, not before (pinned, so that the
+  // device-to-host copy behind the gate is asynchronous on CUDA too).
+  void* stream = this->NewStream();
+  auto* out = reinterpret_cast<uint64_t*>(this->Pinned(regions.size() * sizeof(uint64_t), 0xEE));
+  ASSERT_NE(out, nullptr);
+  Gate gate;
+  ASSERT_TRUE(b.LaunchHostFunc(stream, gate.Wait()).ok());
+  s = b.BatchChecksum(0, regions.data(), n, out, stream);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(out[0], 0xEEEEEEEEEEEEEEEEull) << "the checksum ran before the work ahead of it";
+  gate.Open();
+  ASSERT_TRUE(b.SynchronizeStream(stream).ok());
+  EXPECT_EQ(std::vector<uint64_t>(out, out + regions.size()), expected);
+
+  // One changed byte in device memory changes that region's checksum only.
+  const unsigned char flipped = host[5 + 1000] ^ 0x01;
+  ASSERT_TRUE(b.Copy(0, dev + 5 + 1000, &flipped, 1, CopyKind::kHostToDevice).ok());
+  ASSERT_TRUE(b.BatchChecksum(0, regions.data(), n, got.data(), nullptr).ok());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const bool covers = spans[i].first <= 1005 && 1005 < spans[i].first + spans[i].second;
+    EXPECT_EQ(got[i] != expected[i], covers) << "region " << i;
+  }
+
+  // Bad arguments, named; n == 0 is a no-op.
+  EXPECT_TRUE(b.BatchChecksum(0, nullptr, 0, nullptr, nullptr).ok());
+  absl::Status negative = b.BatchChecksum(0, regions.data(), -1, got.data(), nullptr);
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_TRUE(absl::StrContains(negative.message(), "-1")) << negative;
+  const ChecksumRegion null_data[] = {{dev, 8}, {nullptr, 8}};
+  absl::Status bad = b.BatchChecksum(0, null_data, 2, got.data(), nullptr);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_TRUE(absl::StrContains(bad.message(), "regions[1]")) << bad;
+  absl::Status no_out = b.BatchChecksum(0, regions.data(), 1, nullptr, nullptr);
+  EXPECT_EQ(no_out.code(), absl::StatusCode::kInvalidArgument) << no_out;
+  absl::Status device_out =
+      b.BatchChecksum(0, regions.data(), 1, reinterpret_cast<uint64_t*>(dev), nullptr);
+  EXPECT_EQ(device_out.code(), absl::StatusCode::kInvalidArgument) << device_out;
+  EXPECT_TRUE(absl::StrContains(device_out.message(), "device memory")) << device_out;
+  const int count = b.DeviceCount();
+  absl::Status bad_device = b.BatchChecksum(count, regions.data(), 1, got.data(), nullptr);
+  EXPECT_EQ(bad_device.code(), absl::StatusCode::kInvalidArgument) << bad_device;
+  EXPECT_TRUE(absl::StrContains(bad_device.message(), std::to_string(count))) << bad_device;
+}
+
 TYPED_TEST_P(BackendTest, IpcMapsTheSameBytesInAnotherProcess) {
   DeviceBackend& b = this->b();
   constexpr size_t kN = 3 * 4096 + 5;
@@ -441,6 +512,7 @@ REGISTER_TYPED_TEST_SUITE_P(BackendTest, ClassifiesEveryKindOfMemory,
                             ReadingBeforeTheEventSeesTheOldBytes, AnotherStreamWaitsForTheEvent,
                             HostFunctionsRunInStreamOrder, BatchCopyAsyncMatchesTheCpuReference,
                             GatherAndScatterMatchTheCpuReference,
+                            BatchChecksumMatchesTheCpuReference,
                             IpcMapsTheSameBytesInAnotherProcess, RejectsBadArgumentsNamingThem,
                             DeviceUuidIsStableAndNotZero, CompareExchange64SwapsOnlyMatchingWords);
 

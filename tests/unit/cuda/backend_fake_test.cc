@@ -13,6 +13,7 @@
 #include "absl/base/config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cuda/checksum.h"
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
 #include "cuda/fake_backend.h"
@@ -68,12 +69,23 @@ TEST(FakeBackendDeathTest, ACpuTouchOfDeviceMemoryCrashes) {
   // The backend itself reads it fine through its alias...
   std::vector<unsigned char> out(64);
   ASSERT_TRUE(fake->Copy(0, out.data(), *dev, 64, CopyKind::kDeviceToHost).ok());
-  // ...and the CPU faults on the device pointer.
+  // ...and so does its checksum...
+  uint64_t sum = 0;
+  const ChecksumRegion region{*dev, 64};
+  ASSERT_TRUE(fake->BatchChecksum(0, &region, 1, &sum, nullptr).ok());
+  EXPECT_EQ(sum, ChecksumCpu(out.data(), 64));
+  // ...and the CPU faults on the device pointer, a memcpy or the CPU checksum alike.
+  const auto cpu_checksum = [p = *dev] {
+    volatile uint64_t v = ChecksumCpu(p, 64);
+    (void)v;
+  };
 #if defined(ABSL_HAVE_THREAD_SANITIZER) || defined(ABSL_HAVE_ADDRESS_SANITIZER)
   // The sanitizer catches the signal, reports it and exits.
   EXPECT_DEATH(CpuCopyFromDevicePointer(*dev), "SEGV");
+  EXPECT_DEATH(cpu_checksum(), "SEGV");
 #else
   EXPECT_EXIT(CpuCopyFromDevicePointer(*dev), ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(cpu_checksum(), ::testing::KilledBySignal(SIGSEGV), "");
 #endif
   fake->Free(0, *dev);
 }

@@ -1,3 +1,5 @@
+granary_test(NAME cuda_checksum_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/checksum_test.cc LIBS granary::cuda)
 granary_test(NAME cuda_kv_layout_test LABELS unit gpu
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_layout_test.cc LIBS granary::cuda)
 # The same binary with the facade on the fake backend: the GPU half runs on CPU-only machines.
