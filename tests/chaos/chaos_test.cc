@@ -12,7 +12,11 @@
 // start-up and the checks at the end). GRANARY_CHAOS_NETNS=1 runs master, nodes and clients as
 // separate hosts (network namespaces, tests/integration/netns.h; root), where half the node
 // kills become node link cuts; GRANARY_CHAOS_KILLS=0 replaces every kill of master or node with
-// a link cut (separate hosts) or a writer kill (one host). GRANARY_CHAOS_REPORT=F
+// a link cut (separate hosts) or a writer kill (one host). GRANARY_CHAOS_HA=1 runs two masters
+// with --enable_ha on an etcd of the test's own (a 2 s lease): the master fault is then a
+// kill -9 of the leader, the standby takes over (rebuilding from the nodes' inventories; nodes
+// and clients follow it through etcd://) and the killed one comes back as the next standby.
+// GRANARY_CHAOS_REPORT=F
 // writes the figures as JSON to F, with the RSS of master and nodes once the run has warmed up
 // and at its end (bench/soak.sh runs it that way).
 #include <gtest/gtest.h>
@@ -189,8 +193,15 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   // (the soak's RSS figures then describe one process each).
   const bool kills = std::getenv("GRANARY_CHAOS_KILLS") == nullptr ||
                      std::string(std::getenv("GRANARY_CHAOS_KILLS")) != "0";
+  const bool ha = std::getenv("GRANARY_CHAOS_HA") != nullptr &&
+                  std::string(std::getenv("GRANARY_CHAOS_HA")) == "1";
+  if (ha && netns) GTEST_SKIP() << "GRANARY_CHAOS_HA=1 runs on loopback only";
+  if (ha && !EtcdServer::Available()) {
+    GTEST_SKIP() << "GRANARY_CHAOS_HA=1 needs " << EtcdServer::kBinary;
+  }
   Cluster::Options o;
   o.netns = netns;
+  o.ha = ha;
   o.nodes = 3;
   o.node_segment_size = "64MB";
   o.client_ttl_sec = 1;
@@ -303,6 +314,12 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
       std::cerr << "[ chaos ] CRASH " << crashes.back() << "\n";
       GRANARY_RETURN_IF_ERROR(cluster_->RestartMaster());
     }
+    if (cluster_->standby() != nullptr && !cluster_->standby()->Running()) {
+      crashes.push_back(absl::StrCat("standby master at ", static_cast<int>(at),
+                                     " s: ", WhyItDied(cluster_->standby())));
+      std::cerr << "[ chaos ] CRASH " << crashes.back() << "\n";
+      GRANARY_RETURN_IF_ERROR(cluster_->RestartStandby());
+    }
     for (int i = 0; i < cluster_->node_count(); ++i) {
       if (cluster_->node(i)->Running()) continue;
       crashes.push_back(absl::StrCat("node", i, " at ", static_cast<int>(at),
@@ -328,10 +345,12 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
     if (fault == 4) {  // kill -9 the master, restart it at the same address (no HA)
       // It rebuilds objects, allocators and charges from the nodes' inventories; puts in
       // flight fail, and objects committed in the last instant (their records not at a node
-      // yet) may be gone: a read of those is NOT_FOUND, never wrong bytes.
-      ASSERT_TRUE(cluster_->RestartMaster().ok());
+      // yet) may be gone: a read of those is NOT_FOUND, never wrong bytes. With HA the standby
+      // takes over and rebuilds the same way.
+      absl::Status restarted = cluster_->RestartMaster();
+      ASSERT_TRUE(restarted.ok()) << restarted;
       ASSERT_TRUE(cluster_->WaitForSegments(3, 30).ok()) << "nodes did not re-mount";
-      ++faults["master kill -9 + restart"];
+      ++faults[ha ? "leader kill -9 + failover" : "master kill -9 + restart"];
       continue;
     }
     if (fault == 5) {  // a node's link cut for 0.3-2.5 s (past client_ttl: the master drops it)
@@ -441,12 +460,14 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   }
   std::cerr << "[ chaos ] " << seconds << " s, " << ops.load() << " operations, " << total_faults
             << " faults (" << fault_text << " ), " << violations << " violations"
-            << (netns ? " (separate hosts)" : "") << ", " << crashes.size() << " crashes\n";
+            << (netns ? " (separate hosts)" : "") << (ha ? " (HA)" : "") << ", " << crashes.size()
+            << " crashes\n";
   if (report_path != nullptr) {
     json r;
     r["seconds"] = seconds;
     r["netns"] = netns;
     r["kills"] = kills;
+    r["ha"] = ha;
     r["operations"] = ops.load();
     r["client_errors"] = errors.load();
     r["faults"] = faults;

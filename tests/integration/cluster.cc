@@ -157,6 +157,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   char tmpl[] = "/tmp/granary_it_XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp failed");
   c->dir_ = tmpl;
+  if (o.ha) {
+    if (o.netns) return absl::InvalidArgumentError("Cluster: ha with netns is not built");
+    if (!EtcdServer::Available()) {
+      return absl::FailedPreconditionError(absl::StrCat(EtcdServer::kBinary, " is not installed"));
+    }
+    c->etcd_ = std::make_unique<EtcdServer>(c->dir_);
+    if (absl::Status st = c->etcd_->Start(); !st.ok()) return st;
+  }
   if (o.netns) {
     auto f = NetnsFabric::Create(o.nodes, o.netns_clients);
     if (!f.ok()) return f.status();
@@ -183,6 +191,19 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
     }
   }
   if (!st.ok()) return st;
+  if (o.ha) {
+    // The first master is elected before the standby starts, so that master() is the leader.
+    for (int i = 0; i < 200 && c->RoleAt(c->http_port_) != "active"; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (c->RoleAt(c->http_port_) != "active") {
+      c->DumpLogs();
+      return absl::UnavailableError("the first HA master was not elected");
+    }
+    c->standby_rpc_port_ = FreePort();
+    c->standby_http_port_ = FreePort();
+    if (absl::Status s = c->RestartStandby(); !s.ok()) return s;
+  }
   for (int i = 0; i < o.nodes && st.ok(); ++i) st = c->StartNode();
   if (!st.ok()) return st;
   st = c->WaitForSegments(o.nodes * o.segments_per_node);
@@ -193,39 +214,81 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   return c;
 }
 
-absl::Status Cluster::StartMaster() {
+absl::Status Cluster::StartMaster() { return StartMasterOn(rpc_port_, http_port_, &master_); }
+
+absl::Status Cluster::StartMasterOn(uint16_t rpc_port, uint16_t http_port,
+                                    std::unique_ptr<Process>* slot) {
   const Options& o = options_;
   std::vector<std::string> argv = {
       BinDir() + "/granary_master",
-      absl::StrCat("--rpc_port=", rpc_port_),
-      absl::StrCat("--metrics_port=", http_port_),
+      absl::StrCat("--rpc_port=", rpc_port),
+      absl::StrCat("--metrics_port=", http_port),
       "--metrics_host=" + (fabric_ ? fabric_->Address("master") : "127.0.0.1"),
       absl::StrCat("--client_ttl=", o.client_ttl_sec),
       absl::StrCat("--put_start_timeout_sec=", o.put_start_timeout_sec),
       absl::StrCat("--default_kv_lease_ttl=", o.lease_ttl_ms)};
+  if (o.ha) {
+    argv.push_back("--enable_ha");
+    argv.push_back("--etcd_endpoints=" + etcd_->Endpoint());
+    argv.push_back(absl::StrCat("--ha_lease_ttl_sec=", o.ha_lease_ttl_sec));
+  }
   for (const auto& f : o.master_flags) argv.push_back(f);
   auto m = Process::Start(OnHost("master", argv), HostEnv("master"),
                           absl::StrCat(dir_, "/master", master_seq_++, ".log"));
   if (!m.ok()) return m.status();
-  master_ = std::move(*m);
+  *slot = std::move(*m);
   for (int i = 0; i < 200; ++i) {
-    if (MasterHttpGet("/health").ok()) return absl::OkStatus();
-    if (!master_->Running()) break;
+    const bool up = fabric_ ? MasterHttpGet("/health").ok() : HttpGet(http_port, "/health").ok();
+    if (up) return absl::OkStatus();
+    if (!(*slot)->Running()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   DumpLogs();
   return absl::UnavailableError("master did not come up");
 }
 
+std::string Cluster::RoleAt(uint16_t http_port) {
+  absl::StatusOr<std::string> body = HttpGet(http_port, "/role");
+  if (!body.ok()) return "";
+  const size_t at = body->find("\"role\":\"");
+  if (at == std::string::npos) return "";
+  const size_t from = at + 8;
+  return body->substr(from, body->find('"', from) - from);
+}
+
 absl::Status Cluster::RestartMaster() {
   master_->Kill(SIGKILL);
   master_->Wait();
-  return StartMaster();
+  if (!options_.ha) return StartMaster();
+  // The standby takes over once the leader's lease runs out (TTL after its last keepalive).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(options_.ha_lease_ttl_sec + 15);
+  while (RoleAt(standby_http_port_) != "active") {
+    if (std::chrono::steady_clock::now() > deadline) {
+      DumpLogs();
+      return absl::DeadlineExceededError("the standby did not take over from the killed leader");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::swap(master_, standby_);
+  std::swap(rpc_port_, standby_rpc_port_);
+  std::swap(http_port_, standby_http_port_);
+  return RestartStandby();
+}
+
+absl::Status Cluster::RestartStandby() {
+  if (standby_ != nullptr && standby_->Running()) {
+    standby_->Kill(SIGKILL);
+    standby_->Wait();
+  }
+  return StartMasterOn(standby_rpc_port_, standby_http_port_, &standby_);
 }
 
 Cluster::~Cluster() {
   for (auto& n : nodes_) n.reset();
   master_.reset();
+  standby_.reset();
+  etcd_.reset();
   fabric_.reset();
   // A sanitizer build of a daemon reports into its log (and exits); the test that ran it fails
   // here even when the report came late, during shutdown.
@@ -285,6 +348,7 @@ absl::Status Cluster::WaitForSegments(int count, double timeout_sec) {
 }
 
 std::string Cluster::master_address() const {
+  if (etcd_ != nullptr) return "etcd://" + etcd_->Endpoint();
   return absl::StrCat(fabric_ ? fabric_->Address("master") : "127.0.0.1", ":", rpc_port_);
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "granary/client.h"
+#include "tests/integration/etcd/etcd_server.h"
 #include "tests/integration/netns.h"
 
 namespace granary::testing {
@@ -76,17 +77,31 @@ class Cluster {
     bool netns = false;
     // Client hosts made with netns (client0 is the test thread's).
     int netns_clients = 1;
+    // HA (loopback only): an etcd of the cluster's own and two masters with --enable_ha (the
+    // first elected, the second a standby); nodes and clients find the leader through
+    // master_address(), an etcd:// address. RestartMaster then kills the leader and waits for
+    // the standby to take over.
+    bool ha = false;
+    int ha_lease_ttl_sec = 2;
   };
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const Options& o);
   ~Cluster();
 
+  // host:port of the master, or with Options::ha the etcd:// address nodes and clients follow.
   std::string master_address() const;
   uint16_t master_http_port() const { return http_port_; }
+  // The master (with HA: the active one, as of the last start or failover).
   Process* master() { return master_.get(); }
+  // With HA: the standby master (null otherwise).
+  Process* standby() { return standby_.get(); }
   Process* node(int i) { return nodes_[i].get(); }
   int node_count() const { return static_cast<int>(nodes_.size()); }
-  // kill -9 of the master, then a new master on the same ports (no HA: empty metadata).
+  // kill -9 of the master, then a new master on the same ports (no HA: empty metadata). With HA:
+  // kill -9 of the leader, a wait until the standby is active (it rebuilds from the nodes'
+  // inventories), and the killed one started again on its ports as the new standby.
   absl::Status RestartMaster();
+  // With HA: starts the standby again on its ports after it died (a crash).
+  absl::Status RestartStandby();
   // Starts one more node (or restarts node i in place when i >= 0).
   absl::Status StartNode(int replace_index = -1);
   // Waits until the master reports this many mounted segments.
@@ -105,6 +120,11 @@ class Cluster {
 
  private:
   absl::Status StartMaster();
+  // Starts a master on these ports into *slot and waits for its /health.
+  absl::Status StartMasterOn(uint16_t rpc_port, uint16_t http_port, std::unique_ptr<Process>* slot);
+  // The role a master's /role reports on `http_port` ("active", "standby"; "" when it does not
+  // answer).
+  std::string RoleAt(uint16_t http_port);
   std::vector<std::string> OnHost(const std::string& host, const std::vector<std::string>& argv);
   std::vector<std::string> HostEnv(const std::string& host) const;
   Options options_;
@@ -113,6 +133,10 @@ class Cluster {
   int master_seq_ = 0;
   uint16_t rpc_port_ = 0, http_port_ = 0;
   std::unique_ptr<Process> master_;
+  // HA: the etcd, and the standby with its ports.
+  std::unique_ptr<EtcdServer> etcd_;
+  std::unique_ptr<Process> standby_;
+  uint16_t standby_rpc_port_ = 0, standby_http_port_ = 0;
   std::vector<std::unique_ptr<Process>> nodes_;
   int node_seq_ = 0;
 };
