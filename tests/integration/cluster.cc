@@ -166,7 +166,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
     if (absl::Status st = c->etcd_->Start(); !st.ok()) return st;
   }
   if (o.netns) {
-    auto f = NetnsFabric::Create(o.nodes, o.netns_clients);
+    auto f = NetnsFabric::Create(o.nodes, o.netns_clients, o.tap_links);
     if (!f.ok()) return f.status();
     c->fabric_ = std::move(*f);
     absl::Status entered = c->fabric_->EnterClientHost(0);

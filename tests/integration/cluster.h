@@ -77,6 +77,9 @@ class Cluster {
     bool netns = false;
     // Client hosts made with netns (client0 is the test thread's).
     int netns_clients = 1;
+    // With netns: TAP links carried by the test process (NetnsFabric::Create's tap_links), so
+    // that SetNetem can add delay and loss where the kernel has no netem.
+    bool tap_links = false;
     // HA (loopback only): an etcd of the cluster's own and two masters with --enable_ha (the
     // first elected, the second a standby); nodes and clients find the leader through
     // master_address(), an etcd:// address. RestartMaster then kills the leader and waits for

@@ -1,19 +1,27 @@
 #include "tests/integration/netns.h"
 
 #include <fcntl.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -160,13 +168,129 @@ absl::Status NetnsFabric::NetemSupported() {
   return status;
 }
 
-absl::StatusOr<std::unique_ptr<NetnsFabric>> NetnsFabric::Create(int nodes, int clients) {
+namespace {
+
+// A TAP device made in the calling thread's network namespace: its fd (non-blocking), or an
+// error naming the device.
+absl::StatusOr<int> OpenTap(const std::string& name) {
+  int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("open /dev/net/tun: ", strerror(errno)));
+  ifreq ifr{};
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
+  std::strncpy(ifr.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("TUNSETIFF ", name, ": ", strerror(err)));
+  }
+  return fd;
+}
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// Carries frames between a host's TAP end and the switch's TAP end, each way after
+// half_delay_us and dropping loss_ppm of them: what netem does on a veth pair, in user space.
+// One thread; a frame costs a read, a copy into the queue and a write. Owned by the fabric,
+// which destroys it (stopping the thread and closing both TAP fds, which removes the devices)
+// before it deletes the namespaces.
+class NetnsFabric::DelayLink {
+ public:
+  DelayLink(int host_fd, int switch_fd) : fds_{host_fd, switch_fd} {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~DelayLink() {
+    stop_ = true;
+    thread_.join();
+    close(fds_[0]);
+    close(fds_[1]);
+  }
+  void Set(int delay_ms, double loss_percent) {
+    half_delay_us_ = static_cast<int64_t>(delay_ms) * 500;
+    loss_ppm_ = static_cast<uint32_t>(loss_percent * 10'000);
+  }
+
+ private:
+  struct Frame {
+    int64_t due_us;
+    std::string bytes;
+  };
+  void Run() {
+    std::deque<Frame> queue[2];  // [0]: host -> switch, [1]: switch -> host
+    std::mt19937 rng(12345);
+    char buf[65536];
+    while (!stop_) {
+      const int64_t now = NowUs();
+      int timeout_ms = 10;
+      for (const auto& q : queue) {
+        if (!q.empty()) {
+          timeout_ms = std::min<int>(
+              timeout_ms, static_cast<int>(std::max<int64_t>(0, q.front().due_us - now) / 1000));
+        }
+      }
+      pollfd p[2] = {{fds_[0], POLLIN, 0}, {fds_[1], POLLIN, 0}};
+      poll(p, 2, timeout_ms);
+      for (int side = 0; side < 2; ++side) {
+        if ((p[side].revents & POLLIN) == 0) continue;
+        ssize_t n;
+        while ((n = read(fds_[side], buf, sizeof(buf))) > 0) {
+          if (loss_ppm_ > 0 && rng() % 1'000'000 < loss_ppm_) continue;
+          queue[side].push_back(
+              {NowUs() + half_delay_us_, std::string(buf, static_cast<size_t>(n))});
+        }
+      }
+      const int64_t after = NowUs();
+      for (int side = 0; side < 2; ++side) {
+        while (!queue[side].empty() && queue[side].front().due_us <= after) {
+          // A write to a link that is down (SetLink) fails: the frame is lost, as on a wire.
+          (void)!write(fds_[1 - side], queue[side].front().bytes.data(),
+                       queue[side].front().bytes.size());
+          queue[side].pop_front();
+        }
+      }
+    }
+  }
+
+  const int fds_[2];
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> half_delay_us_{0};
+  std::atomic<uint32_t> loss_ppm_{0};
+  std::thread thread_;
+};
+
+absl::Status NetnsFabric::TapSupported() {
+  static const absl::Status status = [] {
+    absl::Status st = Supported();
+    if (!st.ok()) return st;
+    absl::StatusOr<int> fd = OpenTap(absl::StrCat("gtp", getpid() % 1000000));
+    if (!fd.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("TAP devices cannot be made here: ", fd.status().message()));
+    }
+    close(*fd);
+    return absl::OkStatus();
+  }();
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<NetnsFabric>> NetnsFabric::Create(int nodes, int clients,
+                                                                 bool tap_links) {
   absl::Status st = Supported();
   if (!st.ok()) return st;
   static std::once_flag swept;
   std::call_once(swept, SweepStale);
   static int seq = 0;
+  if (tap_links) {
+    st = TapSupported();
+    if (!st.ok()) return st;
+  }
   std::unique_ptr<NetnsFabric> f(new NetnsFabric());
+  f->tap_links_ = tap_links;
   f->prefix_ = absl::StrCat(kPrefix, getpid(), "-", seq++, "-");
   f->switch_ns_ = f->prefix_ + "switch";
   st = RunCommand({"ip", "netns", "add", f->switch_ns_});
@@ -196,9 +320,14 @@ absl::Status NetnsFabric::AddHost(const std::string& name, const std::string& ve
   absl::Status st = RunCommand({"ip", "netns", "add", h.ns});
   if (!st.ok()) return st;
   made_.push_back(h.ns);
+  if (tap_links_) {
+    st = AddTapLink(&h);
+  } else {
+    st = RunCommand({"ip", "-n", switch_ns_, "link", "add", veth, "type", "veth", "peer", "name",
+                     kIfName, "netns", h.ns});
+  }
+  if (!st.ok()) return st;
   for (const auto& cmd : std::vector<std::vector<std::string>>{
-           {"ip", "-n", switch_ns_, "link", "add", veth, "type", "veth", "peer", "name", kIfName,
-            "netns", h.ns},
            {"ip", "-n", switch_ns_, "link", "set", veth, "master", "br0"},
            {"ip", "-n", switch_ns_, "link", "set", veth, "up"},
            {"ip", "-n", h.ns, "link", "set", "lo", "up"},
@@ -211,7 +340,34 @@ absl::Status NetnsFabric::AddHost(const std::string& name, const std::string& ve
   return absl::OkStatus();
 }
 
+absl::Status NetnsFabric::AddTapLink(Host* h) {
+  // Made in this thread's namespace under names of this process's, then moved and renamed.
+  static int seq = 0;
+  const std::string base = absl::StrCat("gt", getpid() % 1000000, "-", seq++);
+  const std::string host_end = base + "h", switch_end = base + "s";
+  absl::StatusOr<int> host_fd = OpenTap(host_end);
+  if (!host_fd.ok()) return host_fd.status();
+  absl::StatusOr<int> switch_fd = OpenTap(switch_end);
+  if (!switch_fd.ok()) {
+    close(*host_fd);
+    return switch_fd.status();
+  }
+  links_.push_back(std::make_unique<DelayLink>(*host_fd, *switch_fd));
+  h->link = links_.back().get();
+  for (const auto& cmd : std::vector<std::vector<std::string>>{
+           {"ip", "link", "set", host_end, "netns", h->ns},
+           {"ip", "-n", h->ns, "link", "set", host_end, "name", kIfName},
+           {"ip", "link", "set", switch_end, "netns", switch_ns_},
+           {"ip", "-n", switch_ns_, "link", "set", switch_end, "name", h->veth}}) {
+    absl::Status st = RunCommand(cmd);
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 NetnsFabric::~NetnsFabric() {
+  // The TAP links' threads first (closing their fds removes the devices).
+  links_.clear();
   // Back to the mount namespace first (this fails, harmlessly, while a thread started inside
   // still lives: the thread then keeps a /sys of a gone namespace, which no one reads).
   if (saved_mnt_fd_ >= 0) {
@@ -296,6 +452,10 @@ absl::Status NetnsFabric::SetPartition(const std::string& a, const std::string& 
 absl::Status NetnsFabric::SetNetem(const std::string& host, int delay_ms, double loss_percent) {
   const Host* h = Find(host);
   if (h == nullptr) return absl::NotFoundError(absl::StrCat("no host ", host));
+  if (h->link != nullptr) {
+    h->link->Set(delay_ms, loss_percent);
+    return absl::OkStatus();
+  }
   absl::Status st = NetemSupported();
   if (!st.ok()) return st;
   // Both directions: the host's egress and the switch's egress towards the host.

@@ -29,6 +29,13 @@
 // thread that has joined that host's namespace (Cluster uses it for the master's HTTP port, so
 // a metric can be read even while a client's link is cut).
 //
+// Delay without netem (this project's kernels have no sch_netem): Create(..., tap_links=true)
+// joins each host to the switch by a pair of TAP devices instead of a veth pair, and a thread of
+// the test process (a DelayLink) carries the Ethernet frames between the two: a real link with
+// real frames and the kernels' real TCP on both ends, whose delay and loss SetNetem sets when
+// netem is missing. Such a link is slower than a veth (every frame crosses user space at MTU
+// 1500), so only tests that add delay ask for it.
+//
 // Cleanup: every namespace name starts with "gnt<pid>-" (the test process's pid). The
 // destructor deletes all of them (a namespace's links and bridge go with it); Create() first
 // sweeps namespaces named after a pid that is no longer alive (a crashed or killed earlier run),
@@ -53,9 +60,17 @@ class NetnsFabric {
   static absl::Status Supported();
   // OK when `tc qdisc ... netem` works (checked once per process); else the reason.
   static absl::Status NetemSupported();
+  // OK when TAP devices can be made here (/dev/net/tun, for tap_links); else the reason.
+  static absl::Status TapSupported();
+  // Whether SetNetem can delay links of a fabric made with these tap_links: netem, or TAP links.
+  static absl::Status DelaySupported(bool tap_links) {
+    return tap_links ? TapSupported() : NetemSupported();
+  }
 
   // The hosts: "master", "node0".. "node<nodes-1>", "client0".. "client<clients-1>".
-  static absl::StatusOr<std::unique_ptr<NetnsFabric>> Create(int nodes, int clients);
+  // tap_links: every host link is a TAP pair carried by a DelayLink (see above).
+  static absl::StatusOr<std::unique_ptr<NetnsFabric>> Create(int nodes, int clients,
+                                                             bool tap_links = false);
   ~NetnsFabric();
   NetnsFabric(const NetnsFabric&) = delete;
   NetnsFabric& operator=(const NetnsFabric&) = delete;
@@ -80,7 +95,7 @@ class NetnsFabric {
   absl::Status SetPartition(const std::string& a, const std::string& b, bool cut);
   // netem on both ends of the host's link: half of delay_ms each way (so delay_ms is the round
   // trip it adds between that host and the switch) and loss (percent) each way; needs
-  // NetemSupported().
+  // NetemSupported(). On a TAP link the DelayLink does the same (no netem needed).
   absl::Status SetNetem(const std::string& host, int delay_ms, double loss_percent);
 
   // Moves the calling thread into the client host (see the header comment); once per fabric.
@@ -90,12 +105,20 @@ class NetnsFabric {
 
  private:
   NetnsFabric() = default;
+  class DelayLink;
   struct Host {
     std::string name, ns, veth, address;
+    DelayLink* link = nullptr;  // a TAP link's carrier (owned by links_), or null for a veth
   };
   const Host* Find(const std::string& host) const;
   absl::Status AddHost(const std::string& name, const std::string& veth,
                        const std::string& address);
+  // The TAP pair of a host: the host end (gn0 in its namespace) and the switch end (`veth` on
+  // the bridge), carried by a new DelayLink.
+  absl::Status AddTapLink(Host* h);
+
+  bool tap_links_ = false;
+  std::vector<std::unique_ptr<DelayLink>> links_;
 
   std::string prefix_;
   std::string switch_ns_;
