@@ -99,6 +99,17 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
       fail(st);
       continue;
     }
+    // A GPU segment has no rkey for a node to fetch from (the node bounce serves clients, not
+    // nodes): say so rather than let the destination's fetch fail.
+    if (auto src = segments_->Find(replicas[0].segment_id);
+        src.has_value() && src->tier == proto::Tier::kGpu) {
+      ReleaseLease(tk, object_generation, deadline);
+      fail(absl::FailedPreconditionError(absl::StrCat(
+          "key '", e.key, "' is on the gpu tier (segment '", src->name, "' of node '", src->node_id,
+          "'): ", move ? "Move" : "Copy",
+          " of GPU-tier objects is not built yet; put the value again with the tier you want")));
+      continue;
+    }
     auto dest = PlaceDest(tenant, e.target, size, replicas);
     if (!dest.ok()) {
       ReleaseLease(tk, object_generation, deadline);

@@ -207,5 +207,25 @@ TEST_F(TierPlacementTest, TheWatermarkEvictsEachTierOnItsOwn) {
   EXPECT_EQ(svc_->Evicted(proto::Tier::kHost).objects, 0u);
 }
 
+// Copy and Move of a GPU-tier object are refused, naming the key and the tier; the object and
+// its lease are left as they were (a Remove still works at once).
+TEST_F(TierPlacementTest, CopyAndMoveOfAGpuObjectAreRefusedByName) {
+  Start(/*host_slots=*/4, /*gpu_slots=*/4);
+  const SessionId c = Client("acme");
+  ASSERT_TRUE(Put(c, "g", TierFlags(TierPreference::kGpu)).ok());
+  for (bool move : {false, true}) {
+    proto::CopyStartRequest r;
+    r.entries.push_back({"g", "host-node"});
+    proto::CopyStartResult res = test_calls::OnlyResult(svc_->CopyStart(c, r, move));
+    EXPECT_EQ(test_calls::Code(res.status), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(res.status.message.find("key 'g' is on the gpu tier"), std::string::npos)
+        << res.status.message;
+    EXPECT_NE(res.status.message.find(move ? "Move" : "Copy"), std::string::npos)
+        << res.status.message;
+  }
+  EXPECT_EQ(SegmentOf(c, "g"), gpu_);
+  EXPECT_EQ(test_calls::Code(test_calls::Remove(*svc_, c, "g")), absl::StatusCode::kOk);
+}
+
 }  // namespace
 }  // namespace granary::master
