@@ -48,6 +48,9 @@ DEFINE_string(tenant_token_file, "",
               "GRANARY_TENANT_TOKEN). A file, not a flag value, so the token stays out of ps");
 DEFINE_string(config, "", "Client JSON config file (default: GRANARY_CONFIG_PATH)");
 DEFINE_int32(replica_num, 0, "Replicas for put (default: config, or 1)");
+DEFINE_string(tier, "",
+              "put: the tier the replicas go on: host, gpu or any (GPU while it has room, else "
+              "host); empty = the tenant's default_tier");
 DEFINE_uint32(limit, 1000, "Most keys ls prints");
 DEFINE_string(model, "", "kvkey/lookup: model name");
 DEFINE_string(hash_scheme, "", "kvkey/lookup: prefix hash scheme (e.g. sha256)");
@@ -86,7 +89,7 @@ using granary::cli::kUsage;
 const char* kUsageText =
     "granary [--master=HOST:PORT] [--tenant_id=T] [--tenant_token_file=FILE] [--config=FILE] "
     "COMMAND ...\n"
-    "  put KEY [FILE|-]    store FILE (or stdin) under KEY\n"
+    "  put KEY [FILE|-]    store FILE (or stdin) under KEY ([--tier=host|gpu|any])\n"
     "  get KEY [FILE|-]    write KEY's value to FILE (or stdout)\n"
     "  rm KEY...           remove keys\n"
     "  exists KEY          exit 0 if KEY exists, 1 if not\n"
@@ -295,6 +298,7 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "tenants" && !args.empty() && args[0] == "set" && FLAGS_quota.empty()) {
     return Usage("tenants set takes --quota=SIZE");
   }
+  if (cmd != "put" && !FLAGS_tier.empty()) return Usage("--tier goes with put");
   if (cmd == "tenants" && (args.empty() || args[0] != "set") &&
       (!FLAGS_quota.empty() || !FLAGS_max_entries.empty() || !FLAGS_pool_spill.empty() ||
        !FLAGS_default_tier.empty())) {
@@ -428,6 +432,14 @@ uint64_t FileSize(const std::string& path) {
 }
 
 int RunPut(granary::Client& c, const std::vector<std::string>& args) {
+  granary::PutOptions options;  // the tenant's default tier unless --tier names one
+  if (!FLAGS_tier.empty()) {
+    absl::StatusOr<granary::TierPreference> tier = granary::ParseTierPreference(FLAGS_tier);
+    if (!tier.ok()) return Usage(absl::StrCat("--tier: ", tier.status().message()));
+    options.tier = *tier == granary::TierPreference::kGpu   ? granary::StorageTier::kGpu
+                   : *tier == granary::TierPreference::kAny ? granary::StorageTier::kAny
+                                                            : granary::StorageTier::kHost;
+  }
   const std::string path = args.size() > 1 ? args[1] : "-";
   const uint64_t size = FileSize(path);
   std::optional<Progress> progress;
@@ -435,9 +447,9 @@ int RunPut(granary::Client& c, const std::vector<std::string>& args) {
   auto data = ReadAll(path, progress ? &*progress : nullptr);
   if (!data.ok()) return Usage(std::string(data.status().message()));
   int64_t t0 = granary::MonotonicUs();
-  absl::Status st = progress && data->size() >= kProgressBytes
-                        ? progress->Around("sending", [&] { return c.Put(args[0], *data); })
-                        : c.Put(args[0], *data);
+  auto put = [&] { return c.BatchPutWith({args[0]}, {*data}, options)[0]; };
+  absl::Status st =
+      progress && data->size() >= kProgressBytes ? progress->Around("sending", put) : put();
   int64_t us = granary::MonotonicUs() - t0;
   if (progress) progress->Done();
   if (!st.ok()) return Fail("put '" + args[0] + "'", st);

@@ -212,6 +212,15 @@ TEST_F(CliAdminTest, TenantsSetListAndRemoveWithTheAdminToken) {
   EXPECT_EQ(out_.find("tier="), std::string::npos) << out_;
   EXPECT_EQ(Admin({token, "tenants", "set", "tenant-x", "--quota=8MB", "--default_tier=ssd"}), 2);
   EXPECT_NE(out_.find("tier 'ssd' is not one of host, gpu, any"), std::string::npos) << out_;
+  // put --tier overrides the default: any lands on host here (no GPU segment), gpu is refused.
+  ASSERT_EQ(Run({"--tenant_id=tenant-x", "--tier=any", "put", "by-any", tiny}), 0) << out_;
+  EXPECT_EQ(Run({"--tenant_id=tenant-x", "--tier=gpu", "put", "by-gpu", tiny}), 1) << out_;
+  EXPECT_NE(out_.find("gpu tier"), std::string::npos) << out_;
+  EXPECT_EQ(Run({"--tenant_id=tenant-x", "--tier=disk", "put", "by-disk", tiny}), 2) << out_;
+  EXPECT_NE(out_.find("tier 'disk' is not one of host, gpu, any"), std::string::npos) << out_;
+  EXPECT_EQ(Run({"--tenant_id=tenant-x", "--tier=gpu", "get", "by-any"}), 2) << out_;
+  EXPECT_NE(out_.find("--tier goes with put"), std::string::npos) << out_;
+  ASSERT_EQ(Run({"--tenant_id=tenant-x", "rm", "by-any"}), 0) << out_;
 
   // An object of tenant-x shows in its charge and entries, and keeps it from being deleted.
   std::string file = dir_ + "/v.bin";
