@@ -21,8 +21,9 @@ NodeInventory::~NodeInventory() {
   if (gpu_headers_ != nullptr) cuda::ActiveBackend().HostFreePinned(gpu_headers_);
 }
 
-absl::Status NodeInventory::ReadGpuHeaders(size_t index, const uint64_t* offsets, size_t n,
-                                           proto::AllocHeader* out) {
+absl::StatusOr<const proto::AllocHeader*> NodeInventory::ReadGpuHeaders(size_t index,
+                                                                        const uint64_t* offsets,
+                                                                        size_t n) {
   const SegmentSpan& s = (*segments_)[index];
   cuda::DeviceBackend& backend = cuda::ActiveBackend();
   if (gpu_headers_ == nullptr && gpu_headers_fallback_.empty()) {
@@ -44,8 +45,7 @@ absl::Status NodeInventory::ReadGpuHeaders(size_t index, const uint64_t* offsets
   absl::Status st = backend.BatchCopyAsync(nullptr, regions.data(), static_cast<int>(n));
   if (st.ok()) st = backend.SynchronizeStream(nullptr);
   if (!st.ok()) return st;
-  std::copy(staged, staged + n, out);
-  return absl::OkStatus();
+  return staged;
 }
 
 proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) const {
@@ -148,9 +148,9 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
   granary::MutexLock lock(&mu_);
   const bool in_place = layout_changes_ == c->layout;
   // A GPU segment's headers for v[gpu_from, gpu_from + gpu_n), read ahead in one device copy.
-  std::vector<proto::AllocHeader> gpu(kGpuHeaderChunk);
+  // (They stay in the pinned buffer, which only this call, holding mu_, uses.)
+  absl::StatusOr<const proto::AllocHeader*> gpu = nullptr;
   size_t gpu_from = 0, gpu_n = 0;
-  absl::Status gpu_status;
   for (; c->index < c->slots.size(); ++c->index, c->pos = 0) {
     const size_t index = c->index;
     const std::vector<ReportCursor::At>& v = c->slots[index];
@@ -178,14 +178,16 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
         gpu_n = std::min(kGpuHeaderChunk, v.size() - c->pos);
         uint64_t offsets[kGpuHeaderChunk];
         for (size_t i = 0; i < gpu_n; ++i) offsets[i] = v[gpu_from + i].offset;
-        gpu_status = ReadGpuHeaders(index, offsets, gpu_n, gpu.data());
-        if (!gpu_status.ok()) {
+        gpu = ReadGpuHeaders(index, offsets, gpu_n);
+        if (!gpu.ok()) {
           LOG_WARN << "inventory: reading " << gpu_n << " header(s) of GPU segment '"
-                   << (*segments_)[index].name << "' failed, not reporting them: " << gpu_status;
+                   << (*segments_)[index].name << "' failed, not reporting them: " << gpu.status();
         }
       }
-      const bool read = !on_gpu || gpu_status.ok();
-      const proto::AllocHeader h = on_gpu ? gpu[c->pos - gpu_from] : ReadHeader(index, offset);
+      const bool read = !on_gpu || gpu.ok();
+      const proto::AllocHeader h = !on_gpu ? ReadHeader(index, offset)
+                                   : read  ? (*gpu)[c->pos - gpu_from]
+                                           : proto::AllocHeader{};
       if (!read ||
           !proto::CheckAllocHeader(h, e.generation, HashBytes(e.key), e.value_length).ok()) {
         ++mismatches_;

@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "node/node_service.h"
 #include "proto/alloc_header.h"
@@ -118,9 +119,10 @@ class NodeInventory {
   [[gnu::noinline]] void InvalidateHeader(size_t index, uint64_t offset, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The headers at offsets[0..n) (n <= kGpuHeaderChunk) of GPU segment `index`, in one batched
-  // device-to-host copy; an error leaves `out` unset.
-  absl::Status ReadGpuHeaders(size_t index, const uint64_t* offsets, size_t n,
-                              proto::AllocHeader* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // device-to-host copy into the pinned buffer: valid until the next call (under mu_).
+  absl::StatusOr<const proto::AllocHeader*> ReadGpuHeaders(size_t index, const uint64_t* offsets,
+                                                           size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t TenantIdLocked(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<SegmentSpan>* const segments_;
