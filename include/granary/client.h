@@ -100,6 +100,10 @@ enum class StorageTier {
   kTenantDefault,  // the tenant's `default_tier` in the master's policy (host when unset)
 };
 
+// "host", "gpu" or "any" as a StorageTier (the CLI's --tier, Python's tier=); INVALID_ARGUMENT
+// naming the value otherwise.
+[[nodiscard]] absl::StatusOr<StorageTier> ParseStorageTier(absl::string_view text);
+
 // Options of one put.
 struct PutOptions {
   bool soft_pin = false;  // evicted only when nothing unpinned is left

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "client.h"
-#include "common/tier_preference.h"
 #include "errors.h"
 #include "keys.h"
 
@@ -65,11 +64,9 @@ py::list PyClient::BatchPut(py::handle keys, py::handle values, bool soft_pin, b
                             std::optional<std::string> tier) {
   PutOptions options{.soft_pin = soft_pin, .hard_pin = hard_pin};
   if (tier.has_value()) {
-    absl::StatusOr<TierPreference> t = ParseTierPreference(*tier);
+    absl::StatusOr<StorageTier> t = ParseStorageTier(*tier);
     if (!t.ok()) throw py::value_error(std::string(t.status().message()));
-    options.tier = *t == TierPreference::kGpu   ? StorageTier::kGpu
-                   : *t == TierPreference::kAny ? StorageTier::kAny
-                                                : StorageTier::kHost;
+    options.tier = *t;
   }
   std::vector<std::string> k = KeysOf(keys);
   py::list keep;

@@ -434,11 +434,9 @@ uint64_t FileSize(const std::string& path) {
 int RunPut(granary::Client& c, const std::vector<std::string>& args) {
   granary::PutOptions options;  // the tenant's default tier unless --tier names one
   if (!FLAGS_tier.empty()) {
-    absl::StatusOr<granary::TierPreference> tier = granary::ParseTierPreference(FLAGS_tier);
+    absl::StatusOr<granary::StorageTier> tier = granary::ParseStorageTier(FLAGS_tier);
     if (!tier.ok()) return Usage(absl::StrCat("--tier: ", tier.status().message()));
-    options.tier = *tier == granary::TierPreference::kGpu   ? granary::StorageTier::kGpu
-                   : *tier == granary::TierPreference::kAny ? granary::StorageTier::kAny
-                                                            : granary::StorageTier::kHost;
+    options.tier = *tier;
   }
   const std::string path = args.size() > 1 ? args[1] : "-";
   const uint64_t size = FileSize(path);

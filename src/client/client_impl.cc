@@ -25,6 +25,20 @@ absl::StatusOr<std::unique_ptr<Client>> Client::CreateFromEnvironment() {
   return Create(o);
 }
 
+absl::StatusOr<StorageTier> ParseStorageTier(absl::string_view text) {
+  absl::StatusOr<TierPreference> t = ParseTierPreference(text);
+  if (!t.ok()) return t.status();
+  switch (*t) {
+    case TierPreference::kGpu:
+      return StorageTier::kGpu;
+    case TierPreference::kAny:
+      return StorageTier::kAny;
+    case TierPreference::kHost:
+      break;
+  }
+  return StorageTier::kHost;
+}
+
 namespace client {
 
 using proto::AllocHeader;
