@@ -97,6 +97,26 @@ bool Process::Running() {
   return true;
 }
 
+bool Process::WaitStopped(double timeout_sec) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_sec * 1000));
+  const std::string dir = absl::StrCat("/proc/", pid_, "/task");
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(dir, ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(in)), {});
+      // The state follows the command name's closing parenthesis: "pid (comm) S ...".
+      const size_t at = stat.rfind(')');
+      if (at == std::string::npos || at + 2 >= stat.size() || stat[at + 2] != 'T') all = false;
+    }
+    if (all && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 std::string Process::Log() const {
   std::ifstream in(log_path_);
   std::stringstream ss;

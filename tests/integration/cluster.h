@@ -29,6 +29,9 @@ class Process {
   // Waits for exit; returns the exit status (or 128+signal).
   int Wait();
   bool Running();
+  // After Kill(SIGSTOP): waits until every thread is stopped (state T in /proc/<pid>/stat);
+  // kill() returns before a thread running on another core has stopped. False after timeout.
+  bool WaitStopped(double timeout_sec = 5);
   const std::string& log_path() const { return log_path_; }
   std::string Log() const;
 

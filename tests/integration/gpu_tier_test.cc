@@ -942,6 +942,7 @@ TEST_F(GpuBounceTest, AStalledNodeFailsTheBouncedReadInTimeAndItsSlotIsRetired) 
   client_ = std::move(*c);
   EXPECT_TRUE(*client_->Get("stall") == value);
   cluster_->node(0)->Kill(SIGSTOP);
+  ASSERT_TRUE(cluster_->node(0)->WaitStopped()) << "the node did not stop";
   std::vector<char> into(value.size(), '\x33');
   const auto t0 = std::chrono::steady_clock::now();
   auto got = client_->GetInto("stall", into.data(), into.size());
