@@ -66,6 +66,9 @@ void TryAll(absl::string_view body) {
   Try<FetchRequest>(body);
   Try<PushRequest>(body);
   Try<PushReply>(body);
+  Try<ReadRequest>(body);
+  Try<ReadReply>(body);
+  Try<WriteRequest>(body);
   Try<LookupPrefixRequest>(body);
   Try<LookupPrefixReply>(body);
   Try<InventorySyncRequest>(body);
@@ -134,6 +137,12 @@ void Dispatch(uint16_t type, absl::string_view body) {
       break;
     case MsgType::kPush:
       reply ? Try<PushReply>(body) : Try<PushRequest>(body);
+      break;
+    case MsgType::kRead:
+      reply ? Try<ReadReply>(body) : Try<ReadRequest>(body);
+      break;
+    case MsgType::kWrite:
+      reply ? Try<StatusReply>(body) : Try<WriteRequest>(body);
       break;
     case MsgType::kInventorySync:
       reply ? Try<InventorySyncReply>(body) : Try<InventorySyncRequest>(body);

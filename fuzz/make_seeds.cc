@@ -169,6 +169,16 @@ int main(int argc, char** argv) {
   PushReply push_rep;
   push_rep.headers = std::string(128, '\x01');
   Emit("push_rep", MsgType::kPush, true, push_rep);
+  ReadRequest read;
+  read.entries = {{0x1000, 4096}, {0x3000, 10}};
+  Emit("read_req", MsgType::kRead, false, read);
+  ReadReply read_rep;
+  read_rep.data = std::string(4096 + 10, '\x02') + std::string(128, '\x01');
+  Emit("read_rep", MsgType::kRead, true, read_rep);
+  WriteRequest write;
+  write.entries = {{0x1000, 16}};
+  write.data = std::string(64, '\x01') + std::string(16, '\x03');
+  Emit("write_req", MsgType::kWrite, false, write);
 
   LookupPrefixRequest lp;
   lp.keys = {"kv1/3:abc/6:sha256/-/1:a", "kv1/3:abc/6:sha256/-/1:b"};

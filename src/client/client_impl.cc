@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/device_check.h"
+#include "client/inline_io.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/size.h"
@@ -140,6 +141,12 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   c->rma_->set_refusal_counter(c->metrics_.Counter(
       "granary_client_node_backoff_refusals_total",
       "Transfers refused at once because their node is in its back-off after a timeout"));
+  for (int op = 0; op < 2; ++op) {
+    c->inline_values_[op] = c->metrics_.Counter(
+        "granary_client_inline_values_total",
+        "Values read or written inline in one message per node (Read and Write, nodes over tcp)",
+        {{"op", op == 0 ? "read" : "write"}});
+  }
   c->pushed_reads_ = c->metrics_.Counter(
       "granary_client_pushed_reads_total",
       "Values a node wrote into a registered buffer for a read over tcp (Push)");
@@ -323,7 +330,18 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
                                              ") after PutStart: retry the put"));
   }
   if (st.ok()) {
-    st = Transfer(std::move(plan.ops), timeout_ms);
+    // Small values to nodes over tcp travel in one Write per node, sent first; the rest
+    // one-sided meanwhile.
+    const int64_t start_us = MonotonicUs();
+    InlineBatch writes(/*write=*/true, &plan.writes, inline_values_[1]);
+    writes.Start([this](const std::string& node) { return NodeClient(node); });
+    if (!plan.ops.empty()) st = Transfer(std::move(plan.ops), timeout_ms);
+    const int64_t left_ms = std::max<int64_t>(1, timeout_ms - (MonotonicUs() - start_us) / 1000);
+    std::vector<absl::Status> wrote = writes.Wait(left_ms);
+    for (size_t g = 0; g < wrote.size(); ++g) {
+      if (absl::IsDeadlineExceeded(wrote[g])) DropNodeClient(plan.writes[g].node);
+      if (st.ok()) st = wrote[g];
+    }
     if (absl::IsDeadlineExceeded(st) && timeout_ms < options_.transfer_timeout_ms) {
       st = absl::UnavailableError(absl::StrCat(
           "the writes did not finish within the write window (", window_ms,
@@ -449,7 +467,10 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
   // Each key's transfer status: its Push's, or the one-sided transfer's.
   const size_t n = keys.size();
   std::vector<absl::Status> failed(n);
-  std::vector<bool> pushed(n, false);
+  std::vector<bool> pushed(n, false);  // read by a Read or a Push: failed[i] is its own
+  const int64_t start_us = MonotonicUs();
+  InlineBatch reads(/*write=*/false, &plan->reads, inline_values_[0]);
+  reads.Start([this](const std::string& node) { return NodeClient(node); });
   for (PushGroup& g : plan->pushes) {
     g.req.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
     absl::Status pst = Push(g.node, g.req, g.keys, headers);
@@ -458,9 +479,19 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
       pushed[i] = true;
     }
   }
-  absl::Status st = Transfer(std::move(plan->ops));
+  absl::Status st = plan->ops.empty() ? absl::OkStatus() : Transfer(std::move(plan->ops));
   for (size_t i : plan->fetched) {
     if (!pushed[i]) failed[i] = st;
+  }
+  const int64_t left_ms =
+      std::max<int64_t>(1, options_.transfer_timeout_ms - (MonotonicUs() - start_us) / 1000);
+  std::vector<absl::Status> read = reads.Wait(left_ms);
+  for (size_t g = 0; g < read.size(); ++g) {
+    if (absl::IsDeadlineExceeded(read[g])) DropNodeClient(plan->reads[g].node);
+    for (size_t i : plan->reads[g].keys) {
+      failed[i] = read[g];
+      pushed[i] = true;
+    }
   }
   ReleaseLeasesAsync(plan->release);
   pending->clear();
@@ -604,6 +635,11 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
                            transport::RpcClient::Create(worker_.get(), address));
   node_clients_[address] = c;
   return c;
+}
+
+void ClientImpl::DropNodeClient(const std::string& address) {
+  granary::MutexLock lock(&nodes_mu_);
+  node_clients_.erase(address);
 }
 
 absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {

@@ -154,6 +154,9 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::Status CopyOrMove(absl::string_view key, absl::string_view node, bool move);
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeClient(
       const std::string& address);
+  // Forgets the connection to a node that did not answer in time: the next request opens a
+  // new one, and closing the old one (once its last user lets go) stops what it had not sent.
+  void DropNodeClient(const std::string& address);
 
   const ClientOptions options_;  // holds the log sink
   // Where this client's lines go (options_.log_level and log_sink): set on its threads, and on
@@ -182,6 +185,7 @@ class ClientImpl : public Client {
       ABSL_GUARDED_BY(nodes_mu_);
 
   MetricCounter* pushed_reads_ = nullptr;
+  MetricCounter* inline_values_[2] = {nullptr, nullptr};  // granary_client_inline_values_total
   MetricCounter* node_timeouts_ = nullptr;
   MetricCounter* ipc_transfers_ = nullptr;     // granary_client_gpu_transfers_total{path="ipc"}
   MetricCounter* bounce_transfers_ = nullptr;  // {path="bounce"}: a node's GPU segment, staged

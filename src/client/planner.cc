@@ -10,6 +10,28 @@ namespace granary::client {
 using proto::AllocHeader;
 using proto::kAllocHeaderSize;
 
+bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size,
+            int device) {
+  return device < 0 && !segment.gpu && size <= proto::kMaxInlineValue &&
+         inputs->TcpOnly(segment.node_address);
+}
+
+void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
+               size_t key, std::vector<InlineGroup>* groups) {
+  auto g = std::find_if(groups->rbegin(), groups->rend(),
+                        [&](const InlineGroup& x) { return x.node == node; });
+  InlineGroup* group = g == groups->rend() ? nullptr : &*g;
+  if (group == nullptr || group->value_bytes + entry.length > proto::kMaxInlineMessage) {
+    group = &groups->emplace_back();
+    group->node = node;
+  }
+  group->value_bytes += entry.length;
+  group->entries.push_back(entry);
+  group->headers.push_back(header);
+  group->values.push_back(value);
+  group->keys.push_back(key);
+}
+
 void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
              const std::vector<size_t>& sizes, const proto::PutStartReply& started,
              PlanInputs* inputs, std::vector<AllocHeader>* headers, std::vector<absl::Status>* out,
@@ -28,11 +50,16 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
     const RegisteredRange reg =
         device < 0 ? inputs->Registered(data[i], sizes[i]) : RegisteredRange{};
     const size_t first_op = plan->ops.size();
+    std::vector<std::pair<std::string, proto::InlineEntry>> inline_writes;
     for (const auto& r : res.replicas) {
       auto seg = inputs->Segment(r.segment_id);
       if (!seg.ok()) {
         (*out)[i] = seg.status();
         break;
+      }
+      if (Inline(inputs, **seg, sizes[i], device)) {
+        inline_writes.push_back({(*seg)->node_address, {r.address, sizes[i]}});
+        continue;
       }
       transport::RmaOp value;
       value.is_put = true;
@@ -57,6 +84,9 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
       plan->ops.erase(plan->ops.begin() + first_op, plan->ops.end());
       plan->revoke.entries.push_back({keys[i], res.generation});
       continue;
+    }
+    for (auto& [node, entry] : inline_writes) {
+      AddInline(node, entry, &h, const_cast<void*>(data[i]), i, &plan->writes);
     }
     plan->commit.entries.push_back({keys[i], res.generation});
   }
@@ -117,10 +147,15 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     plan->lens[i] = res.size;
     plan->fetched.push_back(i);
     const int device = devices != nullptr ? (*devices)[i] : -1;
+    // A retry reads one-sided: it works against any node, one that refused the Read or the
+    // Push too.
+    const std::string& node = (*seg)->node_address;
+    if (attempt == 0 && Inline(inputs, **seg, res.size, device)) {
+      AddInline(node, {r.address, res.size}, &(*headers)[i], *where, i, &plan->reads);
+      continue;
+    }
     const RegisteredRange reg =
         device < 0 ? inputs->Registered(*where, res.size) : RegisteredRange{};
-    // A retry reads one-sided: it works against any node, one that refused the Push too.
-    const std::string& node = (*seg)->node_address;
     // A GPU segment is never read over UCX, so never pushed from either.
     if (attempt == 0 && !(*seg)->gpu && reg.registered() && inputs->TcpOnly(node)) {
       AddToPush(i, node, r, *where, res.size, reg, inputs, plan);

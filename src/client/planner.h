@@ -39,13 +39,36 @@ class PlanInputs {
 // run through RmaEngine::CopyMapped first, which copies the ops whose segment is mapped into
 // this process (same host) and leaves the rest to one-sided RMA: that choice depends on what
 // the engine has mapped when they run, so it is made there, not here.
+// Small values for one node reached over tcp alone, in one message (proto::WriteRequest or
+// proto::ReadRequest, at most proto::kMaxInlineMessage value bytes; a node gets several when
+// the batch is larger). headers[j] is the 64-byte header of entries[j] (written before, or
+// read into), values[j] its value's bytes in this process; keys[j] its batch index.
+struct InlineGroup {
+  std::string node;
+  std::vector<proto::InlineEntry> entries;
+  std::vector<void*> headers;
+  std::vector<void*> values;
+  std::vector<size_t> keys;
+  uint64_t value_bytes = 0;
+};
+// Whether a value of `size` bytes, on `segment`, to or from memory of `device` (-1: host), goes
+// inline: the segment's node is reached over tcp alone, it is a host segment, the value is
+// host memory of at most proto::kMaxInlineValue bytes.
+bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size, int device);
+// Adds an entry to the last group of `node` in *groups, or to a new one when there is none or
+// it would pass proto::kMaxInlineMessage.
+void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
+               size_t key, std::vector<InlineGroup>* groups);
+
 struct PutPlan {
   std::vector<transport::RmaOp> ops;
-  proto::KeyGenRequest commit;  // PutEnd: the keys with every replica planned, in key order
-  proto::KeyGenRequest revoke;  // PutRevoke: keys allocated but not writable (a segment gone)
+  std::vector<InlineGroup> writes;  // nodes over tcp: small values in Write messages
+  proto::KeyGenRequest commit;      // PutEnd: the keys with every replica planned, in key order
+  proto::KeyGenRequest revoke;      // PutRevoke: keys allocated but not writable (a segment gone)
 };
 
-// Plans the writes of keys[i] (data[i], sizes[i]) into the places `started` gives them.
+// Plans the writes of keys[i] (data[i], sizes[i]) into the places `started` gives them: a
+// small value to a node over tcp alone inline (plan->writes), the rest one-sided.
 // (*out)[i] gets each key's status so far; (*headers)[i] the header written before each value
 // (the ops point into it, so it must outlive them). Cost: two ops per replica, one
 // registration lookup and one segment lookup per replica per key. devices (null: all host):
@@ -73,6 +96,7 @@ struct PushGroup {
 struct GetPlan {
   std::vector<transport::RmaOp> ops;  // one-sided (or mapped same-host copies, see PutPlan)
   std::vector<PushGroup> pushes;      // node pushes over tcp, one per (node, buffer)
+  std::vector<InlineGroup> reads;     // nodes over tcp: small values in Read replies
   std::vector<size_t> fetched;        // keys read by ops or pushes, in order
   proto::KeyGenRequest release;       // GetEnd: the leases this round took
   std::vector<uint64_t> gens, lens;   // per batch index: what the header must say
@@ -81,7 +105,8 @@ struct GetPlan {
 // Plans round `attempt` (0 first) of reading keys[pending[j]] as reply.results[j] describes
 // them. Keys that cannot be read get their status in (*out)[i]; the ops read each header into
 // (*headers)[i]. Replica choice: (attempt + i) % replicas, so retries skip a dead node. Path:
-// on the first round, a node that is tcp-only pushes into a registered destination; otherwise
+// on the first round, a node that is tcp-only sends a small value inline (Read) and pushes a
+// larger one into a registered destination; otherwise
 // (and on every retry, which works against any node) the value is read one-sided. devices
 // (null: all host): per key, the device whose memory its destination is, or -1; such a key is
 // never pushed, and its value op carries the device (RmaOp::device).

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -90,6 +91,16 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
       "granary_node_peer_refusals_total",
       "Pushes and fetches refused at once because their peer is held off after a timeout");
   n->rma_->set_refusal_counter(n->peer_refusals_);
+  for (int op = 0; op < 2; ++op) {
+    const std::string name = op == 0 ? "read" : "write";
+    n->inline_values_[op] = n->metrics_.Counter(
+        "granary_node_inline_values_total",
+        "Values read or written inline in Read and Write messages (clients over tcp)",
+        {{"op", name}});
+    n->inline_bytes_[op] = n->metrics_.Counter(
+        "granary_node_inline_bytes_total",
+        "Value bytes read or written inline in Read and Write messages", {{"op", name}});
+  }
   transport::RmaEngine* rma = n->rma_.get();
   n->watchdog_ = std::make_unique<TransferWatchdog>(
       [rma](const std::vector<std::string>& peers) { rma->MarkUnreachable(peers); });
@@ -342,10 +353,13 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
     return proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)});
   };
   if (f.header.type == static_cast<uint16_t>(proto::MsgType::kPush)) return HandlePush(conn, f);
+  if (f.header.type == static_cast<uint16_t>(proto::MsgType::kRead)) return HandleRead(f);
+  if (f.header.type == static_cast<uint16_t>(proto::MsgType::kWrite)) return HandleWrite(f);
   if (f.header.type != static_cast<uint16_t>(proto::MsgType::kFetch)) {
-    return answer(absl::InvalidArgumentError(absl::StrCat("a node answers only Fetch and Push; ",
-                                                          proto::MsgTypeName(f.header.type),
-                                                          " goes to the master")));
+    return answer(absl::InvalidArgumentError(
+        absl::StrCat("a node answers only Fetch, Push, "
+                     "Read and Write; ",
+                     proto::MsgTypeName(f.header.type), " goes to the master")));
   }
   auto req = proto::DecodeBody<proto::FetchRequest>(f.body);
   if (!req.ok()) return answer(req.status());
@@ -489,6 +503,60 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
       });
   rma_->Execute(std::move(ops), [this, token](absl::Status st) { watchdog_->Finish(token, st); });
   return std::nullopt;
+}
+
+std::string NodeServer::HandleRead(const proto::FrameView& f) {
+  const uint16_t reply_type = f.header.type | proto::kReplyBit;
+  auto req = proto::DecodeBody<proto::ReadRequest>(f.body);
+  absl::Status st = req.status();
+  if (st.ok()) st = service_->CheckInline("read", req->entries, std::nullopt);
+  if (!st.ok()) {
+    return proto::EncodeFrame(reply_type, f.header.request_id,
+                              proto::StatusReply{proto::WireStatus::From(st)});
+  }
+  uint64_t value_bytes = 0;
+  for (const auto& e : req->entries) value_bytes += e.length;
+  std::string frame = proto::EncodeReadReplyFrame(
+      reply_type, f.header.request_id, proto::InlineDataBytes(req->entries), [&](char* out) {
+        for (const auto& e : req->entries) {
+          std::memcpy(out, reinterpret_cast<const void*>(e.address + proto::kAllocHeaderSize),
+                      e.length);
+          out += e.length;
+        }
+        // The headers after the values (as a Push reads them): a header that still matches
+        // then vouches for the value bytes read before it.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        for (const auto& e : req->entries) {
+          std::memcpy(out, reinterpret_cast<const void*>(e.address), proto::kAllocHeaderSize);
+          out += proto::kAllocHeaderSize;
+        }
+      });
+  inline_values_[0]->Inc(req->entries.size());
+  inline_bytes_[0]->Inc(value_bytes);
+  return frame;
+}
+
+std::string NodeServer::HandleWrite(const proto::FrameView& f) {
+  const uint16_t reply_type = f.header.type | proto::kReplyBit;
+  auto req = proto::DecodeBody<proto::WriteRequestView>(f.body);
+  absl::Status st = req.status();
+  if (st.ok()) st = service_->CheckInline("write", req->entries, req->data.size());
+  if (st.ok()) {
+    const char* in = req->data.data();
+    uint64_t value_bytes = 0;
+    for (const auto& e : req->entries) {
+      std::memcpy(reinterpret_cast<void*>(e.address + proto::kAllocHeaderSize),
+                  in + proto::kAllocHeaderSize, e.length);
+      std::atomic_thread_fence(std::memory_order_release);
+      std::memcpy(reinterpret_cast<void*>(e.address), in, proto::kAllocHeaderSize);
+      in += proto::kAllocHeaderSize + e.length;
+      value_bytes += e.length;
+    }
+    inline_values_[1]->Inc(req->entries.size());
+    inline_bytes_[1]->Inc(value_bytes);
+  }
+  return proto::EncodeFrame(reply_type, f.header.request_id,
+                            proto::StatusReply{proto::WireStatus::From(st)});
 }
 
 void NodeServer::SleepFor(int64_t ms) {

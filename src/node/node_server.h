@@ -83,6 +83,10 @@ class NodeServer {
   // Push: writes values into a client's registered buffer and answers with their headers.
   std::optional<std::string> HandlePush(transport::RpcServer::ConnId conn,
                                         const proto::FrameView& frame);
+  // Read: copies the values and then the headers into the reply (tcp peers, small values).
+  std::string HandleRead(const proto::FrameView& frame);
+  // Write: copies each value and then its header into place, and answers.
+  std::string HandleWrite(const proto::FrameView& frame);
   // The device index of segment `index` (a GPU segment), else -1.
   int DeviceOf(size_t index) const;
   // listener_->Reply while there is a listener (Fetch and Push answers may come late).
@@ -151,6 +155,8 @@ class NodeServer {
   MetricCounter* push_timeouts_ = nullptr;
   MetricCounter* fetch_timeouts_ = nullptr;
   MetricCounter* peer_refusals_ = nullptr;
+  MetricCounter* inline_values_[2] = {nullptr, nullptr};  // Read, Write
+  MetricCounter* inline_bytes_[2] = {nullptr, nullptr};
 };
 
 }  // namespace granary::node

@@ -155,4 +155,45 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
   return absl::OkStatus();
 }
 
+absl::Status NodeService::CheckInline(const char* what,
+                                      const std::vector<proto::InlineEntry>& entries,
+                                      std::optional<uint64_t> data_bytes) const {
+  // Bounded per entry first, so the sum cannot wrap.
+  uint64_t total = 0;
+  for (const auto& e : entries) {
+    if (e.length > proto::kMaxFrameBody) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " of ", e.length, " bytes at address ",
+                                                     e.address, " exceeds the frame limit ",
+                                                     proto::kMaxFrameBody));
+    }
+    total += proto::kAllocHeaderSize + e.length;
+  }
+  // A reply also carries its frame header and status: keep a margin under the frame limit.
+  constexpr uint64_t kMargin = 4096;
+  if (total > proto::kMaxFrameBody - kMargin) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " of ", entries.size(), " values, ", total, " bytes with their headers, exceeds ",
+        proto::kMaxFrameBody - kMargin, " bytes in one message"));
+  }
+  if (data_bytes.has_value() && *data_bytes != total) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " carries ", *data_bytes,
+                                                   " bytes of data, but its ", entries.size(),
+                                                   " entries need ", total));
+  }
+  for (const auto& e : entries) {
+    std::optional<size_t> in = SegmentHolding(e.address, proto::kAllocHeaderSize + e.length);
+    if (!in.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " of ", e.length, " bytes at address ", e.address, " (with its ",
+                       proto::kAllocHeaderSize, "-byte header) is outside this node's segments"));
+    }
+    if (segments_[*in].tier != proto::Tier::kHost) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, " at address ", e.address, " is in GPU segment '", segments_[*in].name,
+          "', which this node never copies with the CPU (read it by Push, write it one-sided)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace granary::node

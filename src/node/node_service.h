@@ -95,6 +95,14 @@ class NodeService {
   // GPU segments are accepted (as in CheckFetch).
   [[nodiscard]] absl::Status CheckPush(const proto::PushRequest& req,
                                        std::vector<size_t>* sources) const;
+  // A Read (what: "read") or Write ("write") names allocations: each entry's header and value,
+  // [address, address + 64 + length), must lie whole inside one host segment; the CPU copies
+  // them, so a GPU segment is FAILED_PRECONDITION (its values move by Push and Fetch). Their
+  // bytes must fit one frame, and a Write's data must hold exactly a header and a value per
+  // entry (`data_bytes`; nullopt for a Read). INVALID_ARGUMENT naming the first bad entry.
+  [[nodiscard]] absl::Status CheckInline(const char* what,
+                                         const std::vector<proto::InlineEntry>& entries,
+                                         std::optional<uint64_t> data_bytes) const;
 
  private:
   const std::vector<SegmentSpan> segments_;

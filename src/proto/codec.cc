@@ -37,6 +37,10 @@ bool Reader::Bool(const char* field) {
 }
 
 std::string Reader::Str(const char* field, size_t max_len) {
+  return std::string(View(field, max_len));
+}
+
+absl::string_view Reader::View(const char* field, size_t max_len) {
   uint32_t n = U32(field);
   if (!ok()) return {};
   if (n > max_len) {
@@ -45,9 +49,9 @@ std::string Reader::Str(const char* field, size_t max_len) {
     return {};
   }
   if (!Need(n, field)) return {};
-  std::string s(in_.data() + pos_, n);
+  absl::string_view v = in_.substr(pos_, n);
   pos_ += n;
-  return s;
+  return v;
 }
 
 uint32_t Reader::Count(const char* field, uint32_t max_count, size_t min_entry_bytes) {

@@ -43,6 +43,8 @@ class Reader {
   bool Bool(const char* field);
   // A string of at most max_len bytes.
   std::string Str(const char* field, size_t max_len);
+  // The same, as a view into the input (no copy): valid while the input is.
+  absl::string_view View(const char* field, size_t max_len);
   // A count prefix for a repeated field, at most max_count, and at least min_entry_bytes
   // bytes per entry must remain (so a small frame cannot claim a huge count).
   uint32_t Count(const char* field, uint32_t max_count, size_t min_entry_bytes);

@@ -35,7 +35,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 10: InventoryReportRequest.total (the report's record count: the master sizes its table).
 // 11: PutStartRequest flags bits 2-3 are a tier preference (kPutFlagTierMask): 0 now means the
 //     tenant's default_tier, and host, gpu and any are named.
-inline constexpr uint16_t kProtocolVersion = 11;
+// 12: kRead and kWrite (small values to and from a node over tcp, inline in the messages).
+inline constexpr uint16_t kProtocolVersion = 12;
 inline constexpr size_t kFrameHeaderSize = 32;
 inline constexpr size_t kFrameEpochOffset = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;

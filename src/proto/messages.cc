@@ -556,6 +556,100 @@ absl::Status Decode(Reader& r, PushReply* m) {
   return r.status();
 }
 
+uint64_t InlineDataBytes(const std::vector<InlineEntry>& entries) {
+  uint64_t n = 0;
+  for (const auto& e : entries) n += kAllocHeaderSize + e.length;
+  return n;
+}
+namespace {
+void PutInlineEntries(const std::vector<InlineEntry>& entries, Writer& w) {
+  w.U32(static_cast<uint32_t>(entries.size()));
+  for (const auto& e : entries) {
+    w.U64(e.address);
+    w.U64(e.length);
+  }
+}
+void GetInlineEntries(Reader& r, std::vector<InlineEntry>* entries) {
+  const uint32_t n = r.Count("entries", kMaxBatch, 16);
+  entries->resize(n);
+  for (auto& e : *entries) {
+    e.address = r.U64("address");
+    e.length = r.U64("length");
+  }
+}
+// Appends a length-prefixed string of `size` bytes that fill writes in place.
+void PutFilled(size_t size, absl::FunctionRef<void(char*)> fill, std::string* out) {
+  Writer(out).U32(static_cast<uint32_t>(size));
+  const size_t at = out->size();
+  out->resize(at + size);
+  fill(out->data() + at);
+}
+}  // namespace
+void Encode(const ReadRequest& m, Writer& w) { PutInlineEntries(m.entries, w); }
+absl::Status Decode(Reader& r, ReadRequest* m) {
+  GetInlineEntries(r, &m->entries);
+  return r.status();
+}
+void Encode(const ReadReply& m, Writer& w) {
+  Put(m.status, w);
+  w.Str(m.data);
+}
+absl::Status Decode(Reader& r, ReadReplyView* m) {
+  Get(r, &m->status);
+  m->data = r.View("data", kMaxFrameBody);
+  return r.status();
+}
+absl::Status Decode(Reader& r, ReadReply* m) {
+  ReadReplyView v;
+  GRANARY_RETURN_IF_ERROR(Decode(r, &v));
+  m->status = std::move(v.status);
+  m->data = std::string(v.data);
+  return absl::OkStatus();
+}
+void Encode(const WriteRequest& m, Writer& w) {
+  PutInlineEntries(m.entries, w);
+  w.Str(m.data);
+}
+absl::Status Decode(Reader& r, WriteRequestView* m) {
+  GetInlineEntries(r, &m->entries);
+  m->data = r.View("data", kMaxFrameBody);
+  return r.status();
+}
+absl::Status Decode(Reader& r, WriteRequest* m) {
+  WriteRequestView v;
+  GRANARY_RETURN_IF_ERROR(Decode(r, &v));
+  m->entries = std::move(v.entries);
+  m->data = std::string(v.data);
+  return absl::OkStatus();
+}
+std::string EncodeReadReplyFrame(uint16_t type, uint64_t request_id, size_t size,
+                                 absl::FunctionRef<void(char*)> fill) {
+  std::string out;
+  out.reserve(kFrameHeaderSize + 16 + size);
+  FrameHeader h;
+  h.type = type;
+  h.request_id = request_id;
+  BeginFrame(h, &out);
+  Writer w(&out);
+  Put(WireStatus{}, w);
+  PutFilled(size, fill, &out);
+  FinishFrame(&out);
+  return out;
+}
+std::string EncodeWriteRequestFrame(const std::vector<InlineEntry>& entries, size_t size,
+                                    absl::FunctionRef<void(char*)> fill) {
+  std::string out;
+  out.reserve(kFrameHeaderSize + 8 + 16 * entries.size() + size);
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(MsgType::kWrite);
+  BeginFrame(h, &out);
+  Writer w(&out);
+  PutInlineEntries(entries, w);
+  PutFilled(size, fill, &out);
+  FinishFrame(&out);
+  return out;
+}
+
 void Encode(const LookupPrefixRequest& m, Writer& w) {
   w.U32(static_cast<uint32_t>(m.keys.size()));
   for (const auto& k : m.keys) w.Str(k);

@@ -54,6 +54,10 @@ const char* MsgTypeName(uint16_t type) {
       return "InventorySync";
     case MsgType::kInventoryReport:
       return "InventoryReport";
+    case MsgType::kRead:
+      return "Read";
+    case MsgType::kWrite:
+      return "Write";
     case MsgType::kShmOffer:
       return "ShmOffer";
     case MsgType::kShmAttach:

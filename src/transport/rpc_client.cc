@@ -121,10 +121,23 @@ void RpcClient::SetEpochFence(int64_t epoch, std::shared_ptr<const std::atomic<i
 }
 
 void RpcClient::CallAsync(std::string frame, Done done) {
+  CallAsyncOn(
+      std::move(frame),
+      [d = std::move(done)](absl::StatusOr<absl::string_view> r) {
+        if (r.ok()) {
+          d(std::string(*r));
+        } else {
+          d(r.status());
+        }
+      },
+      nullptr);
+}
+
+void RpcClient::CallAsyncRaw(std::string frame, RawDone done) {
   CallAsyncOn(std::move(frame), std::move(done), nullptr);
 }
 
-void RpcClient::CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via) {
+void RpcClient::CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<Endpoint> via) {
   uint64_t id = Worker::NextRequestId();
   if (frame.size() >= proto::kFrameHeaderSize) std::memcpy(frame.data() + 12, &id, 8);
   if (const int64_t epoch = epoch_.load(std::memory_order_acquire); epoch != 0) {
@@ -145,7 +158,7 @@ void RpcClient::CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoi
   });
 }
 
-void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out) {
+void RpcClient::Send(uint64_t id, std::string frame, RawDone done, std::shared_ptr<Endpoint> out) {
   in_flight_.insert(id);
   worker_->ExpectReply(id,
                        [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
@@ -159,7 +172,7 @@ void RpcClient::Send(uint64_t id, std::string frame, Done done, std::shared_ptr<
                            d(st);
                            return;
                          }
-                         d(std::string(*r));
+                         d(*r);
                        });
   absl::Status st = worker_->SendFrame(out.get(), std::move(frame), true);
   if (!st.ok()) worker_->FailReply(id, st);
@@ -194,8 +207,13 @@ absl::StatusOr<std::string> RpcClient::CallOn(std::string frame, absl::Duration 
   auto fut = state->p.get_future();
   CallAsyncOn(
       std::move(frame),
-      [state](absl::StatusOr<std::string> r) {
-        if (!state->done.exchange(true)) state->p.set_value(std::move(r));
+      [state](absl::StatusOr<absl::string_view> r) {
+        if (state->done.exchange(true)) return;
+        if (r.ok()) {
+          state->p.set_value(std::string(*r));
+        } else {
+          state->p.set_value(r.status());
+        }
       },
       std::move(via));
   if (fut.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {

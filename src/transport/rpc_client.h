@@ -30,6 +30,10 @@ class RpcClient {
   // Sends a frame (its request id is assigned here) and calls done with the reply frame, on the
   // progress thread.
   void CallAsync(std::string frame, Done done);
+  // The same, with the reply frame as UCX delivered it (no copy): `done` runs on the progress
+  // thread and the view is valid only while it runs.
+  using RawDone = std::function<void(absl::StatusOr<absl::string_view>)>;
+  void CallAsyncRaw(std::string frame, RawDone done);
   // Blocking form. DEADLINE_EXCEEDED after timeout.
   [[nodiscard]] absl::StatusOr<std::string> Call(std::string frame, absl::Duration timeout);
 
@@ -83,13 +87,13 @@ class RpcClient {
   RpcClient(Worker* w, std::string address) : worker_(w), address_(std::move(address)) {}
   void FailAll(const absl::Status& st);
   // CallAsync and Call on `via` (null: the connection's endpoint, shared memory once attached).
-  void CallAsyncOn(std::string frame, Done done, std::shared_ptr<Endpoint> via);
+  void CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<Endpoint> via);
   [[nodiscard]] absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
                                                    std::shared_ptr<Endpoint> via);
   // SetEpochFence's check of one reply frame.
   [[nodiscard]] absl::Status CheckEpoch(absl::string_view reply) const;
   // Sends request `id` on `out` and routes its reply to done; progress-thread only.
-  void Send(uint64_t id, std::string frame, Done done, std::shared_ptr<Endpoint> out);
+  void Send(uint64_t id, std::string frame, RawDone done, std::shared_ptr<Endpoint> out);
   // The kShmOffer / kShmAttach handshake; on success requests use shm_ep_ from then on.
   [[nodiscard]] absl::Status AttachShm();
 

@@ -128,10 +128,15 @@ TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
   std::string metrics = c->MetricsText();
   EXPECT_NE(metrics.find(GetParam() == "tcp" ? "rma=\"tcp\"" : "rma=\"cma\""), std::string::npos)
       << metrics;
-  // Over tcp the three reads into registered buffers were pushed by the node (each after a put
-  // had connected the client to that node); never on shared memory.
-  EXPECT_NE(metrics.find(GetParam() == "tcp" ? "granary_client_pushed_reads_total 3"
-                                             : "granary_client_pushed_reads_total 0"),
+  // Over tcp the reads into registered buffers of 1 MiB and 64 MiB were pushed by the node (each
+  // after a put had connected the client to that node), and both reads of 1 KiB came back in
+  // Read replies; never on shared memory.
+  EXPECT_NE(metrics.find(GetParam() == "tcp" ? "granary_client_pushed_reads_total 2\n"
+                                             : "granary_client_pushed_reads_total 0\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(absl::StrCat("granary_client_inline_values_total{op=\"read\"} ",
+                                      GetParam() == "tcp" ? 2 : 0, "\n")),
             std::string::npos)
       << metrics;
   // A buffer too small is refused without writing.
@@ -153,6 +158,29 @@ TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
     ASSERT_TRUE(got[i].ok()) << got[i].status();
     EXPECT_TRUE(*got[i] == values[i]) << keys[i];
   }
+  // Over tcp the batch went to the node in one Write and came back in one Read (32 values
+  // each way), into registered memory as well as into memory that is not.
+  std::string regs(32 * 4096, '\0');
+  ASSERT_TRUE(c->RegisterBuffer(regs.data(), regs.size()).ok());
+  std::vector<void*> into;
+  std::vector<size_t> caps(32, 4096);
+  for (int i = 0; i < 32; ++i) into.push_back(regs.data() + i * 4096);
+  auto sizes = c->BatchGetInto(keys, into, caps);
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(sizes[i].ok()) << sizes[i].status();
+    EXPECT_TRUE(regs.substr(i * 4096, 4096) == values[i]) << keys[i];
+  }
+  ASSERT_TRUE(c->UnregisterBuffer(regs.data()).ok());
+  metrics = c->MetricsText();
+  const bool tcp = GetParam() == "tcp";
+  EXPECT_NE(metrics.find(absl::StrCat("granary_client_inline_values_total{op=\"read\"} ",
+                                      tcp ? 66 : 0, "\n")),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(absl::StrCat("granary_client_inline_values_total{op=\"write\"} ",
+                                      tcp ? 32 : 0, "\n")),
+            std::string::npos)
+      << metrics;
   // Errors say what happened.
   EXPECT_EQ(c->Get("missing").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(c->Put("value-1024", "again").code(), absl::StatusCode::kAlreadyExists);
@@ -266,8 +294,9 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         errors += kOps;
         return;
       }
-      // Odd clients read into a registered buffer (pushed by the node over tcp).
-      std::string reg(64 << 10, '\0');
+      // Odd clients read into a registered buffer (over tcp: values up to 64 KiB inline in a
+      // Read reply, larger ones pushed by the node).
+      std::string reg(96 << 10, '\0');
       if (t % 2 == 1 && !c->RegisterBuffer(reg.data(), reg.size()).ok()) {
         errors += kOps;
         return;
@@ -284,7 +313,7 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         std::string key = absl::StrCat("c", t, "-k", k);
         int op = rng() % 4;
         if (version[k] == 0 && op != 3) {
-          size_t size = 1 + rng() % (64 << 10);
+          size_t size = 1 + rng() % (96 << 10);
           uint64_t ver = next_version++;
           absl::Status st = c->Put(key, MakeValue(key, ver, size));
           if (!st.ok()) fail(absl::StrCat("put ", key, ": ", st.ToString()));
@@ -321,9 +350,15 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         }
         ++ops_done;
       }
+      const std::string metrics = c->MetricsText();
+      const bool no_inline =
+          metrics.find("granary_client_inline_values_total{op=\"read\"} 0\n") !=
+              std::string::npos &&
+          metrics.find("granary_client_inline_values_total{op=\"write\"} 0\n") != std::string::npos;
+      if (no_inline != (GetParam() == "default")) fail("inline reads and writes: tcp only, always");
       if (t % 2 == 1) {
         const bool none =
-            c->MetricsText().find("granary_client_pushed_reads_total 0\n") != std::string::npos;
+            metrics.find("granary_client_pushed_reads_total 0\n") != std::string::npos;
         if (none != (GetParam() == "default")) fail("pushed reads: tcp only, and there always");
       }
     });
@@ -472,6 +507,106 @@ TEST_P(StoreTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
   auto again = c.Get("kept");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, v.value);
+}
+
+// Read and Write (small values over tcp): a node copies only whole allocations inside its own
+// host segments, refuses anything else naming the address and leaves what is stored intact;
+// a good Write is what PutEnd then commits.
+TEST_P(StoreTest, NodeReadsAndWritesInlineOnlyInsideItsSegments) {
+  StartCluster(Cluster::Options{});
+  auto created = client::ClientImpl::Create(cluster_->ClientOpts("default"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  client::ClientImpl& c = **created;
+  Located v;
+  ASSERT_NO_FATAL_FAILURE(StoreAndLocate(c, "kept", &v));
+  auto ctx = transport::Context::Create("inline_test");
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  auto worker = transport::Worker::Create(ctx->get(), "inline_test");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto rpc = transport::RpcClient::Create(worker->get(), v.seg.node_address);
+  ASSERT_TRUE(rpc.ok()) << rpc.status();
+  auto read = [&](std::vector<proto::InlineEntry> entries) {
+    return (*rpc)->Invoke<proto::ReadRequest, proto::ReadReply>(
+        proto::MsgType::kRead, proto::ReadRequest{std::move(entries)}, absl::Seconds(10));
+  };
+  auto write = [&](std::vector<proto::InlineEntry> entries, std::string data) {
+    return (*rpc)->Invoke<proto::WriteRequest, proto::StatusReply>(
+        proto::MsgType::kWrite, proto::WriteRequest{std::move(entries), std::move(data)},
+        absl::Seconds(10));
+  };
+  auto refused = [](const absl::Status& st, const std::string& what) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st;
+  };
+  const uint64_t seg_end = v.seg.base + v.seg.size;
+  refused(read({{seg_end - 100, 4096}}).status(), absl::StrCat("at address ", seg_end - 100));
+  const std::string junk(proto::kAllocHeaderSize + 4096, 'J');
+  refused(write({{seg_end - 100, 4096}}, junk).status(),
+          absl::StrCat("at address ", seg_end - 100));
+  refused(write({{v.at, 4096}}, junk.substr(1)).status(), "bytes of data, but its 1 entries need");
+  auto kept = c.Get("kept");  // no refused write changed a byte
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(*kept, v.value);
+
+  // A good read: the value, then the header that vouches for it.
+  auto got = read({{v.at, v.value.size()}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->data.size(), v.value.size() + proto::kAllocHeaderSize);
+  EXPECT_TRUE(got->data.substr(0, v.value.size()) == v.value);
+  proto::AllocHeader h;
+  std::memcpy(&h, got->data.data() + v.value.size(), sizeof(h));
+  EXPECT_TRUE(proto::CheckAllocHeader(h, v.generation, HashBytes("kept"), v.value.size()).ok());
+
+  // A good write into a place PutStart gave, committed by PutEnd, reads back byte-exact.
+  const std::string value = MakeValue("written", 5, 1000);
+  auto started = c.PutStart({"written"}, {value.size()});
+  ASSERT_TRUE(started.ok()) << started.status();
+  ASSERT_TRUE(started->results[0].status.ToStatus().ok());
+  proto::AllocHeader wh;
+  wh.generation = started->results[0].generation;
+  wh.key_hash = HashBytes("written");
+  wh.value_length = value.size();
+  std::string data(reinterpret_cast<const char*>(&wh), sizeof(wh));
+  data += value;
+  ASSERT_TRUE(write({{started->results[0].replicas[0].address, value.size()}}, data).ok());
+  auto ended = c.Call<proto::KeyGenRequest, proto::BatchStatusReply>(
+      proto::MsgType::kPutEnd,
+      proto::KeyGenRequest{{{"written", started->results[0].generation, 0}}});
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  auto back = c.Get("written");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, value);
+  (*rpc).reset();
+}
+
+// A node that stops answering in the middle of a Read: the read fails at transfer_timeout_ms
+// naming the node, and the reply that comes once the node runs again lands nowhere (the
+// caller's buffer keeps what it held).
+TEST_P(StoreTest, AReadFromAStalledNodeTimesOutAndItsLateReplyLandsNowhere) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "Read is the path to nodes reached over tcp alone";
+  StartCluster(Cluster::Options{});
+  ClientOptions o = cluster_->ClientOpts("default");
+  o.transfer_timeout_ms = 500;
+  o.get_retries = 0;
+  auto c = Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string v = MakeValue("stalled", 1, 4096);
+  ASSERT_TRUE((*c)->Put("warm", v).ok());  // connects to the node: it is known as tcp-only
+  ASSERT_TRUE((*c)->Put("stalled", v).ok());
+  std::string buf(4096, 'x');
+  cluster_->node(0)->Kill(SIGSTOP);
+  ASSERT_TRUE(cluster_->node(0)->WaitStopped());
+  auto n = (*c)->GetInto("stalled", buf.data(), buf.size());
+  cluster_->node(0)->Kill(SIGCONT);
+  EXPECT_FALSE(n.ok());
+  EXPECT_NE(n.status().message().find("did not answer within"), std::string::npos) << n.status();
+  std::this_thread::sleep_for(milliseconds(500));  // the node answers the old Read meanwhile
+  EXPECT_EQ(buf, std::string(4096, 'x'));
+  auto again = (*c)->GetInto("stalled", buf.data(), buf.size());  // and serves the next one
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(buf, v);
+  EXPECT_NE((*c)->MetricsText().find("granary_client_inline_values_total{op=\"read\"} 1\n"),
+            std::string::npos);
 }
 
 // A node that cannot reach a client for a Push (its process stopped, its link cut) gives up at

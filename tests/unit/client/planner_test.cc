@@ -24,6 +24,7 @@ class FakeInputs : public PlanInputs {
     s->node_address = node;
     segments_[id] = s;
   }
+  void MakeGpu(uint64_t id) { segments_[id]->gpu = true; }
   absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> Segment(uint64_t id) override {
     auto it = segments_.find(id);
     if (it == segments_.end()) return absl::UnavailableError(absl::StrCat("segment ", id, " gone"));
@@ -150,6 +151,40 @@ TEST_F(PlanPutTest, AKeyWithAnUnmountedReplicaIsRevokedNotCommitted) {
   EXPECT_EQ(plan_.revoke.entries[0].generation, 4u);
 }
 
+TEST_F(PlanPutTest, SmallValuesToATcpOnlyNodeGoInlineAndTheRestOneSided) {
+  char small[100] = {}, other[10] = {};
+  std::vector<char> big(proto::kMaxInlineValue + 1);
+  inputs_.AddSegment(1, "tcp:1");
+  inputs_.AddSegment(2, "rdma:1");
+  inputs_.AddSegment(3, "tcp:1");
+  inputs_.MakeGpu(3);
+  inputs_.tcp_only = {"tcp:1"};
+  started_.results = {Placed(1, {Replica(1, 1000), Replica(2, 2000)}),  // inline + one-sided
+                      Placed(2, {Replica(1, 5000)}),                    // inline
+                      Placed(3, {Replica(1, 9000)}),                    // too big: one-sided
+                      Placed(4, {Replica(3, 64)}),                      // GPU segment
+                      Placed(5, {Replica(1, 7000), Replica(42, 64)})};  // one replica gone
+  Plan({"a", "b", "big", "gpu", "half"}, {small, other, big.data(), small, small},
+       {sizeof(small), sizeof(other), big.size(), sizeof(small), sizeof(small)});
+  ASSERT_EQ(plan_.writes.size(), 1u);
+  const InlineGroup& g = plan_.writes[0];
+  EXPECT_EQ(g.node, "tcp:1");
+  EXPECT_EQ(g.keys, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(g.entries, (std::vector<proto::InlineEntry>{{1000, 100}, {5000, 10}}));
+  EXPECT_EQ(g.headers, (std::vector<void*>{&headers_[0], &headers_[1]}));
+  EXPECT_EQ(g.values, (std::vector<void*>{small, other}));
+  EXPECT_EQ(g.value_bytes, 110u);
+  // One-sided: "a" to the rdma node, "big", "gpu" (value and header each).
+  ASSERT_EQ(plan_.ops.size(), 6u);
+  EXPECT_EQ(plan_.ops[0].remote_addr, 2000u + kAllocHeaderSize);
+  EXPECT_EQ(plan_.ops[2].remote_addr, 9000u + kAllocHeaderSize);
+  EXPECT_EQ(plan_.ops[4].remote_addr, 64u + kAllocHeaderSize);
+  EXPECT_EQ(out_[4].code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(plan_.commit.entries.size(), 4u);
+  ASSERT_EQ(plan_.revoke.entries.size(), 1u);
+  EXPECT_EQ(plan_.revoke.entries[0].key, "half");
+}
+
 // ----- Get -----
 
 class PlanGetTest : public ::testing::Test {
@@ -213,23 +248,28 @@ TEST_F(PlanGetTest, RetriesRotateThroughTheReplicas) {
   EXPECT_EQ(plan_.ops[2].remote_addr, 300u);
 }
 
-TEST_F(PlanGetTest, ATcpOnlyNodePushesIntoARegisteredBufferOnTheFirstRoundOnly) {
+TEST_F(PlanGetTest, ATcpOnlyNodePushesLargeValuesIntoARegisteredBufferOnTheFirstRoundOnly) {
+  // Values above kMaxInlineValue: the node puts them straight into the registered buffer.
+  constexpr uint64_t kBig = proto::kMaxInlineValue + 1;
+  std::vector<char> big(3 * kBig);
+  dest_ = [&](size_t i, uint64_t) -> absl::StatusOr<void*> { return big.data() + i * kBig; };
   inputs_.AddSegment(1, "tcp:1");
   inputs_.AddSegment(2, "rdma:1");
   inputs_.tcp_only = {"tcp:1"};
-  inputs_.buffer = buffer_;
-  inputs_.buffer_size = sizeof(buffer_);
-  reply_.results = {Result(4096, 1, {Replica(1, 100)}), Result(4096, 1, {Replica(1, 9000)}),
-                    Result(4096, 1, {Replica(2, 100)})};
+  inputs_.buffer = big.data();
+  inputs_.buffer_size = big.size();
+  reply_.results = {Result(kBig, 1, {Replica(1, 100)}), Result(kBig, 1, {Replica(1, 9000)}),
+                    Result(kBig, 1, {Replica(2, 100)})};
   Plan(0, {"a", "b", "c"});
   ASSERT_EQ(plan_.pushes.size(), 1u);  // one group per (node, buffer)
+  EXPECT_TRUE(plan_.reads.empty());
   const PushGroup& g = plan_.pushes[0];
   EXPECT_EQ(g.node, "tcp:1");
   EXPECT_EQ(g.keys, (std::vector<size_t>{0, 1}));
   EXPECT_EQ(g.req.dest.segment_id, 7u);
   ASSERT_EQ(g.req.entries.size(), 2u);
   EXPECT_EQ(g.req.headers, (std::vector<uint64_t>{100, 9000}));
-  EXPECT_EQ(g.req.entries[1].length, 4096u);
+  EXPECT_EQ(g.req.entries[1].length, kBig);
   EXPECT_EQ(inputs_.push_targets, 1);
   ASSERT_EQ(plan_.ops.size(), 2u);  // "c" from the rdma node, one-sided, registered
   EXPECT_EQ(plan_.ops[1].memh, inputs_.memh);
@@ -240,13 +280,83 @@ TEST_F(PlanGetTest, ATcpOnlyNodePushesIntoARegisteredBufferOnTheFirstRoundOnly) 
   EXPECT_EQ(plan_.ops.size(), 6u);
 }
 
-TEST_F(PlanGetTest, ATcpOnlyNodeIsReadOneSidedIntoUnregisteredMemory) {
+TEST_F(PlanGetTest, ATcpOnlyNodeSendsSmallValuesInOneReadOnTheFirstRoundOnly) {
   inputs_.AddSegment(1, "tcp:1");
+  inputs_.AddSegment(2, "rdma:1");
   inputs_.tcp_only = {"tcp:1"};
-  reply_.results = {Result(4096, 1, {Replica(1, 100)})};
-  Plan(0, {"a"});
+  // Registered or not: a small value comes back in the Read reply and is copied out of it.
+  inputs_.buffer = buffer_;
+  inputs_.buffer_size = sizeof(buffer_);
+  reply_.results = {Result(4096, 1, {Replica(1, 100)}), Result(10, 1, {Replica(1, 9000)}),
+                    Result(4096, 1, {Replica(2, 100)})};
+  Plan(0, {"a", "b", "c"});
   EXPECT_TRUE(plan_.pushes.empty());
-  EXPECT_EQ(plan_.ops.size(), 2u);
+  ASSERT_EQ(plan_.reads.size(), 1u);
+  const InlineGroup& g = plan_.reads[0];
+  EXPECT_EQ(g.node, "tcp:1");
+  EXPECT_EQ(g.keys, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(g.entries, (std::vector<proto::InlineEntry>{{100, 4096}, {9000, 10}}));
+  EXPECT_EQ(g.headers, (std::vector<void*>{&headers_[0], &headers_[1]}));
+  EXPECT_EQ(g.values, (std::vector<void*>{buffer_, buffer_ + 4096}));
+  EXPECT_EQ(g.value_bytes, 4106u);
+  EXPECT_EQ(inputs_.lookups, 1);    // only "c", read one-sided into the registered buffer
+  ASSERT_EQ(plan_.ops.size(), 2u);  // "c" from the rdma node
+  EXPECT_EQ(plan_.ops[0].remote_addr, 100u);
+  EXPECT_EQ(plan_.ops[1].memh, inputs_.memh);
+  EXPECT_EQ(plan_.fetched, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(plan_.gens[1], 1u);
+  EXPECT_EQ(plan_.lens[1], 10u);
+
+  Plan(1, {"a", "b", "c"});  // a retry reads one-sided from every node
+  EXPECT_TRUE(plan_.reads.empty());
+  EXPECT_EQ(plan_.ops.size(), 6u);
+}
+
+TEST_F(PlanGetTest, InlineReadsSplitAtTheMessageLimit) {
+  inputs_.AddSegment(1, "tcp:1");
+  inputs_.AddSegment(2, "tcp:2");
+  inputs_.tcp_only = {"tcp:1", "tcp:2"};
+  constexpr uint64_t kSize = proto::kMaxInlineValue;
+  constexpr size_t kPerMessage = proto::kMaxInlineMessage / kSize;
+  std::vector<char> big((2 * kPerMessage + 2) * kSize);
+  dest_ = [&](size_t i, uint64_t) -> absl::StatusOr<void*> { return big.data() + i * kSize; };
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < 2 * kPerMessage + 1; ++i) {
+    keys.push_back(absl::StrCat("k", i));
+    reply_.results.push_back(Result(kSize, 1, {Replica(1, 1000 + i * 100000)}));
+  }
+  keys.push_back("other");
+  reply_.results.push_back(Result(kSize, 1, {Replica(2, 64)}));
+  Plan(0, keys);
+  ASSERT_EQ(plan_.reads.size(), 4u);
+  EXPECT_EQ(plan_.reads[0].node, "tcp:1");
+  EXPECT_EQ(plan_.reads[0].entries.size(), kPerMessage);
+  EXPECT_EQ(plan_.reads[0].value_bytes, proto::kMaxInlineMessage);
+  EXPECT_EQ(plan_.reads[1].entries.size(), kPerMessage);
+  EXPECT_EQ(plan_.reads[2].node, "tcp:1");
+  EXPECT_EQ(plan_.reads[2].keys, std::vector<size_t>{2 * kPerMessage});
+  EXPECT_EQ(plan_.reads[3].node, "tcp:2");
+  EXPECT_EQ(plan_.reads[3].keys, std::vector<size_t>{2 * kPerMessage + 1});
+  EXPECT_TRUE(plan_.ops.empty());
+}
+
+TEST_F(PlanGetTest, GpuSegmentsAndDeviceDestinationsAreNeverReadInline) {
+  inputs_.AddSegment(1, "tcp:1");
+  inputs_.AddSegment(2, "tcp:1");
+  inputs_.MakeGpu(2);
+  inputs_.tcp_only = {"tcp:1"};
+  reply_.results = {Result(16, 1, {Replica(1, 100)}), Result(16, 1, {Replica(2, 100)}),
+                    Result(16, 1, {Replica(1, 300)})};
+  std::vector<int> devices = {-1, -1, 0};
+  std::vector<size_t> pending = {0, 1, 2};
+  headers_.assign(3, {});
+  out_.assign(3, absl::UnknownError("not attempted"));
+  PlanGet(0, {"host", "gpu-segment", "device-buffer"}, pending, reply_, dest_, &inputs_, &headers_,
+          &out_, &plan_, &devices);
+  ASSERT_EQ(plan_.reads.size(), 1u);
+  EXPECT_EQ(plan_.reads[0].keys, std::vector<size_t>{0});
+  ASSERT_EQ(plan_.ops.size(), 4u);
+  EXPECT_EQ(plan_.ops[3].device, 0);
 }
 
 TEST_F(PlanGetTest, KeysThatCannotBeReadGetTheirStatus) {

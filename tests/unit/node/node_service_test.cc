@@ -336,5 +336,52 @@ TEST(NodeServiceDeathTest, OverlappingOrWrappingSegmentsAreABrokenInvariant) {
   EXPECT_DEATH(NodeService({{"a", kMax, 2, proto::Tier::kHost, "r"}}), "wraps around");
 }
 
+// Read and Write name allocations: header and value must lie whole in one host segment.
+TEST(NodeServiceInline, AllocationsInsideHostSegmentsAreAccepted) {
+  NodeService s(TwoSegments());
+  const std::vector<proto::InlineEntry> entries = {
+      {kBaseA, 0x100}, {kBaseB + kSizeB - proto::kAllocHeaderSize - 0x10, 0x10}};  // ends at end
+  EXPECT_TRUE(s.CheckInline("read", entries, std::nullopt).ok());
+  EXPECT_TRUE(s.CheckInline("write", entries, proto::InlineDataBytes(entries)).ok());
+  EXPECT_TRUE(s.CheckInline("read", {}, std::nullopt).ok());
+  EXPECT_TRUE(s.CheckInline("write", {{kBaseA, 0}}, proto::kAllocHeaderSize).ok());  // empty value
+}
+
+TEST(NodeServiceInline, AllocationsOutsideOrWrappingAreRefusedNamingThem) {
+  NodeService s(TwoSegments());
+  // The value runs one byte past the segment (its header is inside).
+  ExpectInvalid(
+      s.CheckInline("read", {{kBaseA + kSizeA - proto::kAllocHeaderSize - 4, 5}}, std::nullopt),
+      absl::StrCat("read of 5 bytes at address ", kBaseA + kSizeA - proto::kAllocHeaderSize - 4,
+                   " (with its 64-byte header) is outside this node's segments"));
+  ExpectInvalid(s.CheckInline("write", {{0x5, 1}}, proto::kAllocHeaderSize + 1),
+                "write of 1 bytes at address 5");
+  ExpectInvalid(s.CheckInline("read", {{kBaseA, kMax}}, std::nullopt), "exceeds the frame limit");
+  ExpectInvalid(s.CheckInline("read", {{kMax - 10, 100}}, std::nullopt), "is outside");
+  // More than one frame's worth in total.
+  std::vector<proto::InlineEntry> many(17, {kBaseA, 4u << 20});
+  ExpectInvalid(s.CheckInline("read", many, std::nullopt), "in one message");
+}
+
+TEST(NodeServiceInline, AWriteWhoseDataDoesNotMatchItsEntriesIsRefused) {
+  NodeService s(TwoSegments());
+  const std::vector<proto::InlineEntry> entries = {{kBaseA, 16}, {kBaseB, 8}};
+  const uint64_t need = 2 * proto::kAllocHeaderSize + 24;
+  ExpectInvalid(
+      s.CheckInline("write", entries, need - 1),
+      absl::StrCat("write carries ", need - 1, " bytes of data, but its 2 entries need ", need));
+  ExpectInvalid(s.CheckInline("write", entries, need + 1), "bytes of data");
+}
+
+TEST(NodeServiceInline, AGpuSegmentIsNeverCopiedByTheCpu) {
+  std::vector<SegmentSpan> spans = TwoSegments();
+  spans[1].tier = proto::Tier::kGpu;
+  spans[1].name = "gpu0";
+  NodeService s(std::move(spans));
+  absl::Status st = s.CheckInline("read", {{kBaseA, 8}, {kBaseB, 8}}, std::nullopt);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "is in GPU segment 'gpu0'")) << st;
+}
+
 }  // namespace
 }  // namespace granary::node

@@ -311,6 +311,13 @@ std::vector<Case> AllCases() {
                ShmAttachRequest{0x0123456789abcdefull, std::string("\x00ucx-address\xff", 13)}),
       MakeCase("PushRequest", Type(MsgType::kPush), SamplePush()),
       MakeCase("PushReply", Type(MsgType::kPush, true), SamplePushReply()),
+      MakeCase("ReadRequest", Type(MsgType::kRead),
+               ReadRequest{{{0x10000, 4096}, {~0ull, ~0ull}, {0, 0}}}),
+      MakeCase("ReadReply", Type(MsgType::kRead, true),
+               ReadReply{{0, ""}, std::string("value\0bytes", 11) + std::string(64, '\xA5')}),
+      MakeCase("WriteRequest", Type(MsgType::kWrite),
+               WriteRequest{{{0x10000, 5}, {0x20000, 0}},
+                            std::string(64, '\x11') + "hello" + std::string(64, '\x22')}),
       MakeCase("CopyStartRequest", Type(MsgType::kCopyStart), SampleCopyStart()),
       MakeCase("CopyStartReply", Type(MsgType::kCopyStart, true), SampleCopyStartReply()),
       MakeCase("CopyEndRequest", Type(MsgType::kCopyEnd), SampleCopyEnd()),
@@ -360,39 +367,24 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
 // Every request and reply struct in messages.h, by the type a server decodes it as: the
 // round-trip and truncation cases above must name each one.
 TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
-  const std::vector<std::string> all = {"HelloRequest",
-                                        "HelloReply",
-                                        "HeartbeatRequest",
-                                        "HeartbeatReply",
-                                        "MountSegmentRequest",
-                                        "MountSegmentReply",
-                                        "UnmountSegmentRequest",
-                                        "StatusReply",
-                                        "ShmOfferRequest",
-                                        "ShmOfferReply",
-                                        "ShmAttachRequest",
-                                        "PutStartRequest",
-                                        "PutStartReply",
-                                        "KeyGenRequest",
-                                        "BatchStatusReply",
-                                        "KeysRequest",
-                                        "RemoveRequest",
-                                        "GetReply",
-                                        "ListRequest",
-                                        "ListReply",
-                                        "SegmentsRequest",
-                                        "SegmentsReply",
-                                        "CopyStartRequest",
-                                        "CopyStartReply",
-                                        "CopyEndRequest",
-                                        "FetchRequest",
-                                        "PushRequest",
-                                        "PushReply",
-                                        "LookupPrefixRequest",
-                                        "LookupPrefixReply",
-                                        "InventorySyncRequest",
-                                        "InventorySyncReply",
-                                        "InventoryReportRequest",
+  const std::vector<std::string> all = {"HelloRequest",          "HelloReply",
+                                        "HeartbeatRequest",      "HeartbeatReply",
+                                        "MountSegmentRequest",   "MountSegmentReply",
+                                        "UnmountSegmentRequest", "StatusReply",
+                                        "ShmOfferRequest",       "ShmOfferReply",
+                                        "ShmAttachRequest",      "PutStartRequest",
+                                        "PutStartReply",         "KeyGenRequest",
+                                        "BatchStatusReply",      "KeysRequest",
+                                        "RemoveRequest",         "GetReply",
+                                        "ListRequest",           "ListReply",
+                                        "SegmentsRequest",       "SegmentsReply",
+                                        "CopyStartRequest",      "CopyStartReply",
+                                        "CopyEndRequest",        "FetchRequest",
+                                        "PushRequest",           "PushReply",
+                                        "ReadRequest",           "ReadReply",
+                                        "WriteRequest",          "LookupPrefixRequest",
+                                        "LookupPrefixReply",     "InventorySyncRequest",
+                                        "InventorySyncReply",    "InventoryReportRequest",
                                         "InventoryReportReply"};
   std::vector<std::string> named;
   for (const Case& c : AllCases()) named.push_back(c.name);
@@ -400,6 +392,38 @@ TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
   for (const std::string& name : all) {
     EXPECT_NE(std::find(named.begin(), named.end(), name), named.end()) << name;
   }
+}
+
+// The in-place encoders write the same bytes as the codec, and the view decoders read them
+// without copying the data.
+TEST(MessageCodec, InlineFramesBuiltInPlaceMatchTheCodecAndDecodeAsViews) {
+  const std::vector<InlineEntry> entries = {{0x10000, 3}, {0x20000, 2}};
+  ASSERT_EQ(InlineDataBytes(entries), 2 * 64u + 5);
+  const std::string data = std::string(64, 'h') + "abc" + std::string(64, 'i') + "de";
+  auto fill = [&](char* out) { std::memcpy(out, data.data(), data.size()); };
+  const std::string write = EncodeWriteRequestFrame(entries, data.size(), fill);
+  EXPECT_EQ(write, EncodeFrame(Type(MsgType::kWrite), 0, WriteRequest{entries, data}));
+  absl::StatusOr<FrameView> f = DecodeFrame(write);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<WriteRequestView> w = DecodeBody<WriteRequestView>(f->body);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->entries, entries);
+  EXPECT_EQ(w->data, data);
+  EXPECT_GE(w->data.data(), write.data());  // a view into the frame
+  EXPECT_LE(w->data.data() + w->data.size(), write.data() + write.size());
+
+  const std::string read = EncodeReadReplyFrame(Type(MsgType::kRead, true), 77, data.size(), fill);
+  EXPECT_EQ(read, EncodeFrame(Type(MsgType::kRead, true), 77, ReadReply{{0, ""}, data}));
+  f = DecodeFrame(read);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<ReadReplyView> r = DecodeBody<ReadReplyView>(f->body);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 0);
+  EXPECT_EQ(r->data, data);
+  EXPECT_GE(r->data.data(), read.data());
+  // A data length past the frame is refused, never read.
+  std::string cut = read.substr(0, read.size() - 1);
+  EXPECT_FALSE(DecodeBody<ReadReplyView>(absl::string_view(cut).substr(kFrameHeaderSize)).ok());
 }
 
 // A client's heartbeat (and a node's outside --cgroup) is one byte: no cgroup figures.
@@ -413,7 +437,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x0b\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x0c\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
       "\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);
