@@ -470,9 +470,12 @@ struct InlineEntry {
 };
 // The largest value, and the most value bytes in one message, that a client sends or asks for
 // inline; larger values keep the one-sided path (Push for reads), where the node moves them
-// without copying them into a message.
-inline constexpr uint64_t kMaxInlineValue = 64 << 10;
-inline constexpr uint64_t kMaxInlineMessage = 1 << 20;
+// without copying them into a message. Measured over tcp on loopback (batch 32, one thread):
+// inline wins up to 16 KiB (get 109k against 62k keys/s, put 69k against 44k), draws at
+// 32 KiB and loses at 64 KiB (get 1.7 against 2.4 GB/s); messages of 256 KiB keep several in
+// flight and did as well as 1 MiB ones at 4 and 16 KiB, better at 64 KiB.
+inline constexpr uint64_t kMaxInlineValue = 16 << 10;
+inline constexpr uint64_t kMaxInlineMessage = 256 << 10;
 struct ReadRequest {
   std::vector<InlineEntry> entries;
   bool operator==(const ReadRequest&) const = default;

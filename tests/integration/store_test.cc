@@ -294,7 +294,7 @@ TEST_P(StoreTest, EightConcurrentClientsThousandMixedOpsNoErrorNoWrongByte) {
         errors += kOps;
         return;
       }
-      // Odd clients read into a registered buffer (over tcp: values up to 64 KiB inline in a
+      // Odd clients read into a registered buffer (over tcp: values up to 16 KiB inline in a
       // Read reply, larger ones pushed by the node).
       std::string reg(96 << 10, '\0');
       if (t % 2 == 1 && !c->RegisterBuffer(reg.data(), reg.size()).ok()) {
