@@ -103,9 +103,8 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
   const TierPreference tier = proto::PutTierOf(req.flags).value_or(ledger_->DefaultTier(tenant));
   rep.results.resize(req.entries.size());
   std::vector<std::string> started;
-  PrefetchBatch(tenant, req.entries.size(), [&](size_t i) -> const std::string& {
-    return req.entries[i].key;
-  });
+  PrefetchBatch(tenant, req.entries.size(),
+                [&](size_t i) -> const std::string& { return req.entries[i].key; });
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     auto& res = rep.results[i];
@@ -167,9 +166,8 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
   // Committed keys leave their writer's in-flight set in one pass, under one lock.
   std::vector<std::pair<SessionId, std::string>> committed;
   committed.reserve(req.entries.size());
-  PrefetchBatch(tenant, req.entries.size(), [&](size_t i) -> const std::string& {
-    return req.entries[i].key;
-  });
+  PrefetchBatch(tenant, req.entries.size(),
+                [&](size_t i) -> const std::string& { return req.entries[i].key; });
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     counters_->put_end->Inc();
@@ -281,9 +279,8 @@ proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysReq
   proto::GetReply rep;
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.keys.size());
-  PrefetchBatch(tenant, req.keys.size(), [&](size_t i) -> const std::string& {
-    return req.keys[i];
-  });
+  PrefetchBatch(tenant, req.keys.size(),
+                [&](size_t i) -> const std::string& { return req.keys[i]; });
   std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.keys.size(); ++i) {
     const std::string& key = req.keys[i];
@@ -320,9 +317,8 @@ proto::BatchStatusReply ObjectStore::GetEnd(const std::string& tenant,
   proto::BatchStatusReply rep;
   const int64_t now = clock_->NowMs();
   rep.results.resize(req.entries.size());
-  PrefetchBatch(tenant, req.entries.size(), [&](size_t i) -> const std::string& {
-    return req.entries[i].key;
-  });
+  PrefetchBatch(tenant, req.entries.size(),
+                [&](size_t i) -> const std::string& { return req.entries[i].key; });
   std::string tk;  // reused: one allocation per request, not per key
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
