@@ -1,6 +1,7 @@
 #include "client/client_impl.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <future>
 
@@ -10,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "common/spin_wait.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "transport/topology.h"
@@ -224,8 +226,13 @@ absl::Status ClientImpl::Remote(std::vector<transport::RmaOp> ops, int64_t timeo
   std::vector<std::string> nodes;
   for (const auto& op : ops) nodes.push_back(op.segment->node_address);
   auto p = std::make_shared<std::promise<absl::Status>>();
+  auto done = std::make_shared<std::atomic<bool>>(false);
   auto f = p->get_future();
-  rma_->Execute(std::move(ops), [p](absl::Status st) { p->set_value(std::move(st)); });
+  rma_->Execute(std::move(ops), [p, done](absl::Status st) {
+    done->store(true, std::memory_order_release);
+    p->set_value(std::move(st));
+  });
+  SpinUntil([&] { return done->load(std::memory_order_acquire); });
   if (f.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
     // Cancel by closing the endpoints, on the worker thread and waited for: once closed, no
     // transport of theirs moves another byte into or out of the buffers. Closing completes

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/spin_wait.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
@@ -17,6 +18,7 @@ InlineBatch::InlineBatch(bool write, const std::vector<InlineGroup>* groups,
   state_->values = values;
   granary::MutexLock lock(&state_->mu);
   state_->pending = groups->size();
+  state_->unanswered.store(groups->size(), std::memory_order_relaxed);
   state_->status.assign(groups->size(), absl::OkStatus());
   state_->answered.assign(groups->size(), false);
 }
@@ -92,10 +94,12 @@ void InlineBatch::Finish(State* s, size_t g, absl::StatusOr<absl::string_view> f
   s->status[g] = std::move(st);
   s->answered[g] = true;
   --s->pending;
+  s->unanswered.fetch_sub(1, std::memory_order_release);
 }
 
 std::vector<absl::Status> InlineBatch::Wait(int64_t timeout_ms) {
   State* s = state_.get();
+  SpinUntil([s] { return s->unanswered.load(std::memory_order_acquire) == 0; });
   granary::MutexLock lock(&s->mu);
   if (!s->mu.AwaitWithTimeout(absl::Condition(s, &State::Done), absl::Milliseconds(timeout_ms))) {
     s->abandoned = true;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,7 @@ class InlineBatch {
     const std::vector<InlineGroup>* groups = nullptr;
     MetricCounter* values = nullptr;
     size_t pending ABSL_GUARDED_BY(mu) = 0;
+    std::atomic<size_t> unanswered{0};  // pending, readable without mu (Wait's spin)
     bool abandoned ABSL_GUARDED_BY(mu) = false;
     std::vector<absl::Status> status ABSL_GUARDED_BY(mu);
     std::vector<bool> answered ABSL_GUARDED_BY(mu);

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/log.h"
+#include "common/spin_wait.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 
@@ -216,6 +217,7 @@ absl::StatusOr<std::string> RpcClient::CallOn(std::string frame, absl::Duration 
         }
       },
       std::move(via));
+  SpinUntil([&] { return state->done.load(std::memory_order_acquire); });
   if (fut.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
     if (!state->done.exchange(true)) {
       return absl::DeadlineExceededError(
