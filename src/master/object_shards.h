@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "common/util.h"
@@ -54,9 +55,16 @@ class ObjectShards {
   }
 
   Shard& ShardOf(absl::string_view table_key) { return shards_[ShardIndexOf(table_key)]; }
-  static size_t ShardIndexOf(absl::string_view table_key) { return HashBytes(table_key) % kShards; }
+  // The top 6 bits of the key's absl hash: the shard's index (absl::flat_hash_set) takes its
+  // 7-bit tag from the low bits and its position from the bits above them, so the keys of one
+  // shard still spread over every tag. (A byte-at-a-time FNV-1a here took 8% of the master's
+  // time under the meta benchmark; absl's hash reads the key 8 bytes at a time.)
+  static size_t ShardIndexOf(absl::string_view table_key) {
+    static_assert(kShards == 64);
+    return absl::Hash<absl::string_view>{}(table_key) >> 58;
+  }
   const Shard& ShardOf(absl::string_view table_key) const {
-    return shards_[HashBytes(table_key) % kShards];
+    return shards_[ShardIndexOf(table_key)];
   }
   Shard& shard(size_t i) { return shards_[i]; }
   const Shard& shard(size_t i) const { return shards_[i]; }
