@@ -13,17 +13,19 @@ using proto::kAllocHeaderSize;
 
 InlineBatch::InlineBatch(bool write, const std::vector<InlineGroup>* groups,
                          MetricCounter* values) {
+  if (groups->empty()) return;
+  state_ = std::make_shared<State>();
   state_->write = write;
   state_->groups = groups;
   state_->values = values;
   granary::MutexLock lock(&state_->mu);
-  state_->pending = groups->size();
   state_->unanswered.store(groups->size(), std::memory_order_relaxed);
   state_->status.assign(groups->size(), absl::OkStatus());
   state_->answered.assign(groups->size(), false);
 }
 
 void InlineBatch::Start(const NodeFn& node_client) {
+  if (!state_) return;
   const std::vector<InlineGroup>& groups = *state_->groups;
   for (size_t g = 0; g < groups.size(); ++g) {
     const InlineGroup& group = groups[g];
@@ -93,13 +95,13 @@ void InlineBatch::Finish(State* s, size_t g, absl::StatusOr<absl::string_view> f
   }
   s->status[g] = std::move(st);
   s->answered[g] = true;
-  --s->pending;
   s->unanswered.fetch_sub(1, std::memory_order_release);
 }
 
 std::vector<absl::Status> InlineBatch::Wait(int64_t timeout_ms) {
+  if (!state_) return {};
   State* s = state_.get();
-  SpinUntil([s] { return s->unanswered.load(std::memory_order_acquire) == 0; });
+  SpinUntil([s] { return s->Done(); });
   granary::MutexLock lock(&s->mu);
   if (!s->mu.AwaitWithTimeout(absl::Condition(s, &State::Done), absl::Milliseconds(timeout_ms))) {
     s->abandoned = true;

@@ -45,19 +45,19 @@ class InlineBatch {
     bool write = false;
     const std::vector<InlineGroup>* groups = nullptr;
     MetricCounter* values = nullptr;
-    size_t pending ABSL_GUARDED_BY(mu) = 0;
-    std::atomic<size_t> unanswered{0};  // pending, readable without mu (Wait's spin)
+    std::atomic<size_t> unanswered{0};  // groups without an answer; changed under mu
     bool abandoned ABSL_GUARDED_BY(mu) = false;
     std::vector<absl::Status> status ABSL_GUARDED_BY(mu);
     std::vector<bool> answered ABSL_GUARDED_BY(mu);
-    bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return pending == 0; }
+    bool Done() const { return unanswered.load(std::memory_order_acquire) == 0; }
   };
   // Group g's answer, on the progress thread (or at once when it could not be sent).
   static void Finish(State* s, size_t g, absl::StatusOr<absl::string_view> frame);
   // A Read reply's data into the group's destinations and headers.
   static absl::Status Scatter(const InlineGroup& group, absl::string_view frame);
 
-  std::shared_ptr<State> state_ = std::make_shared<State>();
+  // Null when the batch has no groups (every batch on other transports): nothing to allocate.
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace granary::client

@@ -357,8 +357,7 @@ std::optional<std::string> NodeServer::HandleRequest(transport::RpcServer::ConnI
   if (f.header.type == static_cast<uint16_t>(proto::MsgType::kWrite)) return HandleWrite(f);
   if (f.header.type != static_cast<uint16_t>(proto::MsgType::kFetch)) {
     return answer(absl::InvalidArgumentError(
-        absl::StrCat("a node answers only Fetch, Push, "
-                     "Read and Write; ",
+        absl::StrCat("a node answers only Fetch, Push, Read and Write; ",
                      proto::MsgTypeName(f.header.type), " goes to the master")));
   }
   auto req = proto::DecodeBody<proto::FetchRequest>(f.body);
@@ -514,10 +513,9 @@ std::string NodeServer::HandleRead(const proto::FrameView& f) {
     return proto::EncodeFrame(reply_type, f.header.request_id,
                               proto::StatusReply{proto::WireStatus::From(st)});
   }
-  uint64_t value_bytes = 0;
-  for (const auto& e : req->entries) value_bytes += e.length;
-  std::string frame = proto::EncodeReadReplyFrame(
-      reply_type, f.header.request_id, proto::InlineDataBytes(req->entries), [&](char* out) {
+  const uint64_t data_bytes = proto::InlineDataBytes(req->entries);
+  std::string frame =
+      proto::EncodeReadReplyFrame(reply_type, f.header.request_id, data_bytes, [&](char* out) {
         for (const auto& e : req->entries) {
           std::memcpy(out, reinterpret_cast<const void*>(e.address + proto::kAllocHeaderSize),
                       e.length);
@@ -532,7 +530,7 @@ std::string NodeServer::HandleRead(const proto::FrameView& f) {
         }
       });
   inline_values_[0]->Inc(req->entries.size());
-  inline_bytes_[0]->Inc(value_bytes);
+  inline_bytes_[0]->Inc(data_bytes - req->entries.size() * proto::kAllocHeaderSize);
   return frame;
 }
 
