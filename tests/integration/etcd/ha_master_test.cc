@@ -630,7 +630,8 @@ TEST_F(HaMasterTest, ClientsFollowTheLeaderThroughKillNineUnderLoad) {
   std::atomic<bool> killed{false};
   Clock::time_point kill_at;
   std::atomic<int64_t> first_put_after_kill_ms{-1}, first_read_after_kill_ms{-1};
-  std::string last_put_error;  // guarded by mu
+  std::string last_put_error;         // guarded by mu
+  std::string put_errors_after_kill;  // guarded by mu: the first few, for a failure's message
   auto value_of = [](const std::string& key) { return MakeValue(key, 1, 4096 + key.size() * 7); };
 
   std::vector<std::thread> threads;
@@ -645,6 +646,13 @@ TEST_F(HaMasterTest, ClientsFollowTheLeaderThroughKillNineUnderLoad) {
           {
             std::lock_guard<std::mutex> lock(mu);
             last_put_error = st.ToString();
+            if (after_kill && put_errors_after_kill.size() < 2000) {
+              absl::StrAppend(
+                  &put_errors_after_kill, "\n  ",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - kill_at)
+                      .count(),
+                  " ms: ", st.ToString());
+            }
           }
           // The key is uncertain (its commit may or may not have landed): not acked. Back off a
           // little, as an engine would.
@@ -737,7 +745,8 @@ TEST_F(HaMasterTest, ClientsFollowTheLeaderThroughKillNineUnderLoad) {
             << kTtlSec << " s, write window " << kWindowMs << " ms, margin " << kMarginMs
             << " ms); " << before << " puts acknowledged before the kill, " << acked.size() - before
             << " after, " << put_errors.load() << " failed; " << reads_ok.load() << " reads ok\n";
-  EXPECT_LT(first_put_after_kill_ms.load(), kTtlSec * 1000 + kWindowMs + kMarginMs + 4000);
+  EXPECT_LT(first_put_after_kill_ms.load(), kTtlSec * 1000 + kWindowMs + kMarginMs + 4000)
+      << "put errors after the kill:" << put_errors_after_kill;
   EXPECT_GE(first_read_after_kill_ms.load(), 0) << "no read succeeded after the kill";
   EXPECT_LT(first_read_after_kill_ms.load(), kTtlSec * 1000 + 5000);
   EXPECT_GT(acked.size(), before) << "no put at the new leader";
