@@ -569,6 +569,7 @@ absl::Status NodeServer::ConnectAndMount() {
   }
   master_.reset();
   GRANARY_ASSIGN_OR_RETURN(const std::string address, ResolveMaster());
+  last_master_address_ = address;
   // Mounted before, in this process: the segments may hold objects a (restarted) master should
   // restore, and that master's clients may still be writing.
   const bool resumed = mounts_->value() > 0;
@@ -733,6 +734,29 @@ void NodeServer::SyncLoop() {
   }
 }
 
+void NodeServer::SleepUntilMasterMoves(int64_t ms) {
+  if (etcd_ == nullptr) {
+    SleepFor(ms);
+    return;
+  }
+  // With an etcd:// master a failed connect usually means the leader is gone and another is
+  // being elected: the back-off must not keep this node away once the new one is published
+  // (seen: a node still in a 3 s wait while the new leader refused every put for want of a
+  // mounted segment). So the wait is cut into slices, and ends at once when master_view names
+  // another address than the one this node last tried.
+  constexpr int64_t kSliceMs = 100;
+  const std::string tried = last_master_address_;
+  for (int64_t slept = 0; slept < ms; slept += kSliceMs) {
+    SleepFor(std::min(kSliceMs, ms - slept));
+    {
+      granary::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    absl::StatusOr<etcd::MasterView> view = etcd::ReadMasterView(etcd_.get(), options_.cluster_id);
+    if (view.ok() && !tried.empty() && view->rpc != tried) return;
+  }
+}
+
 absl::StatusOr<std::string> NodeServer::ResolveMaster() {
   if (etcd_ == nullptr) return options_.master;
   GRANARY_ASSIGN_OR_RETURN(etcd::MasterView view,
@@ -765,7 +789,7 @@ void NodeServer::Run() {
                    << " ms apart)";
         }
         master_.reset();
-        SleepFor(wait);
+        SleepUntilMasterMoves(wait);
         continue;
       }
       backoff.Reset();

@@ -99,6 +99,9 @@ class NodeServer {
   void SyncLoop();
   void UnmountAll();
   void SleepFor(int64_t ms);
+  // SleepFor(ms), cut short when an etcd:// master_view names another master than the one
+  // last tried (a failover): the back-off after a failed connect never outlasts an election.
+  void SleepUntilMasterMoves(int64_t ms);
 
   NodeOptions options_;
   transport::Topology topology_;    // read in Create
@@ -133,6 +136,7 @@ class NodeServer {
   const std::shared_ptr<std::atomic<int64_t>> highest_epoch_ =
       std::make_shared<std::atomic<int64_t>>(0);
   uint32_t heartbeat_ms_ = 1000;
+  std::string last_master_address_;     // the master ConnectAndMount last tried; Run's thread only
   const NodeCgroup* cgroup_ = nullptr;  // set before Run; read by the session thread
   HttpServer http_;
   granary::Mutex mu_;
