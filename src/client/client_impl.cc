@@ -668,25 +668,51 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
   };
   auto src = session_->SegmentFor(res.source.segment_id);
   if (!src.ok()) return revoke(src.status());
-  proto::FetchRequest fetch;
-  fetch.source.segment_id = (*src)->segment_id;
-  fetch.source.node_address = (*src)->node_address;
-  fetch.source.rkey = (*src)->rkey;
-  fetch.source.worker_address = (*src)->worker_address;
-  fetch.source.host_id = (*src)->host_id;
-  fetch.source_address = res.source.address;
-  fetch.dest_address = res.dest.address;
-  fetch.length = std::min(res.source.length, res.dest.length);
-  fetch.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
-  auto node_rpc = NodeClient(res.dest_node_address);
-  if (!node_rpc.ok()) return revoke(node_rpc.status());
-  auto fetched = (*node_rpc)->Invoke<proto::FetchRequest, proto::StatusReply>(
-      proto::MsgType::kFetch, fetch, absl::Milliseconds(options_.transfer_timeout_ms));
-  if (!fetched.ok()) {
-    return revoke(
-        absl::Status(fetched.status().code(),
-                     absl::StrCat("node ", res.dest_node_address,
-                                  " could not fetch the replica: ", fetched.status().message())));
+  if ((*src)->gpu) {
+    // A GPU-tier source has no rkey: its node pushes [header | value] out of the segment
+    // through its bounce (node/gpu_bounce.h) into the destination, a host segment of the
+    // target node (registered with UCX), and answers once every byte is written.
+    auto dst = session_->SegmentFor(res.dest.segment_id);
+    if (!dst.ok()) return revoke(dst.status());
+    proto::PushRequest push;
+    push.dest.segment_id = (*dst)->segment_id;
+    push.dest.node_address = (*dst)->node_address;
+    push.dest.rkey = (*dst)->rkey;
+    push.dest.worker_address = (*dst)->worker_address;
+    push.dest.host_id = (*dst)->host_id;
+    push.dest.base = res.dest.address;  // the push may touch the new allocation only
+    push.dest.size = res.dest.length;
+    push.entries.push_back(
+        {res.source.address, res.dest.address, std::min(res.source.length, res.dest.length)});
+    push.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
+    if (absl::StatusOr<std::string> pushed = PushRpc((*src)->node_address, push); !pushed.ok()) {
+      return revoke(
+          absl::Status(pushed.status().code(),
+                       absl::StrCat("node ", (*src)->node_address,
+                                    " could not push the GPU-tier replica to node ",
+                                    res.dest_node_address, ": ", pushed.status().message())));
+    }
+  } else {
+    proto::FetchRequest fetch;
+    fetch.source.segment_id = (*src)->segment_id;
+    fetch.source.node_address = (*src)->node_address;
+    fetch.source.rkey = (*src)->rkey;
+    fetch.source.worker_address = (*src)->worker_address;
+    fetch.source.host_id = (*src)->host_id;
+    fetch.source_address = res.source.address;
+    fetch.dest_address = res.dest.address;
+    fetch.length = std::min(res.source.length, res.dest.length);
+    fetch.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
+    auto node_rpc = NodeClient(res.dest_node_address);
+    if (!node_rpc.ok()) return revoke(node_rpc.status());
+    auto fetched = (*node_rpc)->Invoke<proto::FetchRequest, proto::StatusReply>(
+        proto::MsgType::kFetch, fetch, absl::Milliseconds(options_.transfer_timeout_ms));
+    if (!fetched.ok()) {
+      return revoke(
+          absl::Status(fetched.status().code(),
+                       absl::StrCat("node ", res.dest_node_address,
+                                    " could not fetch the replica: ", fetched.status().message())));
+    }
   }
   GRANARY_ASSIGN_OR_RETURN(auto ended,
                            (Call<proto::CopyEndRequest, proto::BatchStatusReply>(

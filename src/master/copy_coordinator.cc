@@ -99,16 +99,16 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
       fail(st);
       continue;
     }
-    // A GPU segment has no rkey for a node to fetch from (the node bounce serves clients, not
-    // nodes): say so rather than let the destination's fetch fail.
-    if (auto src = segments_->Find(replicas[0].segment_id);
-        src.has_value() && src->tier == proto::Tier::kGpu) {
-      ReleaseLease(tk, object_generation, deadline);
-      fail(absl::FailedPreconditionError(absl::StrCat(
-          "key '", e.key, "' is on the gpu tier (segment '", src->name, "' of node '", src->node_id,
-          "'): ", move ? "Move" : "Copy",
-          " of GPU-tier objects is not built yet; put the value again with the tier you want")));
-      continue;
+    // The source: a host-tier replica where there is one (the destination node reads it
+    // one-sided), else a GPU-tier one (no rkey: the client asks its node to push it through the
+    // node bounce, node/gpu_bounce.h).
+    size_t source = 0;
+    for (size_t r = 0; r < replicas.size(); ++r) {
+      auto seg = segments_->Find(replicas[r].segment_id);
+      if (seg.has_value() && seg->tier == proto::Tier::kHost) {
+        source = r;
+        break;
+      }
     }
     auto dest = PlaceDest(tenant, e.target, size, replicas);
     if (!dest.ok()) {
@@ -120,7 +120,7 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
     pc.generation = shards_->NextGeneration();
     pc.object_generation = object_generation;
     pc.lease_until = deadline;
-    pc.source = replicas[0];
+    pc.source = replicas[source];
     pc.dest = *dest;
     pc.move = move;
     pc.session = sid;

@@ -18,7 +18,8 @@
 
 namespace granary::master {
 
-// Copy and Move coordination: a replica added on a chosen node (one-sided from the source);
+// Copy and Move coordination: a replica added on a chosen node, on its host tier (read
+// one-sided from a host-tier source, or pushed by the node of a GPU-tier one, client-driven);
 // Move drops the source at MoveEnd. The destination is placed where the tenant may place a copy
 // (placement.h: shared segments or its own pool) and its bytes are charged at start and
 // committed at end; revoke, the deadline and the session's death refund them. The object is

@@ -194,7 +194,7 @@ class GpuTierTest : public ::testing::Test {
   void Start(std::vector<std::string> node_flags = {}, int segments_per_node = 1,
              int get_retries = 3) {
     Cluster::Options o;
-    o.nodes = 1;
+    o.nodes = nodes_;
     o.node_segment_size = "32MB";
     o.env = {BackendEnv()};
     o.env.insert(o.env.end(), extra_env_.begin(), extra_env_.end());
@@ -209,6 +209,24 @@ class GpuTierTest : public ::testing::Test {
     auto client = client::ClientImpl::Create(co);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
+  }
+  // A fresh client (no retries) whose transfers time out after `ms`.
+  void ReconnectWithTransferTimeout(int64_t ms) {
+    client_.reset();
+    ClientOptions co = cluster_->ClientOpts();
+    co.get_retries = 0;
+    co.transfer_timeout_ms = ms;
+    auto c = client::ClientImpl::Create(co);
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = std::move(*c);
+  }
+  // The index of the cluster's node listening at `address` (from its log), or -1.
+  int NodeIndexOf(const std::string& address) {
+    const std::string port = address.substr(address.rfind(':') + 1);
+    for (int i = 0; i < cluster_->node_count(); ++i) {
+      if (absl::StrContains(cluster_->node(i)->Log(), "listening on port " + port + ",")) return i;
+    }
+    return -1;
   }
   double Metric(const std::string& sample) {
     auto v = cluster_->Metric(sample);
@@ -229,6 +247,7 @@ class GpuTierTest : public ::testing::Test {
   std::vector<std::string> extra_env_;  // for the cluster's processes (UCX_TLS=tcp)
   std::vector<void*> device_buffers_;
   double client_ttl_sec_ = 2;  // the cluster's --client_ttl (nodes' sessions too)
+  int nodes_ = 1;              // the cluster's nodes (each with the same flags)
 };
 
 // Point 2 of the GPU tier: every buffer is classified through the device backend. Device memory
@@ -933,13 +952,7 @@ TEST_F(GpuBounceTest, AStalledNodeFailsTheBouncedReadInTimeAndItsSlotIsRetired) 
   on_gpu.tier = StorageTier::kGpu;
   const std::string value = MakeValue("stall", 1, 100000);
   ASSERT_TRUE(client_->BatchPutWith({"stall"}, {value}, on_gpu)[0].ok());
-  client_.reset();
-  ClientOptions co = cluster_->ClientOpts();
-  co.get_retries = 0;
-  co.transfer_timeout_ms = 1000;
-  auto c = client::ClientImpl::Create(co);
-  ASSERT_TRUE(c.ok()) << c.status();
-  client_ = std::move(*c);
+  ASSERT_NO_FATAL_FAILURE(ReconnectWithTransferTimeout(1000));
   EXPECT_TRUE(*client_->Get("stall") == value);
   cluster_->node(0)->Kill(SIGSTOP);
   ASSERT_TRUE(cluster_->node(0)->WaitStopped()) << "the node did not stop";
@@ -1127,5 +1140,147 @@ TEST_F(GpuTierTest, AGpuPutWithoutAGpuSegmentIsRefused) {
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   EXPECT_FALSE(*client_->Exist("k"));
 }
+
+// Copy and Move of GPU-tier objects between two nodes, each with a host and a GPU segment: the
+// source node pushes [header | value] out of its GPU segment through its bounce into the
+// target's host segment; the copy reads back byte-exact (values across the 4 MiB slot too),
+// alone once the source node is killed; a Move leaves only the host copy; the charge is one
+// replica's per replica, with nothing in flight afterwards.
+// (Each copied object then has a replica on each node, so killing either leaves one.)
+class GpuCopyTest : public GpuTierTest {
+ protected:
+  void Run() {
+    nodes_ = 2;
+    ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+    PutOptions on_gpu;
+    on_gpu.tier = StorageTier::kGpu;
+    const std::vector<std::pair<std::string, size_t>> objects = {
+        {"small", 3000}, {"large", (9u << 20) + 7}, {"moved", 70000}};
+    std::vector<std::string> values;
+    for (const auto& [key, size] : objects) {
+      values.push_back(MakeValue(key, 1, size));
+      absl::Status st = client_->BatchPutWith({key}, {values.back()}, on_gpu)[0];
+      ASSERT_TRUE(st.ok()) << key << ": " << st;
+    }
+    const std::vector<proto::SegmentInfo> gpu = SegmentsOf(proto::Tier::kGpu);
+    const std::vector<proto::SegmentInfo> host = SegmentsOf(proto::Tier::kHost);
+    ASSERT_EQ(gpu.size(), 2u);
+    ASSERT_EQ(host.size(), 2u);
+    auto node_of = [&](uint64_t segment_id) {
+      for (const auto& s : gpu) {
+        if (s.segment_id == segment_id) return s.node_address;
+      }
+      for (const auto& s : host) {
+        if (s.segment_id == segment_id) return s.node_address;
+      }
+      return std::string();
+    };
+    auto tier_of = [&](uint64_t segment_id) {
+      for (const auto& s : gpu) {
+        if (s.segment_id == segment_id) return proto::Tier::kGpu;
+      }
+      return proto::Tier::kHost;
+    };
+    const double charged_one = Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}");
+    std::string source_node;
+    for (size_t i = 0; i < objects.size(); ++i) {
+      const std::string& key = objects[i].first;
+      std::vector<proto::ReplicaDesc> before = ReplicasOf(key);
+      ASSERT_EQ(before.size(), 1u) << key;
+      ASSERT_EQ(tier_of(before[0].segment_id), proto::Tier::kGpu) << key;
+      const std::string from = node_of(before[0].segment_id);
+      const std::string to = node_of(gpu[0].segment_id) == from ? node_of(gpu[1].segment_id)
+                                                                : node_of(gpu[0].segment_id);
+      const bool move = key == "moved";
+      absl::Status st = move ? client_->Move(key, to) : client_->Copy(key, to);
+      ASSERT_TRUE(st.ok()) << key << ": " << st;
+      std::vector<proto::ReplicaDesc> after = ReplicasOf(key);
+      ASSERT_EQ(after.size(), move ? 1u : 2u) << key;
+      const proto::ReplicaDesc& added = after.back();
+      EXPECT_EQ(tier_of(added.segment_id), proto::Tier::kHost) << key;
+      EXPECT_EQ(node_of(added.segment_id), to) << key;
+      auto got = client_->Get(key);
+      ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+      EXPECT_TRUE(*got == values[i]) << key << ": the copy reads back wrong";
+      if (!move) source_node = from;
+    }
+    EXPECT_EQ(Metric("granary_tenant_quota_inflight_bytes{tenant_id=\"default\"}"), 0);
+    EXPECT_GT(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}"), charged_one);
+    // The copies alone serve the reads once the GPU replicas' node is gone.
+    const int src_index = NodeIndexOf(source_node);
+    ASSERT_GE(src_index, 0) << source_node;
+    cluster_->node(src_index)->Kill(SIGKILL);
+    cluster_->node(src_index)->Wait();
+    ASSERT_TRUE(cluster_->WaitForSegments(2).ok());
+    for (size_t i = 0; i < 2; ++i) {  // the copied ones: a replica on each node
+      auto got = client_->Get(objects[i].first);
+      ASSERT_TRUE(got.ok()) << objects[i].first << ": " << got.status();
+      EXPECT_TRUE(*got == values[i]) << objects[i].first;
+    }
+  }
+};
+
+TEST_F(GpuCopyTest, CopyAndMoveOfGpuObjectsPushFromTheGpuSegment) { Run(); }
+
+TEST_F(GpuCopyTest, CopyAndMoveOfGpuObjectsPushFromTheGpuSegmentOverTcp) {
+  extra_env_ = {"UCX_TLS=tcp"};
+  setenv("UCX_TLS", "tcp", 1);
+  Run();
+}
+// A copy whose source node is stalled (SIGSTOP) mid-push fails within the transfer timeout,
+// naming the nodes; the destination is revoked (nothing in flight, the charge as before, the
+// object on its one GPU replica), and once the node resumes the copy succeeds byte-exact.
+TEST_F(GpuCopyTest, ACopyFromAStalledNodeFailsInTimeAndRefunds) {
+  if (fake_ == nullptr) GTEST_SKIP() << "the warm-up read needs the fake's injected IPC failure";
+  nodes_ = 2;
+  client_ttl_sec_ = 20;  // the node stays mounted while stopped
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu(/*get_retries=*/0));
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string value = MakeValue("stall", 1, 200000);
+  ASSERT_TRUE(client_->BatchPutWith({"stall"}, {value}, on_gpu)[0].ok());
+  ASSERT_NO_FATAL_FAILURE(ReconnectWithTransferTimeout(1000));
+  const std::vector<proto::ReplicaDesc> replicas = ReplicasOf("stall");
+  ASSERT_EQ(replicas.size(), 1u);
+  std::string from, to;
+  for (const auto& seg : SegmentsOf(proto::Tier::kGpu)) {
+    (seg.segment_id == replicas[0].segment_id ? from : to) = seg.node_address;
+  }
+  ASSERT_FALSE(from.empty() || to.empty());
+  const int index = NodeIndexOf(from);
+  ASSERT_GE(index, 0) << from;
+  // Connected to the node beforehand (a new connection's shared-memory offer has a 5 s
+  // timeout of its own): a read through the bounce, after an IPC open made to fail.
+  fake_->FailNextIpcOpen();
+  auto warm = client_->Get("stall");
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  ASSERT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 1);
+  const double charged = Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}");
+  cluster_->node(index)->Kill(SIGSTOP);
+  ASSERT_TRUE(cluster_->node(index)->WaitStopped()) << "the node did not stop";
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status st = client_->Copy("stall", to);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cluster_->node(index)->Kill(SIGCONT);
+  ASSERT_FALSE(st.ok()) << "a copy from a stopped node succeeded";
+  EXPECT_LT(s, 5.0) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "could not push the GPU-tier replica")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), from)) << st;
+  EXPECT_EQ(ReplicasOf("stall").size(), 1u);
+  EXPECT_EQ(Metric("granary_tenant_quota_inflight_bytes{tenant_id=\"default\"}"), 0);
+  EXPECT_EQ(Metric("granary_tenant_quota_charged_bytes{tenant_id=\"default\"}"), charged);
+  absl::Status again;
+  for (int i = 0; i < 50; ++i) {  // the node catches up with its queued requests first
+    again = client_->Copy("stall", to);
+    if (again.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(again.ok()) << again;
+  EXPECT_EQ(ReplicasOf("stall").size(), 2u);
+  auto got = client_->Get("stall");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == value);
+}
+
 }  // namespace
 }  // namespace granary::testing

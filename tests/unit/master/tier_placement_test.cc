@@ -135,7 +135,7 @@ TEST_F(TierPlacementTest, AGpuPutEvictsWithinTheGpuTierOnly) {
 }
 
 TEST_F(TierPlacementTest, TheTenantsDefaultTierPlacesPutsThatNameNone) {
-  Start(/*host_slots=*/4, /*gpu_slots=*/4, /*quota=*/true);
+  Start(/*host_slots=*/4, /*gpu_slots=*/4);
   tenant::Policy p;
   tenant::TenantPolicy on_gpu{.name = "gpu-first", .quota_bytes = 1ull << 30};
   on_gpu.default_tier = TierPreference::kGpu;
@@ -207,23 +207,46 @@ TEST_F(TierPlacementTest, TheWatermarkEvictsEachTierOnItsOwn) {
   EXPECT_EQ(svc_->Evicted(proto::Tier::kHost).objects, 0u);
 }
 
-// Copy and Move of a GPU-tier object are refused, naming the key and the tier; the object and
-// its lease are left as they were (a Remove still works at once).
-TEST_F(TierPlacementTest, CopyAndMoveOfAGpuObjectAreRefusedByName) {
+// Copy and Move of a GPU-tier object: the GPU replica is the source (its node pushes it, the
+// client's side), the destination lands on the target's host tier, charged; MoveEnd leaves the
+// host copy alone. An object with a host replica beside a GPU one is copied from the host one
+// (the destination node reads it one-sided, no bounce).
+TEST_F(TierPlacementTest, CopyAndMoveOfAGpuObjectStartFromTheGpuReplicaAndLandOnHost) {
   Start(/*host_slots=*/4, /*gpu_slots=*/4);
   const SessionId c = Client("acme");
   ASSERT_TRUE(Put(c, "g", TierFlags(TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "m", TierFlags(TierPreference::kGpu)).ok());
   for (bool move : {false, true}) {
+    const std::string key = move ? "m" : "g";
     proto::CopyStartRequest r;
-    r.entries.push_back({"g", "host-node"});
+    r.entries.push_back({key, "host-node"});
     proto::CopyStartResult res = test_calls::OnlyResult(svc_->CopyStart(c, r, move));
-    EXPECT_EQ(test_calls::Code(res.status), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(res.status.message.find("key 'g' is on the gpu tier"), std::string::npos)
-        << res.status.message;
-    EXPECT_NE(res.status.message.find(move ? "Move" : "Copy"), std::string::npos)
-        << res.status.message;
+    ASSERT_EQ(test_calls::Code(res.status), absl::StatusCode::kOk) << res.status.message;
+    EXPECT_EQ(res.source.segment_id, gpu_) << key;
+    EXPECT_EQ(res.dest.segment_id, host_) << key;
+    EXPECT_EQ(res.dest_node_address, "host-node:1");
+    EXPECT_GE(res.dest.length, kSlot);
+    proto::CopyEndRequest end{{{key, res.generation, res.dest.segment_id}}};
+    EXPECT_EQ(test_calls::Code(test_calls::OnlyResult(svc_->CopyEnd(c, end, move))),
+              absl::StatusCode::kOk);
   }
-  EXPECT_EQ(SegmentOf(c, "g"), gpu_);
+  proto::GetResult g = test_calls::Get(*svc_, c, "g");
+  ASSERT_EQ(g.replicas.size(), 2u);
+  svc_->GetEnd(c, proto::KeyGenRequest{{{"g", g.generation, g.lease_token}}});
+  EXPECT_EQ(SegmentOf(c, "m"), host_);
+  EXPECT_EQ(test_calls::Get(*svc_, c, "m").replicas.size(), 1u);
+  // g on both tiers, copied to a third node: from its host replica.
+  const uint64_t third = Mount(3, "host-node-2", 4 * kSlot, proto::Tier::kHost);
+  proto::CopyStartRequest r;
+  r.entries.push_back({"g", "host-node-2"});
+  proto::CopyStartResult res = test_calls::OnlyResult(svc_->CopyStart(c, r, false));
+  ASSERT_EQ(test_calls::Code(res.status), absl::StatusCode::kOk) << res.status.message;
+  EXPECT_EQ(res.source.segment_id, host_);
+  EXPECT_EQ(res.dest.segment_id, third);
+  // Revoked: refunded, the object as it was (a Remove works at once: no lease left).
+  EXPECT_EQ(test_calls::Code(test_calls::OnlyResult(svc_->CopyRevoke(
+                c, proto::CopyEndRequest{{{"g", res.generation, res.dest.segment_id}}}))),
+            absl::StatusCode::kOk);
   EXPECT_EQ(test_calls::Code(test_calls::Remove(*svc_, c, "g")), absl::StatusCode::kOk);
 }
 
