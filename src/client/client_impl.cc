@@ -199,13 +199,12 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
       size_t device_bounced = 0;
       for (const auto& op : bounced) device_bounced += op.device >= 0 && !op.header;
       GRANARY_RETURN_IF_ERROR(bounce_->Run(
-          std::move(bounced), proto::NodeTransferTimeoutMs(timeout_ms),
-          [this](const std::string& node, const proto::PushRequest& req) {
-            return PushRpc(node, req);
+          std::move(bounced), proto::NodeTransferTimeoutMs(timeout_ms), timeout_ms,
+          [this](const std::string& node, const proto::PushRequest& req, GpuBounce::PushDone done) {
+            PushAsync(node, req, std::move(done));
           },
-          [this](const std::string& node, const proto::FetchRequest& req) {
-            return FetchRpc(node, req);
-          }));
+          [this](const std::string& node, const proto::FetchRequest& req,
+                 GpuBounce::FetchDone done) { FetchAsync(node, req, std::move(done)); }));
       bounce_transfers_->Inc(device_bounced);
     }
   }
@@ -532,13 +531,40 @@ absl::StatusOr<std::string> ClientImpl::PushRpc(const std::string& node,
   return std::move(rep->headers);
 }
 
-absl::Status ClientImpl::FetchRpc(const std::string& node, const proto::FetchRequest& req) {
-  GRANARY_ASSIGN_OR_RETURN(auto rpc, NodeClient(node));
-  auto rep = rpc->Invoke<proto::FetchRequest, proto::StatusReply>(
-      proto::MsgType::kFetch, req, absl::Milliseconds(options_.transfer_timeout_ms));
-  if (rep.ok()) return absl::OkStatus();
-  return absl::Status(rep.status().code(),
-                      absl::StrCat("node ", node, " fetch: ", rep.status().message()));
+void ClientImpl::PushAsync(const std::string& node, const proto::PushRequest& req,
+                           std::function<void(absl::StatusOr<std::string>)> done) {
+  absl::StatusOr<std::shared_ptr<transport::RpcClient>> rpc = NodeClient(node);
+  if (!rpc.ok()) return done(rpc.status());
+  (*rpc)->CallAsync(
+      proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kPush), 0, req),
+      [node, done = std::move(done)](absl::StatusOr<std::string> frame) {
+        absl::StatusOr<proto::PushReply> rep =
+            frame.ok() ? transport::RpcClient::ParseReply<proto::PushReply>(*frame)
+                       : absl::StatusOr<proto::PushReply>(frame.status());
+        if (!rep.ok()) {
+          return done(absl::Status(rep.status().code(),
+                                   absl::StrCat("node ", node, " push: ", rep.status().message())));
+        }
+        done(std::move(rep->headers));
+      });
+}
+
+void ClientImpl::FetchAsync(const std::string& node, const proto::FetchRequest& req,
+                            std::function<void(absl::Status)> done) {
+  absl::StatusOr<std::shared_ptr<transport::RpcClient>> rpc = NodeClient(node);
+  if (!rpc.ok()) return done(rpc.status());
+  (*rpc)->CallAsync(
+      proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kFetch), 0, req),
+      [node, done = std::move(done)](absl::StatusOr<std::string> frame) {
+        absl::Status st =
+            frame.ok() ? transport::RpcClient::ParseReply<proto::StatusReply>(*frame).status()
+                       : frame.status();
+        if (!st.ok()) {
+          return done(
+              absl::Status(st.code(), absl::StrCat("node ", node, " fetch: ", st.message())));
+        }
+        done(absl::OkStatus());
+      });
 }
 
 absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,

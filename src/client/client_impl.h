@@ -133,8 +133,13 @@ class ClientImpl : public Client {
   // The Push RPC itself: the node's header bytes, or its error naming the node.
   [[nodiscard]] absl::StatusOr<std::string> PushRpc(const std::string& node,
                                                     const proto::PushRequest& req);
-  // The Fetch RPC: `node` reads req.length bytes from req.source into its own memory.
-  [[nodiscard]] absl::Status FetchRpc(const std::string& node, const proto::FetchRequest& req);
+  // Push, and Fetch (`node` reads req.length bytes from req.source into its own memory),
+  // answered through `done` (on the progress thread, or at once when the call
+  // cannot be sent), with no timeout of their own: the caller's wait has it.
+  void PushAsync(const std::string& node, const proto::PushRequest& req,
+                 std::function<void(absl::StatusOr<std::string>)> done);
+  void FetchAsync(const std::string& node, const proto::FetchRequest& req,
+                  std::function<void(absl::Status)> done);
   std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
                                     const std::vector<const void*>& data,
                                     const std::vector<size_t>& sizes, uint32_t flags = 0,

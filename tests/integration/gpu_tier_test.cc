@@ -918,6 +918,22 @@ class GpuBounceTest : public GpuTierTest {
       EXPECT_TRUE(*h == v2) << key2 << ": the device write reads back wrong";
       ASSERT_TRUE(client_->Remove(key2).ok());
     }
+    // Many values in one batch: more than one slot's bytes and more Fetches than one slot
+    // carries at a time (128), so both client slots take turns, byte-exact both ways.
+    std::vector<std::string> many_keys, many_values;
+    for (size_t i = 0; i < 300; ++i) {
+      many_keys.push_back(absl::StrCat("many", i));
+      many_values.push_back(MakeValue(many_keys.back(), 4, (i * 7919) % 30000 + 1));
+    }
+    std::vector<absl::string_view> many_views(many_values.begin(), many_values.end());
+    for (const absl::Status& st : client_->BatchPutWith(many_keys, many_views, on_gpu)) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    std::vector<absl::StatusOr<std::string>> many_got = client_->BatchGet(many_keys);
+    for (size_t i = 0; i < many_keys.size(); ++i) {
+      ASSERT_TRUE(many_got[i].ok()) << many_keys[i] << ": " << many_got[i].status();
+      EXPECT_TRUE(*many_got[i] == many_values[i]) << many_keys[i] << " differs";
+    }
     // A replaced key reads its new bytes.
     ASSERT_TRUE(client_->Remove(keys[4]).ok());
     const std::string fresh = MakeValue(keys[4], 9, sizes[4]);
