@@ -132,6 +132,19 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
       "Values moved to or from this client's device buffers, by path (ipc, host_segment, "
       "staging)",
       {{"path", "bounce"}});
+  if (c->ctx_->SupportsCudaMemory()) {
+    // The thin branch of GPU.md section 1: device buffers and GPU segments this process cannot
+    // map move through UCX itself, instead of staging and the node bounce.
+    c->ucx_transfers_ = c->metrics_.Counter(
+        "granary_client_gpu_transfers_total",
+        "Values moved to or from this client's device buffers, by path (ipc, host_segment, "
+        "staging)",
+        {{"path", "ucx"}});
+    c->rma_->set_device_memory(true);
+    c->device_->set_direct_ucx(c->ucx_transfers_);
+    LOG_INFO << "this UCX supports CUDA memory: device buffers, and GPU segments this process "
+                "cannot map, move through UCX";
+  }
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
       c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
@@ -185,8 +198,9 @@ ClientImpl::~ClientImpl() {
 
 absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms) {
   if (timeout_ms <= 0) timeout_ms = options_.transfer_timeout_ms;
-  // GPU segments: device copies through the backend, never UCX, never a CPU copy (to and from
-  // host and device buffers alike).
+  // GPU segments: device copies through the backend, never a CPU copy (to and from host and
+  // device buffers alike), and never UCX unless it supports CUDA memory.
+  std::vector<transport::RmaOp> direct;  // moved by a CUDA UCX, after the device transfers
   if (GpuSegments::AnyGpu(ops)) {
     std::vector<transport::RmaOp> bounced;
     size_t device_values = 0;
@@ -194,6 +208,16 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
     GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops, &bounced));
     for (const auto& op : bounced) device_values -= op.device >= 0 && !op.header ? 1 : 0;
     ipc_transfers_->Inc(device_values);
+    // A UCX that supports CUDA memory moves the segments that have an rkey (their node mapped
+    // them with it) itself, one-sided, with the host ops below; never Debian's UCX.
+    if (ucx_transfers_ != nullptr) {
+      std::vector<transport::RmaOp> mapped = transport::TakeOps(
+          &bounced, [](const transport::RmaOp& op) { return !op.segment->rkey.empty(); });
+      size_t device_direct = 0;
+      for (const auto& op : mapped) device_direct += op.device >= 0 && !op.header;
+      ucx_transfers_->Inc(device_direct);
+      direct = std::move(mapped);
+    }
     // Segments this process cannot map: the node stages them (Push and Fetch).
     if (!bounced.empty()) {
       size_t device_bounced = 0;
@@ -217,6 +241,8 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
         }));
   }
   rma_->CopyMapped(&ops);  // same-host shared memory: plain copies, here
+  ops.insert(ops.end(), std::make_move_iterator(direct.begin()),
+             std::make_move_iterator(direct.end()));
   if (ops.empty()) return absl::OkStatus();
   return Remote(std::move(ops), timeout_ms);
 }

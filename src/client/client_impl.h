@@ -194,6 +194,7 @@ class ClientImpl : public Client {
   MetricCounter* node_timeouts_ = nullptr;
   MetricCounter* ipc_transfers_ = nullptr;     // granary_client_gpu_transfers_total{path="ipc"}
   MetricCounter* bounce_transfers_ = nullptr;  // {path="bounce"}: a node's GPU segment, staged
+  MetricCounter* ucx_transfers_ = nullptr;     // {path="ucx"}: only where UCX supports CUDA memory
 };
 
 }  // namespace granary::client

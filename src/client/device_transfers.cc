@@ -128,7 +128,13 @@ absl::Status DeviceTransfers::Run(std::vector<transport::RmaOp>* ops, int64_t ti
         return RunMapped(values, headers);
       });
   if (!st.ok()) return st;
-  // 2. The rest of the device-local ops: staging.
+  // 2. The rest of the device-local ops: UCX itself where it handles CUDA memory, else staging.
+  if (direct_ucx_ != nullptr) {
+    size_t values = 0;
+    for (const transport::RmaOp& op : *ops) values += op.device >= 0 && !op.header;
+    direct_ucx_->Inc(values);
+    return absl::OkStatus();
+  }
   std::vector<transport::RmaOp> staged =
       transport::TakeOps(ops, [](const transport::RmaOp& op) { return op.device >= 0; });
   if (staged.empty()) return absl::OkStatus();

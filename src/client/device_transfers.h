@@ -2,7 +2,7 @@
 
 // The client's paths for its own device buffers (../shared/GPU.md section 5): GetInto, PutFrom
 // and their batch forms given a CUDA device (or managed) pointer. Such a buffer is never touched
-// by a CPU copy and never handed to UCX (Debian's UCX has no CUDA support). Per op, after the GPU
+// by a CPU copy and never handed to a UCX without CUDA support (Debian's). Per op, after the GPU
 // segments (client/gpu_segments.h, which copy device to device through IPC) have taken theirs:
 //   host_segment  the replica's segment is mapped into this process (a node on this host, shared
 //                 memory): the mapped node memory is pinned with the device backend lazily, in
@@ -11,6 +11,8 @@
 //                 device (or device to host) straight from the node's memory on a backend
 //                 stream; the batch's mapped get headers are read before that copy and again
 //                 after it, and must be unchanged (a fenced read);
+//   ucx           with a UCX that supports CUDA memory (never Debian's), instead of staging: the
+//                 op stays for the caller's one-sided transfer, and UCX moves device memory;
 //   staging       any other replica (another host, or a transport that maps nothing, such as
 //                 UCX_TLS=tcp): through two pinned host slots of kSlotBytes per call, pipelined;
 //                 a get reads chunk k+1 one-sided while chunk k is copied to the device; a put
@@ -58,11 +60,17 @@ class DeviceTransfers {
   // Takes every op with device >= 0 out of *ops (GPU segments' ops must be gone already) and runs
   // them, mapped ones by device copies from the node's memory and the rest through staging,
   // `remote` moving the staged chunks; also takes and runs the batch's get headers on mapped
-  // segments (the fence). The ops left in *ops are host-local, in order. Returns when every
+  // segments (the fence). The ops left in *ops are host-local (with set_direct_ucx: also the
+  // device-local ops on unmapped segments, for the caller's transfer), in order. Returns when every
   // taken op is complete. Errors: UNAVAILABLE (a header changed during the read: retry), the
   // remote transfer's error, INTERNAL (a device copy failed, the backend's error named).
   [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops, int64_t timeout_ms,
                                  const RemoteFn& remote);
+
+  // Where UCX supports CUDA memory (the RmaEngine then moves device memory): Run leaves the ops
+  // it would stage in *ops for the caller's one-sided transfer, counted as path "ucx". Set
+  // once, before the first Run.
+  void set_direct_ucx(MetricCounter* counted) { direct_ucx_ = counted; }
 
   // Unpins what was pinned in [local, local + size) (the RmaEngine's unmap hook).
   void Unmapped(void* local, uint64_t size);
@@ -95,6 +103,7 @@ class DeviceTransfers {
   std::vector<Slots> idle_slots_ ABSL_GUARDED_BY(mu_);
   MetricCounter* host_segment_;
   MetricCounter* staging_;
+  MetricCounter* direct_ucx_ = nullptr;  // set_direct_ucx: non-null with a CUDA UCX
   MetricCounter* pin_failures_;
   MetricGauge* pinned_gauge_;
 };

@@ -307,16 +307,33 @@ absl::Status NodeServer::AddGpuSegment(int device, std::vector<SegmentSpan>* spa
   span.gpu_uuid.assign(reinterpret_cast<const char*>(seg.gpu->uuid().data()),
                        seg.gpu->uuid().size());
   PlaceSpan(&span, device);
-  // Never mapped with UCX (no rkey): Debian's UCX has no CUDA memory support and would touch
-  // device memory from the CPU; the thin branch for a CUDA UCX (GPU.md section 1) is not built.
+  // Mapped with UCX only where UCX supports CUDA memory (the thin branch of GPU.md section 1):
+  // then clients that cannot open the IPC handle move its bytes through UCX. Debian's UCX has no
+  // CUDA support and would touch device memory from the CPU: never mapped there (no rkey), and
+  // such clients go through the node bounce.
+  std::string ucx =
+      "not mapped with UCX (this UCX has no CUDA memory support): other hosts go "
+      "through the node bounce";
+  if (ctx_->SupportsCudaMemory()) {
+    absl::StatusOr<std::unique_ptr<transport::MemoryRegion>> region =
+        transport::MemoryRegion::Create(ctx_.get(), seg.gpu->base(), seg.gpu->size(),
+                                        /*cuda=*/true);
+    absl::StatusOr<std::string> rkey =
+        region.ok() ? (*region)->PackRkey() : absl::StatusOr<std::string>(region.status());
+    if (rkey.ok()) {
+      seg.region = *std::move(region);
+      span.rkey = *std::move(rkey);
+      ucx =
+          "mapped with UCX as CUDA memory: clients that cannot open the IPC handle move its "
+          "bytes through UCX";
+    } else {
+      ucx = absl::StrCat("this UCX supports CUDA memory, but mapping the segment failed (",
+                         rkey.status().message(), "): other hosts go through the node bounce");
+    }
+  }
   LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device " << device
            << " (" << cuda::ActiveBackendName() << " backend, UUID "
-           << absl::BytesToHexString(span.gpu_uuid)
-           << "), exported for same-host IPC; not mapped with UCX ("
-           << (ctx_->SupportsCudaMemory()
-                   ? "this UCX supports CUDA memory, but the direct UCX path is not built"
-                   : "this UCX has no CUDA memory support")
-           << "), so remote clients cannot reach it yet";
+           << absl::BytesToHexString(span.gpu_uuid) << "), exported for same-host IPC; " << ucx;
   spans->push_back(std::move(span));
   segments_.push_back(std::move(seg));
   return absl::OkStatus();

@@ -62,7 +62,9 @@ class NodeServer {
   struct Segment {
     std::unique_ptr<HostSegment> memory;  // mmap segments only; null when UCX allocated it
     std::unique_ptr<transport::MemoryRegion> region;  // declared after memory: unmapped first
-    std::unique_ptr<GpuSegment> gpu;  // a GPU segment (then memory and region are null)
+    // A GPU segment: memory is null, and region too unless UCX maps CUDA memory (then it is
+    // the segment's CUDA mapping; ~NodeServer unmaps it before the segment is freed).
+    std::unique_ptr<GpuSegment> gpu;
   };
   NodeServer() = default;
   // Allocates and registers the host segment `name` (UCX-allocated or mmap, as options say).

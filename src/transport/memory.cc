@@ -26,6 +26,20 @@ absl::StatusOr<std::unique_ptr<MemoryRegion>> MemoryRegion::Create(Context* ctx,
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(ctx->handle(), &p, &memh);
   if (st != UCS_OK) return UcsError(st, absl::StrCat("registering ", len, " bytes with UCX"));
+  if (cuda) {
+    // UCX must have seen CUDA memory: a region it took for host memory would be touched by
+    // its shared-memory, cma and tcp paths from the CPU (NIXL checks the same after mapping).
+    ucp_mem_attr_t attr = {};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_MEM_TYPE;
+    st = ucp_mem_query(memh, &attr);
+    if (st != UCS_OK || attr.mem_type != UCS_MEMORY_TYPE_CUDA) {
+      ucp_mem_unmap(ctx->handle(), memh);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "UCX registered the ", len, " bytes at ", reinterpret_cast<uintptr_t>(addr), " as ",
+          st != UCS_OK ? "memory of an unknown type" : ucs_memory_type_names[attr.mem_type],
+          ", not as CUDA memory"));
+    }
+  }
   return std::unique_ptr<MemoryRegion>(new MemoryRegion(ctx, memh, addr, len));
 }
 

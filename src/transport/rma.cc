@@ -132,7 +132,8 @@ absl::StatusOr<ucp_rkey_h> RmaEngine::GetRkey(Peer* peer, const RemoteSegment& s
   }
   peer->rkeys[seg.segment_id] = rkey;
   void* local = nullptr;
-  if (seg.same_host && seg.size > 0 && ucp_rkey_ptr(rkey, seg.base, &local) == UCS_OK) {
+  // Never a GPU segment (with a CUDA UCX it has an rkey): its memory is the device's.
+  if (seg.same_host && !seg.gpu && seg.size > 0 && ucp_rkey_ptr(rkey, seg.base, &local) == UCS_OK) {
     granary::MutexLock lock(&map_mu_);
     mapped_[seg.segment_id] = Mapped{seg.node_address, rkey, seg.base, seg.size};
   }
@@ -194,7 +195,7 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
     absl::flat_hash_map<Endpoint*, bool> put_eps;
     absl::flat_hash_map<int, bool> alive;  // same-host node processes checked in this batch
     for (RmaOp& op : ops) {
-      if (op.device >= 0) {  // a caller's bug: UCX here cannot touch device memory
+      if (op.device >= 0 && !device_memory_) {  // a caller's bug: this UCX has no CUDA
         if (b->status.ok()) {
           b->status = absl::InternalError(
               absl::StrCat("device memory (device ", op.device,

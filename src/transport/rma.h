@@ -122,6 +122,10 @@ class RmaEngine {
   // Called with a segment's local address and size just before its mapping goes away (the node
   // was dropped), with the mapping lock held exclusively: a client unregisters memory it pinned
   // there (client/device_transfers.h). Set once, before the first transfer.
+  // Where UCX supports CUDA memory (Context::SupportsCudaMemory, the thin branch of GPU.md
+  // section 1): Execute then moves ops with device >= 0 (UCX detects and handles the device
+  // memory itself); otherwise it refuses them. Set once, before the first transfer.
+  void set_device_memory(bool allowed) { device_memory_ = allowed; }
   void set_unmap_hook(std::function<void(void* local, uint64_t size)> hook) {
     unmap_hook_ = std::move(hook);
   }
@@ -164,6 +168,7 @@ class RmaEngine {
   Worker* worker_;
   MetricCounter* refusals_ = nullptr;
   std::function<void(void*, uint64_t)> unmap_hook_;
+  bool device_memory_ = false;  // set_device_memory
   // Progress-thread state.
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_;
   struct Unreachable {

@@ -710,6 +710,37 @@ TEST_F(TransportTest, UnmappingWaitsForCopiesInFlight) {
   EXPECT_GT(copied.load(), 0);
 }
 
+// The gates of the thin branch for a UCX with CUDA (GPU.md section 1). Device memory is never
+// registered with a UCX that cannot handle it: on Debian's UCX (no CUDA memory type) a CUDA
+// registration is refused up front, naming what to install. An op that says its local side
+// is device memory is refused by the engine unless set_device_memory(true) (a CUDA UCX); with
+// it, the op goes to UCX as it is (here its memory is really host memory, so UCX moves it).
+TEST_F(TransportTest, DeviceMemoryReachesUcxOnlyWhereUcxSupportsIt) {
+  static auto* heap = new std::vector<uint8_t>(kSlot, 9);
+  std::vector<uint8_t> gpu_like(kSlot, 0);
+  if (!ctx_->SupportsCudaMemory()) {
+    auto cuda = MemoryRegion::Create(ctx_.get(), gpu_like.data(), gpu_like.size(), /*cuda=*/true);
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition) << cuda.status();
+    EXPECT_TRUE(absl::StrContains(cuda.status().message(), "--with-cuda")) << cuda.status();
+  }
+  auto region = MemoryRegion::Create(ctx_.get(), heap->data(), heap->size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::shared_ptr<const RemoteSegment> seg =
+      SegmentOf(region->get(), server_worker_.get(), server_->port());
+  RmaOp op{false, gpu_like.data(), kSlot, nullptr, seg->base, seg};
+  op.device = 0;
+  RmaEngine refusing(client_worker_.get());
+  absl::Status st = refusing.ExecuteSync({op});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "device memory (device 0)")) << st;
+  EXPECT_EQ(gpu_like[0], 0);
+  RmaEngine allowing(client_worker_.get());
+  allowing.set_device_memory(true);
+  ASSERT_TRUE(allowing.ExecuteSync({op}).ok());
+  EXPECT_EQ(gpu_like[0], 9);
+  EXPECT_EQ(gpu_like[kSlot - 1], 9);
+}
+
 TEST_F(TransportTest, AllocateRefusesZeroBytes) {
   auto region = MemoryRegion::Allocate(ctx_.get(), 0);
   EXPECT_TRUE(absl::IsInvalidArgument(region.status())) << region.status();
