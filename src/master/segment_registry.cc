@@ -47,8 +47,8 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
                                                    " wraps the address space"));
   }
   if (req.tier == proto::Tier::kGpu) {
-    // Reached through its IPC handle (no rkey: device memory is not handed to a UCX without
-    // CUDA support).
+    // Reached through its IPC handle; an rkey only where the node's UCX maps CUDA memory
+    // (device memory is never handed to a UCX without CUDA support).
     if (req.gpu_ipc.empty() || req.gpu_uuid.size() != proto::kGpuUuidBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GPU segment '", req.name, "' needs an IPC handle and a ", proto::kGpuUuidBytes,
