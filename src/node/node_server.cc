@@ -450,9 +450,14 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   seg->worker_address = dest.worker_address;
   transport::SetHostInfo(seg.get(), dest.host_id);
   seg->pid = 0;  // the client's own liveness is its connection's; never mapped
-  auto& clients = push_clients_[conn];
-  if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
-    clients.push_back(dest.node_address);
+  // A client's buffer (named "client/<id>", client/registrations.h) is forgotten with the
+  // connection that asked for the push. Another node's segment (a Copy or Move of a GPU-tier
+  // object, named by the node's address) is not: other copies may be using that endpoint.
+  if (absl::StartsWith(dest.node_address, "client/")) {
+    auto& clients = push_clients_[conn];
+    if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
+      clients.push_back(dest.node_address);
+    }
   }
   // Only a node with GPU segments (bounce_) looks for them: host-only nodes pay nothing.
   GpuBounce::PushJob job;
