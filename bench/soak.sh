@@ -36,20 +36,45 @@ cmake --build "$BUILD_DIR" --target chaos_test granary_master granary_node put_s
 REPORT="$OUT/soak.json"
 rm -f "$REPORT"
 echo "soak: $MINUTES min of chaos, $([[ $NETNS == 1 ]] && echo "separate hosts (netns)" || echo "one host"), $([[ $KILLS == 1 ]] && echo "with" || echo "without") process kills"
+# Every 20 s while the run goes: each node's socket fds and CPU seconds (a node that piles up
+# connections and spins on them went before UCX 1.13's aborts; README, "soak").
+SAMPLES="$OUT/soak_nodes.txt"
+: >"$SAMPLES"
+sample_nodes() {
+  local hz p host socks ticks
+  hz=$(getconf CLK_TCK)
+  while sleep 20; do
+    for p in $(pgrep -f "granary_node --master" || true); do
+      host=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | sed -n 's/^--local_hostname=//p')
+      socks=$( (ls -l "/proc/$p/fd" 2>/dev/null || true) | grep -c 'socket:' || true)
+      ticks=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
+      echo "$p ${host:-?} $socks $((ticks / hz))"
+    done
+  done >>"$SAMPLES"
+}
+sample_nodes &
+pids+=($!)
 set +e
 GRANARY_BIN_DIR="$BIN" GRANARY_CHAOS_SECONDS=$((MINUTES * 60)) GRANARY_CHAOS_NETNS=$NETNS \
   GRANARY_CHAOS_KILLS=$KILLS GRANARY_CHAOS_REPORT="$PWD/$REPORT" "$BUILD_DIR/tests/chaos_test" >"$OUT/soak.log" 2>&1
 rc=$?
 set -e
+stop_cluster  # the sampler
 grep -E '^\[ chaos \]|SKIPPED|FAILED' "$OUT/soak.log" || true
 if [[ ! -s "$REPORT" ]]; then
   echo "soak: no report (chaos_test exit $rc); see $OUT/soak.log" >&2
   exit 1
 fi
-$PY - "$REPORT" "$rc" <<'PY'
+$PY - "$REPORT" "$rc" "$SAMPLES" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 rc = int(sys.argv[2])
+nodes = {}  # pid -> [host, most socket fds, first and last CPU seconds]
+for line in open(sys.argv[3]):
+    pid, host, socks, cpu = line.split()
+    n = nodes.setdefault(pid, [host, 0, int(cpu), int(cpu)])
+    n[1] = max(n[1], int(socks))
+    n[3] = int(cpu)
 s, e = r["start"], r["end"]
 slack = 16 * 1024
 mib = lambda k: f"{k / 1024:.1f} MiB"
@@ -75,6 +100,9 @@ for name, sp, ep, sk, ek, allowed in procs:
     verdict = "ok" if ek <= allowed else "GREW"
     print(f"{name:<12} RSS {mib(sk)} -> {mib(ek)} (allowed {mib(allowed)}): {verdict}")
     if ek > allowed: bad.append(f"{name} RSS grew")
+for pid, (host, socks, cpu0, cpu1) in sorted(nodes.items(), key=lambda kv: kv[1][0]):
+    print(f"node {host:<11} pid {pid}: up to {socks} socket fds, {cpu1 - cpu0} s of CPU between "
+          "the first and last sample (diagnostic, no limit)")
 print("soak: " + ("PASS" if not bad else "FAIL: " + "; ".join(bad)))
 sys.exit(1 if bad else 0)
 PY
