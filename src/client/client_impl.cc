@@ -49,6 +49,17 @@ using proto::kAllocHeaderSize;
 
 namespace {
 
+// A segment as a node names it in Fetch (source) or Push (dest): where it is and its rkey.
+proto::SegmentInfo SegmentInfoOf(const transport::RemoteSegment& s) {
+  proto::SegmentInfo info;
+  info.segment_id = s.segment_id;
+  info.node_address = s.node_address;
+  info.rkey = s.rkey;
+  info.worker_address = s.worker_address;
+  info.host_id = s.host_id;
+  return info;
+}
+
 // PutOptions::tier as the master's preference (nullopt: the tenant's default_tier).
 std::optional<TierPreference> TierPreferenceOf(StorageTier tier) {
   switch (tier) {
@@ -147,7 +158,7 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   }
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
-      c->ctx_.get(), absl::StrCat("client/", RandomId()), std::move(worker_address));
+      c->ctx_.get(), absl::StrCat(proto::kClientPushPrefix, RandomId()), std::move(worker_address));
   c->bounce_ = std::make_unique<GpuBounce>(&c->metrics_, c->registrations_.get());
   c->node_timeouts_ = c->metrics_.Counter(
       "granary_client_node_transfer_timeouts_total",
@@ -727,11 +738,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
     auto dst = session_->SegmentFor(res.dest.segment_id);
     if (!dst.ok()) return revoke(dst.status());
     proto::PushRequest push;
-    push.dest.segment_id = (*dst)->segment_id;
-    push.dest.node_address = (*dst)->node_address;
-    push.dest.rkey = (*dst)->rkey;
-    push.dest.worker_address = (*dst)->worker_address;
-    push.dest.host_id = (*dst)->host_id;
+    push.dest = SegmentInfoOf(**dst);
     push.dest.base = res.dest.address;  // the push may touch the new allocation only
     push.dest.size = res.dest.length;
     push.entries.push_back(
@@ -746,11 +753,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
     }
   } else {
     proto::FetchRequest fetch;
-    fetch.source.segment_id = (*src)->segment_id;
-    fetch.source.node_address = (*src)->node_address;
-    fetch.source.rkey = (*src)->rkey;
-    fetch.source.worker_address = (*src)->worker_address;
-    fetch.source.host_id = (*src)->host_id;
+    fetch.source = SegmentInfoOf(**src);
     fetch.source_address = res.source.address;
     fetch.dest_address = res.dest.address;
     fetch.length = std::min(res.source.length, res.dest.length);

@@ -450,10 +450,9 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   seg->worker_address = dest.worker_address;
   transport::SetHostInfo(seg.get(), dest.host_id);
   seg->pid = 0;  // the client's own liveness is its connection's; never mapped
-  // A client's buffer (named "client/<id>", client/registrations.h) is forgotten with the
-  // connection that asked for the push. Another node's segment (a Copy or Move of a GPU-tier
-  // object, named by the node's address) is not: other copies may be using that endpoint.
-  if (absl::StartsWith(dest.node_address, "client/")) {
+  // A client's buffer is forgotten with the connection that asked for the push; another node's
+  // segment (a GPU-tier Copy or Move) is not: other copies may be using that endpoint.
+  if (absl::StartsWith(dest.node_address, proto::kClientPushPrefix)) {
     auto& clients = push_clients_[conn];
     if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
       clients.push_back(dest.node_address);

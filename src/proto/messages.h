@@ -443,6 +443,10 @@ struct PushEntry {
   uint64_t length = 0;
   bool operator==(const PushEntry&) const = default;
 };
+// How a client names itself in PushRequest::dest.node_address: this prefix and a random id. A
+// node forgets the endpoints it made for such a name when the client's connection goes; any
+// other name (another node's address: a GPU-tier Copy or Move) it keeps.
+inline constexpr char kClientPushPrefix[] = "client/";
 struct PushRequest {
   SegmentInfo dest;
   std::vector<PushEntry> entries;
