@@ -39,17 +39,29 @@ echo "soak: $MINUTES min of chaos, $([[ $NETNS == 1 ]] && echo "separate hosts (
 # Every 20 s while the run goes: each node's socket fds and CPU seconds (a node that piles up
 # connections and spins on them went before UCX 1.13's aborts; README, "soak").
 SAMPLES="$OUT/soak_nodes.txt"
+SOCKETS="$OUT/soak_sockets.txt"
 : >"$SAMPLES"
+: >"$SOCKETS"
 sample_nodes() {
-  local hz p host socks ticks
+  local hz p host socks ticks n=0
   hz=$(getconf CLK_TCK)
   while sleep 20; do
+    n=$((n + 1))
     for p in $(pgrep -f "granary_node --master" || true); do
       host=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | sed -n 's/^--local_hostname=//p')
       socks=$( (ls -l "/proc/$p/fd" 2>/dev/null || true) | grep -c 'socket:' || true)
       ticks=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
       echo "$p ${host:-?} $socks $((ticks / hz))"
+      # Every minute, each node's tcp sockets with their queues (which side stops reading).
+      if (( NETNS && n % 3 == 0 )); then
+        { echo "== $(date +%T) node ${host:-?} pid $p"; nsenter -t "$p" -n ss -tnp 2>&1 || true; } >>"$SOCKETS"
+      fi
     done
+    if (( NETNS && n % 3 == 0 )); then
+      for p in $(pgrep -x chaos_test || true); do
+        { echo "== $(date +%T) clients pid $p"; nsenter -t "$p" -n ss -tnp 2>&1 || true; } >>"$SOCKETS"
+      done
+    fi
   done >>"$SAMPLES"
 }
 sample_nodes &

@@ -450,9 +450,15 @@ std::optional<std::string> NodeServer::HandlePush(transport::RpcServer::ConnId c
   seg->worker_address = dest.worker_address;
   transport::SetHostInfo(seg.get(), dest.host_id);
   seg->pid = 0;  // the client's own liveness is its connection's; never mapped
-  // A client's buffer is forgotten with the connection that asked for the push; another node's
-  // segment (a GPU-tier Copy or Move) is not: other copies may be using that endpoint.
-  if (absl::StartsWith(dest.node_address, proto::kClientPushPrefix)) {
+  // A same-host client's buffer is forgotten with the connection that asked for the push: its
+  // shared-memory endpoint cannot report the client's death. Another host's client keeps its
+  // endpoint across reconnects (a link cut drops the connection, not the client) until UCX
+  // reports it failed or a push to it times out: each worker-address endpoint closed leaves
+  // UCX 1.13 state (an endpoint and tcp sockets) behind at the client, and churning them piled
+  // up hundreds and aborted nodes in the soak (docs/architecture.md, "Changes from DESIGN").
+  // Another node's segment (a GPU-tier Copy or Move) is never forgotten here: other copies may
+  // be using that endpoint.
+  if (absl::StartsWith(dest.node_address, proto::kClientPushPrefix) && seg->same_host) {
     auto& clients = push_clients_[conn];
     if (std::find(clients.begin(), clients.end(), dest.node_address) == clients.end()) {
       clients.push_back(dest.node_address);

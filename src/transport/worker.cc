@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +27,14 @@ namespace {
 // keys/s); yielding gave both (meta: ~480k / ~1.1M+, 4 KiB get ~400k). bench/compare.sh.
 constexpr int kSpinsBeforeSleep = 64;
 constexpr int kSpinsBeforeYield = 16;
+// ucp_worker_arm answering BUSY this many times in a row while progress finds nothing to do
+// means UCX keeps a descriptor ready that it never drains (UCX 1.13's tcp transport does so for
+// sockets of endpoints a peer closed while they stayed half-open: README "soak"). The thread
+// then naps, from kMinNapUs doubling to kMaxNapUs, instead of spinning; work posted to it ends
+// a nap at once, and a message that arrives meanwhile waits at most one nap.
+constexpr int kBusyArmsBeforeNap = 8;
+constexpr int kMinNapUs = 50;
+constexpr int kMaxNapUs = 1000;
 
 absl::StatusOr<sockaddr_storage> Resolve(const HostPort& hp, socklen_t* len) {
   addrinfo hints = {};
@@ -73,7 +82,14 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string
 }
 
 Worker::Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics)
-    : ctx_(ctx), worker_(w), name_(std::move(name)), metrics_(metrics) {}
+    : ctx_(ctx), worker_(w), name_(std::move(name)), metrics_(metrics) {
+  if (metrics_ != nullptr) {
+    naps_ = metrics_->Counter(
+        "granary_transport_progress_naps_total",
+        "Naps of a progress thread whose UCX worker kept reporting events with nothing to "
+        "progress (instead of spinning on them)");
+  }
+}
 
 Worker::~Worker() {
   Post([this] {
@@ -136,14 +152,16 @@ bool Worker::RunQueued() {
 
 void Worker::Loop() {
   int idle = 0;
+  int busy_arms = 0;  // ucp_worker_arm said BUSY with nothing progressed since
+  int nap_us = 0;     // > 0 while napping (kBusyArmsBeforeNap)
   while (!stop_.load(std::memory_order_relaxed)) {
     bool did = RunQueued();
     if (!closing_.empty()) ReapClosing();
     if (ucp_worker_progress(worker_) != 0 || did) {
-      idle = 0;
+      idle = busy_arms = nap_us = 0;
       continue;
     }
-    if (++idle < kSpinsBeforeSleep) {
+    if (nap_us == 0 && ++idle < kSpinsBeforeSleep) {
       // Past the first few spins, let a thread waiting for this core (often the peer that
       // will answer) run first.
       if (idle > kSpinsBeforeYield) sched_yield();
@@ -154,8 +172,13 @@ void Worker::Loop() {
     if (st == UCS_ERR_BUSY || has_queued_.load(std::memory_order_seq_cst)) {
       sleeping_.store(false, std::memory_order_relaxed);
       idle = 0;
+      if (st == UCS_ERR_BUSY && ++busy_arms >= kBusyArmsBeforeNap) {
+        nap_us = std::min(kMaxNapUs, std::max(kMinNapUs, nap_us * 2));
+        Nap(nap_us);
+      }
       continue;
     }
+    busy_arms = nap_us = 0;
     ucp_worker_wait(worker_);
     sleeping_.store(false, std::memory_order_relaxed);
     idle = 0;
@@ -169,6 +192,12 @@ void Worker::Loop() {
   }
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
+}
+
+void Worker::Nap(int us) {
+  if (naps_ != nullptr) naps_->Inc();
+  granary::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(this, &Worker::HasQueued), absl::Microseconds(us));
 }
 
 void Worker::ReapClosing() {

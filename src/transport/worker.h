@@ -115,6 +115,9 @@ class Worker {
   Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics);
   void Loop();
   bool RunQueued();
+  // Sleeps up to `us`, or until work is posted (Loop: UCX busy with nothing to progress).
+  void Nap(int us);
+  bool HasQueued() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); }
   void ReapClosing();
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
@@ -127,6 +130,7 @@ class Worker {
   ucp_worker_h worker_;
   std::string name_;
   MetricsRegistry* metrics_;
+  MetricCounter* naps_ = nullptr;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   granary::Mutex mu_;
