@@ -68,7 +68,7 @@ sample_nodes &
 pids+=($!)
 set +e
 GRANARY_BIN_DIR="$BIN" GRANARY_CHAOS_SECONDS=$((MINUTES * 60)) GRANARY_CHAOS_NETNS=$NETNS \
-  GRANARY_CHAOS_KILLS=$KILLS GRANARY_CHAOS_REPORT="$PWD/$REPORT" "$BUILD_DIR/tests/chaos_test" >"$OUT/soak.log" 2>&1
+  GRANARY_CHAOS_KILLS=$KILLS GRANARY_CHAOS_LOG_FAULTS=1 GRANARY_CHAOS_REPORT="$PWD/$REPORT" "$BUILD_DIR/tests/chaos_test" >"$OUT/soak.log" 2>&1
 rc=$?
 set -e
 stop_cluster  # the sampler

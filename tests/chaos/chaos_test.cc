@@ -38,6 +38,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/client_impl.h"
 #include "common/status_macros.h"
@@ -329,6 +330,16 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
     }
     return absl::OkStatus();
   };
+  // GRANARY_CHAOS_LOG_FAULTS=1 (bench/soak.sh sets it): each fault on stderr with its time, so
+  // that a crash or a pile-up can be matched with the fault before it.
+  const bool log_faults = std::getenv("GRANARY_CHAOS_LOG_FAULTS") != nullptr &&
+                          std::string(std::getenv("GRANARY_CHAOS_LOG_FAULTS")) == "1";
+  auto count = [&](const std::string& what, const std::string& detail) {
+    ++faults[what];
+    if (log_faults) {
+      std::cerr << absl::StrFormat("[ chaos ] %.1f s: %s%s\n", since(), what, detail);
+    }
+  };
   while (std::chrono::steady_clock::now() < end) {
     ASSERT_TRUE(restart_crashed().ok());
     if (start_sample.is_null() && std::chrono::steady_clock::now() >= warm) {
@@ -350,15 +361,16 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
       absl::Status restarted = cluster_->RestartMaster();
       ASSERT_TRUE(restarted.ok()) << restarted;
       ASSERT_TRUE(cluster_->WaitForSegments(3, 30).ok()) << "nodes did not re-mount";
-      ++faults[ha ? "leader kill -9 + failover" : "master kill -9 + restart"];
+      count(ha ? "leader kill -9 + failover" : "master kill -9 + restart", "");
       continue;
     }
     if (fault == 5) {  // a node's link cut for 0.3-2.5 s (past client_ttl: the master drops it)
       const std::string host = NetnsFabric::NodeHost(rng() % cluster_->node_count());
+      const int cut_ms = 300 + rng() % 2200;
       ASSERT_TRUE(cluster_->fabric()->SetLink(host, false).ok());
-      std::this_thread::sleep_for(milliseconds(300 + rng() % 2200));
+      std::this_thread::sleep_for(milliseconds(cut_ms));
       ASSERT_TRUE(cluster_->fabric()->SetLink(host, true).ok());
-      ++faults["node link cut"];
+      count("node link cut", absl::StrCat(" (", host, ", ", cut_ms, " ms, ended now)"));
       continue;
     }
     switch (fault) {
@@ -367,7 +379,7 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
         cluster_->node(i)->Kill(SIGKILL);
         cluster_->node(i)->Wait();
         ASSERT_TRUE(cluster_->StartNode(i).ok());
-        ++faults["node kill -9 + restart"];
+        count("node kill -9 + restart", absl::StrCat(" (node", i, ")"));
         break;
       }
       case 1: {  // a writer killed between PutStart and PutEnd
@@ -378,19 +390,19 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
         std::this_thread::sleep_for(milliseconds(150 + rng() % 200));
         (*p)->Kill(SIGKILL);
         (*p)->Wait();
-        ++faults["writer kill -9 mid-put"];
+        count("writer kill -9 mid-put", "");
         break;
       }
       case 2: {  // a put whose deadline runs out (the session stays alive)
         (void)(*raw)->PutStart({absl::StrCat("abandoned-", seq++)}, {50000});
-        ++faults["put deadline expiry"];
+        count("put deadline expiry", "");
         break;
       }
       default: {  // a read lease never released
         auto g = (*raw)->Call<proto::KeysRequest, proto::GetReply>(
             proto::MsgType::kGet, proto::KeysRequest{{absl::StrCat("w0-k", rng() % kKeys)}});
         (void)g;
-        ++faults["GetEnd never sent"];
+        count("GetEnd never sent", "");
       }
     }
   }
