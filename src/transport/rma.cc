@@ -95,13 +95,6 @@ absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
     }
   }
   auto it = peers_.find(address);
-  // A peer named as before but at another worker (a client restarted under its name) is a new
-  // peer.
-  if (it != peers_.end() && !seg.worker_address.empty() &&
-      it->second->worker_address != seg.worker_address) {
-    DropPeer(address);
-    it = peers_.end();
-  }
   if (it != peers_.end()) {
     if (!it->second->ep->broken.load()) return it->second.get();
     DropPeer(address);
@@ -123,7 +116,6 @@ absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
   }
   auto peer = std::make_unique<Peer>();
   peer->ep = *ep;
-  peer->worker_address = seg.worker_address;
   Peer* raw = peer.get();
   peers_[address] = std::move(peer);
   return raw;

@@ -156,7 +156,6 @@ class RmaEngine {
   struct Peer {
     std::shared_ptr<Endpoint> ep;
     absl::flat_hash_map<uint64_t, ucp_rkey_h> rkeys;
-    std::string worker_address;  // the segment's, when connected
   };
   [[nodiscard]] absl::StatusOr<Peer*> GetPeer(const RemoteSegment& seg);
   [[nodiscard]] absl::StatusOr<ucp_rkey_h> GetRkey(Peer* peer, const RemoteSegment& seg);
