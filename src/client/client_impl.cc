@@ -11,7 +11,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/size.h"
-#include "common/spin_wait.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "transport/topology.h"
@@ -116,7 +115,8 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   GRANARY_ASSIGN_OR_RETURN(c->ctx_, transport::Context::Create("granary_client", ucx));
   transport::LogNetDeviceChoice(nic, *c->ctx_, &c->metrics_, "granary_client_net_device");
   GRANARY_ASSIGN_OR_RETURN(c->worker_,
-                           transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_));
+                           transport::Worker::Create(c->ctx_.get(), "client", &c->metrics_,
+                                                     /*caller_drive=*/true));
   // The progress thread logs through this client's route for as long as it runs.
   c->worker_->Post([route = &c->log_route_] { SetThreadLogRoute(route); });
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
@@ -264,11 +264,12 @@ absl::Status ClientImpl::Remote(std::vector<transport::RmaOp> ops, int64_t timeo
   auto p = std::make_shared<std::promise<absl::Status>>();
   auto done = std::make_shared<std::atomic<bool>>(false);
   auto f = p->get_future();
+  transport::Worker::DriveIntent intent(worker_.get());  // the SpinUntil below starts them
   rma_->Execute(std::move(ops), [p, done](absl::Status st) {
     done->store(true, std::memory_order_release);
     p->set_value(std::move(st));
   });
-  SpinUntil([&] { return done->load(std::memory_order_acquire); });
+  worker_->SpinUntil([&] { return done->load(std::memory_order_acquire); });
   if (f.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
     // Cancel by closing the endpoints, on the worker thread and waited for: once closed, no
     // transport of theirs moves another byte into or out of the buffers. Closing completes
@@ -620,7 +621,12 @@ absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest&
 
 void ClientImpl::ReleaseLeasesAsync(const proto::KeyGenRequest& leases) {
   if (leases.entries.empty()) return;
-  session_->Send(proto::MsgType::kGetEnd, leases);  // no session: its leases are gone with it
+  {
+    // Sent from this thread when it can be, rather than by waking the progress thread.
+    transport::Worker::DriveIntent intent(worker_.get());
+    session_->Send(proto::MsgType::kGetEnd, leases);  // no session: its leases are gone with it
+  }
+  worker_->SendNow();
 }
 
 absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint64_t generation,

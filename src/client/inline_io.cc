@@ -34,6 +34,9 @@ void InlineBatch::Start(const NodeFn& node_client) {
       Finish(state_.get(), g, rpc.status());
       continue;
     }
+    worker_ = (*rpc)->worker();
+    // Wait (or a wait of the caller's before it) sends it: every wait runs what is queued.
+    transport::Worker::DriveIntent intent(worker_);
     std::string frame;
     if (state_->write) {
       frame = proto::EncodeWriteRequestFrame(
@@ -101,7 +104,11 @@ void InlineBatch::Finish(State* s, size_t g, absl::StatusOr<absl::string_view> f
 std::vector<absl::Status> InlineBatch::Wait(int64_t timeout_ms) {
   if (!state_) return {};
   State* s = state_.get();
-  SpinUntil([s] { return s->Done(); });
+  if (worker_ != nullptr) {
+    worker_->SpinUntil([s] { return s->Done(); });
+  } else {
+    SpinUntil([s] { return s->Done(); });
+  }
   granary::MutexLock lock(&s->mu);
   if (!s->mu.AwaitWithTimeout(absl::Condition(s, &State::Done), absl::Milliseconds(timeout_ms))) {
     s->abandoned = true;

@@ -58,6 +58,7 @@ class InlineBatch {
 
   // Null when the batch has no groups (every batch on other transports): nothing to allocate.
   std::shared_ptr<State> state_;
+  transport::Worker* worker_ = nullptr;  // the groups' (Start), which Wait may drive
 };
 
 }  // namespace granary::client

@@ -25,6 +25,8 @@ namespace granary {
 namespace internal_mutex {
 #ifdef ABSL_HAVE_THREAD_SANITIZER
 inline constexpr unsigned kRead = __tsan_mutex_read_lock;
+inline constexpr unsigned kTry = __tsan_mutex_try_lock;
+inline constexpr unsigned kTryFailed = __tsan_mutex_try_lock_failed;
 inline void PreLock(void* mu, unsigned flags) { __tsan_mutex_pre_lock(mu, flags); }
 inline void PostLock(void* mu, unsigned flags) { __tsan_mutex_post_lock(mu, flags, 0); }
 inline void PreUnlock(void* mu, unsigned flags) { __tsan_mutex_pre_unlock(mu, flags); }
@@ -33,6 +35,8 @@ inline void Release(void* addr) { __tsan_release(addr); }
 inline void Acquire(void* addr) { __tsan_acquire(addr); }
 #else
 inline constexpr unsigned kRead = 0;
+inline constexpr unsigned kTry = 0;
+inline constexpr unsigned kTryFailed = 0;
 inline void PreLock(void*, unsigned) {}
 inline void PostLock(void*, unsigned) {}
 inline void PreUnlock(void*, unsigned) {}
@@ -57,6 +61,13 @@ class ABSL_LOCKABLE Mutex {
     internal_mutex::PreUnlock(this, 0);
     mu_.Unlock();
     internal_mutex::PostUnlock(this, 0);
+  }
+  // True when it took the mutex (without waiting).
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    internal_mutex::PreLock(this, internal_mutex::kTry);
+    const bool got = mu_.TryLock();
+    internal_mutex::PostLock(this, internal_mutex::kTry | (got ? 0 : internal_mutex::kTryFailed));
+    return got;
   }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() {
     internal_mutex::PreLock(this, internal_mutex::kRead);

@@ -187,6 +187,33 @@ void RmaEngine::MarkUnreachable(const std::vector<std::string>& node_addresses, 
 
 void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)> done) {
   worker_->Post([this, ops = std::move(ops), done = std::move(done)]() mutable {
+    // A caller driving the worker does not connect: UCX's tcp connect(2) to a host that went
+    // away blocks for seconds, and the caller must keep its deadline. The worker's own thread
+    // connects (as every connection was made before callers drove), meanwhile the caller waits.
+    if (!worker_->OnOwnThread()) {
+      for (const RmaOp& op : ops) {
+        if (!NeedsConnect(op.segment->node_address)) continue;
+        worker_->PostOwn([this, ops = std::move(ops), done = std::move(done)]() mutable {
+          Start(std::move(ops), std::move(done));
+        });
+        return;
+      }
+    }
+    Start(std::move(ops), std::move(done));
+  });
+}
+
+bool RmaEngine::NeedsConnect(const std::string& address) const {
+  auto u = unreachable_.find(address);
+  if (u != unreachable_.end() && std::chrono::steady_clock::now() < u->second.until) {
+    return false;  // refused at once (GetPeer)
+  }
+  auto it = peers_.find(address);
+  return it == peers_.end() || it->second->ep->broken.load();
+}
+
+void RmaEngine::Start(std::vector<RmaOp> ops, std::function<void(absl::Status)> done) {
+  {
     auto* b = new Batch;
     b->done = std::move(done);
     b->worker = worker_;
@@ -257,7 +284,7 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
       Track(b, ucp_ep_flush_nbx(ep->ep, &p), "flush");
     }
     b->Complete(UCS_OK, "");
-  });
+  }
 }
 
 struct RmaEngine::MapCursor {
@@ -348,7 +375,17 @@ bool RmaEngine::TcpOnly(const std::string& node_address) {
 absl::Status RmaEngine::ExecuteSync(std::vector<RmaOp> ops) {
   std::promise<absl::Status> p;
   auto f = p.get_future();
-  Execute(std::move(ops), [&p](absl::Status st) { p.set_value(std::move(st)); });
+  std::atomic<bool> done{false};
+  {
+    Worker::DriveIntent intent(worker_);  // the SpinUntil below starts them
+    Execute(std::move(ops), [&p, &done](absl::Status st) {
+      done.store(true, std::memory_order_release);  // before p: f.get() ends this frame
+      p.set_value(std::move(st));
+    });
+  }
+  if (worker_->caller_drive()) {
+    worker_->SpinUntil([&done] { return done.load(std::memory_order_acquire); });
+  }
   return f.get();
 }
 

@@ -160,6 +160,10 @@ class RmaEngine {
   [[nodiscard]] absl::StatusOr<Peer*> GetPeer(const RemoteSegment& seg);
   [[nodiscard]] absl::StatusOr<ucp_rkey_h> GetRkey(Peer* peer, const RemoteSegment& seg);
   void DropPeer(const std::string& address);
+  // Progress thread: whether an op to this node would create an endpoint first.
+  bool NeedsConnect(const std::string& address) const;
+  // Progress thread: posts the batch's operations (Execute's body).
+  void Start(std::vector<RmaOp> ops, std::function<void(absl::Status)> done);
 
   // The mapped op of *ops at i, or nullptr (shared by CopyMapped and RunMapped).
   struct MapCursor;

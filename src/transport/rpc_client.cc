@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/log.h"
-#include "common/spin_wait.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 
@@ -206,6 +205,7 @@ absl::StatusOr<std::string> RpcClient::CallOn(std::string frame, absl::Duration 
   };
   auto state = std::make_shared<State>();
   auto fut = state->p.get_future();
+  Worker::DriveIntent intent(worker_);  // the SpinUntil below sends it
   CallAsyncOn(
       std::move(frame),
       [state](absl::StatusOr<absl::string_view> r) {
@@ -217,7 +217,7 @@ absl::StatusOr<std::string> RpcClient::CallOn(std::string frame, absl::Duration 
         }
       },
       std::move(via));
-  SpinUntil([&] { return state->done.load(std::memory_order_acquire); });
+  worker_->SpinUntil([&] { return state->done.load(std::memory_order_acquire); });
   if (fut.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
     if (!state->done.exchange(true)) {
       return absl::DeadlineExceededError(

@@ -73,6 +73,7 @@ class RpcClient {
   // Whether requests go over shared memory (Create attached the connection there).
   bool on_shm() const { return on_shm_.load(); }
   const std::string& address() const { return address_; }
+  Worker* worker() const { return worker_; }
   // Called once, on the progress thread, when the connection fails.
   void SetOnBroken(std::function<void(absl::Status)> cb);
   // HA fencing (a connection to a master whose hello reply said `epoch`): every request from

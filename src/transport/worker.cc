@@ -2,15 +2,18 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/spin_wait.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/frame.h"
@@ -20,7 +23,12 @@
 namespace granary::transport {
 
 namespace {
-// An idle progress loop spins this many times before it sleeps in ucp_worker_wait; past
+// The worker whose drive role this thread holds (Worker::OnProgressThread).
+thread_local const Worker* tls_driving = nullptr;
+// The worker this thread will drive for what it posts now (Worker::DriveIntent).
+thread_local const Worker* tls_intent = nullptr;
+
+// An idle progress loop spins this many times before it sleeps on the event fd; past
 // kSpinsBeforeYield spins it yields the core on each one. On two cores shared by a client and
 // the master, pure spinning starved the peer that had to answer (meta: 300k put / 900k get
 // keys/s), and spinning less made single requests wait for a wakeup (4 KiB get: 400k -> 195k
@@ -60,14 +68,17 @@ bool ControlShmEnabled() {
 }
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string name,
-                                                       MetricsRegistry* metrics) {
+                                                       MetricsRegistry* metrics,
+                                                       bool caller_drive) {
   ucp_worker_params_t p = {};
   p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   p.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h w = nullptr;
   ucs_status_t st = ucp_worker_create(ctx->handle(), &p, &w);
   if (st != UCS_OK) return UcsError(st, "creating a UCX worker");
-  std::unique_ptr<Worker> worker(new Worker(ctx, w, std::move(name), metrics));
+  std::unique_ptr<Worker> worker(new Worker(ctx, w, std::move(name), metrics, caller_drive));
+  st = ucp_worker_get_efd(w, &worker->event_fd_);
+  if (st != UCS_OK) return UcsError(st, "getting the UCX worker's event fd");
 
   ucp_am_handler_param_t hp = {};
   hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -81,18 +92,99 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string
   return worker;
 }
 
-Worker::Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics)
-    : ctx_(ctx), worker_(w), name_(std::move(name)), metrics_(metrics) {
+Worker::Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics,
+               bool caller_drive)
+    : ctx_(ctx),
+      worker_(w),
+      name_(std::move(name)),
+      metrics_(metrics),
+      caller_drive_(caller_drive) {
   if (metrics_ != nullptr) {
     naps_ = metrics_->Counter(
         "granary_transport_progress_naps_total",
         "Naps of a progress thread whose UCX worker kept reporting events with nothing to "
         "progress (instead of spinning on them)");
+    if (caller_drive_) {
+      drives_ = metrics_->Counter(
+          "granary_transport_caller_drives_total",
+          "Waits in which the waiting thread drove its UCX worker itself (sent its request and "
+          "progressed the reply) instead of handing both to the progress thread");
+    }
   }
 }
 
+bool Worker::OnProgressThread() const { return tls_driving == this; }
+
+Worker::DriveIntent::DriveIntent(Worker* w) : prev_(tls_intent) {
+  if (w->caller_drive_) tls_intent = w;
+}
+Worker::DriveIntent::~DriveIntent() { tls_intent = prev_; }
+
+void Worker::Kick() {
+  if (has_queued_.load(std::memory_order_seq_cst) && sleeping_.load(std::memory_order_seq_cst)) {
+    ucp_worker_signal(worker_);
+  }
+}
+
+bool Worker::SpinUntil(absl::FunctionRef<bool()> done) {
+  if (!caller_drive_ || tls_driving != nullptr) return granary::SpinUntil(done);
+  bool met = false;
+  for (int i = 0; i < kSpinPolls && !met; ++i) {
+    if (done()) {
+      met = true;
+    } else if (drive_mu_.TryLock()) {
+      met = Drive(done) || granary::SpinUntil(done);
+      break;
+    } else {
+      sched_yield();
+    }
+  }
+  // What this thread posted without waking the progress thread (DriveIntent) is the progress
+  // thread's from here on, if no drive ran it.
+  Kick();
+  return met || done();
+}
+
+void Worker::SendNow() {
+  if (caller_drive_ && tls_driving == nullptr && drive_mu_.TryLock()) {
+    tls_driving = this;
+    RunQueued(/*own=*/false);
+    ucp_worker_progress(worker_);  // most sends complete here; the rest wake the armed worker
+    tls_driving = nullptr;
+    drive_mu_.Unlock();
+  }
+  Kick();
+}
+
+bool Worker::Drive(absl::FunctionRef<bool()> done) {
+  if (drives_ != nullptr) drives_->Inc();
+  tls_driving = this;
+  bool met = false;
+  for (int idle = 0; idle < kSpinsBeforeSleep;) {
+    if (done()) {
+      met = true;
+      break;
+    }
+    bool did = RunQueued(/*own=*/false);
+    if (!closing_.empty()) ReapClosing();
+    if (ucp_worker_progress(worker_) != 0 || did) {
+      idle = 0;
+      continue;
+    }
+    if (++idle > kSpinsBeforeYield) sched_yield();
+  }
+  tls_driving = nullptr;
+  drove_.store(true, std::memory_order_relaxed);
+  drive_mu_.Unlock();
+  // Work posted while this thread drove, by a thread that saw the progress thread asleep and so
+  // did not wake it, is the progress thread's now. (Events that arrived meanwhile woke it: it
+  // armed the worker before it slept.)
+  Kick();
+  return met;
+}
+
 Worker::~Worker() {
-  Post([this] {
+  PostOwn([this] {
     // Force-close every endpoint still open, then let the close requests finish.
     std::vector<std::shared_ptr<Endpoint>> eps;
     for (auto& [h, e] : eps_) eps.push_back(e);
@@ -103,17 +195,26 @@ Worker::~Worker() {
   ucp_worker_destroy(worker_);
 }
 
-void Worker::Post(std::function<void()> fn) {
+void Worker::Post(std::function<void()> fn) { Enqueue(std::move(fn), /*own=*/false); }
+
+void Worker::PostOwn(std::function<void()> fn) { Enqueue(std::move(fn), /*own=*/true); }
+
+void Worker::Enqueue(std::function<void()> fn, bool own) {
   {
     granary::MutexLock lock(&mu_);
-    queue_.push_back(std::move(fn));
+    queue_.push_back({std::move(fn), own});
   }
   // Wake the thread only when it sleeps (or is about to): ucp_worker_signal is a write(2) on
   // the worker's eventfd, one per call otherwise. Dekker-style with Loop: Loop publishes
   // sleeping_ before it reads has_queued_, this publishes has_queued_ before it reads
-  // sleeping_ (both seq_cst), so at least one of the two sees the other's store.
+  // sleeping_ (both seq_cst), so at least one of the two sees the other's store. A closure
+  // posted by the thread that drives the worker now, or that will drive it (DriveIntent), runs
+  // in that drive; one for the worker's own thread always wakes it.
   has_queued_.store(true, std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_);
+  if ((own || (tls_driving != this && tls_intent != this)) &&
+      sleeping_.load(std::memory_order_seq_cst)) {
+    ucp_worker_signal(worker_);
+  }
 }
 
 void Worker::SetRequestHandler(RequestHandler h) {
@@ -138,24 +239,44 @@ bool Worker::FailReply(uint64_t request_id, const absl::Status& st) {
   return true;
 }
 
-bool Worker::RunQueued() {
+bool Worker::RunQueued(bool own) {
   if (!has_queued_.load(std::memory_order_acquire)) return false;
-  std::vector<std::function<void()>> batch;
+  std::vector<Queued> batch;
   {
     granary::MutexLock lock(&mu_);
     batch.swap(queue_);
-    has_queued_.store(false, std::memory_order_relaxed);
+    if (!own) {
+      // A driving caller leaves the own thread's work queued, ahead of anything posted since,
+      // in its order (and so runs later work before it: only ordering among the rest holds).
+      std::vector<Queued> left;
+      for (Queued& q : batch) {
+        if (q.own) left.push_back(std::move(q));
+      }
+      if (!left.empty()) {
+        queue_.insert(queue_.begin(), std::make_move_iterator(left.begin()),
+                      std::make_move_iterator(left.end()));
+      }
+    }
+    has_queued_.store(!queue_.empty(), std::memory_order_relaxed);
   }
-  for (auto& fn : batch) fn();
-  return !batch.empty();
+  bool ran = false;
+  for (Queued& q : batch) {
+    if (q.fn && (own || !q.own)) {
+      q.fn();
+      ran = true;
+    }
+  }
+  return ran;
 }
 
 void Worker::Loop() {
+  // Takes the drive role; lends it out (Lend, ..., Take) only where it waits.
+  Take();
   int idle = 0;
   int busy_arms = 0;  // ucp_worker_arm said BUSY with nothing progressed since
   int nap_us = 0;     // > 0 while napping (kBusyArmsBeforeNap)
   while (!stop_.load(std::memory_order_relaxed)) {
-    bool did = RunQueued();
+    bool did = RunQueued(/*own=*/true);
     if (!closing_.empty()) ReapClosing();
     if (ucp_worker_progress(worker_) != 0 || did) {
       idle = busy_arms = nap_us = 0;
@@ -163,8 +284,14 @@ void Worker::Loop() {
     }
     if (nap_us == 0 && ++idle < kSpinsBeforeSleep) {
       // Past the first few spins, let a thread waiting for this core (often the peer that
-      // will answer) run first.
-      if (idle > kSpinsBeforeYield) sched_yield();
+      // will answer) run first, and a caller that waits for a reply drive the worker.
+      if (idle > kSpinsBeforeYield) {
+        Lend();
+        sched_yield();
+        Take();
+        // A caller drove meanwhile: what it waited for has come, so sleep rather than spin on.
+        if (drove_.exchange(false, std::memory_order_relaxed)) idle = kSpinsBeforeSleep;
+      }
       continue;
     }
     sleeping_.store(true, std::memory_order_seq_cst);
@@ -174,24 +301,51 @@ void Worker::Loop() {
       idle = 0;
       if (st == UCS_ERR_BUSY && ++busy_arms >= kBusyArmsBeforeNap) {
         nap_us = std::min(kMaxNapUs, std::max(kMinNapUs, nap_us * 2));
+        Lend();
         Nap(nap_us);
+        Take();
       }
       continue;
     }
     busy_arms = nap_us = 0;
-    ucp_worker_wait(worker_);
+    // Armed: the event fd now wakes this thread for anything that arrives. A caller may drive
+    // the worker meanwhile (SpinUntil); what it leaves undone, this thread takes when it wakes.
+    Lend();
+    WaitForEvent();
+    Take();
     sleeping_.store(false, std::memory_order_relaxed);
-    idle = 0;
+    // Woken by what a caller drove (its reply): look once more, then sleep again.
+    idle = drove_.exchange(false, std::memory_order_relaxed) ? kSpinsBeforeSleep : 0;
   }
   // Drain: finish close requests and anything posted during shutdown (bounded, so a wedged
   // peer cannot hang shutdown).
   for (int i = 0; i < 100000 && (!closing_.empty() || i < 100); ++i) {
-    RunQueued();
+    RunQueued(/*own=*/true);
     ucp_worker_progress(worker_);
     ReapClosing();
   }
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
+  Lend();
+}
+
+void Worker::Take() {
+  drive_mu_.Lock();
+  tls_driving = this;
+}
+
+void Worker::Lend() {
+  tls_driving = nullptr;
+  drive_mu_.Unlock();
+}
+
+void Worker::WaitForEvent() {
+  // ucp_worker_wait without its arm (Loop armed the worker): poll(2) needs no drive role.
+  pollfd pfd = {};
+  pfd.fd = event_fd_;
+  pfd.events = POLLIN;
+  while (poll(&pfd, 1, -1) < 0 && errno == EINTR) {
+  }
 }
 
 void Worker::Nap(int us) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/metrics.h"
@@ -40,29 +41,42 @@ struct Endpoint {
   std::function<void(ucs_status_t)> on_error;  // progress thread; may be empty
 };
 
-// Owns a ucp_worker and the one thread that drives it. Every UCX call on this worker happens on
-// that thread: other threads hand it closures with Post(). The thread spins briefly when busy and
-// sleeps in ucp_worker_wait when idle, so an idle daemon uses no CPU.
+// Owns a ucp_worker and the thread that drives it. Every UCX call on this worker happens on the
+// thread that holds its drive role (drive_mu_): that is its progress thread, except while a
+// waiting caller drives it (SpinUntil, on workers created with caller_drive); other threads hand
+// it closures with Post(). The progress thread spins briefly when busy and sleeps on the
+// worker's event fd when idle, so an idle daemon uses no CPU.
 // Lifetime: destroy after everything that Posts to it has stopped; the destructor closes every
 // endpoint it still tracks.
 class Worker {
  public:
+  // caller_drive: let a thread that waits for this worker's result (SpinUntil) run its posted
+  // work and progress UCX itself while the progress thread sleeps, so that the request leaves
+  // and its reply comes back without a hand-off to and from the progress thread (a client's
+  // worker; servers leave it off, so that their handlers stay on their progress thread).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(
-      Context* ctx, std::string name, MetricsRegistry* metrics = nullptr);
+      Context* ctx, std::string name, MetricsRegistry* metrics = nullptr,
+      bool caller_drive = false);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
   // Runs fn on the progress thread (in order). Thread-safe.
   void Post(std::function<void()> fn);
-  // Runs fn on the progress thread and waits for its result. Not from the progress thread.
+  // Runs fn on the worker's own thread, never on a driving caller: for work that may block
+  // (creating an endpoint to an unreachable host blocks in connect(2) for seconds), which must
+  // not hold up a caller that waits with a deadline. In order among these; thread-safe.
+  void PostOwn(std::function<void()> fn);
+  bool OnOwnThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Runs fn on the progress thread (its own thread; see PostOwn) and waits for its result. Not
+  // from the progress thread.
   template <typename F>
   auto Run(F&& fn) -> std::invoke_result_t<F> {
     using R = std::invoke_result_t<F>;
     if (OnProgressThread()) return fn();
     std::promise<R> p;
     auto fut = p.get_future();
-    Post([&] {
+    PostOwn([&] {
       if constexpr (std::is_void_v<R>) {
         fn();
         p.set_value();
@@ -72,7 +86,37 @@ class Worker {
     });
     return fut.get();
   }
-  bool OnProgressThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Whether this thread holds the drive role now: the progress thread while it runs, or a caller
+  // driving in SpinUntil (callbacks run there). UCX calls on this worker need it; "progress
+  // thread" in the comments here means whichever thread holds it.
+  bool OnProgressThread() const;
+  bool caller_drive() const { return caller_drive_; }
+
+  // Polls done() like granary::SpinUntil (bounded; true when done() held), for a result this
+  // worker delivers. With caller_drive, whenever no other thread holds the drive role (the
+  // progress thread sleeps), the caller takes it and runs posted work and ucp_worker_progress
+  // itself until done() holds or the worker stays idle, then hands the worker back.
+  bool SpinUntil(absl::FunctionRef<bool()> done);
+
+  // Runs now, on this thread, what it posted under a DriveIntent and will not wait for (a
+  // message sent without a reply), when no other thread drives the worker; otherwise wakes the
+  // progress thread for it. Saves waking the progress thread for one send.
+  void SendNow();
+
+  // While one is alive, what this thread Posts to `w` does not wake w's sleeping progress thread:
+  // the thread promises to wait for it with w->SpinUntil next, which runs it (or, when it cannot,
+  // wakes the progress thread). Saves the progress thread a wake-up per request that the caller
+  // sends itself. Nothing on workers without caller_drive.
+  class DriveIntent {
+   public:
+    explicit DriveIntent(Worker* w);
+    ~DriveIntent();
+    DriveIntent(const DriveIntent&) = delete;
+    DriveIntent& operator=(const DriveIntent&) = delete;
+
+   private:
+    const Worker* prev_;
+  };
 
   // Handler for request frames (type without the reply bit) arriving on kRpcAmId: (reply
   // endpoint or null, frame bytes valid only during the call). Runs on the progress thread.
@@ -112,9 +156,21 @@ class Worker {
   const std::string& name() const { return name_; }
 
  private:
-  Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics);
-  void Loop();
-  bool RunQueued();
+  Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics,
+         bool caller_drive);
+  void Loop() ABSL_NO_THREAD_SAFETY_ANALYSIS;  // takes and lends out drive_mu_ as it goes
+  // With drive_mu_ held (and released on return): progresses until done() or idle.
+  bool Drive(absl::FunctionRef<bool()> done) ABSL_UNLOCK_FUNCTION(drive_mu_);
+  // The progress thread takes the drive role back, or lends it out.
+  void Take() ABSL_EXCLUSIVE_LOCK_FUNCTION(drive_mu_);
+  void Lend() ABSL_UNLOCK_FUNCTION(drive_mu_);
+  // Waits until the event fd says there is work (the worker armed), without the drive role.
+  void WaitForEvent();
+  // Wakes the progress thread when it sleeps with work queued.
+  void Kick();
+  // Runs what is posted; own: also what PostOwn queued (the worker's own thread only).
+  bool RunQueued(bool own);
+  void Enqueue(std::function<void()> fn, bool own);
   // Sleeps up to `us`, or until work is posted (Loop: UCX busy with nothing to progress).
   void Nap(int us);
   bool HasQueued() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); }
@@ -131,12 +187,23 @@ class Worker {
   std::string name_;
   MetricsRegistry* metrics_;
   MetricCounter* naps_ = nullptr;
+  const bool caller_drive_;
+  MetricCounter* drives_ = nullptr;
+  std::atomic<bool> drove_{false};  // a caller drove since the progress thread last looked
+  int event_fd_ = -1;               // ucp_worker_get_efd
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  // The drive role: whoever holds it may call UCX on worker_ and touch the progress-thread state
+  // below (request_handler_, pending_, eps_, closing_).
+  granary::Mutex drive_mu_;
   granary::Mutex mu_;
-  std::vector<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    std::function<void()> fn;
+    bool own;  // PostOwn: the worker's own thread runs it, never a driving caller
+  };
+  std::vector<Queued> queue_ ABSL_GUARDED_BY(mu_);  // in the order posted
   std::atomic<bool> has_queued_{false};
-  std::atomic<bool> sleeping_{false};  // the thread is in (or entering) ucp_worker_wait
+  std::atomic<bool> sleeping_{false};  // the progress thread waits (or is about to) for an event
   RequestHandler request_handler_;
   absl::flat_hash_map<uint64_t, ReplyCallback> pending_;
   // Progress-thread state.

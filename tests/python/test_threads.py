@@ -13,7 +13,10 @@ ceiling is the machine: where one thread alone nearly saturates the copy bandwid
 shrinks toward what the cores allow. A burst of load can still skew one round, so a round is
 repeated (at most three) until one passes; a GIL held across the call cannot pass any round. If
 this fails, the printed rates tell the machine from the module (a ratio near 1.0 in every round
-is the module).
+is the module). Since a waiting caller drives the client's worker itself (2026-12-06) one thread
+alone is faster (15.6k-17.7k to 19.4k-22.3k gets/s here, A/B in one build) while eight threads
+stay at what the two cores allow (28.4k-31.4k/s either way), so the ratio fell from 1.70-1.82
+to 1.41-1.53, and the bar is 1.2: still above any GIL-bound run (0.86-1.00).
 """
 
 import threading
@@ -84,8 +87,8 @@ def test_threads_release_the_gil(cluster, key):
             ratios.append(many / one)
             print(f"1 thread {one:.0f}/s, {THREADS} threads {many:.0f}/s, "
                   f"ratio {many / one:.2f}")
-            if ratios[-1] > 1.3:
+            if ratios[-1] > 1.2:
                 break
         for i, d in enumerate(dsts):
             assert (d == i).all()
-        assert max(ratios) > 1.3, ratios
+        assert max(ratios) > 1.2, ratios

@@ -70,7 +70,7 @@ class TransportTest : public ::testing::Test {
     auto sw = Worker::Create(ctx_.get(), "server");
     ASSERT_TRUE(sw.ok()) << sw.status();
     server_worker_ = std::move(*sw);
-    auto cw = Worker::Create(ctx_.get(), "client");
+    auto cw = Worker::Create(ctx_.get(), "client", &client_metrics_, CallerDrive());
     ASSERT_TRUE(cw.ok()) << cw.status();
     client_worker_ = std::move(*cw);
 
@@ -122,8 +122,16 @@ class TransportTest : public ::testing::Test {
     }
   }
 
+  // Whether the client worker lets waiting callers drive it (TransportDriveTest).
+  virtual bool CallerDrive() const { return false; }
+  uint64_t Drives() {
+    return client_metrics_.Counter("granary_transport_caller_drives_total", "")->value();
+  }
+
   static constexpr size_t kSlot = 64 << 10, kSlots = 64;
   void RmaRoundTrips(MemoryRegion* region);
+  void ConcurrentCalls();
+  void PostsWake();
   void CheckShmAttach();
 
   std::unique_ptr<RpcClient> Connect() {
@@ -132,6 +140,7 @@ class TransportTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  MetricsRegistry client_metrics_;  // declared before the workers, which count into it
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Worker> server_worker_, client_worker_;
   std::unique_ptr<RpcServer> server_;
@@ -142,7 +151,18 @@ class TransportTest : public ::testing::Test {
   std::vector<std::pair<RpcServer::ConnId, std::string>> deferred_ ABSL_GUARDED_BY(deferred_mu_);
 };
 
-TEST_F(TransportTest, ConcurrentCallsGetTheirOwnReplies) {
+// The same transport with a client worker that its waiting callers drive (as a Client's is):
+// a caller sends its request and progresses its reply itself while the progress thread sleeps,
+// and hands the worker back when done. The tests below run on both.
+class TransportDriveTest : public TransportTest {
+ protected:
+  bool CallerDrive() const override { return true; }
+};
+
+// Threads calling at once (each reply to its own caller, whichever thread progressed it), with
+// replies from the server's progress thread and from another thread, and asynchronous calls
+// whose callbacks run on whichever thread drives.
+void TransportTest::ConcurrentCalls() {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   constexpr int kThreads = 4, kCalls = 200;
@@ -189,6 +209,83 @@ TEST_F(TransportTest, ConcurrentCallsGetTheirOwnReplies) {
   for (int i = 0; i < kCalls; ++i) want.push_back(absl::StrCat("echo:a", i));
   std::sort(want.begin(), want.end());
   EXPECT_EQ(async_replies, want);
+}
+
+TEST_F(TransportTest, ConcurrentCallsGetTheirOwnReplies) {
+  ConcurrentCalls();
+  EXPECT_EQ(Drives(), 0u) << "a worker created without caller_drive was driven by a caller";
+}
+
+TEST_F(TransportDriveTest, ConcurrentCallsGetTheirOwnReplies) { ConcurrentCalls(); }
+
+// One caller at a time: its calls are sent and answered on its own thread (the progress thread
+// sleeps between them), and callbacks that run there may use the worker as its progress thread.
+TEST_F(TransportDriveTest, ASingleCallerDrivesItsOwnCalls) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  constexpr int kCalls = 200;
+  const uint64_t before = Drives();  // Connect's own calls (the shared-memory attach) drove too
+  for (int i = 0; i < kCalls; ++i) {
+    std::string body = absl::StrCat("c", i);
+    auto rep = client->Call(Frame(i % 4 == 0 ? kDeferred : kEcho, 0, body), absl::Seconds(10));
+    ASSERT_TRUE(rep.ok()) << rep.status();
+    EXPECT_EQ(BodyOf(*rep), absl::StrCat(i % 4 == 0 ? "later:" : "echo:", body));
+  }
+  // Each call waits once; most find the progress thread asleep and drive. The count shows that
+  // the driving path ran at all (it is 0 on a worker without caller_drive, above).
+  EXPECT_GT(Drives() - before, 0u);
+  EXPECT_LE(Drives() - before, static_cast<uint64_t>(kCalls));
+  // A closure that a caller runs while driving sees OnProgressThread() (Worker::Run runs it in
+  // place), and one that another thread posts meanwhile runs too.
+  std::atomic<int> inner{0};
+  std::atomic<bool> done{false};
+  {
+    Worker::DriveIntent intent(client_worker_.get());
+    client_worker_->Post([&] {
+      EXPECT_TRUE(client_worker_->OnProgressThread());
+      client_worker_->Run([&] { inner.fetch_add(1); });  // in place, or it would deadlock
+      done.store(true);
+    });
+  }
+  std::thread other([&] { client_worker_->Post([&] { inner.fetch_add(1); }); });
+  other.join();
+  client_worker_->SpinUntil([&] { return done.load(); });
+  for (int i = 0; i < 500 && !done.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(done.load());
+  client_worker_->Run([] {});  // everything posted before it has run
+  EXPECT_EQ(inner.load(), 2);
+  EXPECT_FALSE(client_worker_->OnProgressThread());
+}
+
+// A caller that promised to drive (DriveIntent) but finds the worker driven by others the whole
+// time still gets its work run: by the holder, or by the progress thread that SpinUntil wakes.
+TEST_F(TransportDriveTest, PostsOfACallerThatCannotDriveStillRun) {
+  constexpr int kRounds = 200;
+  std::atomic<bool> stop{false};
+  // Another thread keeps the progress thread busy (the drive role taken) most of the time.
+  std::thread busy([&] {
+    while (!stop.load()) {
+      client_worker_->Run([] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    auto ran = std::make_shared<std::atomic<bool>>(false);  // outlives a failed wait
+    {
+      Worker::DriveIntent intent(client_worker_.get());
+      client_worker_->Post([ran] { ran->store(true); });
+    }
+    client_worker_->SpinUntil([&] { return ran->load(); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!ran->load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    ASSERT_TRUE(ran->load()) << "round " << i << ": a post under DriveIntent never ran";
+    if (i % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  stop.store(true);
+  busy.join();
 }
 
 // HA fencing at the connection: once fenced at epoch 5, requests carry 5, and a reply is handed
@@ -341,6 +438,15 @@ TEST_F(TransportTest, ConcurrentRmaBatchesMoveExactBytes) {
   auto region = MemoryRegion::Create(ctx_.get(), segment.data(), segment.size());
   ASSERT_TRUE(region.ok()) << region.status();
   RmaRoundTrips(region->get());
+}
+
+// The same with callers driving their transfers (RmaEngine::ExecuteSync waits in SpinUntil).
+TEST_F(TransportDriveTest, ConcurrentRmaBatchesMoveExactBytes) {
+  std::vector<uint8_t> segment(kSlot * kSlots, 0);
+  auto region = MemoryRegion::Create(ctx_.get(), segment.data(), segment.size());
+  ASSERT_TRUE(region.ok()) << region.status();
+  RmaRoundTrips(region->get());
+  EXPECT_GT(Drives(), 0u);
 }
 
 TEST_F(TransportTest, ConcurrentRmaBatchesOnUcxAllocatedMemory) {
@@ -502,10 +608,25 @@ class TransportTcpTest : public TransportTest {
 
 TEST_F(TransportTcpTest, ShmAttachNeedsTheOfferedNonceOnce) { CheckShmAttach(); }
 
+// Driving over tcp: the caller progresses the sockets (UCX's tcp transport polls them) while the
+// progress thread sleeps in the worker's event fd, which the same sockets wake.
+class TransportTcpDriveTest : public TransportTcpTest {
+ protected:
+  bool CallerDrive() const override { return true; }
+};
+TEST_F(TransportTcpDriveTest, ConcurrentCallsGetTheirOwnReplies) {
+  ConcurrentCalls();
+  EXPECT_GT(Drives(), 0u);
+}
+
 // Post wakes the progress thread only when it sleeps. Posts from several threads, each after a
 // pause long enough for the thread to go to sleep (or timed to race with it going to sleep), must
 // all run: a lost wakeup shows as a Post that never runs.
-TEST_F(TransportTest, PostsWakeASleepingWorker) {
+TEST_F(TransportTest, PostsWakeASleepingWorker) { PostsWake(); }
+// Posts from threads that do not drive wake the progress thread of a drivable worker too.
+TEST_F(TransportDriveTest, PostsWakeASleepingWorker) { PostsWake(); }
+
+void TransportTest::PostsWake() {
   constexpr int kThreads = 3, kPosts = 300;
   std::atomic<int> ran{0};
   std::vector<std::thread> threads;
