@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -190,14 +191,15 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
     // A caller driving the worker does not connect: UCX's tcp connect(2) to a host that went
     // away blocks for seconds, and the caller must keep its deadline. The worker's own thread
     // connects (as every connection was made before callers drove), meanwhile the caller waits.
-    if (!worker_->OnOwnThread()) {
-      for (const RmaOp& op : ops) {
-        if (!NeedsConnect(op.segment->node_address)) continue;
-        worker_->PostOwn([this, ops = std::move(ops), done = std::move(done)]() mutable {
-          Start(std::move(ops), std::move(done));
+    const bool connects =
+        !worker_->OnOwnThread() && std::any_of(ops.begin(), ops.end(), [this](const RmaOp& op) {
+          return NeedsConnect(op.segment->node_address);
         });
-        return;
-      }
+    if (connects) {
+      worker_->PostOwn([this, ops = std::move(ops), done = std::move(done)]() mutable {
+        Start(std::move(ops), std::move(done));
+      });
+      return;
     }
     Start(std::move(ops), std::move(done));
   });
@@ -213,78 +215,76 @@ bool RmaEngine::NeedsConnect(const std::string& address) const {
 }
 
 void RmaEngine::Start(std::vector<RmaOp> ops, std::function<void(absl::Status)> done) {
-  {
-    auto* b = new Batch;
-    b->done = std::move(done);
-    b->worker = worker_;
-    // +1 guards against completion while posting.
-    b->remaining = 1;
-    absl::flat_hash_map<Endpoint*, bool> put_eps;
-    absl::flat_hash_map<int, bool> alive;  // same-host node processes checked in this batch
-    for (RmaOp& op : ops) {
-      if (op.device >= 0 && !device_memory_) {  // a caller's bug: this UCX has no CUDA
+  auto* b = new Batch;
+  b->done = std::move(done);
+  b->worker = worker_;
+  // +1 guards against completion while posting.
+  b->remaining = 1;
+  absl::flat_hash_map<Endpoint*, bool> put_eps;
+  absl::flat_hash_map<int, bool> alive;  // same-host node processes checked in this batch
+  for (RmaOp& op : ops) {
+    if (op.device >= 0 && !device_memory_) {  // a caller's bug: this UCX has no CUDA
+      if (b->status.ok()) {
+        b->status = absl::InternalError(
+            absl::StrCat("device memory (device ", op.device,
+                         ") was handed to UCX, which here has no CUDA "
+                         "support; it must go through the client's device transfers"));
+      }
+      continue;
+    }
+    if (op.segment->pid > 0) {
+      auto it = alive.find(op.segment->pid);
+      if (it == alive.end()) {
+        bool up = ProcessAlive(op.segment->pid);
+        it = alive.emplace(op.segment->pid, up).first;
+        if (!up) DropPeer(op.segment->node_address);
+      }
+      if (!it->second) {
         if (b->status.ok()) {
-          b->status = absl::InternalError(
-              absl::StrCat("device memory (device ", op.device,
-                           ") was handed to UCX, which here has no CUDA "
-                           "support; it must go through the client's device transfers"));
+          b->status = absl::UnavailableError(absl::StrCat("node process ", op.segment->pid, " at ",
+                                                          op.segment->node_address, " is gone"));
         }
         continue;
       }
-      if (op.segment->pid > 0) {
-        auto it = alive.find(op.segment->pid);
-        if (it == alive.end()) {
-          bool up = ProcessAlive(op.segment->pid);
-          it = alive.emplace(op.segment->pid, up).first;
-          if (!up) DropPeer(op.segment->node_address);
-        }
-        if (!it->second) {
-          if (b->status.ok()) {
-            b->status = absl::UnavailableError(absl::StrCat(
-                "node process ", op.segment->pid, " at ", op.segment->node_address, " is gone"));
-          }
-          continue;
-        }
-      }
-      auto peer = GetPeer(*op.segment);
-      absl::StatusOr<ucp_rkey_h> rkey =
-          peer.ok() ? GetRkey(*peer, *op.segment) : absl::StatusOr<ucp_rkey_h>(peer.status());
-      if (!rkey.ok()) {
-        if (b->status.ok()) b->status = rkey.status();
-        continue;
-      }
-      Endpoint* ep = (*peer)->ep.get();
-      if (put_eps.find(ep) == put_eps.end()) {
-        put_eps[ep] = false;
-        b->eps.push_back((*peer)->ep);
-      }
-      ucp_request_param_t p = {};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      p.cb.send = &OnOpDone;
-      p.user_data = b;
-      if (op.memh != nullptr) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = op.memh;
-      }
-      ++b->remaining;
-      if (op.is_put) {
-        put_eps[ep] = true;
-        Track(b, ucp_put_nbx(ep->ep, op.local, op.length, op.remote_addr, *rkey, &p), "put");
-      } else {
-        Track(b, ucp_get_nbx(ep->ep, op.local, op.length, op.remote_addr, *rkey, &p), "get");
-      }
     }
-    for (auto& [ep, has_put] : put_eps) {
-      if (!has_put) continue;
-      ucp_request_param_t p = {};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      p.cb.send = &OnOpDone;
-      p.user_data = b;
-      ++b->remaining;
-      Track(b, ucp_ep_flush_nbx(ep->ep, &p), "flush");
+    auto peer = GetPeer(*op.segment);
+    absl::StatusOr<ucp_rkey_h> rkey =
+        peer.ok() ? GetRkey(*peer, *op.segment) : absl::StatusOr<ucp_rkey_h>(peer.status());
+    if (!rkey.ok()) {
+      if (b->status.ok()) b->status = rkey.status();
+      continue;
     }
-    b->Complete(UCS_OK, "");
+    Endpoint* ep = (*peer)->ep.get();
+    if (put_eps.find(ep) == put_eps.end()) {
+      put_eps[ep] = false;
+      b->eps.push_back((*peer)->ep);
+    }
+    ucp_request_param_t p = {};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &OnOpDone;
+    p.user_data = b;
+    if (op.memh != nullptr) {
+      p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      p.memh = op.memh;
+    }
+    ++b->remaining;
+    if (op.is_put) {
+      put_eps[ep] = true;
+      Track(b, ucp_put_nbx(ep->ep, op.local, op.length, op.remote_addr, *rkey, &p), "put");
+    } else {
+      Track(b, ucp_get_nbx(ep->ep, op.local, op.length, op.remote_addr, *rkey, &p), "get");
+    }
   }
+  for (auto& [ep, has_put] : put_eps) {
+    if (!has_put) continue;
+    ucp_request_param_t p = {};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = &OnOpDone;
+    p.user_data = b;
+    ++b->remaining;
+    Track(b, ucp_ep_flush_nbx(ep->ep, &p), "flush");
+  }
+  b->Complete(UCS_OK, "");
 }
 
 struct RmaEngine::MapCursor {
