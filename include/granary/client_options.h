@@ -53,6 +53,16 @@ struct ClientOptions {
   int64_t transfer_timeout_ms = 30'000;
   // Reads retried when a replica changed under them (`get_retries`, GRANARY_GET_RETRIES).
   int get_retries = 3;
+  // How values move between this client and a node on another host when UCX reaches it over
+  // tcp alone (`tcp_data_between_hosts`, GRANARY_TCP_DATA_BETWEEN_HOSTS). "messages" (the
+  // default): every host-memory value up to 64 MiB travels in the node's Read and Write
+  // messages on the control connection, so no UCX endpoint to the node's worker address is
+  // made (UCX 1.13 never tears those down at the far side, and its clean-up of them aborted
+  // nodes in long soaks). "one_sided": every value moves one-sided through an endpoint to the
+  // node's worker address, as before this option (UCX 1.13 reports no rma lane on such an
+  // endpoint across hosts when it is made, so neither Read/Write nor Push was used there).
+  // RDMA and same-host transports are unaffected.
+  std::string tcp_data_between_hosts = "messages";
   // The lowest level of the lines this client logs (`log_level`, GRANARY_LOG_LEVEL: debug,
   // info, warning, error); lines below it are not even formatted. Unset (the default): the
   // process's threshold (GRANARY_LOG_LEVEL at first use, or what the program set). It applies

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <future>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/device_check.h"
 #include "client/inline_io.h"
@@ -85,6 +86,9 @@ class ClientImpl::Inputs : public PlanInputs {
     return c_->session_->SegmentFor(id);
   }
   bool TcpOnly(const std::string& node_address) override { return c_->rma_->TcpOnly(node_address); }
+  bool MessagesOnly(const transport::RemoteSegment& segment) override {
+    return c_->messages_between_hosts_ && !segment.same_host;
+  }
   RegisteredRange Registered(const void* p, size_t n) override {
     return c_->registrations_->Lookup(p, n, &pins_);
   }
@@ -164,9 +168,23 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
       "granary_client_node_transfer_timeouts_total",
       "Transfers to a node that did not finish within transfer_timeout_ms (the node then backs "
       "off: transfers to it fail at once for a jittered exponential wait)");
-  c->rma_->set_refusal_counter(c->metrics_.Counter(
+  c->node_refusals_ = c->metrics_.Counter(
       "granary_client_node_backoff_refusals_total",
-      "Transfers refused at once because their node is in its back-off after a timeout"));
+      "Transfers refused at once because their node is in its back-off after a timeout");
+  c->rma_->set_refusal_counter(c->node_refusals_);
+  // Over tcp alone (no RDMA transport opened), values to other hosts move in messages: no
+  // endpoint to another host's worker address is made (ClientOptions::tcp_data_between_hosts).
+  const std::vector<std::string> nets = c->ctx_->NetResources();
+  c->messages_between_hosts_ = options.tcp_data_between_hosts == "messages" &&
+                               std::all_of(nets.begin(), nets.end(), [](const std::string& r) {
+                                 return absl::StartsWith(r, "tcp/") ||
+                                        absl::StartsWith(r, "cuda") ||
+                                        absl::StartsWith(r, "rocm") || absl::StartsWith(r, "gdr");
+                               });
+  if (c->messages_between_hosts_) {
+    LOG_DEBUG << "UCX opened no network transport but tcp: values to nodes on other hosts move "
+                 "in Read and Write messages";
+  }
   for (int op = 0; op < 2; ++op) {
     c->inline_values_[op] = c->metrics_.Counter(
         "granary_client_inline_values_total",
@@ -378,12 +396,16 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     // one-sided meanwhile.
     const int64_t start_us = MonotonicUs();
     InlineBatch writes(/*write=*/true, &plan.writes, inline_values_[1]);
-    writes.Start([this](const std::string& node) { return NodeClient(node); });
+    writes.Start(
+        [this](const std::string& node, bool other_host) { return NodeClient(node, other_host); });
     if (!plan.ops.empty()) st = Transfer(std::move(plan.ops), timeout_ms);
     const int64_t left_ms = std::max<int64_t>(1, timeout_ms - (MonotonicUs() - start_us) / 1000);
     std::vector<absl::Status> wrote = writes.Wait(left_ms);
     for (size_t g = 0; g < wrote.size(); ++g) {
-      if (absl::IsDeadlineExceeded(wrote[g])) DropNodeClient(plan.writes[g].node);
+      if (absl::IsDeadlineExceeded(wrote[g])) {
+        DropNodeClient(plan.writes[g].node,
+                       /*back_off=*/timeout_ms >= options_.transfer_timeout_ms);
+      }
       if (st.ok()) st = wrote[g];
     }
     if (absl::IsDeadlineExceeded(st) && timeout_ms < options_.transfer_timeout_ms) {
@@ -514,7 +536,8 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
   std::vector<bool> pushed(n, false);  // read by a Read or a Push: failed[i] is its own
   const int64_t start_us = MonotonicUs();
   InlineBatch reads(/*write=*/false, &plan->reads, inline_values_[0]);
-  reads.Start([this](const std::string& node) { return NodeClient(node); });
+  reads.Start(
+      [this](const std::string& node, bool other_host) { return NodeClient(node, other_host); });
   for (PushGroup& g : plan->pushes) {
     g.req.timeout_ms = proto::NodeTransferTimeoutMs(options_.transfer_timeout_ms);
     absl::Status pst = Push(g.node, g.req, g.keys, headers);
@@ -531,7 +554,7 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
       std::max<int64_t>(1, options_.transfer_timeout_ms - (MonotonicUs() - start_us) / 1000);
   std::vector<absl::Status> read = reads.Wait(left_ms);
   for (size_t g = 0; g < read.size(); ++g) {
-    if (absl::IsDeadlineExceeded(read[g])) DropNodeClient(plan->reads[g].node);
+    if (absl::IsDeadlineExceeded(read[g])) DropNodeClient(plan->reads[g].node, /*back_off=*/true);
     for (size_t i : plan->reads[g].keys) {
       failed[i] = read[g];
       pushed[i] = true;
@@ -703,19 +726,41 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
 }
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
-    const std::string& address) {
+    const std::string& address, bool other_host) {
   granary::MutexLock lock(&nodes_mu_);
   auto it = node_clients_.find(address);
   if (it != node_clients_.end() && !it->second->broken()) return it->second;
-  GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> c,
-                           transport::RpcClient::Create(worker_.get(), address));
+  if (auto h = node_holds_.find(address); h != node_holds_.end()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < h->second.until) {
+      node_refusals_->Inc();
+      return absl::UnavailableError(absl::StrCat(
+          "node ", address, " is unreachable (", h->second.backoff.failures(),
+          " timed-out transfers in a row); next attempt in ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(h->second.until - now).count(),
+          " ms"));
+    }
+  }
+  GRANARY_ASSIGN_OR_RETURN(
+      std::shared_ptr<transport::RpcClient> c,
+      transport::RpcClient::Create(worker_.get(), address, /*try_shm=*/!other_host));
   node_clients_[address] = c;
   return c;
 }
 
-void ClientImpl::DropNodeClient(const std::string& address) {
+void ClientImpl::DropNodeClient(const std::string& address, bool back_off) {
   granary::MutexLock lock(&nodes_mu_);
   node_clients_.erase(address);
+  if (!back_off) return;
+  node_timeouts_->Inc();
+  const auto now = std::chrono::steady_clock::now();
+  NodeHold& h = node_holds_[address];
+  if (now < h.until) return;  // already held off (two groups of one batch, or two batches)
+  // A node that went 2 x the longest wait without a timeout starts afresh.
+  if (now - h.until > std::chrono::milliseconds(2 * transport::RmaEngine::kUnreachableMaxMs)) {
+    h.backoff.Reset();
+  }
+  h.until = now + std::chrono::milliseconds(h.backoff.NextMs());
 }
 
 absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <future>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "client/master_session.h"
 #include "client/planner.h"
 #include "client/registrations.h"
+#include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -157,11 +159,17 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::StatusOr<proto::ListReply> ListRaw(absl::string_view prefix, size_t limit,
                                                          absl::string_view start_after);
   [[nodiscard]] absl::Status CopyOrMove(absl::string_view key, absl::string_view node, bool move);
+  // The control connection to a node (other_host: known to be on another host, so it is not
+  // asked to move onto shared memory). UNAVAILABLE at once while the node is held off after a
+  // timed-out Read or Write (DropNodeClient with back_off).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeClient(
-      const std::string& address);
+      const std::string& address, bool other_host = false);
   // Forgets the connection to a node that did not answer in time: the next request opens a
   // new one, and closing the old one (once its last user lets go) stops what it had not sent.
-  void DropNodeClient(const std::string& address);
+  // back_off: the node's fault (a transfer timeout, not a put's write window); it is counted
+  // in granary_client_node_transfer_timeouts_total and held off for a jittered exponential
+  // back-off (RmaEngine's constants), as a node whose one-sided transfer timed out is.
+  void DropNodeClient(const std::string& address, bool back_off = false);
 
   const ClientOptions options_;  // holds the log sink
   // Where this client's lines go (options_.log_level and log_sink): set on its threads, and on
@@ -188,6 +196,17 @@ class ClientImpl : public Client {
   granary::Mutex nodes_mu_;  // control connections to nodes (Fetch, Push)
   absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> node_clients_
       ABSL_GUARDED_BY(nodes_mu_);
+  struct NodeHold {
+    Backoff backoff{transport::RmaEngine::kUnreachableInitialMs,
+                    transport::RmaEngine::kUnreachableMaxMs};
+    std::chrono::steady_clock::time_point until;
+  };
+  absl::flat_hash_map<std::string, NodeHold> node_holds_ ABSL_GUARDED_BY(nodes_mu_);
+  // Values to and from nodes on other hosts reached over tcp alone go in Read and Write
+  // messages only (ClientOptions::tcp_data_between_hosts, and this context has no network
+  // transport but tcp).
+  bool messages_between_hosts_ = false;
+  MetricCounter* node_refusals_ = nullptr;  // granary_client_node_backoff_refusals_total
 
   MetricCounter* pushed_reads_ = nullptr;
   MetricCounter* inline_values_[2] = {nullptr, nullptr};  // granary_client_inline_values_total

@@ -74,6 +74,9 @@ constexpr Field kFields[] = {
      SetInt<&ClientOptions::transfer_timeout_ms>, "timeout of one batch of transfers"},
     {"get_retries", nullptr, "GRANARY_GET_RETRIES", Kind::kInt, SetInt<&ClientOptions::get_retries>,
      "reads retried when a replica changed"},
+    {"tcp_data_between_hosts", nullptr, "GRANARY_TCP_DATA_BETWEEN_HOSTS", Kind::kString,
+     SetString<&ClientOptions::tcp_data_between_hosts>,
+     "messages or one_sided: how values move to and from nodes on other hosts over tcp"},
     {"log_level", nullptr, "GRANARY_LOG_LEVEL", Kind::kLogLevel,
      [](ClientOptions* o, const std::string& v) {
        LogLevel level;
@@ -214,6 +217,10 @@ absl::Status ClientOptions::Validate() const {
   }
   if (get_retries < 0) {
     return absl::InvalidArgumentError(absl::StrCat("get_retries ", get_retries, " is negative"));
+  }
+  if (tcp_data_between_hosts != "messages" && tcp_data_between_hosts != "one_sided") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tcp_data_between_hosts '", tcp_data_between_hosts, "' is not one of messages, one_sided"));
   }
   if (tenant_id.empty()) return absl::InvalidArgumentError("tenant_id must not be empty");
   if (tenant_token.size() > proto::kMaxTokenBytes) {

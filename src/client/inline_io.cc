@@ -29,7 +29,8 @@ void InlineBatch::Start(const NodeFn& node_client) {
   const std::vector<InlineGroup>& groups = *state_->groups;
   for (size_t g = 0; g < groups.size(); ++g) {
     const InlineGroup& group = groups[g];
-    absl::StatusOr<std::shared_ptr<transport::RpcClient>> rpc = node_client(group.node);
+    absl::StatusOr<std::shared_ptr<transport::RpcClient>> rpc =
+        node_client(group.node, group.other_host);
     if (!rpc.ok()) {
       Finish(state_.get(), g, rpc.status());
       continue;

@@ -27,8 +27,9 @@ namespace granary::client {
 // taking those bytes for another object.)
 class InlineBatch {
  public:
-  using NodeFn =
-      std::function<absl::StatusOr<std::shared_ptr<transport::RpcClient>>(const std::string&)>;
+  // The connection to a node (address, whether it is on another host).
+  using NodeFn = std::function<absl::StatusOr<std::shared_ptr<transport::RpcClient>>(
+      const std::string&, bool)>;
   // groups must stay unchanged, and their headers and values valid, until Wait returns.
   InlineBatch(bool write, const std::vector<InlineGroup>* groups, MetricCounter* values);
   // Sends every group (a node that cannot be reached fails its group at once).

@@ -12,18 +12,20 @@ using proto::kAllocHeaderSize;
 
 bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size,
             int device) {
-  return device < 0 && !segment.gpu && size <= proto::kMaxInlineValue &&
-         inputs->TcpOnly(segment.node_address);
+  if (device >= 0 || segment.gpu) return false;
+  if (inputs->MessagesOnly(segment)) return size <= proto::kMaxMessageValue;
+  return size <= proto::kMaxInlineValue && inputs->TcpOnly(segment.node_address);
 }
 
 void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
-               size_t key, std::vector<InlineGroup>* groups) {
+               size_t key, std::vector<InlineGroup>* groups, bool other_host) {
   auto g = std::find_if(groups->rbegin(), groups->rend(),
                         [&](const InlineGroup& x) { return x.node == node; });
   InlineGroup* group = g == groups->rend() ? nullptr : &*g;
   if (group == nullptr || group->value_bytes + entry.length > proto::kMaxInlineMessage) {
     group = &groups->emplace_back();
     group->node = node;
+    group->other_host = other_host;
   }
   group->value_bytes += entry.length;
   group->entries.push_back(entry);
@@ -50,7 +52,12 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
     const RegisteredRange reg =
         device < 0 ? inputs->Registered(data[i], sizes[i]) : RegisteredRange{};
     const size_t first_op = plan->ops.size();
-    std::vector<std::pair<std::string, proto::InlineEntry>> inline_writes;
+    struct InlineWrite {
+      std::string node;
+      proto::InlineEntry entry;
+      bool other_host;
+    };
+    std::vector<InlineWrite> inline_writes;
     for (const auto& r : res.replicas) {
       auto seg = inputs->Segment(r.segment_id);
       if (!seg.ok()) {
@@ -58,7 +65,7 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
         break;
       }
       if (Inline(inputs, **seg, sizes[i], device)) {
-        inline_writes.push_back({(*seg)->node_address, {r.address, sizes[i]}});
+        inline_writes.push_back({(*seg)->node_address, {r.address, sizes[i]}, !(*seg)->same_host});
         continue;
       }
       transport::RmaOp value;
@@ -85,8 +92,8 @@ void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*
       plan->revoke.entries.push_back({keys[i], res.generation});
       continue;
     }
-    for (auto& [node, entry] : inline_writes) {
-      AddInline(node, entry, &h, const_cast<void*>(data[i]), i, &plan->writes);
+    for (const InlineWrite& w : inline_writes) {
+      AddInline(w.node, w.entry, &h, const_cast<void*>(data[i]), i, &plan->writes, w.other_host);
     }
     plan->commit.entries.push_back({keys[i], res.generation});
   }
@@ -148,10 +155,12 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     plan->fetched.push_back(i);
     const int device = devices != nullptr ? (*devices)[i] : -1;
     // A retry reads one-sided: it works against any node, one that refused the Read or the
-    // Push too.
+    // Push too. Not from a node that takes messages only: a one-sided read would connect to
+    // its worker address (see proto::kMaxMessageValue).
     const std::string& node = (*seg)->node_address;
-    if (attempt == 0 && Inline(inputs, **seg, res.size, device)) {
-      AddInline(node, {r.address, res.size}, &(*headers)[i], *where, i, &plan->reads);
+    if ((attempt == 0 || inputs->MessagesOnly(**seg)) && Inline(inputs, **seg, res.size, device)) {
+      AddInline(node, {r.address, res.size}, &(*headers)[i], *where, i, &plan->reads,
+                !(*seg)->same_host);
       continue;
     }
     const RegisteredRange reg =

@@ -26,6 +26,10 @@ class PlanInputs {
       uint64_t id) = 0;
   // Whether the transport's endpoint to this node moves data over tcp alone.
   virtual bool TcpOnly(const std::string& node_address) = 0;
+  // Whether every host-memory value to or from this segment's node travels in Read and Write
+  // messages, whatever its size and on retries too: the node is on another host, reached over
+  // tcp alone (client option `tcp_data_between_hosts`, proto::kMaxMessageValue).
+  virtual bool MessagesOnly(const transport::RemoteSegment& segment) = 0;
   // The registered buffer holding [p, p + n), pinned for the batch; or an empty range.
   virtual RegisteredRange Registered(const void* p, size_t n) = 0;
   // A registered range as a node sees it for a Push (proto::PushRequest::dest).
@@ -45,6 +49,7 @@ class PlanInputs {
 // read into), values[j] its value's bytes in this process; keys[j] its batch index.
 struct InlineGroup {
   std::string node;
+  bool other_host = false;  // the node's host is not this one (RemoteSegment::same_host false)
   std::vector<proto::InlineEntry> entries;
   std::vector<void*> headers;
   std::vector<void*> values;
@@ -52,13 +57,15 @@ struct InlineGroup {
   uint64_t value_bytes = 0;
 };
 // Whether a value of `size` bytes, on `segment`, to or from memory of `device` (-1: host), goes
-// inline: the segment's node is reached over tcp alone, it is a host segment, the value is
-// host memory of at most proto::kMaxInlineValue bytes.
+// inline: it is a host segment, the value is host memory, and either the segment's node is
+// reached over tcp alone and the value is at most proto::kMaxInlineValue bytes, or the node
+// takes messages only (PlanInputs::MessagesOnly) and the value is at most
+// proto::kMaxMessageValue bytes.
 bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size, int device);
 // Adds an entry to the last group of `node` in *groups, or to a new one when there is none or
-// it would pass proto::kMaxInlineMessage.
+// it would pass proto::kMaxInlineMessage (a larger value gets a group of its own).
 void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
-               size_t key, std::vector<InlineGroup>* groups);
+               size_t key, std::vector<InlineGroup>* groups, bool other_host = false);
 
 struct PutPlan {
   std::vector<transport::RmaOp> ops;
@@ -105,8 +112,9 @@ struct GetPlan {
 // Plans round `attempt` (0 first) of reading keys[pending[j]] as reply.results[j] describes
 // them. Keys that cannot be read get their status in (*out)[i]; the ops read each header into
 // (*headers)[i]. Replica choice: (attempt + i) % replicas, so retries skip a dead node. Path:
-// on the first round, a node that is tcp-only sends a small value inline (Read) and pushes a
-// larger one into a registered destination; otherwise
+// a node that takes messages only (another host over tcp) sends every host value in a Read
+// reply, on every round; otherwise, on the first round, a node that is tcp-only sends a small
+// value inline (Read) and pushes a larger one into a registered destination; otherwise
 // (and on every retry, which works against any node) the value is read one-sided. devices
 // (null: all host): per key, the device whose memory its destination is, or -1; such a key is
 // never pushed, and its value op carries the device (RmaOp::device).

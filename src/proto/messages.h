@@ -480,6 +480,12 @@ struct InlineEntry {
 // flight and did as well as 1 MiB ones at 4 and 16 KiB, better at 64 KiB.
 inline constexpr uint64_t kMaxInlineValue = 16 << 10;
 inline constexpr uint64_t kMaxInlineMessage = 256 << 10;
+// Between hosts reached over tcp alone every host-memory value up to this size travels in Read
+// and Write messages, whatever its size (client option `tcp_data_between_hosts`): no UCX
+// endpoint to another host's worker address is then made, and UCX 1.13 never tears one of
+// those down at the far side (README "soak"). A value and its header fill one message at most,
+// with the node's margin for the frame header and status (NodeService::CheckInline).
+inline constexpr uint64_t kMaxMessageValue = kMaxFrameBody - 4096 - 64;
 struct ReadRequest {
   std::vector<InlineEntry> entries;
   bool operator==(const ReadRequest&) const = default;

@@ -16,7 +16,8 @@
 namespace granary::transport {
 
 absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
-                                                             const std::string& address) {
+                                                             const std::string& address,
+                                                             bool try_shm) {
   std::unique_ptr<RpcClient> c(new RpcClient(worker, address));
   absl::Status st = worker->Run([&]() -> absl::Status {
     GRANARY_ASSIGN_OR_RETURN(c->ep_, worker->Connect(address));
@@ -36,7 +37,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
     return absl::OkStatus();
   });
   GRANARY_RETURN_IF_ERROR(st);
-  if (ControlShmEnabled()) {
+  if (try_shm && ControlShmEnabled()) {
     absl::Status attached = c->AttachShm();
     if (!attached.ok())
       LOG_DEBUG << "control connection to " << address << " stays on tcp: " << attached;

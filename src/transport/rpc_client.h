@@ -19,11 +19,13 @@ namespace granary::transport {
 // the owner makes a new RpcClient to reconnect. Destroy before the Worker.
 // A server on the same host is asked, at Create, to move the connection onto shared memory
 // (see RpcServer); if it refuses or cannot, the connection stays on tcp. GRANARY_CONTROL_SHM=0
-// in the environment skips the attempt.
+// in the environment skips the attempt, and so does try_shm false (a server the caller knows
+// is on another host: the question costs a round trip, up to 5 s to a host cut off).
 class RpcClient {
  public:
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcClient>> Create(
-      Worker* worker, const std::string& address);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcClient>> Create(Worker* worker,
+                                                                         const std::string& address,
+                                                                         bool try_shm = true);
   ~RpcClient();
 
   using Done = std::function<void(absl::StatusOr<std::string>)>;

@@ -22,11 +22,12 @@ class ClientOptionsTest : public ::testing::Test {
   }
   void Write(const std::string& text) { std::ofstream(path_) << text; }
   static constexpr const char* kVars[] = {
-      "GRANARY_CONFIG_PATH",       "GRANARY_MASTER",       "GRANARY_TENANT_ID",
-      "GRANARY_LOCAL_BUFFER_SIZE", "GRANARY_REPLICA_NUM",  "GRANARY_PROTOCOL",
-      "GRANARY_RPC_TIMEOUT_MS",    "GRANARY_TENANT_TOKEN", "GRANARY_TRANSFER_TIMEOUT_MS",
-      "GRANARY_GET_RETRIES",       "GRANARY_LOG_LEVEL",    "GRANARY_LOCAL_HOSTNAME",
-      "GRANARY_DEVICE_NAME",       "GRANARY_CLUSTER_ID",   "GRANARY_GPU_DEVICE"};
+      "GRANARY_CONFIG_PATH",           "GRANARY_MASTER",       "GRANARY_TENANT_ID",
+      "GRANARY_LOCAL_BUFFER_SIZE",     "GRANARY_REPLICA_NUM",  "GRANARY_PROTOCOL",
+      "GRANARY_RPC_TIMEOUT_MS",        "GRANARY_TENANT_TOKEN", "GRANARY_TRANSFER_TIMEOUT_MS",
+      "GRANARY_GET_RETRIES",           "GRANARY_LOG_LEVEL",    "GRANARY_LOCAL_HOSTNAME",
+      "GRANARY_DEVICE_NAME",           "GRANARY_CLUSTER_ID",   "GRANARY_GPU_DEVICE",
+      "GRANARY_TCP_DATA_BETWEEN_HOSTS"};
   std::string path_;
 };
 
@@ -111,6 +112,7 @@ TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
   setenv("GRANARY_DEVICE_NAME", "mlx5_1", 1);
   setenv("GRANARY_GPU_DEVICE", "3", 1);
   setenv("GRANARY_PROTOCOL", "tcp", 1);
+  setenv("GRANARY_TCP_DATA_BETWEEN_HOSTS", "one_sided", 1);
   auto o = ClientOptions::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->transfer_timeout_ms, 1234);
@@ -119,6 +121,7 @@ TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
   EXPECT_EQ(o->device_name, "mlx5_1");
   EXPECT_EQ(o->gpu_device, 3);
   EXPECT_EQ(o->protocol, "tcp");
+  EXPECT_EQ(o->tcp_data_between_hosts, "one_sided");
   setenv("GRANARY_LOG_LEVEL", "chatty", 1);
   auto bad = ClientOptions::FromEnvironment();
   ASSERT_FALSE(bad.ok());
@@ -153,6 +156,7 @@ TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
       {R"({"protocol": "carrier-pigeon"})", "carrier-pigeon"},
       {R"({"tenant_id": 7})", "tenant_id"},
       {R"({"rpc_timeout_ms": -1})", "rpc_timeout_ms -1"},
+      {R"({"tcp_data_between_hosts": "pigeons"})", "tcp_data_between_hosts 'pigeons'"},
       {R"([1, 2])", "not an object"},
       {R"({"tenant_id": )", "not valid JSON"},
   };

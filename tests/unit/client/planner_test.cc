@@ -31,6 +31,9 @@ class FakeInputs : public PlanInputs {
     return std::shared_ptr<const transport::RemoteSegment>(it->second);
   }
   bool TcpOnly(const std::string& node) override { return tcp_only.contains(node); }
+  bool MessagesOnly(const transport::RemoteSegment& segment) override {
+    return messages_only.contains(segment.node_address);
+  }
   RegisteredRange Registered(const void* p, size_t n) override {
     auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(buffer);
     if (buffer == nullptr || a < b || a + n > b + buffer_size) return {};
@@ -46,6 +49,7 @@ class FakeInputs : public PlanInputs {
   }
 
   std::set<std::string> tcp_only;
+  std::set<std::string> messages_only;  // nodes on other hosts over tcp
   const char* buffer = nullptr;
   size_t buffer_size = 0;
   ucp_mem_h memh = reinterpret_cast<ucp_mem_h>(0x1234);
@@ -185,6 +189,51 @@ TEST_F(PlanPutTest, SmallValuesToATcpOnlyNodeGoInlineAndTheRestOneSided) {
   EXPECT_EQ(plan_.revoke.entries[0].key, "half");
 }
 
+TEST_F(PlanPutTest, EveryHostValueToANodeOnAnotherHostOverTcpGoesInWriteMessages) {
+  // 1 MiB and 8 MiB, far above kMaxInlineValue: still in Write messages, one group each (each
+  // passes kMaxInlineMessage alone), so no endpoint to the node's worker address is needed.
+  std::vector<char> mib(1 << 20), eight(8 << 20);
+  char small[100] = {};
+  inputs_.AddSegment(1, "far:1");
+  inputs_.AddSegment(2, "rdma:1");
+  inputs_.AddSegment(3, "far:1");
+  inputs_.MakeGpu(3);
+  inputs_.messages_only = {"far:1"};
+  started_.results = {Placed(1, {Replica(1, 1000), Replica(2, 2000)}),  // message + one-sided
+                      Placed(2, {Replica(1, 5 << 20)}),                 // message of its own
+                      Placed(3, {Replica(1, 20 << 20)}),                // after "eight": new
+                      Placed(4, {Replica(3, 64)})};                     // GPU segment: one-sided
+  Plan({"mib", "eight", "small", "gpu"}, {mib.data(), eight.data(), small, small},
+       {mib.size(), eight.size(), sizeof(small), sizeof(small)});
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(out_[i].ok()) << i << ": " << out_[i];
+  ASSERT_EQ(plan_.writes.size(), 3u);
+  EXPECT_EQ(plan_.writes[0].keys, std::vector<size_t>{0});
+  EXPECT_EQ(plan_.writes[0].value_bytes, mib.size());
+  EXPECT_EQ(plan_.writes[1].keys, std::vector<size_t>{1});
+  EXPECT_EQ(plan_.writes[1].entries, (std::vector<proto::InlineEntry>{{5 << 20, 8 << 20}}));
+  EXPECT_EQ(plan_.writes[2].keys, std::vector<size_t>{2});
+  for (const InlineGroup& g : plan_.writes) {
+    EXPECT_EQ(g.node, "far:1");
+    EXPECT_TRUE(g.other_host);  // the fake's segments are not same_host
+  }
+  // One-sided: "mib" to the rdma node and "gpu" (value and header each).
+  ASSERT_EQ(plan_.ops.size(), 4u);
+  EXPECT_EQ(plan_.ops[0].segment->node_address, "rdma:1");
+  EXPECT_EQ(plan_.ops[2].remote_addr, 64u + kAllocHeaderSize);
+  EXPECT_EQ(plan_.commit.entries.size(), 4u);
+}
+
+TEST_F(PlanPutTest, AValueAboveTheMessageLimitToANodeOnAnotherHostIsWrittenOneSided) {
+  // Not allocated: the planner only looks at the size.
+  inputs_.AddSegment(1, "far:1");
+  inputs_.messages_only = {"far:1"};
+  char byte = 0;
+  started_.results = {Placed(1, {Replica(1, 1000)})};
+  Plan({"huge"}, {&byte}, {proto::kMaxMessageValue + 1});
+  EXPECT_TRUE(plan_.writes.empty());
+  EXPECT_EQ(plan_.ops.size(), 2u);
+}
+
 // ----- Get -----
 
 class PlanGetTest : public ::testing::Test {
@@ -310,6 +359,39 @@ TEST_F(PlanGetTest, ATcpOnlyNodeSendsSmallValuesInOneReadOnTheFirstRoundOnly) {
   Plan(1, {"a", "b", "c"});  // a retry reads one-sided from every node
   EXPECT_TRUE(plan_.reads.empty());
   EXPECT_EQ(plan_.ops.size(), 6u);
+}
+
+TEST_F(PlanGetTest, ANodeOnAnotherHostOverTcpSendsEveryHostValueInReadsOnEveryRound) {
+  constexpr uint64_t kBig = 1 << 20;
+  std::vector<char> big(4 * kBig);
+  dest_ = [&](size_t i, uint64_t) -> absl::StatusOr<void*> { return big.data() + i * kBig; };
+  inputs_.AddSegment(1, "far:1");
+  inputs_.AddSegment(2, "far:2");
+  inputs_.AddSegment(3, "far:1");
+  inputs_.MakeGpu(3);
+  inputs_.messages_only = {"far:1", "far:2"};
+  // Registered (a Push would be possible) and tcp-only: still a Read.
+  inputs_.tcp_only = {"far:1", "far:2"};
+  inputs_.buffer = big.data();
+  inputs_.buffer_size = big.size();
+  reply_.results = {Result(kBig, 1, {Replica(1, 100), Replica(2, 100)}),
+                    Result(4096, 1, {Replica(1, 9000), Replica(2, 9000)}),
+                    Result(4096, 1, {Replica(3, 64)})};  // GPU segment
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Plan(attempt, {"big", "small", "gpu"});
+    EXPECT_TRUE(plan_.pushes.empty()) << attempt;
+    // Attempt 0: "big" from replica 0 (far:1), "small" from replica 1 (far:2); then rotated.
+    ASSERT_EQ(plan_.reads.size(), 2u) << attempt;
+    size_t entries = 0;
+    for (const InlineGroup& g : plan_.reads) entries += g.entries.size();
+    EXPECT_EQ(entries, 2u);
+    EXPECT_EQ(plan_.reads[0].node, attempt % 2 == 0 ? "far:1" : "far:2") << attempt;
+    EXPECT_EQ(plan_.reads[0].entries[0].length, kBig);
+    ASSERT_EQ(plan_.ops.size(), 2u) << attempt;  // only the GPU segment's header and value
+    EXPECT_EQ(plan_.ops[0].segment->node_address, "far:1");
+    EXPECT_TRUE(plan_.ops[0].segment->gpu);
+    EXPECT_EQ(plan_.fetched, (std::vector<size_t>{0, 1, 2}));
+  }
 }
 
 TEST_F(PlanGetTest, InlineReadsSplitAtTheMessageLimit) {
