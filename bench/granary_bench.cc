@@ -39,6 +39,8 @@ DEFINE_int32(tenants, 1, "Tenants the threads spread over (bench-0, bench-1, ...
 DEFINE_double(duration, 5, "Seconds per block size (ignored when --ops is set)");
 DEFINE_int64(ops, 0, "Keys per thread per block size instead of --duration");
 DEFINE_int32(replica_num, 1, "Replicas per put");
+DEFINE_string(tcp_data_between_hosts, "messages",
+              "Client option: messages|one_sided, for nodes on other hosts over tcp alone");
 DEFINE_double(warmup, 0,
               "get/put/mixed: seconds of the same loop, untimed, before the measured part");
 DEFINE_string(working_set, "256MB",
@@ -155,6 +157,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   o.tenant_id =
       FLAGS_tenants > 1 ? absl::StrCat(FLAGS_tenant_id, "-", t % FLAGS_tenants) : FLAGS_tenant_id;
   o.replica_num = FLAGS_replica_num;
+  o.tcp_data_between_hosts = FLAGS_tcp_data_between_hosts;
   auto c = granary::Client::Create(o);
   if (!c.ok()) {
     fprintf(stderr, "granary_bench: %s\n", c.status().ToString().c_str());
@@ -279,6 +282,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
                       ? absl::StrCat(FLAGS_tenant_id, "-", (t * sessions + i) % FLAGS_tenants)
                       : FLAGS_tenant_id;
     o.replica_num = FLAGS_replica_num;
+    o.tcp_data_between_hosts = FLAGS_tcp_data_between_hosts;
     auto c = granary::client::ClientImpl::Create(o);
     if (!c.ok()) {
       fprintf(stderr, "granary_bench: %s\n", c.status().ToString().c_str());
