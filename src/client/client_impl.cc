@@ -730,16 +730,9 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
   granary::MutexLock lock(&nodes_mu_);
   auto it = node_clients_.find(address);
   if (it != node_clients_.end() && !it->second->broken()) return it->second;
-  if (auto h = node_holds_.find(address); h != node_holds_.end()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now < h->second.until) {
-      node_refusals_->Inc();
-      return absl::UnavailableError(absl::StrCat(
-          "node ", address, " is unreachable (", h->second.backoff.failures(),
-          " timed-out transfers in a row); next attempt in ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(h->second.until - now).count(),
-          " ms"));
-    }
+  if (absl::Status held = node_holds_.Check(address); !held.ok()) {
+    node_refusals_->Inc();
+    return held;
   }
   GRANARY_ASSIGN_OR_RETURN(
       std::shared_ptr<transport::RpcClient> c,
@@ -753,14 +746,7 @@ void ClientImpl::DropNodeClient(const std::string& address, bool back_off) {
   node_clients_.erase(address);
   if (!back_off) return;
   node_timeouts_->Inc();
-  const auto now = std::chrono::steady_clock::now();
-  NodeHold& h = node_holds_[address];
-  if (now < h.until) return;  // already held off (two groups of one batch, or two batches)
-  // A node that went 2 x the longest wait without a timeout starts afresh.
-  if (now - h.until > std::chrono::milliseconds(2 * transport::RmaEngine::kUnreachableMaxMs)) {
-    h.backoff.Reset();
-  }
-  h.until = now + std::chrono::milliseconds(h.backoff.NextMs());
+  node_holds_.Hold(address);  // once: two groups of one batch, or two batches, count once
 }
 
 absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {

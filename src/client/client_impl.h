@@ -196,12 +196,8 @@ class ClientImpl : public Client {
   granary::Mutex nodes_mu_;  // control connections to nodes (Fetch, Push)
   absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> node_clients_
       ABSL_GUARDED_BY(nodes_mu_);
-  struct NodeHold {
-    Backoff backoff{transport::RmaEngine::kUnreachableInitialMs,
-                    transport::RmaEngine::kUnreachableMaxMs};
-    std::chrono::steady_clock::time_point until;
-  };
-  absl::flat_hash_map<std::string, NodeHold> node_holds_ ABSL_GUARDED_BY(nodes_mu_);
+  PeerHolds node_holds_ ABSL_GUARDED_BY(nodes_mu_){transport::RmaEngine::kUnreachableInitialMs,
+                                                   transport::RmaEngine::kUnreachableMaxMs};
   // Values to and from nodes on other hosts reached over tcp alone go in Read and Write
   // messages only (ClientOptions::tcp_data_between_hosts, and this context has no network
   // transport but tcp).

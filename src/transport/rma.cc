@@ -83,17 +83,9 @@ RmaEngine::~RmaEngine() {
 
 absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
   const std::string& address = seg.node_address;
-  auto u = unreachable_.find(address);
-  if (u != unreachable_.end()) {
-    auto now = std::chrono::steady_clock::now();
-    if (now < u->second.until) {
-      if (refusals_ != nullptr) refusals_->Inc();
-      return absl::UnavailableError(absl::StrCat(
-          "node ", address, " is unreachable (", u->second.backoff.failures(),
-          " timed-out transfers in a row); next attempt in ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(u->second.until - now).count(),
-          " ms"));
-    }
+  if (absl::Status held = unreachable_.Check(address); !held.ok()) {
+    if (refusals_ != nullptr) refusals_->Inc();
+    return held;
   }
   auto it = peers_.find(address);
   if (it != peers_.end()) {
@@ -173,15 +165,11 @@ void RmaEngine::ForgetNode(const std::string& node_address) {
 
 void RmaEngine::MarkUnreachable(const std::vector<std::string>& node_addresses, bool back_off) {
   worker_->Run([&] {
-    auto now = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& a : node_addresses) {
       DropPeer(a);
-      if (!back_off) continue;
-      Unreachable& u = unreachable_[a];
-      if (now < u.until) continue;  // already backing off: named twice, or a concurrent transfer
-      // A node that went 2 x the longest wait without a timeout starts afresh.
-      if (now - u.until > std::chrono::milliseconds(2 * kUnreachableMaxMs)) u.backoff.Reset();
-      u.until = now + std::chrono::milliseconds(u.backoff.NextMs());
+      // Held once: a node named twice, or by a concurrent transfer, keeps its hold.
+      if (back_off) unreachable_.Hold(a, now);
     }
   });
 }
@@ -206,10 +194,7 @@ void RmaEngine::Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)
 }
 
 bool RmaEngine::NeedsConnect(const std::string& address) const {
-  auto u = unreachable_.find(address);
-  if (u != unreachable_.end() && std::chrono::steady_clock::now() < u->second.until) {
-    return false;  // refused at once (GetPeer)
-  }
+  if (unreachable_.Held(address)) return false;  // refused at once (GetPeer)
   auto it = peers_.find(address);
   return it == peers_.end() || it->second->ep->broken.load();
 }

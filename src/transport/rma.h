@@ -175,11 +175,7 @@ class RmaEngine {
   bool device_memory_ = false;  // set_device_memory
   // Progress-thread state.
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_;
-  struct Unreachable {
-    Backoff backoff{kUnreachableInitialMs, kUnreachableMaxMs};
-    std::chrono::steady_clock::time_point until;
-  };
-  absl::flat_hash_map<std::string, Unreachable> unreachable_;
+  PeerHolds unreachable_{kUnreachableInitialMs, kUnreachableMaxMs};
   // Segments mapped into this process, by segment id; each rkey is owned by its Peer. DropPeer
   // removes its rkeys here (exclusive lock) before destroying them, so a copy under the shared
   // lock never reads through an unmapped rkey.
