@@ -41,6 +41,8 @@ DEFINE_int64(ops, 0, "Keys per thread per block size instead of --duration");
 DEFINE_int32(replica_num, 1, "Replicas per put");
 DEFINE_string(tcp_data_between_hosts, "messages",
               "Client option: messages|one_sided, for nodes on other hosts over tcp alone");
+DEFINE_int32(copy_threads, granary::ClientOptions{}.copy_threads,
+             "Client option: threads sharing a large batch's same-host copies (0: none)");
 DEFINE_double(warmup, 0,
               "get/put/mixed: seconds of the same loop, untimed, before the measured part");
 DEFINE_string(working_set, "256MB",
@@ -158,6 +160,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
       FLAGS_tenants > 1 ? absl::StrCat(FLAGS_tenant_id, "-", t % FLAGS_tenants) : FLAGS_tenant_id;
   o.replica_num = FLAGS_replica_num;
   o.tcp_data_between_hosts = FLAGS_tcp_data_between_hosts;
+  o.copy_threads = FLAGS_copy_threads;
   auto c = granary::Client::Create(o);
   if (!c.ok()) {
     fprintf(stderr, "granary_bench: %s\n", c.status().ToString().c_str());
@@ -283,6 +286,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
                       : FLAGS_tenant_id;
     o.replica_num = FLAGS_replica_num;
     o.tcp_data_between_hosts = FLAGS_tcp_data_between_hosts;
+    o.copy_threads = FLAGS_copy_threads;
     auto c = granary::client::ClientImpl::Create(o);
     if (!c.ok()) {
       fprintf(stderr, "granary_bench: %s\n", c.status().ToString().c_str());

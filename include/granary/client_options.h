@@ -63,6 +63,14 @@ struct ClientOptions {
   // endpoint across hosts when it is made, so neither Read/Write nor Push was used there).
   // RDMA and same-host transports are unaffected.
   std::string tcp_data_between_hosts = "messages";
+  // Threads that copy a large batch's values to and from same-host nodes together with the
+  // calling thread (`copy_threads`, GRANARY_COPY_THREADS; 0..kMaxCopyThreads). A batch that
+  // moves at least 1 MiB through mapped shared memory is split in parts of 256 KiB, and the
+  // caller and these threads take parts until none is left: the caller never waits for one of
+  // them to wake up, only for parts they already started. One thread copies from DRAM at a
+  // fraction of the memory system's bandwidth. 0: the caller copies alone. Idle, they sleep.
+  int copy_threads = 1;
+  static constexpr int kMaxCopyThreads = 64;
   // The lowest level of the lines this client logs (`log_level`, GRANARY_LOG_LEVEL: debug,
   // info, warning, error); lines below it are not even formatted. Unset (the default): the
   // process's threshold (GRANARY_LOG_LEVEL at first use, or what the program set). It applies

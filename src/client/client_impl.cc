@@ -124,6 +124,14 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   // The progress thread logs through this client's route for as long as it runs.
   c->worker_->Post([route = &c->log_route_] { SetThreadLogRoute(route); });
   c->rma_ = std::make_unique<transport::RmaEngine>(c->worker_.get());
+  if (options.copy_threads > 0) {
+    c->copy_pool_ = std::make_unique<WorkPool>(options.copy_threads);
+    c->rma_->set_copy_pool(
+        c->copy_pool_.get(),
+        c->metrics_.Counter("granary_client_shared_copy_batches_total",
+                            "Batches whose same-host copies the calling thread shared with the "
+                            "client's copy threads (client option copy_threads)"));
+  }
   c->gpu_ = std::make_unique<GpuSegments>(&c->metrics_);
   uint64_t pin_cap = DeviceTransfers::kDefaultPinCap;
   if (const char* cap = std::getenv("GRANARY_GPU_PIN_MAX_BYTES"); cap != nullptr && *cap != 0) {

@@ -181,6 +181,8 @@ class ClientImpl : public Client {
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<Registrations> registrations_;
+  // Shares large same-host copies with the caller (ClientOptions::copy_threads); outlives rma_.
+  std::unique_ptr<WorkPool> copy_pool_;
   std::unique_ptr<transport::RmaEngine> rma_;
   std::unique_ptr<GpuSegments> gpu_;  // same-host GPU segments (IPC mappings, streams)
   // GPU segments this process cannot map, staged by their node; its slots are registrations_'.

@@ -77,6 +77,9 @@ constexpr Field kFields[] = {
     {"tcp_data_between_hosts", nullptr, "GRANARY_TCP_DATA_BETWEEN_HOSTS", Kind::kString,
      SetString<&ClientOptions::tcp_data_between_hosts>,
      "messages or one_sided: how values move to and from nodes on other hosts over tcp"},
+    {"copy_threads", nullptr, "GRANARY_COPY_THREADS", Kind::kInt,
+     SetInt<&ClientOptions::copy_threads>,
+     "threads that share a large batch's same-host copies with the caller (0: none)"},
     {"log_level", nullptr, "GRANARY_LOG_LEVEL", Kind::kLogLevel,
      [](ClientOptions* o, const std::string& v) {
        LogLevel level;
@@ -221,6 +224,10 @@ absl::Status ClientOptions::Validate() const {
   if (tcp_data_between_hosts != "messages" && tcp_data_between_hosts != "one_sided") {
     return absl::InvalidArgumentError(absl::StrCat(
         "tcp_data_between_hosts '", tcp_data_between_hosts, "' is not one of messages, one_sided"));
+  }
+  if (copy_threads < 0 || copy_threads > kMaxCopyThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy_threads ", copy_threads, " is outside 0..", kMaxCopyThreads));
   }
   if (tenant_id.empty()) return absl::InvalidArgumentError("tenant_id must not be empty");
   if (tenant_token.size() > proto::kMaxTokenBytes) {

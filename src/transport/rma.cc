@@ -305,22 +305,57 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
   if (mapped_.empty()) return 0;
   size_t kept = 0, copied = 0;
   MapCursor cursor;
+  // With a copy pool, the mapped copies are gathered in parts of about kCopyPartBytes (a large
+  // value split, small ones grouped) and, once they add up to kParallelCopyBytes, shared with
+  // the pool's threads; without one, each is copied as it is found.
+  struct Part {
+    void* dst;
+    const void* src;
+    size_t len;
+  };
+  const bool pooled = copy_pool_ != nullptr && copy_pool_->threads() > 0;
+  std::vector<Part> parts;
+  std::vector<size_t> ends;  // part k is parts[ends[k-1] .. ends[k])
+  uint64_t mapped_bytes = 0, in_part = 0;
   for (size_t i = 0; i < ops->size(); ++i) {
     RmaOp& op = (*ops)[i];
     void* remote = op.device < 0 ? MappedLocked(op, &cursor) : nullptr;
     if (remote != nullptr) {
-      if (op.is_put) {
-        std::memcpy(remote, op.local, op.length);
-      } else {
-        std::memcpy(op.local, remote, op.length);
-      }
+      char* dst = static_cast<char*>(op.is_put ? remote : op.local);
+      const char* src = static_cast<const char*>(op.is_put ? op.local : remote);
       ++copied;
+      if (!pooled) {
+        std::memcpy(dst, src, op.length);
+        continue;
+      }
+      mapped_bytes += op.length;
+      for (size_t off = 0; off < op.length;) {
+        const size_t len = std::min<size_t>(op.length - off, kCopyPartBytes - in_part);
+        parts.push_back({dst + off, src + off, len});
+        off += len;
+        in_part += len;
+        if (in_part == kCopyPartBytes) {
+          ends.push_back(parts.size());
+          in_part = 0;
+        }
+      }
       continue;
     }
     if (kept != i) (*ops)[kept] = std::move(op);
     ++kept;
   }
   ops->resize(kept);
+  if (in_part > 0) ends.push_back(parts.size());
+  if (mapped_bytes >= kParallelCopyBytes) {
+    if (shared_copies_ != nullptr) shared_copies_->Inc();
+    copy_pool_->ParallelFor(ends.size(), [&](size_t k) {
+      for (size_t j = k == 0 ? 0 : ends[k - 1]; j < ends[k]; ++j) {
+        std::memcpy(parts[j].dst, parts[j].src, parts[j].len);
+      }
+    });
+  } else {
+    for (const Part& p : parts) std::memcpy(p.dst, p.src, p.len);
+  }
   // The node's other readers learn of a put from the master, after this returns.
   if (copied > 0) std::atomic_thread_fence(std::memory_order_release);
   return copied;

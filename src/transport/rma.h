@@ -17,6 +17,7 @@
 #include "common/backoff.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
+#include "common/work_pool.h"
 #include "transport/worker.h"
 
 namespace granary::transport {
@@ -110,7 +111,19 @@ class RmaEngine {
   // are done (puts visible to the node's other readers) when it returns. Host memory only on
   // this side (ops with device >= 0 are left in *ops). Thread-safe; returns how many ops it
   // copied.
+  // With a copy pool set, a batch whose mapped copies add up to at least kParallelCopyBytes is
+  // copied in parts of about kCopyPartBytes by the calling thread and the pool's threads
+  // together.
   size_t CopyMapped(std::vector<RmaOp>* ops);
+  static constexpr uint64_t kParallelCopyBytes = 1u << 20;
+  static constexpr uint64_t kCopyPartBytes = 256u << 10;
+  // The threads that share CopyMapped's large batches (null: the calling thread alone). Set
+  // once, before the first transfer; the pool outlives the engine. Each batch shared counts in
+  // `shared` (may be null).
+  void set_copy_pool(WorkPool* pool, MetricCounter* shared) {
+    copy_pool_ = pool;
+    shared_copies_ = shared;
+  }
   // The ops of *ops that `want` accepts and whose segment is mapped here, taken out of *ops
   // (the others stay, in order) and handed to fn with the address of each one's remote range,
   // under the mapping lock: the mappings stay valid until fn returns, so fn finishes every
@@ -171,6 +184,8 @@ class RmaEngine {
 
   Worker* worker_;
   MetricCounter* refusals_ = nullptr;
+  WorkPool* copy_pool_ = nullptr;
+  MetricCounter* shared_copies_ = nullptr;
   std::function<void(void*, uint64_t)> unmap_hook_;
   bool device_memory_ = false;  // set_device_memory
   // Progress-thread state.

@@ -192,6 +192,78 @@ TEST_P(StoreTest, PutGetIsByteExactAt1KiB1MiBAnd64MiB) {
   EXPECT_EQ(c->Remove("batch-3").code(), absl::StatusCode::kNotFound);
 }
 
+// A batch of at least 1 MiB through same-host shared memory is copied in 256 KiB parts by the
+// caller and the client's copy threads together (ClientOptions::copy_threads); values of odd
+// sizes straddle the parts. Every byte lands where it belongs with and without copy threads.
+TEST_P(StoreTest, LargeSameHostBatchesCopiedWithCopyThreadsAreByteExact) {
+  Cluster::Options o;
+  o.node_segment_size = "64MB";
+  StartCluster(o);
+  for (int threads : {0, 3}) {
+    SCOPED_TRACE(absl::StrCat("copy_threads=", threads));
+    ClientOptions co = cluster_->ClientOpts();
+    co.copy_threads = threads;
+    auto c = Client::Create(co);
+    ASSERT_TRUE(c.ok()) << c.status();
+    std::vector<std::string> keys, values;
+    std::vector<absl::string_view> views;
+    size_t total = 0;
+    for (int i = 0; i < 24; ++i) {
+      keys.push_back(absl::StrCat("big-", threads, "-", i));
+      values.push_back(MakeValue(keys.back(), threads + 1, (96 << 10) + 4099 * i + 1));
+      total += values.back().size();
+    }
+    ASSERT_GT(total, size_t{1} << 20);
+    for (auto& v : values) views.push_back(v);
+    // Twice: the first batch connects the client to the node (UCX copies it), later ones find
+    // the segment mapped.
+    for (const auto& st : (*c)->BatchPut(keys, views)) ASSERT_TRUE(st.ok()) << st;
+    auto got = (*c)->BatchGet(keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(got[i].ok()) << got[i].status();
+      EXPECT_TRUE(*got[i] == values[i]) << keys[i];
+    }
+    std::vector<std::string> keys2 = keys;
+    for (auto& k : keys2) k += "-again";
+    for (const auto& st : (*c)->BatchPut(keys2, views)) ASSERT_TRUE(st.ok()) << st;
+    std::string regs(total, '\0');
+    ASSERT_TRUE((*c)->RegisterBuffer(regs.data(), regs.size()).ok());
+    std::vector<void*> into;
+    std::vector<size_t> caps;
+    size_t off = 0;
+    for (const auto& v : values) {
+      into.push_back(regs.data() + off);
+      caps.push_back(v.size());
+      off += v.size();
+    }
+    auto sizes = (*c)->BatchGetInto(keys2, into, caps);
+    off = 0;
+    for (size_t i = 0; i < keys2.size(); ++i) {
+      ASSERT_TRUE(sizes[i].ok()) << sizes[i].status();
+      EXPECT_EQ(*sizes[i], values[i].size());
+      EXPECT_TRUE(regs.compare(off, values[i].size(), values[i]) == 0) << keys2[i];
+      off += values[i].size();
+    }
+    ASSERT_TRUE((*c)->UnregisterBuffer(regs.data()).ok());
+    // Shared with the copy threads: on shared memory, the batches after the first (a put, a
+    // get, a get into registered memory); never without copy threads, nor over tcp.
+    const std::string metrics = (*c)->MetricsText();
+    const std::string name = "\ngranary_client_shared_copy_batches_total ";
+    const size_t at = metrics.find(name);
+    if (threads == 0) {
+      EXPECT_EQ(at, std::string::npos) << metrics;
+    } else {
+      ASSERT_NE(at, std::string::npos) << metrics;
+      const double shared = std::stod(metrics.substr(at + name.size()));
+      if (GetParam() == "tcp") {
+        EXPECT_EQ(shared, 0) << metrics;
+      } else {
+        EXPECT_GE(shared, 3) << metrics;
+      }
+    }
+  }
+}
+
 TEST_P(StoreTest, EveryReadSucceedsAfterKillingOneOfTwoReplicaNodes) {
   Cluster::Options o;
   o.nodes = 2;

@@ -22,12 +22,15 @@ class ClientOptionsTest : public ::testing::Test {
   }
   void Write(const std::string& text) { std::ofstream(path_) << text; }
   static constexpr const char* kVars[] = {
-      "GRANARY_CONFIG_PATH",           "GRANARY_MASTER",       "GRANARY_TENANT_ID",
-      "GRANARY_LOCAL_BUFFER_SIZE",     "GRANARY_REPLICA_NUM",  "GRANARY_PROTOCOL",
-      "GRANARY_RPC_TIMEOUT_MS",        "GRANARY_TENANT_TOKEN", "GRANARY_TRANSFER_TIMEOUT_MS",
-      "GRANARY_GET_RETRIES",           "GRANARY_LOG_LEVEL",    "GRANARY_LOCAL_HOSTNAME",
-      "GRANARY_DEVICE_NAME",           "GRANARY_CLUSTER_ID",   "GRANARY_GPU_DEVICE",
-      "GRANARY_TCP_DATA_BETWEEN_HOSTS"};
+      "GRANARY_CONFIG_PATH",         "GRANARY_MASTER",
+      "GRANARY_TENANT_ID",           "GRANARY_LOCAL_BUFFER_SIZE",
+      "GRANARY_REPLICA_NUM",         "GRANARY_PROTOCOL",
+      "GRANARY_RPC_TIMEOUT_MS",      "GRANARY_TENANT_TOKEN",
+      "GRANARY_TRANSFER_TIMEOUT_MS", "GRANARY_GET_RETRIES",
+      "GRANARY_LOG_LEVEL",           "GRANARY_LOCAL_HOSTNAME",
+      "GRANARY_DEVICE_NAME",         "GRANARY_CLUSTER_ID",
+      "GRANARY_GPU_DEVICE",          "GRANARY_TCP_DATA_BETWEEN_HOSTS",
+      "GRANARY_COPY_THREADS"};
   std::string path_;
 };
 
@@ -113,6 +116,7 @@ TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
   setenv("GRANARY_GPU_DEVICE", "3", 1);
   setenv("GRANARY_PROTOCOL", "tcp", 1);
   setenv("GRANARY_TCP_DATA_BETWEEN_HOSTS", "one_sided", 1);
+  setenv("GRANARY_COPY_THREADS", "0", 1);
   auto o = ClientOptions::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->transfer_timeout_ms, 1234);
@@ -122,6 +126,8 @@ TEST_F(ClientOptionsTest, EveryFieldOfTheFileHasItsVariable) {
   EXPECT_EQ(o->gpu_device, 3);
   EXPECT_EQ(o->protocol, "tcp");
   EXPECT_EQ(o->tcp_data_between_hosts, "one_sided");
+  EXPECT_EQ(o->copy_threads, 0);
+  EXPECT_EQ(ClientOptions().copy_threads, 1);
   setenv("GRANARY_LOG_LEVEL", "chatty", 1);
   auto bad = ClientOptions::FromEnvironment();
   ASSERT_FALSE(bad.ok());
@@ -157,6 +163,8 @@ TEST_F(ClientOptionsTest, BadValuesAreRejectedNamingThem) {
       {R"({"tenant_id": 7})", "tenant_id"},
       {R"({"rpc_timeout_ms": -1})", "rpc_timeout_ms -1"},
       {R"({"tcp_data_between_hosts": "pigeons"})", "tcp_data_between_hosts 'pigeons'"},
+      {R"({"copy_threads": -1})", "copy_threads -1 is outside 0..64"},
+      {R"({"copy_threads": 65})", "copy_threads 65 is outside 0..64"},
       {R"([1, 2])", "not an object"},
       {R"({"tenant_id": )", "not valid JSON"},
   };

@@ -12,3 +12,5 @@ granary_test(NAME common_backoff_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/backoff_test.cc LIBS granary::common)
 granary_test(NAME common_master_view_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_view_test.cc LIBS granary::etcd)
+granary_test(NAME common_work_pool_test LABELS unit tsan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/work_pool_test.cc LIBS granary::common)
