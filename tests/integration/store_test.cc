@@ -2,12 +2,15 @@
 // default transports (shared memory) and over UCX_TLS=tcp.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -262,6 +265,65 @@ TEST_P(StoreTest, LargeSameHostBatchesCopiedWithCopyThreadsAreByteExact) {
       }
     }
   }
+}
+
+// CPU time (user + system) of a process so far, in ms, from /proc/<pid>/stat (clock ticks).
+int64_t CpuMs(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(f, line);
+  // Fields after the command name (which may hold spaces) start after its ')'.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return (utime + stime) * 1000 / sysconf(_SC_CLK_TCK);
+}
+
+// Once the work is done, a client (its progress thread, its copy threads), the master and the
+// node go to sleep: their spinning and polling stop, and idle they use no measurable CPU.
+TEST_P(StoreTest, IdleClientMasterAndNodeUseNoMeasurableCpu) {
+  Cluster::Options o;
+  o.node_segment_size = "64MB";
+  StartCluster(o);
+  auto c = NewClient();
+  ASSERT_NE(c, nullptr);
+  // Every thread works first: small and large batches (the copy threads), single calls.
+  std::vector<std::string> keys, values;
+  std::vector<absl::string_view> views;
+  for (int i = 0; i < 32; ++i) {
+    keys.push_back(absl::StrCat("idle-", i));
+    values.push_back(MakeValue(keys.back(), 1, i < 16 ? 4096 : 128 << 10));
+  }
+  for (auto& v : values) views.push_back(v);
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& st : c->BatchPut(keys, views)) ASSERT_TRUE(st.ok()) << st;
+    for (const auto& got : c->BatchGet(keys)) ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(c->Get(keys[0]).ok());
+    for (const auto& st : c->BatchRemove(keys)) ASSERT_TRUE(st.ok()) << st;
+  }
+  std::this_thread::sleep_for(milliseconds(500));  // spin phases end within microseconds
+  const pid_t self = getpid(), master = cluster_->master()->pid(), node = cluster_->node(0)->pid();
+  const int64_t c0 = CpuMs(self), m0 = CpuMs(master), n0 = CpuMs(node);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t client_ms = CpuMs(self) - c0, master_ms = CpuMs(master) - m0,
+                node_ms = CpuMs(node) - n0;
+  // 2% of a core: a process still spinning or polling would take 30-100%. (A sanitizer's own
+  // background thread fits in it.)
+  const double bound = 0.02 * wall_ms;
+  EXPECT_LE(client_ms, bound) << "client (this process) used " << client_ms << " ms of CPU in "
+                              << wall_ms << " ms idle";
+  EXPECT_LE(master_ms, bound) << "master used " << master_ms << " ms of CPU in " << wall_ms
+                              << " ms idle";
+  EXPECT_LE(node_ms, bound) << "node used " << node_ms << " ms of CPU in " << wall_ms << " ms idle";
+  std::cerr << "idle " << wall_ms << " ms: client " << client_ms << " ms, master " << master_ms
+            << " ms, node " << node_ms << " ms of CPU\n";
 }
 
 TEST_P(StoreTest, EveryReadSucceedsAfterKillingOneOfTwoReplicaNodes) {
