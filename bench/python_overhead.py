@@ -12,7 +12,7 @@ rounds, and the ratio is the median over the rounds of each round's python / C++
 (the two runs of a round are adjacent in time).
 
 Usage: /usr/bin/python3 bench/python_overhead.py [--sizes 4096,65536,1048576] [--duration 2]
-       [--rounds 9] [--build build] [--json out.json]
+       [--rounds 9] [--build build] [--json out.json] [--copy_threads N]
 Needs the module built (PYTHONPATH=<build>/python is set here from --build).
 """
 
@@ -31,12 +31,16 @@ TARGETS = {4096: 0.7, 65536: 0.9, 1048576: 0.9}
 WARMUP = 1.0  # seconds of the same loop, untimed, on both sides before each measured run  # issue 14: python >= this x the C++ figure
 
 
+EXTRA_BENCH_FLAGS = []  # --copy_threads, when given, for granary_bench as for the Python client
+
+
 def cpp_rate(bench, master, mode, block, batch, duration):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([bench, mode, f"--master={master}", f"--block_size={block}B",
                         f"--batch={batch}", f"--duration={duration}", f"--warmup={WARMUP}",
                         f"--working_set={max(block * batch * 8, 64 << 20)}B", "--progress=never",
-                        f"--out={out.name}"], check=True, stdout=subprocess.DEVNULL)
+                        f"--out={out.name}"] + EXTRA_BENCH_FLAGS,
+                       check=True, stdout=subprocess.DEVNULL)
         return json.load(open(out.name))[0]["keys_per_s"]
 
 
@@ -102,7 +106,13 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="", help="also write the table here")
+    ap.add_argument("--copy_threads", type=int, default=None,
+                    help="client option copy_threads on both sides (default: the client's)")
     args = ap.parse_args()
+    if args.copy_threads is not None:
+        # The Python client reads its options from the environment (setup passes no config).
+        os.environ["GRANARY_COPY_THREADS"] = str(args.copy_threads)
+        EXTRA_BENCH_FLAGS.append(f"--copy_threads={args.copy_threads}")
     sys.path.insert(0, os.path.join(args.build, "python"))
     sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
     os.environ["GRANARY_BIN_DIR"] = os.path.join(args.build, "bin")
