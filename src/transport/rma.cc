@@ -305,15 +305,21 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
   if (mapped_.empty()) return 0;
   size_t kept = 0, copied = 0;
   MapCursor cursor;
-  // With a copy pool, the mapped copies are gathered in parts of about kCopyPartBytes (a large
-  // value split, small ones grouped) and, once they add up to kParallelCopyBytes, shared with
-  // the pool's threads; without one, each is copied as it is found.
+  // With a copy pool and at least kParallelCopyBytes of host ops (mapped or not: the mapped
+  // ones cannot add up to more), the mapped copies are gathered in parts of about
+  // kCopyPartBytes (a large value split, small ones grouped) and, once they add up to
+  // kParallelCopyBytes, shared with the pool's threads; otherwise each is copied as it is found.
   struct Part {
     void* dst;
     const void* src;
     size_t len;
   };
-  const bool pooled = copy_pool_ != nullptr && copy_pool_->threads() > 0;
+  bool pooled = copy_pool_ != nullptr && copy_pool_->threads() > 0;
+  if (pooled) {
+    uint64_t host_bytes = 0;
+    for (const RmaOp& op : *ops) host_bytes += op.device < 0 ? op.length : 0;
+    pooled = host_bytes >= kParallelCopyBytes;
+  }
   std::vector<Part> parts;
   std::vector<size_t> ends;  // part k is parts[ends[k-1] .. ends[k])
   uint64_t mapped_bytes = 0, in_part = 0;
