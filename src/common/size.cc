@@ -9,6 +9,47 @@
 
 namespace granary {
 
+namespace {
+
+constexpr const char* kUnitNames[] = {"B", "KB", "MB", "GB", "TB"};
+
+// The power of two a unit stands for (0 for none or B), or -1 for an unknown unit.
+int UnitShift(absl::string_view unit) {
+  const std::string lower = absl::AsciiStrToLower(unit);
+  if (lower.empty() || lower == "b") return 0;
+  if (lower == "kb" || lower == "kib" || lower == "k") return 10;
+  if (lower == "mb" || lower == "mib" || lower == "m") return 20;
+  if (lower == "gb" || lower == "gib" || lower == "g") return 30;
+  if (lower == "tb" || lower == "tib" || lower == "t") return 40;
+  return -1;
+}
+
+// For a refused "<whole>.<fraction><unit>": " (1.5GB = 1536MB)", the same amount in the largest
+// smaller unit it is whole in, or "" when it is not a whole number of bytes (or too long to
+// say exactly).
+std::string WholeHint(unsigned __int128 whole, absl::string_view fraction, int shift) {
+  if (fraction.empty() || fraction.size() > 9 || whole >= (static_cast<uint64_t>(1) << 40)) {
+    return "";
+  }
+  unsigned __int128 den = 1, num = whole;
+  for (char c : fraction) {
+    den *= 10;
+    num = num * 10 + static_cast<unsigned>(c - '0');
+  }
+  num <<= shift;  // the amount in bytes is num / den; below 2^40 * 10^9 * 2^40 < 2^110
+  for (int s = shift - 10; s >= 0; s -= 10) {
+    const unsigned __int128 per_unit = den << s;
+    if (num % per_unit != 0) continue;
+    const unsigned __int128 amount = num / per_unit;
+    if (amount > std::numeric_limits<int64_t>::max()) return "";
+    return absl::StrCat(" (", static_cast<uint64_t>(whole), ".", fraction, kUnitNames[shift / 10],
+                        " = ", static_cast<uint64_t>(amount), kUnitNames[s / 10], ")");
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   absl::string_view s = absl::StripAsciiWhitespace(text);
   auto bad = [&](absl::string_view why) {
@@ -25,23 +66,24 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text) {
   }
   if (i == 0) {
     if (s[0] == '-') return bad("negative");
+    if (s[0] == '.') return bad("the number must be whole");
     return bad("does not start with a digit");
   }
+  // A decimal point: refused, and the message says so plainly (with the value written in a
+  // smaller unit when that is whole), rather than as a unit '.5GB' that does not exist.
+  absl::string_view fraction;
+  if (i < s.size() && s[i] == '.') {
+    size_t j = i + 1;
+    while (j < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[j]))) ++j;
+    fraction = s.substr(i + 1, j - i - 1);
+    i = j;
+  }
   absl::string_view unit = absl::StripLeadingAsciiWhitespace(s.substr(i));
-  std::string lower = absl::AsciiStrToLower(unit);
-  int shift = 0;
-  if (lower.empty() || lower == "b")
-    shift = 0;
-  else if (lower == "kb" || lower == "kib" || lower == "k")
-    shift = 10;
-  else if (lower == "mb" || lower == "mib" || lower == "m")
-    shift = 20;
-  else if (lower == "gb" || lower == "gib" || lower == "g")
-    shift = 30;
-  else if (lower == "tb" || lower == "tib" || lower == "t")
-    shift = 40;
-  else
-    return bad(absl::StrCat("unknown unit '", unit, "'"));
+  const int shift = UnitShift(unit);
+  if (shift < 0) return bad(absl::StrCat("unknown unit '", unit, "'"));
+  if (fraction.data() != nullptr) {
+    return bad(absl::StrCat("the number must be whole", WholeHint(value, fraction, shift)));
+  }
   value <<= shift;
   if (value > std::numeric_limits<int64_t>::max()) return bad("larger than 2^63-1 bytes");
   return static_cast<uint64_t>(value);
@@ -57,7 +99,6 @@ absl::StatusOr<uint64_t> ParsePositiveSize(absl::string_view text) {
 }
 
 std::string FormatSize(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KB", "MB", "GB", "TB"};
   int u = 0;
   double v = static_cast<double>(bytes);
   while (v >= 1024.0 && u < 4) {
@@ -66,9 +107,9 @@ std::string FormatSize(uint64_t bytes) {
   }
   char buf[32];
   if (u == 0 || v == static_cast<double>(static_cast<uint64_t>(v))) {
-    snprintf(buf, sizeof(buf), "%.0f %s", v, kUnits[u]);
+    snprintf(buf, sizeof(buf), "%.0f %s", v, kUnitNames[u]);
   } else {
-    snprintf(buf, sizeof(buf), "%.2f %s", v, kUnits[u]);
+    snprintf(buf, sizeof(buf), "%.2f %s", v, kUnitNames[u]);
   }
   return buf;
 }

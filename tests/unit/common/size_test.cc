@@ -27,6 +27,34 @@ TEST(ParseSize, RejectsBadValuesNamingThem) {
   }
 }
 
+// A decimal point is refused as such, not as a unit '.5GB' (the message says the number must be
+// whole, and gives the same amount in a smaller unit when it is whole there).
+TEST(ParseSize, FractionsAreRefusedAsNotWholeWithTheSameAmountInASmallerUnit) {
+  auto r = ParseSize("1.5GB");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message().find("unknown unit"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("invalid size '1.5GB': the number must be whole (1.5GB = "
+                                      "1536MB)"),
+            std::string::npos)
+      << r.status();
+  EXPECT_NE(ParseSize("0.25 tb").status().message().find("(0.25TB = 256GB)"), std::string::npos);
+  // 2.001 KB = 2049.024 B is not whole in any unit: no hint.
+  EXPECT_EQ(ParseSize("2.001KB").status().message().find("(2.001KB = "), std::string::npos);
+  EXPECT_NE(ParseSize("2.5KB").status().message().find("(2.5KB = 2560B)"), std::string::npos);
+  for (const char* bad : {"1.5", "1.0", "1.", "1.GB", ".5GB", "3.0B", "1.5XB"}) {
+    auto b = ParseSize(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find(std::string("'") + bad + "'"), std::string::npos);
+    if (std::string(bad) != "1.5XB") {
+      EXPECT_NE(b.status().message().find("must be whole"), std::string::npos) << b.status();
+    }
+  }
+  // Past what the hint can say exactly: refused all the same, without a hint.
+  EXPECT_FALSE(ParseSize("99999999999999.5TB").ok());
+  EXPECT_FALSE(ParseSize("1.0000000000000000000001GB").ok());
+}
+
 TEST(ParseSize, RejectsOverflowPast2To63) {
   EXPECT_EQ(*ParseSize("9223372036854775807"), 9223372036854775807ull);
   EXPECT_FALSE(ParseSize("9223372036854775808").ok());
