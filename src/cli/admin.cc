@@ -261,6 +261,15 @@ int RunTenants(const AdminTarget& target, const std::vector<std::string>& args,
     auto r = AdminCall(target, "PUT", TenantQuery(tenant), body.dump());
     if (!r.ok()) return Fail("tenants set '" + tenant + "'", r.status());
     std::cout << FormatTenantTable(json::array({*r}));
+    if (const uint64_t effective = U64(*r, "effective_quota_bytes");
+        effective < setting->quota_bytes) {
+      // Quotas are shared out of the mounted capacity: a request above it counts as the
+      // capacity, and requests that sum past it are scaled down (the master logs the numbers).
+      std::cerr << "granary: note: tenant '" << tenant << "' requested "
+                << FormatSize(setting->quota_bytes) << " but its effective quota is "
+                << FormatSize(effective)
+                << ": the cluster's shared capacity is smaller than what the tenants request\n";
+    }
     return kOk;
   }
   auto r = AdminCall(target, "DELETE", TenantQuery(tenant));

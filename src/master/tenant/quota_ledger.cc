@@ -36,9 +36,16 @@ QuotaLedger::QuotaLedger(bool enforce) : enforce_(enforce) {}
 std::map<std::string, uint64_t> QuotaLedger::ComputeEffective(
     const std::map<std::string, uint64_t>& requested, uint64_t capacity) {
   using u128 = unsigned __int128;
+  // A request above the whole capacity counts as the capacity: two tenants asking for 2^63-1
+  // bytes (a typo) then take two shares of the capacity, not all of it. The sum of at most
+  // 2^64 requests of less than 2^64 each fits in 128 bits.
+  std::map<std::string, uint64_t> clamped = requested;
   u128 sum = 0;
-  for (const auto& [name, bytes] : requested) sum += bytes;
-  if (sum <= capacity) return requested;
+  for (auto& [name, bytes] : clamped) {
+    bytes = std::min(bytes, capacity);
+    sum += bytes;
+  }
+  if (sum <= capacity) return clamped;
 
   // Scale down: floor shares first, then the leftover bytes (fewer than the number of tenants)
   // one each to the largest remainders. std::map iterates by name ascending and stable_sort
@@ -51,7 +58,7 @@ std::map<std::string, uint64_t> QuotaLedger::ComputeEffective(
   std::vector<Share> shares;
   shares.reserve(requested.size());
   uint64_t handed_out = 0;
-  for (const auto& [name, bytes] : requested) {
+  for (const auto& [name, bytes] : clamped) {
     u128 scaled = static_cast<u128>(bytes) * capacity;
     // scaled / sum < bytes <= 2^64-1, so the quotient fits.
     uint64_t floor = static_cast<uint64_t>(scaled / sum);
@@ -84,6 +91,19 @@ void QuotaLedger::RecomputeEffectiveLocked() {
   for (auto& [name, account] : accounts_) {
     auto it = effective.find(name);
     account->effective_quota_bytes = it == effective.end() ? 0 : it->second;
+    // Said once each time a request starts to count as the capacity (not at every mount), and
+    // not while nothing is mounted (every request is above a capacity of 0 then).
+    const bool clamped = requested.contains(name) && capacity_bytes_ > 0 &&
+                         account->requested_quota_bytes > capacity_bytes_;
+    if (clamped && !account->quota_clamped) {
+      LOG_WARN << "tenant " << Quoted(name) << " requests a quota of "
+               << account->requested_quota_bytes
+               << " bytes, above the cluster's shared capacity of " << capacity_bytes_
+               << " bytes: it counts as " << capacity_bytes_
+               << " bytes when quotas are shared out (effective quota "
+               << account->effective_quota_bytes << " bytes)";
+    }
+    account->quota_clamped = clamped;
     // Its own pool bounds it, and it takes no shared space: its request stands as it is.
     if (account->has_explicit_policy && ConfinedToPoolLocked(*account)) {
       account->effective_quota_bytes = account->requested_quota_bytes;

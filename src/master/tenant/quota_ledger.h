@@ -146,12 +146,14 @@ class QuotaLedger {
   // the total counts): the ids come from clients and must not grow memory without bound.
   static constexpr size_t kMaxTrackedUnregistered = 1024;
 
-  // effective = requested scaled down proportionally when the requests sum past capacity,
-  // by largest remainder, ties broken by name. If the requests fit, effective == requested;
-  // otherwise each gets floor(requested * capacity / sum) (128-bit arithmetic) and the bytes
-  // left over go one each to the largest fractional remainders (ties: name ascending), so the
-  // effective quotas sum to exactly `capacity` and none exceeds its request. capacity 0: all 0.
-  // Exposed for tests.
+  // effective = requested, each first clamped to `capacity` (a request above the whole
+  // capacity counts as the capacity, so a typo such as 2^63-1 bytes cannot scale every other
+  // tenant down to 0), then scaled down proportionally when the clamped requests sum past
+  // capacity, by largest remainder, ties broken by name. If they fit, effective == clamped
+  // request; otherwise each gets floor(clamped * capacity / sum) (128-bit arithmetic: the sum
+  // cannot overflow) and the bytes left over go one each to the largest fractional remainders
+  // (ties: name ascending), so the effective quotas sum to exactly `capacity` and none exceeds
+  // its request. capacity 0: all 0. Exposed for tests.
   static std::map<std::string, uint64_t> ComputeEffective(
       const std::map<std::string, uint64_t>& requested, uint64_t capacity);
 
@@ -169,6 +171,7 @@ class QuotaLedger {
     TierPreference default_tier = TierPreference::kHost;
     bool has_explicit_policy = false;
     bool admission_closed = false;
+    bool quota_clamped = false;        // requested > capacity at the last recompute (warned once)
     std::atomic<uint64_t> charged{0};  // committed + in flight
     std::atomic<uint64_t> inflight{0};
     std::atomic<uint64_t> entries{0};

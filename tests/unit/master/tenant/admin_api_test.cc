@@ -707,15 +707,20 @@ TEST_F(AdminApiTest, FailedSaveIs503AndChangesNeitherPolicyNorLedgerNorFile) {
 
 TEST_F(AdminApiTest, EffectiveQuotasAreLargestRemainderSharesOfCapacity) {
   Start(/*multi_tenant=*/true, /*capacity=*/kMiB);
-  Upsert("tenant-a", Quota(kMiB));
-  EXPECT_EQ(GetOne("tenant-a")["effective_quota_bytes"], kMiB);
-  Upsert("tenant-b", Quota(2 * kMiB));
-  // 3 MiB requested over 1 MiB: a gets 349525.33, b 699050.67; the one byte left over goes to
+  Upsert("tenant-a", Quota(kMiB / 2));
+  EXPECT_EQ(GetOne("tenant-a")["effective_quota_bytes"], kMiB / 2);
+  Upsert("tenant-b", Quota(kMiB));
+  // 1.5 MiB requested over 1 MiB: a gets 349525.33, b 699050.67; the one byte left over goes to
   // the larger remainder (b).
   EXPECT_EQ(GetOne("tenant-a")["effective_quota_bytes"], 349525u);
   EXPECT_EQ(GetOne("tenant-b")["effective_quota_bytes"], 699051u);
-  EXPECT_EQ(GetOne("tenant-a")["requested_quota_bytes"], kMiB);
+  EXPECT_EQ(GetOne("tenant-a")["requested_quota_bytes"], kMiB / 2);
+  // A request above the capacity counts as the capacity: b asking for 2 MiB gets the same share.
+  Upsert("tenant-b", Quota(2 * kMiB));
+  EXPECT_EQ(GetOne("tenant-b")["effective_quota_bytes"], 699051u);
+  EXPECT_EQ(GetOne("tenant-b")["requested_quota_bytes"], 2 * kMiB);
   // Equal remainders: the leftover byte goes by name.
+  Upsert("tenant-a", Quota(kMiB));
   Upsert("tenant-b", Quota(kMiB));
   Upsert("tenant-c", Quota(kMiB));
   Reply list = Get(kApi);

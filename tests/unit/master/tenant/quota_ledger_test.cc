@@ -342,7 +342,7 @@ TEST(QuotaLedger, EffectiveQuotaScalesDownByLargestRemainderTiesByName) {
   // 1.2, 1.8 -> b has the larger remainder although a sorts first.
   EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 2}, {"b", 3}}, 3), (M{{"a", 1}, {"b", 2}}));
   // Exact proportions, no leftover.
-  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 10}, {"b", 30}}, 20), (M{{"a", 5}, {"b", 15}}));
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 10}, {"b", 30}}, 32), (M{{"a", 8}, {"b", 24}}));
   EXPECT_EQ(QuotaLedger::ComputeEffective({{"x", 1}, {"y", 1}}, 1), (M{{"x", 1}, {"y", 0}}));
   // No capacity, nothing effective.
   EXPECT_EQ(QuotaLedger::ComputeEffective({{"a", 5}, {"b", 7}}, 0), (M{{"a", 0}, {"b", 0}}));
@@ -371,11 +371,18 @@ TEST(QuotaLedger, EffectiveQuotaScaledDownSumsToCapacityAndNeverExceedsRequest) 
     uint64_t cap = sum > max64 ? rng() : rng() % static_cast<uint64_t>(sum);
     std::map<std::string, uint64_t> eff = QuotaLedger::ComputeEffective(req, cap);
     ASSERT_EQ(eff.size(), req.size());
+    // Shares are of the requests clamped to the capacity.
+    unsigned __int128 clamped_sum = 0;
+    for (const auto& [name, bytes] : req) clamped_sum += std::min(bytes, cap);
     unsigned __int128 total = 0;
     for (const auto& [name, bytes] : eff) {
       ASSERT_LE(bytes, req[name]);
-      // Within one byte of the exact share.
-      unsigned __int128 exact_floor = static_cast<unsigned __int128>(req[name]) * cap / sum;
+      ASSERT_LE(bytes, cap);
+      // Within one byte of the exact share (all of the clamped request when they fit).
+      const uint64_t clamped = std::min(req[name], cap);
+      unsigned __int128 exact_floor =
+          clamped_sum <= cap ? clamped
+                             : static_cast<unsigned __int128>(clamped) * cap / clamped_sum;
       ASSERT_TRUE(bytes == exact_floor || bytes == exact_floor + 1) << name;
       total += bytes;
     }
@@ -391,17 +398,25 @@ TEST(QuotaLedger, EffectiveRecomputedOnCapacityChange) {
   EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 600u);
   EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 400u);
 
-  ledger.SetCapacity(500);
-  EXPECT_EQ(ledger.capacity(), 500u);
+  ledger.SetCapacity(800);
+  EXPECT_EQ(ledger.capacity(), 800u);
   EXPECT_EQ(ledger.requested_sum(), 1000u);
-  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 300u);
-  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 200u);
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 480u);
+  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 320u);
   EXPECT_EQ(Snap(ledger, "a").requested_quota_bytes, 600u);
   EXPECT_TRUE(ledger.Charge("a", 300).ok());
+  EXPECT_TRUE(ledger.Charge("a", 180).ok());
   EXPECT_FALSE(ledger.Charge("a", 1).ok());
 
-  ledger.SetCapacity(250);  // a shrinks under its charge: over quota
-  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 150u);
+  // a's 600 is above a capacity of 500: it counts as 500 (500:400, not 600:400).
+  ledger.SetCapacity(500);
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 278u);
+  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 222u);
+  EXPECT_EQ(Snap(ledger, "a").requested_quota_bytes, 600u);
+
+  ledger.SetCapacity(250);  // a shrinks under its charge: over quota (both count as 250)
+  EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 125u);
+  EXPECT_EQ(Snap(ledger, "b").effective_quota_bytes, 125u);
   EXPECT_TRUE(ledger.IsOverQuota("a"));
 
   ledger.SetCapacity(0);
@@ -412,6 +427,32 @@ TEST(QuotaLedger, EffectiveRecomputedOnCapacityChange) {
   EXPECT_EQ(Snap(ledger, "a").effective_quota_bytes, 600u);
   EXPECT_FALSE(ledger.IsOverQuota("a"));
   EXPECT_TRUE(ledger.Charge("b", 400).ok());
+}
+
+// Two tenants asking for 2^63-1 bytes (accepted: a typo such as "8EB") do not scale a third
+// tenant's effective quota down to 0: each request counts as the capacity, so the third keeps
+// about a third of its request, and the sum (past 2^64) does not overflow.
+TEST(QuotaLedger, RequestsAboveTheCapacityCountAsTheCapacityAndStarveNobody) {
+  using M = std::map<std::string, uint64_t>;
+  const uint64_t q = (uint64_t{1} << 63) - 1;
+  const uint64_t cap = uint64_t{1} << 30;  // 1 GiB mounted
+  const uint64_t small = uint64_t{1} << 20;
+  M eff = QuotaLedger::ComputeEffective({{"huge1", q}, {"huge2", q}, {"small", small}}, cap);
+  EXPECT_GT(eff["small"], small / 3);
+  EXPECT_LE(eff["small"], small);
+  EXPECT_EQ(eff["huge1"] + eff["huge2"] + eff["small"], cap);
+  // One huge request alone with a small one: the small one keeps half of its request at least.
+  eff = QuotaLedger::ComputeEffective({{"huge", q}, {"small", small}}, cap);
+  EXPECT_GE(eff["small"], small / 2);
+  // Alone, the request is the capacity.
+  EXPECT_EQ(QuotaLedger::ComputeEffective({{"huge", q}}, cap), (M{{"huge", cap}}));
+
+  QuotaLedger ledger(true);
+  ledger.ApplyPolicy(MakePolicy({{"huge1", q}, {"huge2", q}, {"small", small}}), cap);
+  EXPECT_EQ(ledger.requested_sum(), std::numeric_limits<uint64_t>::max());  // saturates
+  EXPECT_EQ(Snap(ledger, "huge1").requested_quota_bytes, q);                // shown as asked
+  EXPECT_GT(Snap(ledger, "small").effective_quota_bytes, small / 3);
+  EXPECT_TRUE(ledger.Charge("small", small / 4).ok());
 }
 
 TEST(QuotaLedger, RequestedSumSaturates) {
