@@ -40,7 +40,9 @@ struct EmbeddedNodeOptions {
 class EmbeddedNode {
  public:
   // Allocates and registers the segment, starts the node and waits until the master has mounted
-  // it. INVALID_ARGUMENT for a bad option; UNAVAILABLE when the master does not mount it within
+  // it. INVALID_ARGUMENT for a bad option, or a segment_size larger than the machine's physical
+  // memory; RESOURCE_EXHAUSTED for one larger than the memory available now (both checked before
+  // anything is allocated); UNAVAILABLE when the master does not mount it within
   // mount_timeout_ms (or no port of the range is free).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EmbeddedNode>> Start(
       const EmbeddedNodeOptions& options);

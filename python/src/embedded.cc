@@ -83,8 +83,10 @@ Allocates a host segment of segment_size bytes (at least 1 MiB), serves clients'
 reads and writes from it, and waits until the master at `master` (host:port) has mounted it.
 An etcd://h1:2379;h2:2379 master follows the active master of HA cluster `cluster_id` (None:
 "granary_cluster", a granary_node's default), re-mounting at a new leader after a failover.
-port 0 draws a free port from 12300-14300. Raises InvalidArgument for a bad option and
-Unavailable when the master does not mount it in time. close() unmounts the segment (the master
+port 0 draws a free port from 12300-14300. Raises InvalidArgument for a bad option (and a
+segment_size larger than the machine's physical memory), ResourceExhausted for a segment_size
+larger than the memory available now (both before anything is allocated), and Unavailable when
+the master does not mount it in time. close() unmounts the segment (the master
 drops the objects on it) and frees it; idempotent, and run by the destructor and by leaving a
 `with` block. It runs on threads of its own and changes no process-wide setting.
 )doc";

@@ -26,6 +26,7 @@
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "cuda/device_backend.h"
+#include "node/memory_limits.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
@@ -223,6 +224,17 @@ void NodeServer::PlaceSpan(SegmentSpan* span, int gpu) {
 
 absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<SegmentSpan>* spans) {
   const NodeOptions& options = options_;
+  if (!options.virtual_segments) {
+    // Before anything is allocated: a size larger than the machine can hold is refused here,
+    // not found out by UCX test-writing its shared-memory file until the kernel kills processes.
+    if (absl::StatusOr<MachineMemory> machine = ReadMachineMemory(); machine.ok()) {
+      GRANARY_RETURN_IF_ERROR(CheckHostSegmentFits("host segment " + name,
+                                                   options.host_segment_size, *machine));
+    } else {
+      LOG_WARN << "host segment " << name << ": its size is not checked against the machine's "
+               << "memory: " << machine.status().message();
+    }
+  }
   Segment seg;
   if (options.segment_memory == "ucx" && !options.virtual_segments) {
     auto region = transport::MemoryRegion::Allocate(ctx_.get(), options.host_segment_size);

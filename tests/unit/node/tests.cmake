@@ -6,3 +6,5 @@ granary_test(NAME node_inventory_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/node_inventory_test.cc LIBS granary::node_service)
 granary_test(NAME node_transfer_watchdog_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/transfer_watchdog_test.cc LIBS granary::node_service)
+granary_test(NAME node_memory_limits_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/memory_limits_test.cc LIBS granary::node)
