@@ -11,6 +11,7 @@
 #include "client/inline_io.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "common/size.h"
 #include "common/status_macros.h"
 #include "common/util.h"
@@ -573,7 +574,7 @@ void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan
   for (size_t i : plan->fetched) {
     if (!failed[i].ok()) {
       (*out)[i] = absl::UnavailableError(
-          absl::StrCat("reading key '", keys[i], "' failed: ", failed[i].message()));
+          absl::StrCat("reading key ", QuotedKey(keys[i]), " failed: ", failed[i].message()));
       pending->push_back(i);
       continue;
     }
@@ -724,7 +725,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
         [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
           if (size > cap[i]) {
             return absl::FailedPreconditionError(absl::StrCat(
-                "key '", k[i], "' holds ", size, " bytes but the buffer has ", cap[i]));
+                "key ", QuotedKey(k[i]), " holds ", size, " bytes but the buffer has ", cap[i]));
           }
           return b[i];
         },

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "client/device_check.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace granary::client {
@@ -141,7 +142,7 @@ absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
   // The key itself sorts first among the keys it prefixes.
   GRANARY_ASSIGN_OR_RETURN(proto::ListReply rep, ListRaw(key, 1, ""));
   if (rep.objects.empty() || rep.objects[0].key != key) {
-    return absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
+    return absl::NotFoundError(absl::StrCat("key ", QuotedKey(key), " not found"));
   }
   const std::vector<proto::ReplicaDesc> replicas = std::move(rep.objects[0].replicas);
   ObjectInfo info = ToObjectInfo(std::move(rep.objects[0]));

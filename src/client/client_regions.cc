@@ -12,6 +12,7 @@
 #include "client/client_impl.h"
 #include "client/device_check.h"
 #include "client/paged_kv_trailer.h"
+#include "common/quote.h"
 #include "cuda/checksum.h"
 #include "cuda/device_backend.h"
 #include "cuda/kv_layout.h"
@@ -182,14 +183,15 @@ absl::StatusOr<int> CheckPagedKv(const std::vector<std::string>& keys, const Pag
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& ids = block_ids[i];
     if (ids.empty()) {
-      (*out)[i] =
-          absl::InvalidArgumentError(absl::StrCat("key '", keys[i], "': an empty block list"));
+      (*out)[i] = absl::InvalidArgumentError(
+          absl::StrCat("key ", QuotedKey(keys[i]), ": an empty block list"));
       continue;
     }
     absl::Status st =
         cuda::ValidateBlockIds(layout, ids.data(), static_cast<int>(ids.size()), reject_duplicates);
     if (!st.ok()) {
-      (*out)[i] = absl::Status(st.code(), absl::StrCat("key '", keys[i], "': ", st.message()));
+      (*out)[i] =
+          absl::Status(st.code(), absl::StrCat("key ", QuotedKey(keys[i]), ": ", st.message()));
       continue;
     }
     if (!reject_duplicates) continue;
@@ -197,8 +199,8 @@ absl::StatusOr<int> CheckPagedKv(const std::vector<std::string>& keys, const Pag
       auto [it, fresh] = first_key.try_emplace(b, i);
       if (!fresh) {
         (*out)[i] = absl::InvalidArgumentError(
-            absl::StrCat("key '", keys[i], "': block ", b, " is also listed by key '",
-                         keys[it->second], "' of the batch (a scatter would race)"));
+            absl::StrCat("key ", QuotedKey(keys[i]), ": block ", b, " is also listed by key ",
+                         QuotedKey(keys[it->second]), " of the batch (a scatter would race)"));
         break;
       }
     }
@@ -313,23 +315,24 @@ absl::Status ClassifyKvValue(const std::string& key, size_t blocks, size_t paylo
   const bool has_trailer = trailer != nullptr && trailer->magic == kKvTrailerMagic;
   static constexpr char kNothing[] = "; nothing was scattered";
   if (has_trailer && !checksum) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("key '", key, "' holds ", blocks, " blocks and a checksum trailer (stored ",
-                     "with PagedKvOptions::checksum): read it with checksum on", kNothing));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", QuotedKey(key), " holds ", blocks, " blocks and a checksum trailer (stored ",
+        "with PagedKvOptions::checksum): read it with checksum on", kNothing));
   }
   if (got == payload && checksum) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("key '", key, "' holds ", blocks, " blocks without a checksum trailer ",
-                     "(stored with checksum off): read it with checksum off", kNothing));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key ", QuotedKey(key), " holds ", blocks, " blocks without a checksum trailer ",
+        "(stored with checksum off): read it with checksum off", kNothing));
   }
   if (has_trailer && trailer->algorithm != kKvChecksumAlgorithm) {
     return absl::FailedPreconditionError(
-        absl::StrCat("key '", key, "': checksum algorithm ", trailer->algorithm,
+        absl::StrCat("key ", QuotedKey(key), ": checksum algorithm ", trailer->algorithm,
                      " is not known (this client has ", kKvChecksumAlgorithm, ")", kNothing));
   }
   if (got == payload || has_trailer) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "key '", key, "' holds ", got, " bytes but ", blocks, " blocks of this layout are ", payload,
+      "key ", QuotedKey(key), " holds ", got, " bytes but ", blocks, " blocks of this layout are ",
+      payload,
       checksum ? absl::StrCat(" (", payload + kKvTrailerBytes, " with a checksum trailer)") : "",
       " (stored with another layout?)", kNothing));
 }
@@ -578,7 +581,7 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>&
         continue;
       }
       out[i] = absl::DataLossError(absl::StrCat(
-          "key '", keys[i], "': checksum mismatch: its trailer says 0x", absl::Hex(stored),
+          "key ", QuotedKey(keys[i]), ": checksum mismatch: its trailer says 0x", absl::Hex(stored),
           " but its ", sl.payloads[j], " bytes of blocks hash to 0x", absl::Hex((*sums)[q]),
           " (the value is corrupt); nothing was scattered"));
     }

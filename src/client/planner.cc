@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 #include "common/util.h"
 
 namespace granary::client {
@@ -131,7 +132,7 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
     const auto& res = reply.results[j];
     absl::Status st = res.status.ToStatus();
     if (st.ok() && res.replicas.empty()) {
-      st = absl::NotFoundError(absl::StrCat("key '", keys[i], "' has no live replica"));
+      st = absl::NotFoundError(absl::StrCat("key ", QuotedKey(keys[i]), " has no live replica"));
     }
     if (!st.ok()) {
       (*out)[i] = st;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "master/inventory_outbox.h"
@@ -33,13 +34,13 @@ absl::Status CopyCoordinator::LeaseForCopy(const std::string& tk, const std::str
   granary::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
   if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
-    return absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
+    return absl::NotFoundError(absl::StrCat("key ", QuotedKey(key), " not found"));
   }
   {
     granary::MutexLock copies(&mu_);
     if (copies_.contains(tk)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("key '", key, "' already has a copy or move in progress"));
+          absl::StrCat("key ", QuotedKey(key), " already has a copy or move in progress"));
     }
   }
   // Lease it for the copy, so that neither eviction nor Remove takes it meanwhile.
@@ -225,9 +226,9 @@ proto::BatchStatusReply CopyCoordinator::CopyEnd(const std::string& tenant,
       auto it = copies_.find(tk);
       if (it == copies_.end() || it->second.generation != e.generation ||
           it->second.dest.segment_id != e.dest_segment_id || it->second.move != move) {
-        rep.results[i] = WireStatus::From(
-            absl::NotFoundError(absl::StrCat("no ", move ? "move" : "copy", " of key '", e.key,
-                                             "' generation ", e.generation, " is in progress")));
+        rep.results[i] = WireStatus::From(absl::NotFoundError(
+            absl::StrCat("no ", move ? "move" : "copy", " of key ", QuotedKey(e.key),
+                         " generation ", e.generation, " is in progress")));
         continue;
       }
       pc = it->second;
@@ -237,7 +238,7 @@ proto::BatchStatusReply CopyCoordinator::CopyEnd(const std::string& tenant,
       segments_->Free(pc.dest);
       ledger_->Refund(tenant, pc.dest.size);
       rep.results[i] = WireStatus::From(absl::NotFoundError(absl::StrCat(
-          "key '", e.key, "' or its destination segment is gone; the copy was dropped")));
+          "key ", QuotedKey(e.key), " or its destination segment is gone; the copy was dropped")));
     }
   }
   return rep;
@@ -251,7 +252,7 @@ proto::BatchStatusReply CopyCoordinator::CopyRevoke(const std::string& tenant,
     const auto& e = req.entries[i];
     if (!AbortCopy(TableKey(tenant, e.key), e.generation, "revoked")) {
       rep.results[i] = WireStatus::From(absl::NotFoundError(absl::StrCat(
-          "no copy of key '", e.key, "' generation ", e.generation, " is in progress")));
+          "no copy of key ", QuotedKey(e.key), " generation ", e.generation, " is in progress")));
     }
   }
   return rep;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "common/size.h"
 #include "master/inventory_outbox.h"
 
@@ -26,18 +27,18 @@ absl::Status CheckRecord(const proto::InventoryRecord& r) {
   }
   if (r.tenant.empty() || tenant::QuotaLedger::IsReserved(r.tenant) ||
       r.tenant.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("bad tenant id '", r.tenant, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("bad tenant id ", QuotedKey(r.tenant)));
   }
   if (r.key.empty()) return absl::InvalidArgumentError("empty key");
   if (r.value_length == 0 || r.value_length > proto::kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value length ", r.value_length, " of key '",
-                                                   r.key, "' is outside 1..",
+    return absl::InvalidArgumentError(absl::StrCat("value length ", r.value_length, " of key ",
+                                                   QuotedKey(r.key), " is outside 1..",
                                                    proto::kMaxValueBytes));
   }
   if (r.alloc_size != AllocBytes(r.value_length)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "allocation of ", r.alloc_size, " bytes for a ", r.value_length, "-byte value of key '",
-        r.key, "' (expected ", AllocBytes(r.value_length), ")"));
+        "allocation of ", r.alloc_size, " bytes for a ", r.value_length, "-byte value of key ",
+        QuotedKey(r.key), " (expected ", AllocBytes(r.value_length), ")"));
   }
   if (r.generation == 0) return absl::InvalidArgumentError("generation 0");
   return absl::OkStatus();
@@ -136,22 +137,23 @@ absl::Status InventoryRestore::RestoreLocked(ObjectShards::Shard& sh,
       // A newer version exists (a put since the restart, or another node's newer report).
       conflicts_->Inc();
       if (out != nullptr) out->FreedReplica(std::string(tk), r.generation, reported);
-      return absl::AlreadyExistsError(absl::StrCat("key '", r.key, "' has generation ",
+      return absl::AlreadyExistsError(absl::StrCat("key ", QuotedKey(r.key), " has generation ",
                                                    o.generation, " here; reported ", r.generation));
     }
     if (o.generation == r.generation) {
       // Another replica of the same object (replica_num > 1), on a segment it is not on yet.
       for (const Placement& p : o.replicas) {
         if (p.segment_id == r.segment_id) {
-          return absl::AlreadyExistsError(absl::StrCat("key '", r.key, "' generation ",
+          return absl::AlreadyExistsError(absl::StrCat("key ", QuotedKey(r.key), " generation ",
                                                        r.generation, " reported twice on segment ",
                                                        r.segment_id));
         }
       }
       if (o.size != r.value_length || o.replicas.size() >= proto::kMaxReplicaNum) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "replica of key '", r.key, "' generation ", r.generation, " disagrees in length (",
-            r.value_length, " vs ", o.size, ") or exceeds ", proto::kMaxReplicaNum, " replicas"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("replica of key ", QuotedKey(r.key), " generation ", r.generation,
+                         " disagrees in length (", r.value_length, " vs ", o.size, ") or exceeds ",
+                         proto::kMaxReplicaNum, " replicas"));
       }
       if (!placed.ok()) return placed.status();
       *used = true;
@@ -263,7 +265,7 @@ proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
                           Placement{r.segment_id, r.offset, r.alloc_size, 0});
       }
       refuse(absl::FailedPreconditionError(absl::StrCat(
-          "key '", r.key, "' generation ", r.generation,
+          "key ", QuotedKey(r.key), " generation ", r.generation,
           " was not on this node when the master dropped it (removed or replaced since)")));
       continue;
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "master/inventory_outbox.h"
@@ -64,8 +65,9 @@ void ObjectStore::PrefetchBatch(const std::string& tenant, size_t n, KeyOf key_o
 absl::Status ObjectStore::CheckPutEntry(const proto::PutStartEntry& e) {
   GRANARY_RETURN_IF_ERROR(CheckKey(e.key));
   if (e.size == 0 || e.size > proto::kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value size ", e.size, " of key '", e.key,
-                                                   "' is outside 1..", proto::kMaxValueBytes));
+    return absl::InvalidArgumentError(absl::StrCat("value size ", e.size, " of key ",
+                                                   QuotedKey(e.key), " is outside 1..",
+                                                   proto::kMaxValueBytes));
   }
   return absl::OkStatus();
 }
@@ -121,8 +123,8 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
       if (it != sh.objects.end()) {
         res.status = Err(absl::AlreadyExistsError(
             it->second.state == ObjectState::kComplete
-                ? absl::StrCat("key '", e.key, "' already exists")
-                : absl::StrCat("key '", e.key, "' has a put in progress")));
+                ? absl::StrCat("key ", QuotedKey(e.key), " already exists")
+                : absl::StrCat("key ", QuotedKey(e.key), " has a put in progress")));
         continue;
       }
     }
@@ -146,8 +148,8 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
       // Lost a race with another writer of the same key.
       segments_->Free(*placed);
       ledger_->Refund(tenant, charge);
-      res.status =
-          Err(absl::AlreadyExistsError(absl::StrCat("key '", e.key, "' has a put in progress")));
+      res.status = Err(absl::AlreadyExistsError(
+          absl::StrCat("key ", QuotedKey(e.key), " has a put in progress")));
       continue;
     }
     res.generation = gen;
@@ -184,10 +186,10 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
         // Granted by a master that has restarted since: this one never knew the allocation,
         // and its space may be quarantined. A new put is the retry.
         st = absl::UnavailableError(
-            absl::StrCat("the put of key '", e.key, "' generation ", e.generation,
+            absl::StrCat("the put of key ", QuotedKey(e.key), " generation ", e.generation,
                          " was started at a master that has restarted since; retry the put"));
       } else if (it == sh.objects.end() || it->second.generation != e.generation) {
-        st = absl::NotFoundError(absl::StrCat("no put of key '", e.key, "' generation ",
+        st = absl::NotFoundError(absl::StrCat("no put of key ", QuotedKey(e.key), " generation ",
                                               e.generation,
                                               " is in progress (it expired, was revoked, or "
                                               "its node was lost)"));
@@ -247,7 +249,7 @@ proto::BatchStatusReply ObjectStore::PutRevoke(const std::string& tenant,
     counters_->put_revoke->Inc();
     if (!AbortPut(TableKey(tenant, e.key), e.generation, "revoked")) {
       rep.results[i] = Err(absl::NotFoundError(absl::StrCat(
-          "no put of key '", e.key, "' generation ", e.generation, " is in progress")));
+          "no put of key ", QuotedKey(e.key), " generation ", e.generation, " is in progress")));
     }
   }
   return rep;
@@ -295,8 +297,9 @@ proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysReq
       if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
         counters_->get_miss->Inc();
         res.status = Err(absl::NotFoundError(
-            it == sh.objects.end() ? absl::StrCat("key '", key, "' not found")
-                                   : absl::StrCat("key '", key, "' is still being written")));
+            it == sh.objects.end()
+                ? absl::StrCat("key ", QuotedKey(key), " not found")
+                : absl::StrCat("key ", QuotedKey(key), " is still being written")));
         continue;
       }
       Object& o = it->second;
@@ -328,7 +331,7 @@ proto::BatchStatusReply ObjectStore::GetEnd(const std::string& tenant,
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != e.generation) {
       rep.results[i] = Err(absl::NotFoundError(
-          absl::StrCat("key '", e.key, "' generation ", e.generation, " not found")));
+          absl::StrCat("key ", QuotedKey(e.key), " generation ", e.generation, " not found")));
       continue;
     }
     EndLease(it->second, now, static_cast<int64_t>(e.lease_token));
@@ -347,7 +350,8 @@ proto::BatchStatusReply ObjectStore::Exist(const std::string& tenant,
     granary::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
-      rep.results[i] = Err(absl::NotFoundError(absl::StrCat("key '", req.keys[i], "' not found")));
+      rep.results[i] =
+          Err(absl::NotFoundError(absl::StrCat("key ", QuotedKey(req.keys[i]), " not found")));
     }
   }
   return rep;
@@ -370,13 +374,13 @@ proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
       granary::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end()) {
-        st = absl::NotFoundError(absl::StrCat("key '", key, "' not found"));
+        st = absl::NotFoundError(absl::StrCat("key ", QuotedKey(key), " not found"));
       } else if (it->second.state != ObjectState::kComplete) {
         st = absl::FailedPreconditionError(
-            absl::StrCat("key '", key, "' has a put in progress; revoke it or wait"));
+            absl::StrCat("key ", QuotedKey(key), " has a put in progress; revoke it or wait"));
       } else if (!req.force && Leased(it->second, now)) {
         st = WithReason(absl::FailedPreconditionError(absl::StrCat(
-                            "key '", key, "' is being read (lease for ",
+                            "key ", QuotedKey(key), " is being read (lease for ",
                             it->second.lease_until_ms - now, " ms more); retry later")),
                         ErrorReason::kHasLease);
       } else {
