@@ -5,13 +5,18 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 
 namespace granary {
 
 std::string EscapeLabelValue(absl::string_view v) {
+  // The exposition format takes UTF-8 label values with three escapes (\\, \", \n); a byte
+  // outside UTF-8 becomes the text \xNN first (EscapeInvalidUtf8), whose backslash is then
+  // escaped like any other, so a scrape stays parseable whatever a tenant or key holds.
+  const std::string text = EscapeInvalidUtf8(v);
   std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
+  out.reserve(text.size());
+  for (char c : text) {
     if (c == '\\')
       out += "\\\\";
     else if (c == '"')
@@ -37,7 +42,8 @@ std::string LabelText(const MetricLabels& labels) {
 }
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+  // Whole numbers print as integers up to 2^64 (counters of bytes pass 1e15), not as 1.8e+19.
+  if (v == std::floor(v) && std::fabs(v) <= 18446744073709551616.0) {
     char buf[32];
     snprintf(buf, sizeof(buf), "%.0f", v);
     return buf;

@@ -118,7 +118,8 @@ class MetricsRegistry {
   std::vector<std::function<void(MetricsWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);
 };
 
-// Escapes a label value for the text format.
+// Escapes a label value for the text format: \\, \" and \n, and any byte outside UTF-8 as the
+// text \xNN (written \\xNN), so the line stays valid exposition text.
 std::string EscapeLabelValue(absl::string_view v);
 
 }  // namespace granary

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/size.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -25,22 +26,27 @@ constexpr uint64_t kMaxCount = std::numeric_limits<int64_t>::max();
 
 bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
-// Shows an id in a message: control bytes as escapes, everything else as is (so a UTF-8 name
-// stays readable).
+// Shows an id in a message: control bytes and bytes outside well-formed UTF-8 as escapes,
+// everything else as is (so a UTF-8 name stays readable and the message stays valid UTF-8).
 std::string Printable(absl::string_view s) {
   std::string out;
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = Utf8SequenceLength(s, i);
     if (c == '\t') {
       out += "\\t";
     } else if (c == '\n') {
       out += "\\n";
     } else if (c == '\0') {
       out += "\\0";
-    } else if (IsControl(c)) {
+    } else if (IsControl(c) || n == 0) {
       out += absl::StrFormat("\\x%02x", c);
     } else {
-      out += static_cast<char>(c);
+      out.append(s.data() + i, n);
+      i += n;
+      continue;
     }
+    ++i;
   }
   return out;
 }
@@ -320,6 +326,10 @@ absl::Status ValidateTenantId(absl::string_view id) {
     if (IsControl(c)) {
       return bad(absl::StrFormat("must not contain control characters (0x%02x at byte %d)", c, i));
     }
+  }
+  if (const size_t at = FirstInvalidUtf8Byte(id); at != absl::string_view::npos) {
+    return bad(absl::StrFormat("must be valid UTF-8 (byte %d, 0x%02x, starts no UTF-8 character)",
+                               at, static_cast<unsigned char>(id[at])));
   }
   return absl::OkStatus();
 }

@@ -50,7 +50,8 @@ struct Policy {
 
 // The tenant-id rules, the same at every entry point (policy, admin API, client hello):
 // non-empty, at most 128 bytes, no leading '_' (reserved for the master), no NUL or control
-// characters. The error names the rule and the id.
+// characters, valid UTF-8 (ids are shown in JSON and metric labels). The error names the rule
+// and the id, with control and non-UTF-8 bytes escaped (\xNN).
 [[nodiscard]] absl::Status ValidateTenantId(absl::string_view id);
 
 // Checks a SHA-256 given as hex (policy `token_sha256`, the master's --tenant_tokens_file) and

@@ -76,5 +76,27 @@ TEST(MetricsWriterTest, CountersAndGaugesWriteTheirFamilyOnce) {
   EXPECT_NE(text.find("# TYPE depth gauge\ndepth 2.5\n"), std::string::npos) << text;
 }
 
+// Label values are escaped per the exposition format, and bytes outside UTF-8 (a tenant id an
+// older master saved, a node's name) become the text \xNN so the scrape stays valid.
+TEST(MetricsWriterTest, LabelValuesAreEscapedAndStayUtf8) {
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(EscapeLabelValue("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(EscapeLabelValue("t\xff"), "t\\\\xff");  // the text \xff, its backslash escaped
+  MetricsRegistry r;
+  r.Gauge("g", "gauge", {{"tenant_id", "x\xfe\"y"}})->Set(1);
+  EXPECT_NE(r.Render().find("g{tenant_id=\"x\\\\xfe\\\"y\"} 1\n"), std::string::npos) << r.Render();
+}
+
+// Whole numbers print as integers up to 2^64, not in exponent form.
+TEST(MetricsWriterTest, LargeWholeNumbersPrintAsIntegers) {
+  MetricsRegistry r;
+  r.Counter("big_total", "big")->Inc(uint64_t{1} << 62);
+  r.Gauge("huge", "huge")->Set(18446744073709551615.0);  // 2^64 - 1, which a double rounds up
+  const std::string text = r.Render();
+  EXPECT_NE(text.find("big_total 4611686018427387904\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("huge 18446744073709551616\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("e+"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace granary

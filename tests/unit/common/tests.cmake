@@ -14,3 +14,5 @@ granary_test(NAME common_master_view_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_view_test.cc LIBS granary::etcd)
 granary_test(NAME common_work_pool_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/work_pool_test.cc LIBS granary::common)
+granary_test(NAME common_utf8_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/utf8_test.cc LIBS granary::common)

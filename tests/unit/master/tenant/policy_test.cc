@@ -152,6 +152,15 @@ TEST(ParsePolicyTest, NameWithNul) {
                 {"tenants[0]", "'name'", "NUL"});
 }
 
+// yaml-cpp passes the bytes through; a name that is not UTF-8 (one an older master saved
+// through the admin API) is refused like any bad name, shown escaped.
+TEST(ParsePolicyTest, NameThatIsNotUtf8) {
+  ExpectInvalid(
+      "version: 1\ntenants:\n  - name: \"a\xff"
+      "b\"\n    quota: 1GB\n",
+      {"tenants[0]", "'name'", "'a\\xffb'", "UTF-8", "byte 1"});
+}
+
 TEST(ParsePolicyTest, NameLengthLimit) {
   std::string ok(128, 'n');
   absl::StatusOr<Policy> policy =
@@ -398,6 +407,10 @@ TEST(ValidateTenantIdTest, Rules) {
   EXPECT_FALSE(ValidateTenantId("_probe").ok());
   EXPECT_TRUE(ValidateTenantId("a_b").ok());
   EXPECT_FALSE(ValidateTenantId("a\tb").ok());
+  EXPECT_FALSE(ValidateTenantId("a\xff").ok());            // not UTF-8
+  EXPECT_FALSE(ValidateTenantId("\xc0\xaf").ok());         // overlong
+  EXPECT_FALSE(ValidateTenantId("\xe7\xa7").ok());         // cut short
+  EXPECT_TRUE(ValidateTenantId("\xf0\x9f\x98\x80").ok());  // U+1F600
   EXPECT_FALSE(ValidateTenantId("a\nb").ok());
   EXPECT_FALSE(ValidateTenantId("a\x7f").ok());
   absl::Status nul = ValidateTenantId(absl::string_view("a\0b", 3));
