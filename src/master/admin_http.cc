@@ -13,6 +13,7 @@
 #include "common/error_reason.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "master/admin_body.h"
 #include "master/dashboard.h"
 #include "master/master_service.h"
@@ -25,10 +26,16 @@ namespace {
 
 using nlohmann::json;
 
+// Never throws: a string that is not UTF-8 (a key, a name a node sent) is written with U+FFFD
+// for its bad bytes. Values the API shows on purpose are escaped before (Shown).
 void SendJson(httplib::Response& res, int status, const json& j) {
   res.status = status;
-  res.set_content(j.dump(), "application/json");
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
+
+// A name or key as the API shows it: unchanged when it is UTF-8, else with its bad bytes as
+// \xNN (and backslashes doubled) so that it stays distinguishable (common/utf8.h).
+std::string Shown(const std::string& s) { return EscapeInvalidUtf8(s); }
 
 void SendError(httplib::Response& res, int status, const std::string& code,
                const std::string& message) {
@@ -79,7 +86,7 @@ json CgroupJson(const proto::NodeCgroupReport& c) {
 }
 
 json PoolJson(const SegmentRegistry::PoolTotals& p) {
-  return {{"tenant_id", p.tenant},
+  return {{"tenant_id", Shown(p.tenant)},
           {"capacity_bytes", p.totals.capacity},
           {"used_bytes", p.totals.used},
           {"segments", p.totals.segments}};
@@ -96,7 +103,7 @@ json PoolOf(const std::vector<SegmentRegistry::PoolTotals>& pools, const std::st
 // has_token: whether the tenant's clients must present a token. The hash itself is never
 // shown. `pool`: its pool's figures, or null.
 json Snapshot(const tenant::TenantSnapshot& s, bool has_token, json pool) {
-  json j = {{"tenant_id", s.tenant_id},
+  json j = {{"tenant_id", Shown(s.tenant_id)},
             {"requested_quota_bytes", s.requested_quota_bytes},
             {"effective_quota_bytes", s.effective_quota_bytes},
             {"charged_bytes", s.charged_bytes},
@@ -116,7 +123,7 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token, json pool) {
 }
 
 // Liveness, role and metrics: /health (?deep=1 runs the probe), /role, /metrics.
-void AddStatusRoutes(httplib::Server& s, MasterService* service, tenant::TenantManager* tenants,
+void AddStatusRoutes(HttpServer& s, MasterService* service, tenant::TenantManager* tenants,
                      MetricsRegistry* metrics, std::function<bool()> is_active,
                      std::function<absl::StatusOr<std::pair<double, std::string>>()> probe,
                      std::function<RoleDetail()> role_detail) {
@@ -169,7 +176,7 @@ void AddStatusRoutes(httplib::Server& s, MasterService* service, tenant::TenantM
 }
 
 // Read-only views of the store: /get_all_segments, /api/v1/segments and /api/v1/objects.
-void AddStoreRoutes(httplib::Server& s, MasterService* service) {
+void AddStoreRoutes(HttpServer& s, MasterService* service) {
   // Mooncake's master path, which SGLang polls until its body is non-empty: one mounted
   // segment's name per line; an empty body while none is mounted.
   s.Get("/get_all_segments", [=](const httplib::Request&, httplib::Response& res) {
@@ -286,7 +293,7 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
     auto list = service->ListObjects(id, lr);
     json arr = json::array();
     for (const auto& o : list.objects) {
-      arr.push_back({{"key", o.key},
+      arr.push_back({{"key", Shown(o.key)},
                      {"size", o.size},
                      {"generation", o.generation},
                      {"complete", o.state == proto::ObjectState::kComplete},
@@ -301,15 +308,16 @@ void AddStoreRoutes(httplib::Server& s, MasterService* service) {
                         }
                         return ps;
                       }()}});
+      // A key that is not UTF-8 (keys are bytes) is shown escaped, and exactly in hex.
+      if (!IsValidUtf8(o.key)) arr.back()["key_hex"] = absl::BytesToHexString(o.key);
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}, {"more", list.more}});
   });
 }
 
 // /api/v1/tenant_quotas: GET, PUT, DELETE.
-void AddTenantQuotaRoutes(httplib::Server& s, MasterService* service,
-                          tenant::TenantManager* tenants, std::function<bool()> is_active,
-                          AdminAuth auth) {
+void AddTenantQuotaRoutes(HttpServer& s, MasterService* service, tenant::TenantManager* tenants,
+                          std::function<bool()> is_active, AdminAuth auth) {
   // Tenant quota API. Every call needs the active master and multi-tenant mode.
   auto guard = [=](const httplib::Request& req, httplib::Response& res, bool needs_id,
                    std::string* id) -> bool {
@@ -411,8 +419,11 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     MetricsRegistry* metrics, std::function<bool()> is_active,
     std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth,
     std::function<RoleDetail()> role_detail) {
-  std::unique_ptr<AdminHttp> h(new AdminHttp());
-  httplib::Server& s = h->http_.server();
+  HttpServerOptions http;
+  http.metrics = metrics;
+  http.lane_targets = {"/health", "/role"};  // answered while every worker is busy
+  std::unique_ptr<AdminHttp> h(new AdminHttp(std::move(http)));
+  HttpServer& s = h->http_;
   AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe),
                   std::move(role_detail));
   AddStoreRoutes(s, service);

@@ -20,7 +20,8 @@ class TenantManager;
 // (dashboard.h), /health, /role, /metrics
 // (Prometheus text), /api/v1/segments, and the tenant quota API (docs/architecture.md section 5):
 //   GET/PUT/DELETE /api/v1/tenant_quotas[?tenant_id=...]
-// Runs on cpp-httplib's threads; handlers only call thread-safe objects. is_active() is the
+// Served by common/http_server.h (its gate, limits and codes: docs/security.md); /health and
+// /role have a thread of their own. Handlers only call thread-safe objects. is_active() is the
 // role seam: a standby answers the endpoints that need the active master with 503.
 // What /role says besides active|standby. epoch 0 and empty addresses: not known (or no HA).
 struct RoleDetail {
@@ -40,7 +41,7 @@ class AdminHttp {
   uint16_t port() const { return http_.port(); }
 
  private:
-  AdminHttp() = default;
+  explicit AdminHttp(HttpServerOptions options) : http_(std::move(options)) {}
   HttpServer http_;
 };
 

@@ -50,7 +50,7 @@ const std::string& DashboardContentSecurityPolicy() {
   return *csp;
 }
 
-void AddDashboardRoutes(httplib::Server& server) {
+void AddDashboardRoutes(HttpServer& server) {
   const std::string& csp = DashboardContentSecurityPolicy();  // computed (and checked) now
   server.Get("/", [&csp](const httplib::Request&, httplib::Response& res) {
     // no-store: an old page must never be shown for the live one after an upgrade.

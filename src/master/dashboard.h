@@ -3,10 +3,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-
-namespace httplib {
-class Server;
-}
+#include "common/http_server.h"
 
 namespace granary::master {
 
@@ -14,7 +11,7 @@ namespace granary::master {
 // GET / serves the page, which reads /health, /api/v1/tenant_quotas and /api/v1/segments every
 // 2 s from the same server. It needs no admin token: it only reads, and mutations stay on the
 // API. Stateless; the handler only reads constants.
-void AddDashboardRoutes(httplib::Server& server);
+void AddDashboardRoutes(HttpServer& server);
 
 // The page as embedded.
 absl::string_view DashboardHtml();

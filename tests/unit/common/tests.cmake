@@ -16,3 +16,7 @@ granary_test(NAME common_work_pool_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/work_pool_test.cc LIBS granary::common)
 granary_test(NAME common_utf8_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/utf8_test.cc LIBS granary::common)
+granary_test(NAME common_http_head_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_head_test.cc LIBS granary::http)
+granary_test(NAME common_http_server_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cc LIBS granary::http)

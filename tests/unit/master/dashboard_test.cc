@@ -24,7 +24,7 @@ std::string SourcePage() {
 
 TEST(Dashboard, RootServesTheEmbeddedPageUncachedUnderAStrictPolicy) {
   HttpServer http;
-  AddDashboardRoutes(http.server());
+  AddDashboardRoutes(http);
   ASSERT_TRUE(http.Start("127.0.0.1", 0).ok());
   httplib::Client client("127.0.0.1", http.port());
   auto res = client.Get("/");

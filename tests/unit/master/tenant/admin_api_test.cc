@@ -469,7 +469,18 @@ TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
       {R"({"requested_quota_bytes": 0})", "requested_quota_bytes 0"},
       {R"({"requested_quota_bytes": -5})", "requested_quota_bytes -5"},
       {R"({"requested_quota_bytes": 9223372036854775808})", "9223372036854775808"},
-      {R"({"requested_quota_bytes": 18446744073709551616})", "requested_quota_bytes"},
+      // Past 64 bits: shown as the integer it is, not as 1.8446744073709552e+19.
+      {R"({"requested_quota_bytes": 18446744073709551616})",
+       "requested_quota_bytes: the integer 18446744073709551616 does not fit in 64 bits"},
+      // Parsed strictly: a key twice is refused, not "last wins".
+      {R"({"requested_quota_bytes": 100, "requested_quota_bytes": 200})",
+       "duplicate key 'requested_quota_bytes'"},
+      {R"({"requested_quota_bytes": 100, "max_entries": 5, "max_entries": 5})",
+       "duplicate key 'max_entries'"},
+      // A string that is not UTF-8: refused by the parser, and the message stays UTF-8.
+      {"{\"requested_quota_bytes\": 100, \"default_tier\": \"\xff\"}", "not JSON"},
+      {R"({"requested_quota_bytes": 100, "default_tier": "\u00ff"})", "tier '\\xc3\\xbf'"},
+      {std::string(100, '[') + std::string(100, ']'), "nested deeper than 32"},
       {R"({"requested_quota_bytes": 100, "quota": 5})", "unknown field 'quota'"},
       {R"({"requested_quota_bytes": 100, "max_entries": 0})", "max_entries 0"},
       {R"({"requested_quota_bytes": 100, "max_entries": "many"})", "max_entries"},
@@ -573,12 +584,14 @@ TEST_F(AdminApiTest, PutAndDeleteWithoutTenantIdAre400) {
 TEST_F(AdminApiTest, InvalidTenantIdsAre400InvalidTenantId) {
   Start();
   const std::vector<std::pair<std::string, std::string>> ids = {
-      {"_probe", "_probe"},            // reserved for the master
-      {std::string(129, 'a'), "129"},  // too long
-      {"a%01b", "control"},            // control character (URL-encoded)
-      {"a%00b", "NUL"},                // NUL
-      {"a%0Ab", "control"},            // newline
-      {"", "empty"},                   // ?tenant_id=
+      {"_probe", "_probe"},                         // reserved for the master
+      {std::string(129, 'a'), "129"},               // too long
+      {"a%01b", "control"},                         // control character (URL-encoded)
+      {"a%00b", "NUL"},                             // NUL
+      {"a%0Ab", "control"},                         // newline
+      {"", "empty"},                                // ?tenant_id=
+      {"a%ffb", "'a\\xffb': must be valid UTF-8"},  // not UTF-8: refused, shown escaped
+      {"%c0%af", "must be valid UTF-8"},            // overlong
   };
   for (const auto& [id, mentions] : ids) {
     SCOPED_TRACE("tenant_id=" + id);
@@ -591,6 +604,25 @@ TEST_F(AdminApiTest, InvalidTenantIdsAre400InvalidTenantId) {
   Upsert(std::string(128, 'a'), Quota(100));
   Upsert("a_b", Quota(100));
   EXPECT_EQ(FilePolicy().tenants.size(), 2u);
+}
+
+// A tenant whose id is not UTF-8 that reached the ledger anyway (saved by an older master):
+// listings and /metrics show it escaped and stay valid, rather than failing for everyone.
+TEST_F(AdminApiTest, ListingsAndMetricsStayValidWithATenantIdThatIsNotUtf8) {
+  Start();
+  Policy old;
+  old.tenants.push_back({.name = "old\xff", .quota_bytes = 4096});
+  old.tenants.push_back({.name = "tenant-a", .quota_bytes = 4096});
+  svc_->ledger()->ApplyPolicy(old, kMiB);
+  Reply list = Get(kApi);
+  ASSERT_EQ(list.status, 200) << list;
+  ASSERT_EQ(list.body["data"].size(), 2u) << list;
+  EXPECT_EQ(list.body["data"][0]["tenant_id"], "old\\xff") << list;
+  auto m = client_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_TRUE(Has(m->body, "tenant_id=\"old\\\\xff\"")) << m->body;
+  EXPECT_EQ(m->body.find('\xff'), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------------
