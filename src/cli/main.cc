@@ -22,11 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/admin.h"
+#include "client/client_impl.h"
 #include "common/clock.h"
 #include "common/etcd/etcd_client.h"
 #include "common/etcd/master_view.h"
 #include "common/log.h"
 #include "common/mutex.h"
+#include "common/quote.h"
 #include "common/size.h"
 #include "common/status_macros.h"
 #include "common/tier_preference.h"
@@ -48,6 +50,9 @@ DEFINE_string(tenant_token_file, "",
               "GRANARY_TENANT_TOKEN). A file, not a flag value, so the token stays out of ps");
 DEFINE_string(config, "", "Client JSON config file (default: GRANARY_CONFIG_PATH)");
 DEFINE_int32(replica_num, 0, "Replicas for put (default: config, or 1)");
+DEFINE_string(size, "",
+              "put: the value's exact size (e.g. 2GB). Needed to put more than 4 MB from stdin "
+              "or a pipe: the master is asked for room for it before the input is read");
 DEFINE_string(tier, "",
               "put: the tier the replicas go on: host, gpu or any (GPU while it has room, else "
               "host); empty = the tenant's default_tier");
@@ -89,7 +94,8 @@ using granary::cli::kUsage;
 const char* kUsageText =
     "granary [--master=HOST:PORT] [--tenant_id=T] [--tenant_token_file=FILE] [--config=FILE] "
     "COMMAND ...\n"
-    "  put KEY [FILE|-]    store FILE (or stdin) under KEY ([--tier=host|gpu|any])\n"
+    "  put KEY [FILE|-]    store FILE (or stdin) under KEY ([--tier=host|gpu|any]); more than\n"
+    "                      4 MB from stdin or a pipe needs --size=SIZE\n"
     "  get KEY [FILE|-]    write KEY's value to FILE (or stdout)\n"
     "  rm KEY...           remove keys\n"
     "  exists KEY          exit 0 if KEY exists, 1 if not\n"
@@ -190,26 +196,38 @@ class Progress {
   bool drawn_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-absl::StatusOr<std::string> ReadAll(const std::string& path, Progress* progress = nullptr) {
-  int fd = path == "-" ? 0 : open(path.c_str(), O_RDONLY);
-  if (fd < 0)
-    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
-  std::string data;
-  struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) data.reserve(st.st_size);
+// Reads from `fd` into `data` (appending) until it holds `limit` bytes or the input ends.
+absl::Status ReadUpTo(int fd, const std::string& what, size_t limit, std::string* data,
+                      Progress* progress) {
   char buf[1 << 16];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof(buf));
+  while (data->size() < limit) {
+    ssize_t n = read(fd, buf, std::min(sizeof(buf), limit - data->size()));
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (fd != 0) close(fd);
-      return absl::InternalError(absl::StrCat("reading '", path, "': ", strerror(errno)));
+      return absl::InternalError(absl::StrCat("reading ", what, ": ", strerror(errno)));
     }
     if (n == 0) break;
-    data.append(buf, n);
-    if (progress != nullptr) progress->Update("read", data.size());
+    data->append(buf, n);
+    if (progress != nullptr) progress->Update("read", data->size());
   }
-  if (fd != 0) close(fd);
+  return absl::OkStatus();
+}
+
+// Reads a small file whole (the token file), refusing one that holds more than `limit` bytes
+// (a device such as /dev/zero is never read to its end).
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t limit) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", strerror(errno)));
+  }
+  std::string data;
+  absl::Status st = ReadUpTo(fd, "'" + path + "'", limit + 1, &data, nullptr);
+  close(fd);
+  if (!st.ok()) return st;
+  if (data.size() > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' holds more than ", limit, " bytes"));
+  }
   return data;
 }
 
@@ -249,7 +267,8 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
   if (!FLAGS_cluster_id.empty()) o->cluster_id = FLAGS_cluster_id;
   if (!FLAGS_tenant_id.empty()) o->tenant_id = FLAGS_tenant_id;
   if (!FLAGS_tenant_token_file.empty()) {
-    auto token = ReadAll(FLAGS_tenant_token_file);
+    // A token is at most 256 bytes (the client refuses more), with whitespace around it.
+    auto token = ReadSmallFile(FLAGS_tenant_token_file, 4096);
     if (!token.ok()) return token.status();
     // Like --admin_token_file on the master: surrounding whitespace (the final newline) is
     // not part of the token.
@@ -299,6 +318,7 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
     return Usage("tenants set takes --quota=SIZE");
   }
   if (cmd != "put" && !FLAGS_tier.empty()) return Usage("--tier goes with put");
+  if (cmd != "put" && !FLAGS_size.empty()) return Usage("--size goes with put");
   if (cmd == "tenants" && (args.empty() || args[0] != "set") &&
       (!FLAGS_quota.empty() || !FLAGS_max_entries.empty() || !FLAGS_pool_spill.empty() ||
        !FLAGS_default_tier.empty())) {
@@ -426,32 +446,127 @@ int RunTopology() {
 // Files at least this large get a progress line on a terminal.
 constexpr uint64_t kProgressBytes = 64ull << 20;
 
-uint64_t FileSize(const std::string& path) {
-  struct stat st;
-  return path != "-" && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : 0;
+// The most put reads from stdin or a pipe before the master has been asked for room: without
+// --size, an input that holds more is refused after this much.
+constexpr size_t kUnsizedInputBytes = 4u << 20;
+
+// Phase one of the put of `size` bytes under `key`: the master's answer (quota, space, a key
+// that exists) before any of the value is read. The grant must be finished (FinishPut) within
+// the write window or it is revoked.
+absl::StatusOr<granary::client::ClientImpl::PutGrant> AskForRoom(granary::client::ClientImpl& c,
+                                                                 const std::string& key,
+                                                                 uint64_t size, uint32_t flags) {
+  absl::StatusOr<granary::client::ClientImpl::PutGrant> grant = c.BeginPut({key}, {size}, flags);
+  if (!grant.ok()) return grant.status();
+  GRANARY_RETURN_IF_ERROR(grant->reply.status.ToStatus());
+  GRANARY_RETURN_IF_ERROR(grant->reply.results[0].status.ToStatus());
+  return grant;
 }
 
-int RunPut(granary::Client& c, const std::vector<std::string>& args) {
+// Gives a grant back (the input turned out not to match it).
+void GiveBack(granary::client::ClientImpl& c, const std::string& key,
+              const granary::client::ClientImpl::PutGrant& grant) {
+  granary::proto::KeyGenRequest revoke;
+  revoke.entries.push_back({key, grant.reply.results[0].generation, 0});
+  (void)c.Call<granary::proto::KeyGenRequest, granary::proto::BatchStatusReply>(
+      granary::proto::MsgType::kPutRevoke, revoke);
+}
+
+int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args) {
   granary::PutOptions options;  // the tenant's default tier unless --tier names one
+  std::optional<granary::TierPreference> tier_preference;
   if (!FLAGS_tier.empty()) {
     absl::StatusOr<granary::StorageTier> tier = granary::ParseStorageTier(FLAGS_tier);
     if (!tier.ok()) return Usage(absl::StrCat("--tier: ", tier.status().message()));
     options.tier = *tier;
+    tier_preference = *granary::ParseTierPreference(FLAGS_tier);
   }
+  std::optional<uint64_t> size_flag;
+  if (!FLAGS_size.empty()) {
+    absl::StatusOr<uint64_t> n = granary::ParsePositiveSize(FLAGS_size);
+    if (!n.ok()) return Usage(absl::StrCat("--size: ", n.status().message()));
+    size_flag = *n;
+  }
+  const std::string& key = args[0];
+  const std::string what = "put " + granary::QuotedKey(key);
   const std::string path = args.size() > 1 ? args[1] : "-";
-  const uint64_t size = FileSize(path);
+  const std::string input = path == "-" ? "stdin" : "'" + path + "'";
+  int fd = path == "-" ? 0 : open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Usage(absl::StrCat("cannot open ", input, ": ", strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd != 0) close(fd);
+    }
+  } closer{fd};
+  // The size: a regular file's own, else --size's, else unknown (stdin, a pipe, a device).
+  std::optional<uint64_t> size = size_flag;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const auto file_size = static_cast<uint64_t>(st.st_size);
+    if (size_flag.has_value() && *size_flag != file_size) {
+      return Usage(absl::StrCat("--size ", *size_flag, " does not match ", input, ", which holds ",
+                                file_size, " bytes"));
+    }
+    size = file_size;
+  }
   std::optional<Progress> progress;
-  if (size >= kProgressBytes || path == "-") progress.emplace("put " + args[0], size);
-  auto data = ReadAll(path, progress ? &*progress : nullptr);
-  if (!data.ok()) return Usage(std::string(data.status().message()));
+  if (size.value_or(0) >= kProgressBytes || path == "-") {
+    progress.emplace("put " + granary::EscapeControlBytes(key), size.value_or(0));
+  }
+  std::string data;
+  std::optional<granary::client::ClientImpl::PutGrant> grant;
+  if (!size.has_value()) {
+    // One chunk at most, then the input must have ended.
+    absl::Status read =
+        ReadUpTo(fd, input, kUnsizedInputBytes + 1, &data, progress ? &*progress : nullptr);
+    if (!read.ok()) return Usage(std::string(read.message()));
+    if (data.size() > kUnsizedInputBytes) {
+      return Usage(absl::StrCat(input, " holds more than ", granary::FormatSize(kUnsizedInputBytes),
+                                ": give --size=SIZE (its exact size), so that the master is asked "
+                                "for room before the rest is read"));
+    }
+  } else {
+    // More than a chunk: the master is asked first (phase one of the put), so a refusal comes
+    // before any of the input is read, and the bytes read go into that grant.
+    if (*size > kUnsizedInputBytes) {
+      auto g = AskForRoom(c, key, *size, granary::proto::PutTierFlags(tier_preference));
+      if (!g.ok()) return Fail(what, g.status());
+      grant = std::move(*g);
+    }
+    data.reserve(*size);
+    absl::Status read = ReadUpTo(fd, input, *size, &data, progress ? &*progress : nullptr);
+    std::string extra;
+    if (read.ok() && data.size() == *size) read = ReadUpTo(fd, input, 1, &extra, nullptr);
+    std::string bad;
+    if (!read.ok()) {
+      bad = std::string(read.message());
+    } else if (data.size() < *size) {
+      bad = absl::StrCat(input, " ended after ", data.size(), " bytes; --size says ", *size);
+    } else if (!extra.empty()) {
+      bad = absl::StrCat(input, " holds more than the ", *size, " bytes --size says");
+    }
+    if (!bad.empty()) {
+      if (grant.has_value()) GiveBack(c, key, *grant);
+      return Usage(bad);
+    }
+  }
   int64_t t0 = granary::MonotonicUs();
-  auto put = [&] { return c.BatchPutWith({args[0]}, {*data}, options)[0]; };
-  absl::Status st =
-      progress && data->size() >= kProgressBytes ? progress->Around("sending", put) : put();
+  auto put = [&] {
+    if (grant.has_value()) {
+      absl::Status st = c.FinishPut({key}, {data.data()}, {data.size()}, *grant)[0];
+      // The write window passed while the input was read (a slow pipe), or the master
+      // changed: the grant is gone, and the bytes are here now; a put of its own, once.
+      if (!absl::IsUnavailable(st)) return st;
+    }
+    return c.BatchPutWith({key}, {data}, options)[0];
+  };
+  absl::Status put_status =
+      progress && data.size() >= kProgressBytes ? progress->Around("sending", put) : put();
   int64_t us = granary::MonotonicUs() - t0;
   if (progress) progress->Done();
-  if (!st.ok()) return Fail("put '" + args[0] + "'", st);
-  std::cerr << "put " << args[0] << ": " << Rate(data->size(), us) << "\n";
+  if (!put_status.ok()) return Fail(what, put_status);
+  std::cerr << "put " << granary::EscapeControlBytes(key) << ": " << Rate(data.size(), us) << "\n";
   return kOk;
 }
 
@@ -461,17 +576,20 @@ int RunGet(granary::Client& c, const std::vector<std::string>& args) {
   std::optional<Progress> progress;
   if (isatty(2) == 1) {
     auto info = c.Stat(args[0]);
-    if (info.ok() && info->size >= kProgressBytes) progress.emplace("get " + args[0], info->size);
+    if (info.ok() && info->size >= kProgressBytes) {
+      progress.emplace("get " + granary::EscapeControlBytes(args[0]), info->size);
+    }
   }
   int64_t t0 = granary::MonotonicUs();
   auto v =
       progress ? progress->Around("receiving", [&] { return c.Get(args[0]); }) : c.Get(args[0]);
   int64_t us = granary::MonotonicUs() - t0;
-  if (!v.ok()) return Fail("get '" + args[0] + "'", v.status());
+  if (!v.ok()) return Fail("get " + granary::QuotedKey(args[0]), v.status());
   absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v, progress ? &*progress : nullptr);
   if (progress) progress->Done();
-  if (!st.ok()) return Fail("get '" + args[0] + "'", st);
-  std::cerr << "get " << args[0] << ": " << Rate(v->size(), us) << "\n";
+  if (!st.ok()) return Fail("get " + granary::QuotedKey(args[0]), st);
+  std::cerr << "get " << granary::EscapeControlBytes(args[0]) << ": " << Rate(v->size(), us)
+            << "\n";
   return kOk;
 }
 
@@ -480,7 +598,7 @@ int RunRemove(granary::Client& c, const std::vector<std::string>& args) {
   int rc = kOk;
   for (size_t i = 0; i < args.size(); ++i) {
     if (results[i].ok()) continue;
-    rc = std::max(rc, Fail("rm '" + args[i] + "'", results[i]));
+    rc = std::max(rc, Fail("rm " + granary::QuotedKey(args[i]), results[i]));
     if (granary::ErrorReasonOf(results[i]) == granary::ErrorReason::kHasLease) {
       std::cerr << "granary: (HAS_LEASE: rm --force removes it anyway; its reader then gets "
                    "NOT_FOUND, never wrong bytes)\n";
@@ -491,14 +609,14 @@ int RunRemove(granary::Client& c, const std::vector<std::string>& args) {
 
 int RunExists(granary::Client& c, const std::vector<std::string>& args) {
   auto e = c.Exist(args[0]);
-  if (!e.ok()) return Fail("exists '" + args[0] + "'", e.status());
+  if (!e.ok()) return Fail("exists " + granary::QuotedKey(args[0]), e.status());
   std::cout << args[0] << (*e ? " exists" : " does not exist") << "\n";
   return *e ? kOk : kRefused;
 }
 
 int RunStat(granary::Client& c, const std::vector<std::string>& args) {
   auto s = c.Stat(args[0]);
-  if (!s.ok()) return Fail("stat '" + args[0] + "'", s.status());
+  if (!s.ok()) return Fail("stat " + granary::QuotedKey(args[0]), s.status());
   std::cout << "key: " << s->key << "\nsize: " << s->size << " (" << granary::FormatSize(s->size)
             << ")\nstate: " << (s->complete ? "complete" : "processing")
             << "\nreplicas: " << s->replicas << "\ngeneration: " << s->generation
@@ -531,9 +649,9 @@ int RunCopyOrMove(granary::Client& c, const std::string& cmd,
                   const std::vector<std::string>& args) {
   int64_t t0 = granary::MonotonicUs();
   absl::Status st = cmd == "copy" ? c.Copy(args[0], FLAGS_to) : c.Move(args[0], FLAGS_to);
-  if (!st.ok()) return Fail(cmd + " '" + args[0] + "' to " + FLAGS_to, st);
-  std::cerr << cmd << " " << args[0] << " to " << FLAGS_to << ": done in "
-            << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
+  if (!st.ok()) return Fail(cmd + " " + granary::QuotedKey(args[0]) + " to " + FLAGS_to, st);
+  std::cerr << cmd << " " << granary::EscapeControlBytes(args[0]) << " to " << FLAGS_to
+            << ": done in " << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
   return kOk;
 }
 
@@ -551,7 +669,8 @@ int RunSegments(granary::Client& c) {
 }
 
 // A command that talks to the master, its arguments already checked.
-int RunCommand(granary::Client& c, const std::string& cmd, const std::vector<std::string>& args) {
+int RunCommand(granary::client::ClientImpl& c, const std::string& cmd,
+               const std::vector<std::string>& args) {
   if (cmd == "put") return RunPut(c, args);
   if (cmd == "get") return RunGet(c, args);
   if (cmd == "rm") return RunRemove(c, args);
@@ -585,7 +704,8 @@ int main(int argc, char** argv) {
 
   auto options = LoadOptions();
   if (!options.ok()) return Usage(std::string(options.status().message()));
-  auto client = granary::Client::Create(*options);
+  // The implementation itself: put asks the master for room (PutStart) before reading.
+  auto client = granary::client::ClientImpl::Create(*options);
   if (!client.ok()) return Fail("connecting to " + options->master_server_address, client.status());
   return RunCommand(**client, cmd, args);
 }

@@ -360,17 +360,38 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     return out;
   }
   std::vector<uint64_t> sz(sizes.begin(), sizes.end());
-  const int64_t sent_us = MonotonicUs();  // the write window counts from here
-  const int64_t epoch0 = session_->highest_epoch();
-  auto started = PutStart(keys, sz, flags);
-  if (!started.ok()) {
-    out.assign(n, started.status());
+  absl::StatusOr<PutGrant> grant = BeginPut(keys, sz, flags);
+  if (!grant.ok()) {
+    out.assign(n, grant.status());
     return out;
   }
+  return FinishPut(keys, data, sizes, *grant, devices);
+}
+
+absl::StatusOr<ClientImpl::PutGrant> ClientImpl::BeginPut(const std::vector<std::string>& keys,
+                                                          const std::vector<uint64_t>& sizes,
+                                                          uint32_t flags) {
+  PutGrant grant;
+  grant.sent_us = MonotonicUs();  // the write window counts from here
+  grant.epoch = session_->highest_epoch();
+  GRANARY_ASSIGN_OR_RETURN(grant.reply, PutStart(keys, sizes, flags));
+  return grant;
+}
+
+std::vector<absl::Status> ClientImpl::FinishPut(const std::vector<std::string>& keys,
+                                                const std::vector<const void*>& data,
+                                                const std::vector<size_t>& sizes,
+                                                const PutGrant& grant,
+                                                const std::vector<int>* devices) {
+  ScopedLogRoute route(&log_route_);
+  const size_t n = keys.size();
+  std::vector<absl::Status> out(n);
+  const int64_t sent_us = grant.sent_us;
+  const int64_t epoch0 = grant.epoch;
   std::vector<AllocHeader> headers(n);
   Inputs inputs(this);
   PutPlan plan;
-  PlanPut(keys, data, sizes, *started, &inputs, &headers, &out, &plan, devices);
+  PlanPut(keys, data, sizes, grant.reply, &inputs, &headers, &out, &plan, devices);
   if (!plan.revoke.entries.empty()) {
     (void)Call<proto::KeyGenRequest, proto::BatchStatusReply>(proto::MsgType::kPutRevoke,
                                                               plan.revoke);

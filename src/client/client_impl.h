@@ -99,6 +99,25 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::StatusOr<proto::PutStartReply> PutStart(const std::vector<std::string>& keys,
                                                               const std::vector<uint64_t>& sizes,
                                                               uint32_t flags = 0);
+  // A put in two calls, for a caller that must hear the master's answer before it has the
+  // bytes (the CLI asks for room before it reads stdin). BeginPut is phase one and remembers
+  // when it was sent: the write window counts from there, so FinishPut must follow within it
+  // (else it revokes the grant and answers UNAVAILABLE: retry the put). FinishPut writes the
+  // values the grant admitted and commits them, as Put does after its own PutStart; the keys,
+  // sizes and order must be BeginPut's. A grant that is never finished is revoked with
+  // PutRevoke (or expires on the master).
+  struct PutGrant {
+    proto::PutStartReply reply;  // one result per key
+    int64_t sent_us = 0;         // MonotonicUs when the PutStart was sent
+    int64_t epoch = 0;           // the highest master epoch seen then (HA)
+  };
+  [[nodiscard]] absl::StatusOr<PutGrant> BeginPut(const std::vector<std::string>& keys,
+                                                  const std::vector<uint64_t>& sizes,
+                                                  uint32_t flags = 0);
+  std::vector<absl::Status> FinishPut(const std::vector<std::string>& keys,
+                                      const std::vector<const void*>& data,
+                                      const std::vector<size_t>& sizes, const PutGrant& grant,
+                                      const std::vector<int>* devices = nullptr);
   // Reads one replica as a descriptor says, without asking the master: the fenced-read check
   // (header generation, key hash, length) applies. For tests and tools that hold a descriptor.
   [[nodiscard]] absl::StatusOr<std::string> ReadReplica(const std::string& key, uint64_t generation,
