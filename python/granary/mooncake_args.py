@@ -179,6 +179,11 @@ def config_from_dict(config):
     for key, value in config.items():
         key = str(key)
         name = DICT_ALIASES.get(key, key)
+        if name not in DICT_KEYS and name.startswith("master"):
+            # Ignoring it would quietly connect to the default master instead.
+            raise ValueError(f"key {key!r} is not a setup key: the master's address goes in "
+                             "'master_server_addr' (or 'master_server_address', as in "
+                             "Mooncake's config)")
         if name not in DICT_KEYS:
             codes.LOG.once(f"setup(dict): unknown key {key!r} ignored")
             continue

@@ -22,8 +22,9 @@ std::optional<size_t> SizeArg(py::handle size, const char* what) {
   int overflow = 0;
   long long v = PyLong_AsLongLongAndOverflow(size.ptr(), &overflow);
   if (overflow != 0 || v < 0) {
-    ThrowInvalidArgument(
-        absl::StrCat(what, " ", py::str(size).cast<std::string>(), " is not a valid size"));
+    ThrowInvalidArgument(absl::StrCat(what, " ", py::str(size).cast<std::string>(),
+                                      " is not a valid size: a size is a whole number of bytes "
+                                      "from 0 to the buffer's length (None: the whole buffer)"));
   }
   return static_cast<size_t>(v);
 }

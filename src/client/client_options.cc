@@ -3,13 +3,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/etcd/master_view.h"
 #include "common/log.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/messages.h"
@@ -119,6 +120,14 @@ absl::StatusOr<std::string> JsonText(const Field& f, const nlohmann::json& v) {
   }
 }
 
+// An unknown key that names the master ("master", "master_addr", ...): refused, not ignored,
+// since a client that ignored it would quietly use the default master instead.
+bool NamesTheMaster(const std::string& key) { return absl::StartsWith(key, "master"); }
+
+// The most a config file may hold: a larger one (or a device such as /dev/zero) is refused
+// after this much, not read to its end.
+constexpr size_t kMaxConfigBytes = 1u << 20;
+
 std::string RemovedWarning(absl::string_view where, const Field& f) {
   return absl::StrCat(where, ": '", f.name, "' is no longer used and is ignored: ", f.doc);
 }
@@ -128,11 +137,16 @@ std::string RemovedWarning(absl::string_view where, const Field& f) {
 absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open client config '", path, "'"));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client config '", path, "' holds more than ", kMaxConfigBytes, " bytes"));
+  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("client config '", path, "' is not valid JSON: ", e.what()));
@@ -149,6 +163,12 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     const Field* f = FieldNamed(k);
+    if (f == nullptr && NamesTheMaster(k)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": key '", EscapeControlBytes(k),
+          "' is not a config key: the master's address goes in 'master_server_address' (as in "
+          "Mooncake's config), e.g. \"master_server_address\": \"10.0.0.1:50051\""));
+    }
     if (f == nullptr || f->kind == Kind::kRemoved) {
       if (f != nullptr) LOG_WARN << RemovedWarning(where, *f);
       if (f == nullptr) unused.push_back(k);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace granary {
 namespace {
 
@@ -86,6 +88,35 @@ TEST_F(ClientOptionsTest, MooncakeStyleFileLoadsAndUnknownKeysAreReported) {
   // Keys this version does not use, the two it no longer reads among them.
   EXPECT_EQ(o->unknown_keys, (std::vector<std::string>{"global_segment_size", "local_buffer_size",
                                                        "local_hostname", "metadata_server"}));
+}
+
+// A key that names the master but is not one Granary reads ("master", the Python keyword's name)
+// is an error naming the key to use: ignored, it would leave the client on the default master.
+TEST_F(ClientOptionsTest, AMasterKeyGranaryDoesNotReadIsAnErrorNamingTheOneToUse) {
+  for (const char* key : {"master", "master_addr", "master_server"}) {
+    Write(absl::StrCat(R"({")", key, R"(": "10.0.0.1:50051"})"));
+    auto o = ClientOptions::FromJsonFile(path_);
+    ASSERT_FALSE(o.ok()) << key;
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(absl::StrCat("key '", key,
+                                                     "' is not a config key: the "
+                                                     "master's address goes in "
+                                                     "'master_server_address'")),
+              std::string::npos)
+        << o.status();
+  }
+  Write(R"({"master_server_addr": "10.0.0.1:50051"})");  // the alias still reads
+  ASSERT_TRUE(ClientOptions::FromJsonFile(path_).ok());
+}
+
+// A config file past 1 MiB (or a device) is refused after that much, not read to its end.
+TEST_F(ClientOptionsTest, AConfigOver1MiBIsRefused) {
+  Write(absl::StrCat(R"({"tenant_id": "t", "pad": ")", std::string(1 << 20, 'x'), R"("})"));
+  auto o = ClientOptions::FromJsonFile(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("holds more than 1048576 bytes"), std::string::npos)
+      << o.status();
+  EXPECT_FALSE(ClientOptions::FromJsonFile("/dev/zero").ok());
 }
 
 TEST_F(ClientOptionsTest, RemovedKeysAreReportedByName) {
