@@ -512,7 +512,7 @@ int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args)
   }
   std::optional<Progress> progress;
   if (size.value_or(0) >= kProgressBytes || path == "-") {
-    progress.emplace("put " + granary::EscapeControlBytes(key), size.value_or(0));
+    progress.emplace("put " + granary::EscapeUnprintable(key), size.value_or(0));
   }
   std::string data;
   std::optional<granary::client::ClientImpl::PutGrant> grant;
@@ -566,7 +566,7 @@ int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args)
   int64_t us = granary::MonotonicUs() - t0;
   if (progress) progress->Done();
   if (!put_status.ok()) return Fail(what, put_status);
-  std::cerr << "put " << granary::EscapeControlBytes(key) << ": " << Rate(data.size(), us) << "\n";
+  std::cerr << "put " << granary::EscapeUnprintable(key) << ": " << Rate(data.size(), us) << "\n";
   return kOk;
 }
 
@@ -577,7 +577,7 @@ int RunGet(granary::Client& c, const std::vector<std::string>& args) {
   if (isatty(2) == 1) {
     auto info = c.Stat(args[0]);
     if (info.ok() && info->size >= kProgressBytes) {
-      progress.emplace("get " + granary::EscapeControlBytes(args[0]), info->size);
+      progress.emplace("get " + granary::EscapeUnprintable(args[0]), info->size);
     }
   }
   int64_t t0 = granary::MonotonicUs();
@@ -588,8 +588,7 @@ int RunGet(granary::Client& c, const std::vector<std::string>& args) {
   absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v, progress ? &*progress : nullptr);
   if (progress) progress->Done();
   if (!st.ok()) return Fail("get " + granary::QuotedKey(args[0]), st);
-  std::cerr << "get " << granary::EscapeControlBytes(args[0]) << ": " << Rate(v->size(), us)
-            << "\n";
+  std::cerr << "get " << granary::EscapeUnprintable(args[0]) << ": " << Rate(v->size(), us) << "\n";
   return kOk;
 }
 
@@ -650,7 +649,7 @@ int RunCopyOrMove(granary::Client& c, const std::string& cmd,
   int64_t t0 = granary::MonotonicUs();
   absl::Status st = cmd == "copy" ? c.Copy(args[0], FLAGS_to) : c.Move(args[0], FLAGS_to);
   if (!st.ok()) return Fail(cmd + " " + granary::QuotedKey(args[0]) + " to " + FLAGS_to, st);
-  std::cerr << cmd << " " << granary::EscapeControlBytes(args[0]) << " to " << FLAGS_to
+  std::cerr << cmd << " " << granary::EscapeUnprintable(args[0]) << " to " << FLAGS_to
             << ": done in " << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
   return kOk;
 }

@@ -165,7 +165,7 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
     const Field* f = FieldNamed(k);
     if (f == nullptr && NamesTheMaster(k)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": key '", EscapeControlBytes(k),
+          where, ": key '", EscapeUnprintable(k),
           "' is not a config key: the master's address goes in 'master_server_address' (as in "
           "Mooncake's config), e.g. \"master_server_address\": \"10.0.0.1:50051\""));
     }
