@@ -405,13 +405,24 @@ proto::ListReply ObjectStore::List(const std::string& tenant, const proto::ListR
   const int64_t now = clock_->NowMs();
   std::string lo = TableKey(tenant, req.prefix);
   std::string after = TableKey(tenant, req.start_after);
-  std::vector<std::pair<std::string, proto::ObjectInfo>> found;
+  // The `limit` smallest matching keys, kept in a max-heap of at most limit + 1 entries: a list
+  // costs memory for what it returns, not for every key of the tenant. Cost: one heap push
+  // (and pop) per matching key, under its shard's lock.
+  using Found = std::pair<std::string, proto::ObjectInfo>;
+  const auto by_key = [](const Found& a, const Found& b) { return a.first < b.first; };
+  std::vector<Found> found;
+  found.reserve(std::min<size_t>(req.limit, 1024) + 1);
+  bool more = false;
   for (size_t s = 0; s < ObjectShards::kShards; ++s) {
     const ObjectShards::Shard& sh = shards_->shard(s);
     granary::MutexLock lock(&sh.mu);
     for (const auto& [tk, o] : sh.objects) {
       if (!absl::StartsWith(tk, lo)) continue;
       if (!req.start_after.empty() && tk <= after) continue;
+      if (found.size() == req.limit) {
+        more = true;
+        if (req.limit == 0 || found.front().first < tk) continue;  // not among the smallest
+      }
       proto::ObjectInfo info;
       info.key = std::string(tk.substr(tenant.size() + 1));
       info.size = o.size;
@@ -423,14 +434,15 @@ proto::ListReply ObjectStore::List(const std::string& tenant, const proto::ListR
         info.replicas.push_back(proto::ReplicaDesc{p.segment_id, p.offset, p.size});
       }
       found.emplace_back(tk, std::move(info));
+      std::push_heap(found.begin(), found.end(), by_key);
+      if (found.size() > req.limit) {
+        std::pop_heap(found.begin(), found.end(), by_key);
+        found.pop_back();
+      }
     }
   }
-  std::sort(found.begin(), found.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (found.size() > req.limit) {
-    found.resize(req.limit);
-    rep.more = true;
-  }
+  std::sort_heap(found.begin(), found.end(), by_key);
+  rep.more = more;
   for (auto& [tk, info] : found) rep.objects.push_back(std::move(info));
   return rep;
 }

@@ -1218,6 +1218,30 @@ TEST_F(MasterServiceTest, ListIsTenantScopedSortedPrefixedAndPaged) {
   EXPECT_EQ(rep.objects[0].replica_count, 1u);
 }
 
+// A list keeps only the `limit` smallest keys while it walks the shards (memory for what it
+// returns, not for every key of the tenant): whatever the shard order, the page is the sorted
+// head, and `more` says whether anything was left out.
+TEST_F(MasterServiceTest, ListReturnsTheSmallestKeysFromEveryShardWithinTheLimit) {
+  NodeWith("n1", kMiB);
+  SessionId a = Client("alpha");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 150; ++i) keys.push_back(absl::StrCat("k/", (i * 37) % 150 + 1000));
+  for (const std::string& k : keys) Put(a, k, 8);
+  std::sort(keys.begin(), keys.end());
+  for (uint32_t limit : {1u, 2u, 7u, 149u, 150u, 151u, 1000u}) {
+    bool more = false;
+    const size_t n = std::min<size_t>(limit, keys.size());
+    EXPECT_EQ(ListKeys(a, "k/", "", limit, &more),
+              std::vector<std::string>(keys.begin(), keys.begin() + n))
+        << limit;
+    EXPECT_EQ(more, limit < keys.size()) << limit;
+  }
+  bool more = false;
+  EXPECT_EQ(ListKeys(a, "k/", keys[100], 10, &more),
+            std::vector<std::string>(keys.begin() + 101, keys.begin() + 111));
+  EXPECT_TRUE(more);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Concurrency
 
