@@ -150,6 +150,9 @@ void Dispatch(uint16_t type, absl::string_view body) {
     case MsgType::kInventoryReport:
       reply ? Try<InventoryReportReply>(body) : Try<InventoryReportRequest>(body);
       break;
+    case MsgType::kAttach:
+      reply ? Try<StatusReply>(body) : Try<AttachRequest>(body);
+      break;
     default:  // kStat has no message of its own; unknown types are answered with StatusReply
       break;
   }

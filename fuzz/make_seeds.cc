@@ -2,7 +2,7 @@
 // Build and run once (the output is committed under fuzz/corpus/frame):
 //   clang++ -std=c++20 -Isrc -Iinclude fuzz/make_seeds.cc
 //   src/proto/{codec,frame,messages,msg_type}.cc \
-//     src/common/error_reason.cc \
+//     src/common/error_reason.cc src/common/tier_preference.cc \
 //     $(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_cord) \
 //     -o /tmp/make_seeds && /tmp/make_seeds fuzz/corpus/frame   (from the repository root)
 // run.sh does not need it; it is kept to regenerate the seeds when the wire format changes.
@@ -179,6 +179,8 @@ int main(int argc, char** argv) {
   write.entries = {{0x1000, 16}};
   write.data = std::string(64, '\x01') + std::string(16, '\x03');
   Emit("write_req", MsgType::kWrite, false, write);
+  Emit("attach_req", MsgType::kAttach, false,
+       AttachRequest{0x0123456789abcdefull, std::string("\x00ucx-address\xff", 13)});
 
   LookupPrefixRequest lp;
   lp.keys = {"kv1/3:abc/6:sha256/-/1:a", "kv1/3:abc/6:sha256/-/1:b"};

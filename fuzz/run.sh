@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one Granary libFuzzer target for a while.
 #
-#   fuzz/run.sh TARGET SECONDS        TARGET: frame, policy, size, admin_body or kv_key
+#   fuzz/run.sh TARGET SECONDS        TARGET: frame, policy, size, admin_body, kv_key or handshake
 #
 # Builds the standalone fuzz project (fuzz/CMakeLists.txt) into ${GRANARY_FUZZ_BUILD_DIR:-build-fuzz}
 # (relative to the repository root; configured once, then built incrementally), copies the
@@ -11,11 +11,11 @@
 # Exits 77 (ctest: skipped) when clang++ or the libFuzzer runtime is not installed.
 set -euo pipefail
 
-usage() { echo "usage: $0 {frame|policy|size|admin_body|kv_key} SECONDS" >&2; exit 2; }
+usage() { echo "usage: $0 {frame|policy|size|admin_body|kv_key|handshake} SECONDS" >&2; exit 2; }
 [[ $# -eq 2 ]] || usage
 target=$1
 seconds=$2
-case "$target" in frame|policy|size|admin_body|kv_key) ;; *) usage ;; esac
+case "$target" in frame|policy|size|admin_body|kv_key|handshake) ;; *) usage ;; esac
 [[ "$seconds" =~ ^[0-9]+$ ]] || usage
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
+#include "tests/loopback.h"
 
 namespace granary::testing {
 
@@ -23,12 +24,8 @@ namespace granary::testing {
 class RawHttp {
  public:
   explicit RawHttp(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    fd_ = DialLoopback(port);
+    ok_ = fd_ >= 0;
   }
   ~RawHttp() {
     if (fd_ >= 0) ::close(fd_);

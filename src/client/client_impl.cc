@@ -764,11 +764,21 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> ClientImpl::NodeClient(
     node_refusals_->Inc();
     return held;
   }
-  GRANARY_ASSIGN_OR_RETURN(
-      std::shared_ptr<transport::RpcClient> c,
-      transport::RpcClient::Create(worker_.get(), address, /*try_shm=*/!other_host));
-  node_clients_[address] = c;
-  return c;
+  // Connecting waits at most one transfer timeout; a node that let it run out (cut off, not
+  // refusing) is held off like one whose transfers time out, so the next batches fail at once.
+  const absl::Duration timeout = absl::Milliseconds(options_.transfer_timeout_ms);
+  const absl::Time start = absl::Now();
+  auto c = transport::RpcClient::Create(worker_.get(), address, /*try_shm=*/!other_host, timeout);
+  if (!c.ok()) {
+    if (absl::Now() - start >= timeout) {
+      node_timeouts_->Inc();
+      node_holds_.Hold(address);
+    }
+    return c.status();
+  }
+  std::shared_ptr<transport::RpcClient> shared = std::move(*c);
+  node_clients_[address] = shared;
+  return shared;
 }
 
 void ClientImpl::DropNodeClient(const std::string& address, bool back_off) {

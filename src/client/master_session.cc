@@ -82,8 +82,10 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterSession::Reconnect()
     highest_epoch_->store(epochs_.highest());
     address = view->rpc;
   }
-  GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m,
-                           transport::RpcClient::Create(worker_, address));
+  GRANARY_ASSIGN_OR_RETURN(
+      std::shared_ptr<transport::RpcClient> m,
+      transport::RpcClient::Create(worker_, address, /*try_shm=*/true,
+                                   absl::Milliseconds(options_.rpc_timeout_ms)));
   proto::HelloRequest hello;
   hello.role = proto::Role::kClient;
   hello.client_id = RandomId();

@@ -13,7 +13,9 @@
 #include "common/mutex.h"
 #include "master/master_server.h"
 
-DEFINE_uint32(rpc_port, 50051, "UCX listener port for clients and nodes (0 = any free port)");
+DEFINE_uint32(rpc_port, 50051, "RPC port for clients and nodes (0 = any free port)");
+DEFINE_string(rpc_host, "0.0.0.0",
+              "Interface the RPC port binds (127.0.0.1: this host only; :: for IPv6)");
 DEFINE_uint32(metrics_port, 9003, "HTTP port for /metrics, /health and /api/v1 (0 = any)");
 DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
 DEFINE_string(cluster_id, "granary_cluster", "Cluster name (etcd key prefix)");
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   }
   granary::master::MasterOptions o;
   o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
+  o.rpc_host = FLAGS_rpc_host;
   o.metrics_port = static_cast<uint16_t>(FLAGS_metrics_port);
   o.metrics_host = FLAGS_metrics_host;
   o.cluster_id = FLAGS_cluster_id;

@@ -11,7 +11,9 @@ namespace granary::master {
 // Everything granary_master can be told. Flags (main.cc) only fill this struct; Validate()
 // rejects a present-but-invalid value, naming it.
 struct MasterOptions {
-  uint16_t rpc_port = 50051;             // UCX listener for clients and nodes (0 = any free port)
+  uint16_t rpc_port = 50051;  // RPC port for clients and nodes (0 = any free port)
+  // The interface the RPC port binds (its handshake listener; transport/rpc_listener.h).
+  std::string rpc_host = "0.0.0.0";
   uint16_t metrics_port = 9003;          // HTTP: /metrics, /health, /api/v1/... (0 = any)
   std::string metrics_host = "0.0.0.0";  // HTTP bind address
   std::string cluster_id = "granary_cluster";

@@ -93,7 +93,10 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   };
   cb.on_disconnect = [raw](transport::RpcServer::ConnId c) { raw->service_->SessionClosed(c); };
   GRANARY_ASSIGN_OR_RETURN(
-      s->rpc_, transport::RpcServer::Create(s->worker_.get(), options.rpc_port, std::move(cb)));
+      s->rpc_,
+      transport::RpcServer::Create(s->worker_.get(),
+                                   {options.rpc_host, options.rpc_port, &s->metrics_, "master rpc"},
+                                   std::move(cb)));
   s->rma_ = std::make_unique<transport::RmaEngine>(s->worker_.get());
   s->probe_session_ = s->service_->OpenInternalSession("_probe");
   GRANARY_ASSIGN_OR_RETURN(AdminAuth auth, AdminAuth::FromFile(options.admin_token_file));

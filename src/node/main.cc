@@ -31,7 +31,9 @@ DEFINE_string(gpu_segment_size, "0",
 DEFINE_string(gpu_device, "",
               "Device of a GPU segment; repeat the flag (or list them: 0,1) for one segment per "
               "device (default 0)");
-DEFINE_uint32(rpc_port, 0, "UCX listener port clients connect to (0 = any free port)");
+DEFINE_uint32(rpc_port, 0, "RPC port clients connect to (0 = any free port)");
+DEFINE_string(rpc_host, "0.0.0.0",
+              "Interface the RPC port binds (127.0.0.1: this host only; :: for IPv6)");
 DEFINE_string(local_hostname, "",
               "Address clients reach this node at (default: the local "
               "address of the connection to the master)");
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
   }
   if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) return fail("ports must be 0..65535");
   o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
+  o.rpc_host = FLAGS_rpc_host;
   o.local_hostname = FLAGS_local_hostname;
   o.metrics_port = static_cast<uint16_t>(FLAGS_metrics_port);
   o.metrics_host = FLAGS_metrics_host;

@@ -25,7 +25,9 @@ struct NodeOptions {
   std::vector<int> gpu_devices;
   // How --gpu_segment_size was written, for messages (empty: the byte count).
   std::string gpu_segment_size_flag;
-  uint16_t rpc_port = 0;         // UCX listener that clients read from (0 = any)
+  uint16_t rpc_port = 0;  // RPC port that clients connect to (0 = any)
+  // The interface the RPC port binds (its handshake listener; transport/rpc_listener.h).
+  std::string rpc_host = "0.0.0.0";
   std::string local_hostname;    // address clients use to reach this node
   uint16_t metrics_port = 9103;  // HTTP /metrics (0 = any)
   std::string metrics_host = "0.0.0.0";

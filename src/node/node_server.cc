@@ -121,8 +121,11 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
     for (const auto& client : it->second) self->rma_->ForgetNode(client);
     self->push_clients_.erase(it);
   };
-  GRANARY_ASSIGN_OR_RETURN(n->listener_, transport::RpcServer::Create(
-                                             n->worker_.get(), options.rpc_port, std::move(cb)));
+  GRANARY_ASSIGN_OR_RETURN(
+      n->listener_,
+      transport::RpcServer::Create(n->worker_.get(),
+                                   {options.rpc_host, options.rpc_port, &n->metrics_, "node rpc"},
+                                   std::move(cb)));
   GRANARY_ASSIGN_OR_RETURN(n->worker_address_, n->worker_->Address());
 
   n->mounts_ = n->metrics_.Counter("granary_node_mounts_total",
@@ -228,8 +231,8 @@ absl::Status NodeServer::AddHostSegment(const std::string& name, std::vector<Seg
     // Before anything is allocated: a size larger than the machine can hold is refused here,
     // not found out by UCX test-writing its shared-memory file until the kernel kills processes.
     if (absl::StatusOr<MachineMemory> machine = ReadMachineMemory(); machine.ok()) {
-      GRANARY_RETURN_IF_ERROR(CheckHostSegmentFits("host segment " + name,
-                                                   options.host_segment_size, *machine));
+      GRANARY_RETURN_IF_ERROR(
+          CheckHostSegmentFits("host segment " + name, options.host_segment_size, *machine));
     } else {
       LOG_WARN << "host segment " << name << ": its size is not checked against the machine's "
                << "memory: " << machine.status().message();
@@ -613,7 +616,8 @@ absl::Status NodeServer::ConnectAndMount() {
   // restore, and that master's clients may still be writing.
   const bool resumed = mounts_->value() > 0;
   service_->BeginSession();
-  GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(worker_.get(), address));
+  GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(worker_.get(), address,
+                                                                 /*try_shm=*/true, kRpcTimeout));
   proto::HelloRequest hello;
   hello.role = proto::Role::kNode;
   hello.client_id = node_id_;

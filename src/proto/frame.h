@@ -36,7 +36,10 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // 11: PutStartRequest flags bits 2-3 are a tier preference (kPutFlagTierMask): 0 now means the
 //     tenant's default_tier, and host, gpu and any are named.
 // 12: kRead and kWrite (small values to and from a node over tcp, inline in the messages).
-inline constexpr uint16_t kProtocolVersion = 12;
+// 13: connections open with Granary's own handshake (proto/handshake.h) instead of UCX's
+//     sockaddr listener; kShmOffer is retired and kShmAttach is kAttach, the first frame on
+//     every connection's endpoint.
+inline constexpr uint16_t kProtocolVersion = 13;
 inline constexpr size_t kFrameHeaderSize = 32;
 inline constexpr size_t kFrameEpochOffset = 24;
 inline constexpr uint32_t kMaxFrameBody = 64u << 20;

@@ -205,26 +205,11 @@ absl::Status Decode(Reader& r, StatusReply* m) {
   return r.status();
 }
 
-void Encode(const ShmOfferRequest&, Writer&) {}
-absl::Status Decode(Reader& r, ShmOfferRequest*) { return r.status(); }
-void Encode(const ShmOfferReply& m, Writer& w) {
-  Put(m.status, w);
-  w.Str(m.host_id);
-  w.Str(m.worker_address);
-  w.U64(m.nonce);
-}
-absl::Status Decode(Reader& r, ShmOfferReply* m) {
-  Get(r, &m->status);
-  m->host_id = r.Str("host_id", kMaxNameBytes);
-  m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
-  m->nonce = r.U64("nonce");
-  return r.status();
-}
-void Encode(const ShmAttachRequest& m, Writer& w) {
+void Encode(const AttachRequest& m, Writer& w) {
   w.U64(m.nonce);
   w.Str(m.worker_address);
 }
-absl::Status Decode(Reader& r, ShmAttachRequest* m) {
+absl::Status Decode(Reader& r, AttachRequest* m) {
   m->nonce = r.U64("nonce");
   m->worker_address = r.Str("worker_address", kMaxRkeyBytes);
   return r.status();

@@ -69,10 +69,10 @@ enum class MsgType : uint16_t {
   kRead = 26,
   // client -> node, over tcp: small values written into the node's segments, carried inline.
   kWrite = 27,
-  // Transport-level, answered by the RPC server itself: a control connection moving onto
-  // shared memory (see transport/rpc_server.h).
-  kShmOffer = 0x7E01,
-  kShmAttach = 0x7E02,
+  // Transport-level, answered by the RPC server itself: the first frame on a new connection's
+  // endpoint, joining the handshake that offered its nonce (see transport/rpc_server.h).
+  // 0x7E01 (ShmOffer, protocol 2-12) is retired.
+  kAttach = 0x7E02,
 };
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
@@ -221,23 +221,13 @@ struct StatusReply {
   bool operator==(const StatusReply&) const = default;
 };
 
-// kShmOffer (empty request): how to reach the server's worker over shared memory.
-struct ShmOfferRequest {
-  bool operator==(const ShmOfferRequest&) const = default;
-};
-struct ShmOfferReply {
-  WireStatus status;
-  std::string host_id;         // the server's host (transport::LocalHostId); shm needs the same
-  std::string worker_address;  // the server worker's UCX address (ucp_worker_query)
-  uint64_t nonce = 0;          // proves, on the new endpoint, which connection it joins
-  bool operator==(const ShmOfferReply&) const = default;
-};
-// kShmAttach, sent on the new endpoint: joins the connection that was offered `nonce`. The
-// server answers on its own endpoint to `worker_address`, the client worker's UCX address.
-struct ShmAttachRequest {
+// kAttach, the first frame on a connection's endpoint: joins the connection whose handshake
+// offered `nonce` (proto/handshake.h). The server answers on its own endpoint to
+// `worker_address`, the client worker's UCX address.
+struct AttachRequest {
   uint64_t nonce = 0;
   std::string worker_address;
-  bool operator==(const ShmAttachRequest&) const = default;
+  bool operator==(const AttachRequest&) const = default;
 };
 
 // Where one replica's bytes live. `address` is the remote address of the allocation header;
@@ -608,9 +598,7 @@ GRANARY_DECLARE_CODEC(MountSegmentRequest)
 GRANARY_DECLARE_CODEC(MountSegmentReply)
 GRANARY_DECLARE_CODEC(UnmountSegmentRequest)
 GRANARY_DECLARE_CODEC(StatusReply)
-GRANARY_DECLARE_CODEC(ShmOfferRequest)
-GRANARY_DECLARE_CODEC(ShmOfferReply)
-GRANARY_DECLARE_CODEC(ShmAttachRequest)
+GRANARY_DECLARE_CODEC(AttachRequest)
 GRANARY_DECLARE_CODEC(PutStartRequest)
 GRANARY_DECLARE_CODEC(PutStartReply)
 GRANARY_DECLARE_CODEC(KeyGenRequest)

@@ -58,10 +58,8 @@ const char* MsgTypeName(uint16_t type) {
       return "Read";
     case MsgType::kWrite:
       return "Write";
-    case MsgType::kShmOffer:
-      return "ShmOffer";
-    case MsgType::kShmAttach:
-      return "ShmAttach";
+    case MsgType::kAttach:
+      return "Attach";
   }
   return "Unknown";
 }

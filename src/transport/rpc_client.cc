@@ -1,7 +1,12 @@
 #include "transport/rpc_client.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,99 +17,221 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
+#include "proto/handshake.h"
+#include "transport/ep_info.h"
 
 namespace granary::transport {
 
+namespace {
+
+// The end of the handshake's socket that the client keeps.
+struct Dialed {
+  int fd = -1;
+  proto::HandshakeReply reply;
+  std::string local_host;  // the local IP the socket uses
+};
+
+// Waits until fd is ready for `events` or the deadline passes.
+absl::Status WaitFd(int fd, short events, absl::Time deadline, const std::string& address,
+                    const char* what) {
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::UnavailableError(absl::StrCat("no answer from ", address, " while ", what));
+    }
+    pollfd p = {fd, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      return absl::UnavailableError(absl::StrCat(what, " ", address, ": ", strerror(errno)));
+    if (n > 0) return absl::OkStatus();
+  }
+}
+
+std::string LocalIp(int fd) {
+  sockaddr_storage ss = {};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char host[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, host, sizeof(host));
+  } else if (ss.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof(host));
+  }
+  return host;
+}
+
+// Connects to a server's RPC port and runs the handshake, all before `deadline`.
+absl::Status DialInto(const std::string& address, const proto::HandshakeRequest& req,
+                      absl::Time deadline, Dialed* out) {
+  GRANARY_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(address));
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(hp.host.c_str(), std::to_string(hp.port).c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", hp.host, "': ", gai_strerror(rc)));
+  }
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  out->fd = fd;
+  int err = fd < 0 ? errno : 0;
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    err = errno;
+  }
+  freeaddrinfo(res);
+  if (err != 0)
+    return absl::UnavailableError(absl::StrCat("connecting to ", address, ": ", strerror(err)));
+  GRANARY_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, address, "connecting to"));
+  socklen_t len = sizeof(err);
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0)
+    return absl::UnavailableError(absl::StrCat("connecting to ", address, ": ", strerror(err)));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const std::string hello = proto::EncodeHandshakeRequest(req);
+  for (size_t sent = 0; sent < hello.size();) {
+    GRANARY_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, address, "sending the handshake to"));
+    const ssize_t n = send(fd, hello.data() + sent, hello.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n < 0)
+      return absl::UnavailableError(
+          absl::StrCat("sending the handshake to ", address, ": ", strerror(errno)));
+    sent += static_cast<size_t>(n);
+  }
+  // The reply: its header, then the body its header announces (bounded by the header check).
+  std::string buf;
+  size_t want = proto::kHandshakeHeaderSize;
+  while (buf.size() < want) {
+    GRANARY_RETURN_IF_ERROR(
+        WaitFd(fd, POLLIN, deadline, address, "waiting for the handshake reply of"));
+    const size_t old = buf.size();
+    buf.resize(want);
+    const ssize_t n = recv(fd, buf.data() + old, want - old, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      buf.resize(old);
+      continue;
+    }
+    if (n <= 0) {
+      return absl::UnavailableError(absl::StrCat(address,
+                                                 " closed the connection during the handshake",
+                                                 n < 0 ? absl::StrCat(": ", strerror(errno)) : ""));
+    }
+    buf.resize(old + static_cast<size_t>(n));
+    if (want == proto::kHandshakeHeaderSize && buf.size() == want) {
+      auto h = proto::ParseHandshakeHeader(buf, /*check_version=*/false);
+      if (!h.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat(address, " is not a Granary RPC port: ", h.status().message()));
+      }
+      want += h->body_len;
+    }
+  }
+  GRANARY_ASSIGN_OR_RETURN(out->reply, proto::DecodeHandshakeReply(buf));
+  if (out->reply.code != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(out->reply.code),
+                        absl::StrCat(address, " refused the connection: ", out->reply.message));
+  }
+  out->local_host = LocalIp(fd);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
                                                              const std::string& address,
-                                                             bool try_shm) {
+                                                             bool try_shm, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  GRANARY_ASSIGN_OR_RETURN(std::string own_address, worker->Address());
+  proto::HandshakeRequest hello;
+  hello.worker_address = own_address;
+  if (!try_shm || !ControlShmEnabled()) hello.flags |= proto::kHandshakeFlagTcpOnly;
+  Dialed d;
+  if (absl::Status st = DialInto(address, hello, deadline, &d); !st.ok()) {
+    if (d.fd >= 0) close(d.fd);
+    return st;
+  }
   std::unique_ptr<RpcClient> c(new RpcClient(worker, address));
+  c->link_fd_ = d.fd;
+  c->local_host_ = d.local_host;
+  const bool tcp_only = (d.reply.flags & proto::kHandshakeFlagTcpOnly) != 0 ||
+                        (hello.flags & proto::kHandshakeFlagTcpOnly) != 0;
   absl::Status st = worker->Run([&]() -> absl::Status {
-    GRANARY_ASSIGN_OR_RETURN(c->ep_, worker->Connect(address));
+    GRANARY_ASSIGN_OR_RETURN(c->ep_, worker->ConnectWorker(d.reply.worker_address, address,
+                                                           /*peer_failure_handling=*/tcp_only));
     c->ep_->on_error = [raw = c.get(), alive = c->alive_](ucs_status_t us) {
       absl::Status err = absl::UnavailableError(
           absl::StrCat("connection to ", raw->address_, " lost: ", ucs_status_string(us)));
       raw->worker_->Post([raw, err, alive] {
-        if (!*alive) return;  // the client was destroyed meanwhile
-        raw->FailAll(err);
-        if (raw->shm_ep_) {
-          raw->worker_->Close(raw->shm_ep_);
-          raw->shm_ep_.reset();
-        }
-        if (raw->on_broken_) raw->on_broken_(err);
+        if (*alive) raw->Broke(err);  // else the client was destroyed meanwhile
       });
     };
     return absl::OkStatus();
   });
-  GRANARY_RETURN_IF_ERROR(st);
-  if (try_shm && ControlShmEnabled()) {
-    absl::Status attached = c->AttachShm();
-    if (!attached.ok())
-      LOG_DEBUG << "control connection to " << address << " stays on tcp: " << attached;
+  // From here the destructor closes what was made.
+  if (st.ok()) {
+    c->link_watch_ = std::thread([raw = c.get()] { raw->WatchLink(); });
+    const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(100));
+    auto reply = c->CallOn(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kAttach), 0,
+                                              proto::AttachRequest{d.reply.nonce, own_address}),
+                           left, nullptr);
+    st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
+  }
+  if (!st.ok())
+    return absl::Status(st.code(), absl::StrCat("connecting to ", address, ": ", st.message()));
+  if (!tcp_only && d.reply.host_id == HostId()) {
+    const EndpointTransports t = worker->Run([&] { return QueryTransports(c->ep_->ep); });
+    c->on_shm_.store(t.am.find("posix") != std::string::npos ||
+                     t.am.find("sysv") != std::string::npos);
   }
   return c;
 }
 
-absl::Status RpcClient::AttachShm() {
-  constexpr absl::Duration kTimeout = absl::Seconds(5);
-  GRANARY_ASSIGN_OR_RETURN(proto::ShmOfferReply offer,
-                           (Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(
-                               proto::MsgType::kShmOffer, {}, kTimeout)));
-  if (offer.host_id != HostId()) {
-    return absl::FailedPreconditionError("the server is on another host");
-  }
-  GRANARY_ASSIGN_OR_RETURN(std::string own_address, worker_->Address());
-  auto ep = worker_->Run([&]() -> absl::StatusOr<std::shared_ptr<Endpoint>> {
-    // No peer-failure handling (UCX's shared-memory transports have none): ep_ reports it.
-    return worker_->ConnectWorker(offer.worker_address, absl::StrCat(address_, " (shm)"),
-                                  /*peer_failure_handling=*/false);
-  });
-  if (!ep.ok()) return ep.status();
-  auto reply = CallOn(proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kShmAttach), 0,
-                                         proto::ShmAttachRequest{offer.nonce, own_address}),
-                      kTimeout, *ep);
-  absl::Status st = reply.ok() ? ParseReply<proto::StatusReply>(*reply).status() : reply.status();
-  worker_->Run([&] {
-    if (st.ok() && !broken()) {
-      shm_ep_ = *ep;
-      on_shm_.store(true);
-    } else {
-      worker_->Close(*ep);
-    }
-  });
-  return st;
-}
-
 RpcClient::~RpcClient() {
+  closing_.store(true);
+  if (link_fd_ >= 0) shutdown(link_fd_, SHUT_RDWR);  // wakes the watcher
+  if (link_watch_.joinable()) link_watch_.join();
   worker_->Run([this] {
     *alive_ = false;
     FailAll(absl::CancelledError("client shut down"));
     on_broken_ = nullptr;
-    if (shm_ep_) worker_->Close(shm_ep_);
     if (ep_) {
       ep_->on_error = nullptr;
       worker_->Close(ep_);
     }
   });
+  if (link_fd_ >= 0) close(link_fd_);
 }
 
-std::string RpcClient::LocalHost() {
-  return worker_->Run([this]() -> std::string {
-    if (!ep_ || ep_->ep == nullptr) return "";
-    ucp_ep_attr_t attr = {};
-    attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR;
-    if (ucp_ep_query(ep_->ep, &attr) != UCS_OK) return "";
-    char host[INET6_ADDRSTRLEN] = {0};
-    const auto* sa = reinterpret_cast<const sockaddr*>(&attr.local_sockaddr);
-    if (sa->sa_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, host, sizeof(host));
-    } else if (sa->sa_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, host,
-                sizeof(host));
+void RpcClient::WatchLink() {
+  // The server sends nothing after its handshake reply: readable means closed (or a protocol
+  // error, which ends the connection the same way).
+  pollfd p = {link_fd_, POLLIN | POLLRDHUP, 0};
+  while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+  if (closing_.load()) return;
+  worker_->Post([this, alive = alive_] {
+    if (*alive) {
+      Broke(absl::UnavailableError(
+          absl::StrCat("connection to ", address_, " lost: the server closed it")));
     }
-    return host;
   });
 }
+
+void RpcClient::Broke(const absl::Status& st) {
+  if (broke_) return;
+  broke_ = true;
+  FailAll(st);
+  if (ep_) {
+    ep_->on_error = nullptr;
+    worker_->Close(ep_);  // marks it broken: later calls fail at once
+  }
+  if (link_fd_ >= 0) shutdown(link_fd_, SHUT_RDWR);  // the server hears of it at once
+  if (on_broken_) on_broken_(st);
+}
+
+std::string RpcClient::LocalHost() { return local_host_; }
 
 void RpcClient::SetOnBroken(std::function<void(absl::Status)> cb) {
   worker_->Run([&] { on_broken_ = std::move(cb); });
@@ -150,12 +277,11 @@ void RpcClient::CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<End
       d(absl::CancelledError("client shut down"));
       return;
     }
-    // The tcp endpoint tells whether the connection is up, whichever endpoint carries the frame.
     if (!ep_ || ep_->broken.load()) {
       d(absl::UnavailableError(absl::StrCat("connection to ", address_, " is down")));
       return;
     }
-    Send(id, std::move(f), std::move(d), via ? std::move(via) : shm_ep_ ? shm_ep_ : ep_);
+    Send(id, std::move(f), std::move(d), via ? std::move(via) : ep_);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
@@ -17,15 +18,19 @@ namespace granary::transport {
 // One control connection to a server, with many requests in flight. Thread-safe. When the
 // connection fails every pending call completes with UNAVAILABLE and later calls fail at once;
 // the owner makes a new RpcClient to reconnect. Destroy before the Worker.
-// A server on the same host is asked, at Create, to move the connection onto shared memory
-// (see RpcServer); if it refuses or cannot, the connection stays on tcp. GRANARY_CONTROL_SHM=0
-// in the environment skips the attempt, and so does try_shm false (a server the caller knows
-// is on another host: the question costs a round trip, up to 5 s to a host cut off).
+// Create opens the connection as RpcServer describes: a tcp handshake with the server's
+// listener, then an endpoint to the server's worker, on which kAttach is the first frame. The
+// handshake's socket stays open as the liveness link; a thread of this client waits on it, and
+// its end (the server closed it, or died) fails the connection. UCX picks the endpoint's
+// transport: shared memory on one host, unless try_shm is false (a server the caller knows is
+// on another host) or GRANARY_CONTROL_SHM=0 is in the environment, which ask for tcp only.
 class RpcClient {
  public:
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcClient>> Create(Worker* worker,
-                                                                         const std::string& address,
-                                                                         bool try_shm = true);
+  // Fails with UNAVAILABLE naming the address when nothing answers within `timeout` (connect,
+  // handshake and attach together), and with the server's own code when it refuses.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcClient>> Create(
+      Worker* worker, const std::string& address, bool try_shm = true,
+      absl::Duration timeout = absl::Seconds(5));
   ~RpcClient();
 
   using Done = std::function<void(absl::StatusOr<std::string>)>;
@@ -72,7 +77,7 @@ class RpcClient {
   // The local IP address this connection uses (what the server can reach us at), or "".
   std::string LocalHost();
   bool broken() const { return ep_ == nullptr || ep_->broken.load(); }
-  // Whether requests go over shared memory (Create attached the connection there).
+  // Whether requests go over shared memory (UCX chose it for the connection's endpoint).
   bool on_shm() const { return on_shm_.load(); }
   const std::string& address() const { return address_; }
   Worker* worker() const { return worker_; }
@@ -89,7 +94,11 @@ class RpcClient {
  private:
   RpcClient(Worker* w, std::string address) : worker_(w), address_(std::move(address)) {}
   void FailAll(const absl::Status& st);
-  // CallAsync and Call on `via` (null: the connection's endpoint, shared memory once attached).
+  // The connection failed (its endpoint or its link): fails every call, once; progress thread.
+  void Broke(const absl::Status& st);
+  // Waits for the liveness link to end (the link watcher's thread).
+  void WatchLink();
+  // CallAsync and Call on `via` (null: the connection's endpoint).
   void CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<Endpoint> via);
   [[nodiscard]] absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
                                                    std::shared_ptr<Endpoint> via);
@@ -97,20 +106,21 @@ class RpcClient {
   [[nodiscard]] absl::Status CheckEpoch(absl::string_view reply) const;
   // Sends request `id` on `out` and routes its reply to done; progress-thread only.
   void Send(uint64_t id, std::string frame, RawDone done, std::shared_ptr<Endpoint> out);
-  // The kShmOffer / kShmAttach handshake; on success requests use shm_ep_ from then on.
-  [[nodiscard]] absl::Status AttachShm();
-
   Worker* worker_;
   std::string address_;
-  std::shared_ptr<Endpoint> ep_;      // tcp: the connection, and what reports its loss
-  std::shared_ptr<Endpoint> shm_ep_;  // progress-thread state; requests go here when set
+  std::shared_ptr<Endpoint> ep_;  // set once by Create: the endpoint to the server's worker
   std::atomic<bool> on_shm_{false};
-  std::atomic<int64_t> epoch_{0};                              // SetEpochFence; 0: no fence
+  int link_fd_ = -1;  // the handshake's socket, open for the connection's life
+  std::string local_host_;
+  std::thread link_watch_;
+  std::atomic<bool> closing_{false};  // the destructor ends the link itself
+  std::atomic<int64_t> epoch_{0};     // SetEpochFence; 0: no fence
   std::shared_ptr<const std::atomic<int64_t>> highest_epoch_;  // set before epoch_
   // Progress-thread state.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   absl::flat_hash_set<uint64_t> in_flight_;
   std::function<void(absl::Status)> on_broken_;
+  bool broke_ = false;
 };
 
 }  // namespace granary::transport

@@ -1,6 +1,5 @@
 #include "transport/rpc_server.h"
 
-#include <netinet/in.h>
 #include <sys/random.h>
 
 #include <cstring>
@@ -14,7 +13,7 @@
 namespace granary::transport {
 namespace {
 
-// A nonce another local process cannot guess: it stands for the connection until attached.
+// A nonce another process cannot guess: it stands for the connection until attached.
 uint64_t NewNonce() {
   uint64_t n = 0;
   while (n == 0) {
@@ -30,199 +29,182 @@ RpcServer::RpcServer(Worker* w, Callbacks cb)
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Create(Worker* worker, uint16_t port,
                                                              Callbacks callbacks) {
+  ListenOptions listen;
+  listen.port = port;
+  return Create(worker, listen, std::move(callbacks));
+}
+
+absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Create(Worker* worker,
+                                                             const ListenOptions& listen,
+                                                             Callbacks callbacks) {
   std::unique_ptr<RpcServer> s(new RpcServer(worker, std::move(callbacks)));
-  absl::Status st = worker->Run([&]() -> absl::Status {
-    sockaddr_in addr = {};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = INADDR_ANY;
-    addr.sin_port = htons(port);
-    ucp_listener_params_t p = {};
-    p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-    p.sockaddr.addrlen = sizeof(addr);
-    p.conn_handler.cb = &RpcServer::OnConnRequest;
-    p.conn_handler.arg = s.get();
-    ucs_status_t us = ucp_listener_create(worker->handle(), &p, &s->listener_);
-    if (us != UCS_OK) return UcsError(us, absl::StrCat("listening on port ", port));
-    ucp_listener_attr_t attr = {};
-    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    us = ucp_listener_query(s->listener_, &attr);
-    if (us != UCS_OK) return UcsError(us, "querying the listener address");
-    s->port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
-    worker->SetRequestHandler(
-        [raw = s.get()](ucp_ep_h ep, absl::string_view frame) { raw->OnFrame(ep, frame); });
-    return absl::OkStatus();
+  GRANARY_ASSIGN_OR_RETURN(s->worker_address_, worker->Address());
+  worker->Run([raw = s.get()] {
+    raw->worker_->SetRequestHandler(
+        [raw](ucp_ep_h ep, absl::string_view frame) { raw->OnFrame(ep, frame); });
   });
-  GRANARY_RETURN_IF_ERROR(st);
+  RpcListener::Options lo;
+  lo.host = listen.host;
+  lo.port = listen.port;
+  lo.metrics = listen.metrics;
+  lo.name = listen.name;
+  RpcListener::Callbacks lc;
+  RpcServer* raw = s.get();
+  lc.on_handshake = [raw](RpcListener::LinkId link, const proto::HandshakeRequest& req,
+                          const std::string& peer) { return raw->OnHandshake(link, req, peer); };
+  lc.on_closed = [raw](RpcListener::LinkId link) { raw->OnLinkClosed(link); };
+  auto listener = RpcListener::Create(std::move(lo), std::move(lc));
+  if (!listener.ok()) {
+    worker->Run([&] { worker->SetRequestHandler(nullptr); });
+    return listener.status();
+  }
+  s->port_ = (*listener)->port();
+  // Set on the progress thread, which reads it (DropConn, OnAttach).
+  worker->Run([&] { s->listener_ = std::move(*listener); });
   return s;
 }
 
 RpcServer::~RpcServer() {
   worker_->Run([this] {
     // Closures already queued behind this one (an endpoint error seen during the last
-    // progress call, a late Reply) find the server gone and do nothing.
+    // progress call, a closed link, a late Reply) find the server gone and do nothing.
     *alive_ = false;
     worker_->SetRequestHandler(nullptr);
-    if (listener_ != nullptr) ucp_listener_destroy(listener_);
-    for (auto& [id, ep] : conns_) {
-      ep->on_error = nullptr;
-      worker_->Close(ep);
+    // Stops the listener's thread: no handshake or link callback after this.
+    listener_.reset();
+    for (auto& [id, c] : conns_) {
+      c.ep->on_error = nullptr;
+      worker_->Close(c.ep);
     }
-    for (auto& [id, link] : shm_eps_) worker_->Close(link.ep);
     conns_.clear();
-    shm_eps_.clear();
-    offers_.clear();
+    by_link_.clear();
     by_ep_.clear();
   });
 }
 
-void RpcServer::OnConnRequest(ucp_conn_request_h req, void* arg) {
-  auto* self = static_cast<RpcServer*>(arg);
-  auto ep = self->worker_->Accept(req);
-  if (!ep.ok()) {
-    // ucp_ep_create consumed the request even though it failed: do not reject it again.
-    LOG_WARN << "refused a connection: " << ep.status();
-    return;
-  }
-  ConnId id = self->next_id_++;
-  (*ep)->on_error = [self, id, alive = self->alive_](ucs_status_t) {
-    // Inside a UCX callback: defer the cleanup.
-    self->worker_->Post([self, id, alive] {
-      if (*alive) self->DropConn(id);
-    });
-  };
-  self->conns_[id] = *ep;
-  self->by_ep_[(*ep)->ep] = Route{id, ep->get()};
-  LOG_DEBUG << "accepted connection " << id << " from " << (*ep)->peer;
+size_t RpcServer::open_sockets() const { return listener_ ? listener_->open_sockets() : 0; }
+
+proto::HandshakeReply RpcServer::OnHandshake(RpcListener::LinkId link,
+                                             const proto::HandshakeRequest& req,
+                                             const std::string& peer) {
+  proto::HandshakeReply rep;
+  rep.nonce = NewNonce();
+  rep.host_id = HostId();
+  rep.worker_address = worker_address_;
+  const bool tcp_only = !shm_enabled_ || (req.flags & proto::kHandshakeFlagTcpOnly) != 0;
+  if (tcp_only) rep.flags = proto::kHandshakeFlagTcpOnly;
+  granary::MutexLock lock(&offers_mu_);
+  offers_[rep.nonce] = Offer{link, tcp_only, peer};
+  return rep;
 }
 
-void RpcServer::DropConn(ConnId id) {
+void RpcServer::OnLinkClosed(RpcListener::LinkId link) {
+  // The listener's thread: the connection (or the offer it never attached) goes on the
+  // progress thread, after anything already queued there.
+  worker_->Post([this, link, alive = alive_] {
+    if (!*alive) return;
+    if (auto it = by_link_.find(link); it != by_link_.end()) {
+      DropConn(it->second, /*link_gone=*/true);
+      return;
+    }
+    granary::MutexLock lock(&offers_mu_);
+    absl::erase_if(offers_, [link](const auto& kv) { return kv.second.link == link; });
+  });
+}
+
+void RpcServer::DropConn(ConnId id, bool link_gone) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
-  std::shared_ptr<Endpoint> ep = it->second;
+  Conn c = std::move(it->second);
   conns_.erase(it);
-  EraseRoute(ep->ep, id);
-  worker_->Close(ep);
-  // The shared-memory endpoint goes with the connection: it cannot report the peer's loss.
-  if (auto s = shm_eps_.find(id); s != shm_eps_.end()) {
-    EraseRoute(s->second.route_key, id);
-    worker_->Close(s->second.ep);
-    shm_eps_.erase(s);
-  }
-  absl::erase_if(offers_, [id](const auto& kv) { return kv.second == id; });
+  // A handle UCX freed and reused may already route another connection: leave that one be.
+  if (auto r = by_ep_.find(c.route_key); r != by_ep_.end() && r->second == id) by_ep_.erase(r);
+  by_link_.erase(c.link);
+  c.ep->on_error = nullptr;
+  worker_->Close(c.ep);
+  if (!link_gone && listener_) listener_->CloseLink(c.link);
   if (callbacks_.on_disconnect) callbacks_.on_disconnect(id);
 }
 
 std::string RpcServer::PeerOf(ConnId conn) const {
   auto it = conns_.find(conn);
-  return it == conns_.end() ? "unknown" : it->second->peer;
+  return it == conns_.end() ? "unknown" : it->second.ep->peer;
 }
 
-void RpcServer::EraseRoute(ucp_ep_h key, ConnId conn) {
-  // A handle UCX freed and reused may already route another connection: leave that one be.
-  if (auto r = by_ep_.find(key); r != by_ep_.end() && r->second.conn == conn) by_ep_.erase(r);
-}
-
-Endpoint* RpcServer::ReplyEndpoint(ConnId conn) {
-  if (auto s = shm_eps_.find(conn); s != shm_eps_.end()) return s->second.ep.get();
-  auto it = conns_.find(conn);
-  return it == conns_.end() ? nullptr : it->second.get();
-}
-
-bool RpcServer::OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from,
-                           const proto::FrameView& f) {
-  const uint16_t type = f.header.type;
-  const uint16_t reply_type = static_cast<uint16_t>(type | proto::kReplyBit);
-  if (type == static_cast<uint16_t>(proto::MsgType::kShmOffer)) {
-    // Offered on a connection's own endpoint only: on an unknown one it is dropped.
-    if (from == nullptr) return false;
-    proto::ShmOfferReply rep;
-    if (!shm_enabled_) {
-      rep.status = proto::WireStatus::From(absl::FailedPreconditionError(
-          "this server keeps control connections on tcp (GRANARY_CONTROL_SHM=0)"));
-    } else if (shm_eps_.contains(conn)) {
-      rep.status = proto::WireStatus::From(
-          absl::FailedPreconditionError("this connection already uses shared memory"));
-    } else {
-      auto addr = worker_->Address();
-      if (!addr.ok()) {
-        rep.status = proto::WireStatus::From(addr.status());
-      } else {
-        rep.nonce = NewNonce();
-        offers_[rep.nonce] = conn;
-        rep.host_id = HostId();
-        rep.worker_address = std::move(*addr);
-      }
-    }
-    absl::Status st =
-        worker_->SendFrame(from, proto::EncodeFrame(reply_type, f.header.request_id, rep), false);
-    if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
-    return true;
-  }
-  if (type != static_cast<uint16_t>(proto::MsgType::kShmAttach)) return false;
+void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f) {
   proto::StatusReply rep;
-  auto req = proto::DecodeBody<proto::ShmAttachRequest>(f.body);
-  // A known handle that routes to a connection's shared-memory link is not that connection's
-  // tcp endpoint: either the same client attaching twice (its nonce is spent) or a handle UCX
-  // freed and reused for a new peer. Both are judged by the nonce, as a new endpoint is.
-  const bool via_shm_route =
-      conn != 0 && shm_eps_.contains(conn) && shm_eps_[conn].ep.get() == from;
-  ConnId joined = 0;
+  auto req = proto::DecodeBody<proto::AttachRequest>(f.body);
+  std::optional<Offer> offer;
+  // A malformed attach leaves the offer for a well-formed one.
+  if (req.ok() && !req->worker_address.empty() && reply_ep != nullptr) {
+    granary::MutexLock lock(&offers_mu_);
+    if (auto o = offers_.find(req->nonce); o != offers_.end()) {
+      offer = std::move(o->second);
+      offers_.erase(o);
+    }
+  }
+  std::shared_ptr<Endpoint> own;
   if (!req.ok()) {
     rep.status = proto::WireStatus::From(req.status());
-  } else if ((conn != 0 && !via_shm_route) || reply_ep == nullptr) {
-    rep.status = proto::WireStatus::From(absl::FailedPreconditionError(
-        "ShmAttach must come on a new worker-address endpoint, with a reply endpoint"));
-  } else if (auto o = offers_.find(req->nonce); o == offers_.end()) {
+  } else if (req->worker_address.empty() || reply_ep == nullptr) {
+    rep.status = proto::WireStatus::From(absl::InvalidArgumentError(
+        "Attach carries no worker address to answer on, or came without a reply endpoint"));
+  } else if (!offer.has_value()) {
     rep.status = proto::WireStatus::From(absl::PermissionDeniedError(
-        absl::StrCat("ShmAttach: nonce ", req->nonce, " was not offered, or was used")));
-  } else if (req->worker_address.empty()) {
-    rep.status = proto::WireStatus::From(
-        absl::InvalidArgumentError("ShmAttach carries no worker address to answer on"));
+        absl::StrCat("Attach: nonce ", req->nonce, " was not offered, or was used")));
   } else {
-    const ConnId offered = o->second;
-    offers_.erase(o);
-    const std::string peer = absl::StrCat(conns_[offered]->peer, " (shm)");
-    // Shared-memory transports report no peer failure: the tcp endpoint does (DropConn).
-    auto own = worker_->ConnectWorker(req->worker_address, peer, /*peer_failure_handling=*/false);
-    if (!own.ok()) {
-      rep.status = proto::WireStatus::From(own.status());
+    auto ep = worker_->ConnectWorker(req->worker_address, offer->peer,
+                                     /*peer_failure_handling=*/offer->tcp_only);
+    if (!ep.ok()) {
+      rep.status = proto::WireStatus::From(ep.status());
     } else {
-      joined = offered;
-      shm_eps_[joined] = ShmLink{*own, reply_ep};
-      by_ep_[reply_ep] = Route{joined, own->get()};
-      LOG_DEBUG << "connection " << joined << " from " << conns_[joined]->peer
-                << " moved to shared memory";
+      own = *ep;
+      const ConnId id = next_id_++;
+      own->on_error = [this, id, alive = alive_](ucs_status_t) {
+        // Inside a UCX callback: defer the cleanup.
+        worker_->Post([this, id, alive] {
+          if (*alive) DropConn(id);
+        });
+      };
+      conns_[id] = Conn{own, reply_ep, offer->link};
+      by_link_[offer->link] = id;
+      by_ep_[reply_ep] = id;
+      LOG_DEBUG << "accepted connection " << id << " from " << offer->peer;
     }
   }
-  std::string frame = proto::EncodeFrame(reply_type, f.header.request_id, rep);
-  // Not kept: UCX owns the endpoint it made for the unknown peer, and it lives at least as
-  // long as this frame's callback.
+  std::string frame = proto::EncodeFrame(static_cast<uint16_t>(f.header.type | proto::kReplyBit),
+                                         f.header.request_id, rep);
+  // A refusal goes out on the handle UCX made for the unknown peer: UCX owns it, and it lives
+  // at least as long as this frame's callback. It is not kept.
   Endpoint refused;
   refused.ep = reply_ep;
   refused.peer = "an unattached endpoint";
-  Endpoint* out = joined != 0                         ? shm_eps_[joined].ep.get()
-                  : from != nullptr && !via_shm_route ? from
-                                                      : &refused;
+  if (own == nullptr) {
+    LOG_WARN << "refused an Attach: " << rep.status.message;
+    // Its link (if any) has no connection to end: close it so the client hears at once.
+    if (offer.has_value() && listener_) listener_->CloseLink(offer->link);
+  }
+  Endpoint* out = own != nullptr ? own.get() : &refused;
   absl::Status st;
   if (out->ep != nullptr) st = worker_->SendFrame(out, std::move(frame), false);
   if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
-  return true;
 }
 
 void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
   auto it = by_ep_.find(reply_ep);
+  auto frame = proto::DecodeFrame(data);
   if (it == by_ep_.end()) {
-    // Only a kShmAttach may come on an endpoint not known yet.
-    auto frame = proto::DecodeFrame(data);
-    if (frame.ok() && OnShmFrame(reply_ep, 0, nullptr, *frame)) return;
+    // Only kAttach may come on an endpoint not known yet.
+    if (frame.ok() && frame->header.type == static_cast<uint16_t>(proto::MsgType::kAttach)) {
+      OnAttach(reply_ep, *frame);
+      return;
+    }
     LOG_WARN << "request frame from an unknown endpoint dropped";
     return;
   }
-  const ConnId id = it->second.conn;
-  Endpoint* ep = it->second.ep;
+  const ConnId id = it->second;
+  Endpoint* ep = conns_[id].ep.get();
   worker_->NoteTransport(ep);
-  auto frame = proto::DecodeFrame(data);
   std::optional<std::string> reply;
   if (!frame.ok()) {
     // Answer what can be answered: the header's request id and type, if present.
@@ -235,8 +217,11 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
     LOG_WARN << "malformed frame from " << ep->peer << ": " << frame.status();
     proto::StatusReply r{proto::WireStatus::From(frame.status())};
     reply = proto::EncodeFrame(static_cast<uint16_t>(type | proto::kReplyBit), request_id, r);
-  } else if (OnShmFrame(reply_ep, id, ep, *frame)) {
-    return;
+  } else if (frame->header.type == static_cast<uint16_t>(proto::MsgType::kAttach)) {
+    proto::StatusReply r{proto::WireStatus::From(
+        absl::FailedPreconditionError("this connection is attached already"))};
+    reply = proto::EncodeFrame(static_cast<uint16_t>(frame->header.type | proto::kReplyBit),
+                               frame->header.request_id, r);
   } else {
     reply = callbacks_.on_request(id, *frame);
   }
@@ -249,9 +234,9 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
 void RpcServer::Reply(ConnId conn, std::string frame) {
   worker_->Post([this, conn, f = std::move(frame), alive = alive_]() mutable {
     if (!*alive) return;
-    Endpoint* ep = ReplyEndpoint(conn);
-    if (ep == nullptr) return;
-    absl::Status st = worker_->SendFrame(ep, std::move(f), false);
+    auto it = conns_.find(conn);
+    if (it == conns_.end()) return;
+    absl::Status st = worker_->SendFrame(it->second.ep.get(), std::move(f), false);
     if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
   });
 }

@@ -11,23 +11,31 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/metrics.h"
+#include "common/mutex.h"
 #include "proto/frame.h"
+#include "proto/handshake.h"
+#include "transport/rpc_listener.h"
 #include "transport/worker.h"
 
 namespace granary::transport {
 
-// A UCX listener that accepts control connections and dispatches request frames.
-// Connection ids are never reused. All callbacks run on the worker's progress thread; Reply and
-// Disconnect may be called from any thread. Destroy before the Worker.
+// Serves control connections: accepts them on Granary's own listener (RpcListener, whose
+// handshake is all a stranger's bytes ever reach) and dispatches their request frames, which
+// travel on UCX endpoints between the two workers.
 //
-// Shared memory. UCX 1.13 connects listener endpoints over tcp only, so on one host every
-// request would cross the kernel's tcp stack twice. A client on the same host therefore asks
-// (kShmOffer, on the tcp endpoint) for this worker's address and a one-time nonce, connects a
-// second endpoint to the worker address (UCX picks shared memory there), and sends kShmAttach
-// with the nonce on it. From then on the connection's requests and replies use that endpoint.
-// The tcp endpoint stays open: it is what reports the peer's failure (UCX's shared-memory
-// transports cannot), and its loss drops the whole connection, shared-memory endpoint included.
-// GRANARY_CONTROL_SHM=0 in the server's environment refuses offers.
+// A connection: the client's handshake carries its worker address; the reply carries this
+// worker's address and a one-time nonce. The client connects an endpoint to this worker (UCX
+// picks shared memory on one host, tcp or RDMA between hosts) and sends kAttach with the nonce
+// as its first frame; the server connects its own endpoint back to the client's worker, and
+// replies go out on that one. The listener's socket stays open as the connection's liveness
+// link: UCX 1.13's shared-memory transports cannot report a dead peer, and a closed socket can.
+// Either side closing it ends the connection. A client that asks for tcp only (its
+// GRANARY_CONTROL_SHM=0, or a server on another host), or a server with GRANARY_CONTROL_SHM=0,
+// gets endpoints with UCX peer-failure handling, which leaves shared memory out.
+//
+// Connection ids are never reused. Request callbacks run on the worker's progress thread;
+// Reply and Disconnect may be called from any thread. Destroy before the Worker.
 class RpcServer {
  public:
   using ConnId = uint64_t;
@@ -37,7 +45,15 @@ class RpcServer {
     // The connection failed or was closed by the peer.
     std::function<void(ConnId)> on_disconnect;
   };
-  // port 0 picks a free port; port() tells which.
+  struct ListenOptions {
+    std::string host = "0.0.0.0";  // the interface the RPC port binds
+    uint16_t port = 0;             // 0 picks a free port; port() tells which
+    MetricsRegistry* metrics = nullptr;
+    std::string name = "rpc";
+  };
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcServer>> Create(
+      Worker* worker, const ListenOptions& listen, Callbacks callbacks);
+  // On every interface.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcServer>> Create(Worker* worker,
                                                                          uint16_t port,
                                                                          Callbacks callbacks);
@@ -48,46 +64,51 @@ class RpcServer {
   void Disconnect(ConnId conn);
   // The peer's address as the listener saw it ("host:port"); progress-thread only.
   std::string PeerOf(ConnId conn) const;
+  // Sockets the listener holds open (links and handshakes in progress); any thread.
+  size_t open_sockets() const;
 
  private:
   RpcServer(Worker* w, Callbacks cb);
-  static void OnConnRequest(ucp_conn_request_h req, void* arg);
+  // The listener's thread: records the offer, answers with this worker's address.
+  proto::HandshakeReply OnHandshake(RpcListener::LinkId link, const proto::HandshakeRequest& req,
+                                    const std::string& peer);
+  void OnLinkClosed(RpcListener::LinkId link);
   void OnFrame(ucp_ep_h reply_ep, absl::string_view frame);
-  // kShmOffer and kShmAttach; true when the frame was one of them. `from` is the endpoint the
-  // frame came on, null for one not known yet.
-  bool OnShmFrame(ucp_ep_h reply_ep, ConnId conn, Endpoint* from, const proto::FrameView& f);
-  void DropConn(ConnId id);
-  // Drops by_ep_[key] if it still routes conn.
-  void EraseRoute(ucp_ep_h key, ConnId conn);
-  // The endpoint replies to conn go out on: its shared-memory one once attached.
-  Endpoint* ReplyEndpoint(ConnId conn);
+  // kAttach on an endpoint not known yet: joins the offer its nonce names.
+  void OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f);
+  // Ends a connection: its endpoint, its routes and (unless it already went) its link.
+  void DropConn(ConnId id, bool link_gone = false);
 
   Worker* worker_;
   Callbacks callbacks_;
-  ucp_listener_h listener_ = nullptr;
+  std::unique_ptr<RpcListener> listener_;
   uint16_t port_ = 0;
+  std::string worker_address_;  // this worker's UCX address, sent in every handshake reply
+  const bool shm_enabled_;
+  // Offers made by handshakes and not attached yet, by nonce (listener thread and progress
+  // thread).
+  struct Offer {
+    RpcListener::LinkId link = 0;
+    bool tcp_only = false;
+    std::string peer;
+  };
+  mutable granary::Mutex offers_mu_;
+  absl::flat_hash_map<uint64_t, Offer> offers_ ABSL_GUARDED_BY(offers_mu_);
   // Progress-thread state.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed
   ConnId next_id_ = 1;
-  absl::flat_hash_map<ConnId, std::shared_ptr<Endpoint>> conns_;
-  // Every endpoint a connection's requests arrive on, keyed by the handle UCX gives as the
-  // frame's reply endpoint: its tcp one and, once attached, the one UCX made for the client's
-  // worker-address endpoint. That second handle is only a key, never sent on: UCX owns it and
-  // frees it when it sees the peer fail (UCX 1.13 destroys an endpoint it never handed to
-  // ucp_ep_create's caller), so replies go out on the server's own endpoint to the client's
-  // worker (ShmLink::ep). A request is answered on the endpoint of its route.
-  struct Route {
-    ConnId conn = 0;
-    Endpoint* ep = nullptr;  // owned by conns_ or shm_eps_
-  };
-  absl::flat_hash_map<ucp_ep_h, Route> by_ep_;
-  struct ShmLink {
-    std::shared_ptr<Endpoint> ep;  // the server's own, made with ucp_ep_create
+  struct Conn {
+    std::shared_ptr<Endpoint> ep;  // the server's own endpoint to the client's worker
     ucp_ep_h route_key = nullptr;  // the reply-endpoint handle its requests arrive with
+    RpcListener::LinkId link = 0;
   };
-  absl::flat_hash_map<ConnId, ShmLink> shm_eps_;
-  absl::flat_hash_map<uint64_t, ConnId> offers_;  // nonce -> connection, until attached
-  const bool shm_enabled_;
+  absl::flat_hash_map<ConnId, Conn> conns_;
+  absl::flat_hash_map<RpcListener::LinkId, ConnId> by_link_;
+  // Requests are routed by the handle UCX gives as the frame's reply endpoint. That handle is
+  // only a key, never sent on: UCX owns it and frees it when it sees the peer fail (UCX 1.13
+  // destroys an endpoint it never handed to ucp_ep_create's caller), so replies go out on the
+  // server's own endpoint (Conn::ep).
+  absl::flat_hash_map<ucp_ep_h, ConnId> by_ep_;
 };
 
 }  // namespace granary::transport

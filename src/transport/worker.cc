@@ -44,22 +44,6 @@ constexpr int kBusyArmsBeforeNap = 8;
 constexpr int kMinNapUs = 50;
 constexpr int kMaxNapUs = 1000;
 
-absl::StatusOr<sockaddr_storage> Resolve(const HostPort& hp, socklen_t* len) {
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(hp.host.c_str(), std::to_string(hp.port).c_str(), &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot resolve '", hp.host, "': ", gai_strerror(rc)));
-  }
-  sockaddr_storage ss = {};
-  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
-  freeaddrinfo(res);
-  return ss;
-}
 }  // namespace
 
 bool ControlShmEnabled() {
@@ -424,19 +408,6 @@ absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Track(ucp_ep_params_t* params,
   return e;
 }
 
-absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Connect(const std::string& host_port) {
-  GRANARY_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(host_port));
-  socklen_t len = 0;
-  auto ss = Resolve(hp, &len);
-  if (!ss.ok()) return ss.status();
-  ucp_ep_params_t p = {};
-  p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-  p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  p.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*ss);
-  p.sockaddr.addrlen = len;
-  return Track(&p, host_port);
-}
-
 absl::StatusOr<std::shared_ptr<Endpoint>> Worker::ConnectWorker(const std::string& worker_address,
                                                                 std::string peer,
                                                                 bool peer_failure_handling) {
@@ -459,31 +430,6 @@ absl::StatusOr<std::string> Worker::Address() {
     ucp_worker_release_address(worker_, attr.address);
     return out;
   });
-}
-
-absl::StatusOr<std::shared_ptr<Endpoint>> Worker::Accept(ucp_conn_request_h req) {
-  std::string peer = "incoming";
-  ucp_conn_request_attr_t attr = {};
-  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  if (ucp_conn_request_query(req, &attr) == UCS_OK) {
-    char host[INET6_ADDRSTRLEN] = {0};
-    const auto* sa = reinterpret_cast<const sockaddr*>(&attr.client_address);
-    uint16_t port = 0;
-    if (sa->sa_family == AF_INET) {
-      auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-      inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-      port = ntohs(in->sin_port);
-    } else if (sa->sa_family == AF_INET6) {
-      auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-      inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-      port = ntohs(in6->sin6_port);
-    }
-    peer = HostPort{host, port}.ToString();
-  }
-  ucp_ep_params_t p = {};
-  p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
-  p.conn_request = req;
-  return Track(&p, peer);
 }
 
 void Worker::Close(const std::shared_ptr<Endpoint>& e) {

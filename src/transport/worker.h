@@ -34,7 +34,7 @@ class Worker;
 // only (shared_ptr so that callbacks can hold it); `broken` may be read from any thread.
 struct Endpoint {
   ucp_ep_h ep = nullptr;
-  std::string peer;  // host:port or "incoming"
+  std::string peer;  // host:port, or what the owner named it
   std::atomic<bool> broken{false};
   ucs_status_t error = UCS_OK;
   bool transport_logged = false;
@@ -130,8 +130,6 @@ class Worker {
   bool FailReply(uint64_t request_id, const absl::Status& st);
   static uint64_t NextRequestId();
 
-  // Progress-thread only. Creates an endpoint to host:port (client side of a listener).
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<Endpoint>> Connect(const std::string& host_port);
   // Progress-thread only. Creates an endpoint to a worker address (ucp_worker_query), which
   // lets UCX pick every transport the two sides share. UCX 1.13's shared-memory transports
   // cannot report peer failure, so with peer_failure_handling they are left out; a same-host
@@ -141,8 +139,6 @@ class Worker {
       const std::string& worker_address, std::string peer, bool peer_failure_handling);
   // This worker's address, for peers to ConnectWorker to.
   [[nodiscard]] absl::StatusOr<std::string> Address();
-  // Progress-thread only. Accepts a connection request from a listener.
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<Endpoint>> Accept(ucp_conn_request_h req);
   // Progress-thread only. Closes and forgets an endpoint.
   void Close(const std::shared_ptr<Endpoint>& ep);
   // Progress-thread only. Sends one frame; the bytes are owned until sent.

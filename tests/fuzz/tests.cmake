@@ -6,7 +6,7 @@
 if(NOT DEFINED GRANARY_FUZZ_SECONDS)
   set(GRANARY_FUZZ_SECONDS 20)
 endif()
-foreach(_fuzz_target frame policy size admin_body kv_key)
+foreach(_fuzz_target frame policy size admin_body kv_key handshake)
   add_test(NAME fuzz_${_fuzz_target}
     COMMAND bash ${PROJECT_SOURCE_DIR}/fuzz/run.sh ${_fuzz_target} ${GRANARY_FUZZ_SECONDS})
   set_tests_properties(fuzz_${_fuzz_target} PROPERTIES LABELS fuzz TIMEOUT 900

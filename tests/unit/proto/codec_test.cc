@@ -242,15 +242,6 @@ PushReply SamplePushReply() {
   return m;
 }
 
-ShmOfferReply SampleShmOffer() {
-  ShmOfferReply m;
-  m.status = {0, ""};
-  m.host_id = "0c9e-boot-id";
-  m.worker_address = std::string("\x00\x01ucx\xff worker", 13);
-  m.nonce = 0xfedcba9876543210ull;
-  return m;
-}
-
 // Decodes a body as T. On success also checks that the decoded message re-encodes to exactly
 // the same bytes (the encoding is canonical), so the mutation loop catches silent misparses.
 template <typename T>
@@ -321,10 +312,8 @@ std::vector<Case> AllCases() {
       MakeCase("ListReply", Type(MsgType::kList, true), SampleListReply()),
       MakeCase("SegmentsRequest", Type(MsgType::kSegments), SegmentsRequest{}),
       MakeCase("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply()),
-      MakeCase("ShmOfferRequest", Type(MsgType::kShmOffer), ShmOfferRequest{}),
-      MakeCase("ShmOfferReply", Type(MsgType::kShmOffer, true), SampleShmOffer()),
-      MakeCase("ShmAttachRequest", Type(MsgType::kShmAttach),
-               ShmAttachRequest{0x0123456789abcdefull, std::string("\x00ucx-address\xff", 13)}),
+      MakeCase("AttachRequest", Type(MsgType::kAttach),
+               AttachRequest{0x0123456789abcdefull, std::string("\x00ucx-address\xff", 13)}),
       MakeCase("PushRequest", Type(MsgType::kPush), SamplePush()),
       MakeCase("PushReply", Type(MsgType::kPush, true), SamplePushReply()),
       MakeCase("ReadRequest", Type(MsgType::kRead),
@@ -387,8 +376,7 @@ TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
                                         "HeartbeatRequest",      "HeartbeatReply",
                                         "MountSegmentRequest",   "MountSegmentReply",
                                         "UnmountSegmentRequest", "StatusReply",
-                                        "ShmOfferRequest",       "ShmOfferReply",
-                                        "ShmAttachRequest",      "PutStartRequest",
+                                        "AttachRequest",         "PutStartRequest",
                                         "PutStartReply",         "KeyGenRequest",
                                         "BatchStatusReply",      "KeysRequest",
                                         "RemoveRequest",         "GetReply",
@@ -453,7 +441,7 @@ TEST(Frame, HeaderIsLittleEndianWithBodyLenFilledIn) {
   std::string f = EncodeFrame(Type(MsgType::kUnmountSegment), 0x0102030405060708ull,
                               UnmountSegmentRequest{0x1122334455667788ull});
   std::string want =
-      "GRNY\x0c\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
+      "GRNY\x0d\x00\x04\x00\x00\x00\x00\x00\x08\x07\x06\x05\x04\x03\x02\x01"
       "\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
       "\x88\x77\x66\x55\x44\x33\x22\x11"s;
   EXPECT_EQ(f, want);

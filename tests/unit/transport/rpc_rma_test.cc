@@ -3,7 +3,10 @@
 // Several caller threads at once, so the ThreadSanitizer build of this test checks the hand-offs
 // between callers and the progress threads.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +30,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "proto/frame.h"
+#include "proto/handshake.h"
 #include "proto/messages.h"
 #include "transport/context.h"
 #include "transport/memory.h"
@@ -132,7 +136,7 @@ class TransportTest : public ::testing::Test {
   void RmaRoundTrips(MemoryRegion* region);
   void ConcurrentCalls();
   void PostsWake();
-  void CheckShmAttach();
+  void CheckAttach();
 
   std::unique_ptr<RpcClient> Connect() {
     auto c = RpcClient::Create(client_worker_.get(), absl::StrCat("127.0.0.1:", server_->port()));
@@ -457,24 +461,24 @@ TEST_F(TransportTest, ConcurrentRmaBatchesOnUcxAllocatedMemory) {
   RmaRoundTrips(region->get());
 }
 
-// On one host a control connection moves onto shared memory at Create: requests then travel on
-// the worker-address endpoint, and the tcp one only watches the peer.
-TEST_F(TransportTest, ControlConnectionMovesToSharedMemory) {
+// On one host a control connection's endpoint goes over shared memory (UCX's choice between
+// two workers of one host); the handshake's socket only watches the peer.
+TEST_F(TransportTest, ControlConnectionUsesSharedMemoryOnOneHost) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   EXPECT_TRUE(client->on_shm());
   auto rep = client->Call(Frame(kEcho, 0, "over shm"), absl::Seconds(10));
   ASSERT_TRUE(rep.ok()) << rep.status();
   EXPECT_EQ(BodyOf(*rep), "echo:over shm");
-  // Asking again on an attached connection is refused, and the connection keeps working.
-  auto again = client->Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(
-      proto::MsgType::kShmOffer, {}, absl::Seconds(10));
+  // Attaching again on an attached connection is refused, and the connection keeps working.
+  auto again = client->Invoke<proto::AttachRequest, proto::StatusReply>(
+      proto::MsgType::kAttach, proto::AttachRequest{1, "x"}, absl::Seconds(10));
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
   EXPECT_TRUE(client->Call(Frame(kEcho, 0, "still"), absl::Seconds(10)).ok());
 }
 
-// GRANARY_CONTROL_SHM=0 keeps a connection on tcp: on the client, it never asks; on the server,
-// it refuses the offer. Calls work either way.
+// GRANARY_CONTROL_SHM=0 keeps a connection on tcp: on the client, it asks for tcp only; on the
+// server, it answers every handshake so. Calls work either way.
 TEST_F(TransportTest, ControlShmOffKeepsTcp) {
   setenv("GRANARY_CONTROL_SHM", "0", 1);
   auto tcp_client = Connect();
@@ -504,29 +508,71 @@ TEST_F(TransportTest, ControlShmOffKeepsTcp) {
   tcp_server->reset();
 }
 
-// kShmAttach joins a connection only with the nonce its offer gave, once. The attach's own
-// endpoint is closed by the client right after; the server keeps answering the connection on
-// its own endpoint to the client's worker. Under UCX_TLS=tcp UCX sees that close as a peer
-// failure and frees the endpoint it made for the client (CI crashed in ucp_am_send_nbx on it,
-// under ASan, when replies went out on that handle).
-void TransportTest::CheckShmAttach() {
-  setenv("GRANARY_CONTROL_SHM", "0", 1);  // this client stays on tcp and asks by hand
+namespace {
+
+// A handshake by hand: the socket (left open: it is the link) and the server's reply.
+struct RawLink {
+  int fd = -1;
+  proto::HandshakeReply reply;
+};
+absl::StatusOr<RawLink> RawHandshake(uint16_t port, const std::string& worker_address) {
+  RawLink link;
+  link.fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(link.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return absl::UnavailableError(strerror(errno));
+  }
+  const std::string hello =
+      proto::EncodeHandshakeRequest({proto::kProtocolVersion, 0, worker_address});
+  if (send(link.fd, hello.data(), hello.size(), 0) != static_cast<ssize_t>(hello.size())) {
+    return absl::UnavailableError("short send");
+  }
+  std::string buf(proto::kHandshakeHeaderSize, '\0');
+  if (recv(link.fd, buf.data(), buf.size(), MSG_WAITALL) != static_cast<ssize_t>(buf.size())) {
+    return absl::UnavailableError("no reply header");
+  }
+  auto h = proto::ParseHandshakeHeader(buf);
+  if (!h.ok()) return h.status();
+  buf.resize(proto::kHandshakeHeaderSize + h->body_len);
+  if (recv(link.fd, buf.data() + proto::kHandshakeHeaderSize, h->body_len, MSG_WAITALL) !=
+      static_cast<ssize_t>(h->body_len)) {
+    return absl::UnavailableError("short reply body");
+  }
+  auto rep = proto::DecodeHandshakeReply(buf);
+  if (!rep.ok()) return rep.status();
+  link.reply = *rep;
+  return link;
+}
+
+}  // namespace
+
+// kAttach joins a connection only with the nonce its handshake gave, once, and only as the
+// first frame on an endpoint not known yet. The attach's own endpoint is closed by the test
+// right after; the server keeps answering the connection on its own endpoint to the client's
+// worker. Under UCX_TLS=tcp UCX sees that close as a peer failure and frees the endpoint it
+// made for the client (CI crashed in ucp_am_send_nbx on it, under ASan, when replies went out
+// on that handle). Closing the handshake's socket ends the connection.
+void TransportTest::CheckAttach() {
   auto client = Connect();
-  unsetenv("GRANARY_CONTROL_SHM");
   ASSERT_NE(client, nullptr);
-  auto offer = client->Invoke<proto::ShmOfferRequest, proto::ShmOfferReply>(
-      proto::MsgType::kShmOffer, {}, absl::Seconds(10));
-  ASSERT_TRUE(offer.ok()) << offer.status();
-  EXPECT_NE(offer->nonce, 0u);
-  EXPECT_FALSE(offer->worker_address.empty());
   auto own = client_worker_->Address();
   ASSERT_TRUE(own.ok()) << own.status();
   std::string own_address = *own;
+  auto link = RawHandshake(server_->port(), own_address);
+  ASSERT_TRUE(link.ok()) << link.status();
+  ASSERT_EQ(link->reply.code, 0) << link->reply.message;
+  EXPECT_NE(link->reply.nonce, 0u);
+  EXPECT_FALSE(link->reply.worker_address.empty());
+  const uint64_t nonce = link->reply.nonce;
 
   // Sends a frame of `type` on a fresh worker-address endpoint and returns the server's answer.
   auto raw_call = [&](proto::MsgType type, uint64_t nonce, absl::Duration wait) -> absl::Status {
-    auto ep = client_worker_->Run(
-        [&] { return client_worker_->ConnectWorker(offer->worker_address, "raw attach", false); });
+    auto ep = client_worker_->Run([&] {
+      return client_worker_->ConnectWorker(link->reply.worker_address, "raw attach", false);
+    });
     if (!ep.ok()) return ep.status();
     auto done = std::make_shared<std::promise<absl::Status>>();
     auto fut = done->get_future();
@@ -539,7 +585,7 @@ void TransportTest::CheckShmAttach() {
       absl::Status st =
           client_worker_->SendFrame(ep->get(),
                                     proto::EncodeFrame(static_cast<uint16_t>(type), id,
-                                                       proto::ShmAttachRequest{nonce, own_address}),
+                                                       proto::AttachRequest{nonce, own_address}),
                                     true);
       if (!st.ok()) client_worker_->FailReply(id, st);
     });
@@ -553,38 +599,41 @@ void TransportTest::CheckShmAttach() {
     return st;
   };
   auto attach = [&](uint64_t nonce) {
-    return raw_call(proto::MsgType::kShmAttach, nonce, absl::Seconds(10));
+    return raw_call(proto::MsgType::kAttach, nonce, absl::Seconds(10));
   };
-  absl::Status wrong = attach(offer->nonce ^ 1);
+  absl::Status wrong = attach(nonce ^ 1);
   EXPECT_EQ(wrong.code(), absl::StatusCode::kPermissionDenied) << wrong;
-  EXPECT_TRUE(absl::StrContains(wrong.message(), absl::StrCat(offer->nonce ^ 1))) << wrong;
+  EXPECT_TRUE(absl::StrContains(wrong.message(), absl::StrCat(nonce ^ 1))) << wrong;
   // Without the address to answer on it is refused, naming what is missing; the nonce holds.
   own_address.clear();
-  absl::Status no_address = attach(offer->nonce);
+  absl::Status no_address = attach(nonce);
   EXPECT_EQ(no_address.code(), absl::StatusCode::kInvalidArgument) << no_address;
   EXPECT_TRUE(absl::StrContains(no_address.message(), "worker address")) << no_address;
   own_address = *own;
-  EXPECT_TRUE(attach(offer->nonce).ok());
-  absl::Status reused = attach(offer->nonce);
+  const int before = disconnects_.load();
+  EXPECT_TRUE(attach(nonce).ok());
+  absl::Status reused = attach(nonce);
   EXPECT_EQ(reused.code(), absl::StatusCode::kPermissionDenied) << reused;
-  // ShmAttach on the connection's own (tcp) endpoint is refused.
-  auto on_tcp = client->Invoke<proto::ShmAttachRequest, proto::StatusReply>(
-      proto::MsgType::kShmAttach, proto::ShmAttachRequest{offer->nonce}, absl::Seconds(10));
-  EXPECT_EQ(on_tcp.status().code(), absl::StatusCode::kFailedPrecondition) << on_tcp.status();
-  // ShmOffer on an endpoint that belongs to no connection is dropped, not answered.
-  absl::Status stray = raw_call(proto::MsgType::kShmOffer, 0, absl::Milliseconds(500));
+  // Any other frame on an endpoint that belongs to no connection is dropped, not answered.
+  absl::Status stray = raw_call(proto::MsgType::kHello, 0, absl::Milliseconds(500));
   EXPECT_EQ(stray.code(), absl::StatusCode::kDeadlineExceeded) << stray;
-  // A request on the tcp endpoint still gets its answer, at once and from another thread (that
-  // one goes out on the attached link, whose client endpoint is closed by now).
+  // The other connection still gets its answers, at once and from another thread.
   EXPECT_TRUE(client->Call(Frame(kEcho, 0, "tcp"), absl::Seconds(10)).ok());
   for (int i = 0; i < 20; ++i) {
     auto later = client->Call(Frame(kDeferred, 0, absl::StrCat("after ", i)), absl::Seconds(10));
     ASSERT_TRUE(later.ok()) << later.status();
     EXPECT_EQ(BodyOf(*later), absl::StrCat("later:after ", i));
   }
+  // The raw connection ends when its link closes.
+  EXPECT_EQ(disconnects_.load(), before);
+  close(link->fd);
+  for (int i = 0; i < 500 && disconnects_.load() == before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(disconnects_.load(), before + 1);
 }
 
-TEST_F(TransportTest, ShmAttachNeedsTheOfferedNonceOnce) { CheckShmAttach(); }
+TEST_F(TransportTest, AttachNeedsTheOfferedNonceOnce) { CheckAttach(); }
 
 // The same over tcp only, where UCX notices the attach endpoint's close.
 class TransportTcpTest : public TransportTest {
@@ -606,7 +655,7 @@ class TransportTcpTest : public TransportTest {
   std::optional<std::string> saved_tls_;
 };
 
-TEST_F(TransportTcpTest, ShmAttachNeedsTheOfferedNonceOnce) { CheckShmAttach(); }
+TEST_F(TransportTcpTest, AttachNeedsTheOfferedNonceOnce) { CheckAttach(); }
 
 // Driving over tcp: the caller progresses the sockets (UCX's tcp transport polls them) while the
 // progress thread sleeps in the worker's event fd, which the same sockets wake.
