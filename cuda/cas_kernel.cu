@@ -2,6 +2,7 @@
 // Kept free of absl and of host-only headers so that nvcc compiles it quickly.
 
 #include "cuda/cas_kernel.h"
+#include "cuda/launch_status.h"
 
 namespace granary::cuda::internal {
 namespace {
@@ -27,8 +28,9 @@ cudaError_t LaunchCompareExchange64(const CasOp64* ops, int n, cudaStream_t stre
   err = cudaMemcpyAsync(table, ops, table_bytes, cudaMemcpyHostToDevice, stream);
   if (err == cudaSuccess) {
     const unsigned grid = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-    CompareExchange64Kernel<<<grid, kThreads, 0, stream>>>(static_cast<const CasOp64*>(table), n);
-    err = cudaGetLastError();
+    err = LaunchStatus(cudaGetLastError, [&] {
+      CompareExchange64Kernel<<<grid, kThreads, 0, stream>>>(static_cast<const CasOp64*>(table), n);
+    });
   }
   const cudaError_t free_err = cudaFreeAsync(table, stream);
   return err != cudaSuccess ? err : free_err;

@@ -219,8 +219,10 @@ class CudaBackendImpl final : public DeviceBackend {
   void DestroyStream(void* stream) override {
     if (stream == nullptr) return;
     ScopedDevice scope;
-    if (EnterStreamDevice(scope, stream, "DestroyStream").ok()) {
-      cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+    // An ignored failure must not stay in the thread's last-error slot for a later reader.
+    if (EnterStreamDevice(scope, stream, "DestroyStream").ok() &&
+        cudaStreamDestroy(static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+      (void)cudaGetLastError();
     }
   }
 
@@ -281,7 +283,9 @@ class CudaBackendImpl final : public DeviceBackend {
   }
 
   void DestroyEvent(void* event) override {
-    if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+    if (event != nullptr && cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) {
+      (void)cudaGetLastError();  // ignored: not left in the slot for a later reader
+    }
   }
 
   absl::Status RecordEvent(void* event, void* stream) override {
@@ -292,7 +296,12 @@ class CudaBackendImpl final : public DeviceBackend {
 
   absl::StatusOr<bool> EventDone(void* event) override {
     const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-    if (err == cudaErrorNotReady) return false;
+    if (err == cudaErrorNotReady) {
+      // Not an error, but CUDA leaves it in the thread's last-error slot, where the next launch
+      // check on this thread (ours, or the engine's own) would take it for a failure.
+      (void)cudaGetLastError();
+      return false;
+    }
     if (absl::Status s = CudaStatus(err, "cudaEventQuery"); !s.ok()) return s;
     return true;
   }
@@ -390,9 +399,15 @@ class CudaBackendImpl final : public DeviceBackend {
     return absl::OkStatus();
   }
 
+  // An OpenIpc pointer (what the caller got): the base cudaIpcOpenMemHandle returned and the
+  // opens not yet closed. A handle opened again in this process maps to the same base (CUDA
+  // counts the opens and unmaps at the last close), so one entry serves every open of it.
+  struct Opened {
+    void* base = nullptr;
+    int count = 0;
+  };
   Mutex mu_;
-  // OpenIpc's pointers (what the caller got) -> the base cudaIpcOpenMemHandle returned.
-  std::map<uintptr_t, void*> opened_ ABSL_GUARDED_BY(mu_);
+  std::map<uintptr_t, Opened> opened_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::string> CudaBackendImpl::ExportIpc(const void* p) {
@@ -444,7 +459,9 @@ absl::StatusOr<void*> CudaBackendImpl::OpenIpc(int device, absl::string_view blo
   }
   void* mapped = static_cast<unsigned char*>(base) + wire.offset;
   MutexLock lock(&mu_);
-  opened_[reinterpret_cast<uintptr_t>(mapped)] = base;
+  Opened& opened = opened_[reinterpret_cast<uintptr_t>(mapped)];
+  opened.base = base;
+  ++opened.count;
   return mapped;
 }
 
@@ -457,9 +474,10 @@ absl::Status CudaBackendImpl::CloseIpc(void* mapped) {
       return absl::InvalidArgumentError(
           absl::StrCat("CloseIpc: ", Addr(mapped), " is not a pointer OpenIpc returned"));
     }
-    base = it->second;
-    opened_.erase(it);
+    base = it->second.base;
+    if (--it->second.count == 0) opened_.erase(it);
   }
+  // One close per open: CUDA unmaps at the last one.
   return CudaStatus(cudaIpcCloseMemHandle(base), "cudaIpcCloseMemHandle");
 }
 

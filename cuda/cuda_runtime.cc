@@ -99,7 +99,7 @@ absl::Status ScopedDevice::Enter(int device) {
 }
 
 ScopedDevice::~ScopedDevice() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+  if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
 }
 
 }  // namespace internal

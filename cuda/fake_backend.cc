@@ -13,6 +13,7 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "cuda/fake_memory.h"
 #include "cuda/fake_stream.h"
 #include "cuda/kv_regions.h"
+#include "cuda/launch_status.h"
 
 namespace granary::cuda {
 namespace {
@@ -34,14 +36,40 @@ std::string Addr(const void* p) {
   return absl::StrCat("0x", absl::Hex(reinterpret_cast<uintptr_t>(p)));
 }
 
+// CUDA's per-thread last error (FakeBackend::PeekAtLastError), one per thread for every fake of
+// the process, as CUDA keeps one per thread for the process.
+thread_local absl::Status t_last_error;
+
+absl::Status NotReadyError() {
+  return absl::UnavailableError(
+      "fake device: cudaErrorNotReady: device not ready (an event poll found its work unfinished)");
+}
+
+// cudaGetLastError: reads and clears the thread's slot.
+absl::Status TakeLastError() { return std::exchange(t_last_error, absl::OkStatus()); }
+
+// A kernel launch of the fake, as the cuda backend makes one (kernels.cu): the launch's error
+// lands in the thread's last-error slot, and the launch reports what the slot holds afterwards,
+// through the same LaunchStatus.
+absl::Status Launch(absl::FunctionRef<absl::Status()> launch) {
+  return internal::LaunchStatus(&TakeLastError, [&] {
+    if (absl::Status s = launch(); !s.ok()) t_last_error = std::move(s);
+  });
+}
+
 // One range the fake knows: device or managed memory (`map`), or pinned host memory.
 struct Region {
   MemoryKind kind = MemoryKind::kHost;
   int device = -1;
-  FakeMapping map;          // kDevice, kManaged
-  size_t bytes = 0;         // usable bytes from the start address
-  bool ipc_opened = false;  // kDevice mapped by OpenIpc; `ipc_offset` is where the caller's
-  uint64_t ipc_offset = 0;  // pointer sits
+  FakeMapping map;   // kDevice, kManaged
+  size_t bytes = 0;  // usable bytes from the start address
+  // kDevice mapped by OpenIpc: the exporter's allocation (its pid, start time and memfd inode),
+  // and the opens not yet closed by the offset of the pointer each returned. As CUDA does, an
+  // open of a handle this process already has open returns the same pointer and counts it; the
+  // mapping goes at the last close.
+  bool ipc_opened = false;
+  std::tuple<int64_t, uint64_t, uint64_t> ipc_source;
+  std::map<uint64_t, int> ipc_opens;
   bool owned_host = false;  // kPinnedHost from HostAllocPinned (munmap on free), not registered
 };
 
@@ -246,14 +274,16 @@ class FakeBackendImpl final : public FakeBackend {
     absl::StatusOr<BlockOpViews> views =
         PrepareBlockOp(op, device, layout, block_ids, n, /*scatter=*/false, out, k_cache, v_cache);
     if (!views.ok() || n == 0) return views.status();
-    return Submit(
-        op, stream,
-        [this, layout, views = *views, ids = std::vector<int32_t>(block_ids, block_ids + n)] {
-          return Execute([&] {
-            return GatherBlocksCpu(layout, views.k, views.v, ids.data(),
-                                   static_cast<int>(ids.size()), views.buffer);
+    return Launch([&] {
+      return Submit(
+          op, stream,
+          [this, layout, views = *views, ids = std::vector<int32_t>(block_ids, block_ids + n)] {
+            return Execute([&] {
+              return GatherBlocksCpu(layout, views.k, views.v, ids.data(),
+                                     static_cast<int>(ids.size()), views.buffer);
+            });
           });
-        });
+    });
   }
 
   absl::Status ScatterBlocks(int device, const PagedKvLayout& layout, const void* in,
@@ -263,19 +293,21 @@ class FakeBackendImpl final : public FakeBackend {
     absl::StatusOr<BlockOpViews> views =
         PrepareBlockOp(op, device, layout, block_ids, n, /*scatter=*/true, in, k_cache, v_cache);
     if (!views.ok() || n == 0) return views.status();
-    return Submit(
-        op, stream,
-        [this, layout, views = *views, ids = std::vector<int32_t>(block_ids, block_ids + n)] {
-          return Execute([&] {
-            return ScatterBlocksCpu(layout, views.buffer, ids.data(), static_cast<int>(ids.size()),
-                                    views.k, views.v);
+    return Launch([&] {
+      return Submit(
+          op, stream,
+          [this, layout, views = *views, ids = std::vector<int32_t>(block_ids, block_ids + n)] {
+            return Execute([&] {
+              return ScatterBlocksCpu(layout, views.buffer, ids.data(),
+                                      static_cast<int>(ids.size()), views.k, views.v);
+            });
           });
-        });
+    });
   }
 
   absl::Status BatchCopy(int device, const CopyRegion* regions, int n, void* stream) override {
     if (absl::Status s = CheckDevice("BatchCopyGpu", device); !s.ok()) return s;
-    return CopyRegions("BatchCopyGpu", stream, regions, n);
+    return Launch([&] { return CopyRegions("BatchCopyGpu", stream, regions, n); });
   }
 
   // The CPU reference on the alias views; `out` is written by the stream worker (or before
@@ -301,9 +333,12 @@ class FakeBackendImpl final : public FakeBackend {
       if (!data.ok()) return data.status();
       aliased[i] = {*data, regions[i].bytes};
     }
-    return Submit(op, stream, [this, aliased = std::move(aliased), out] {
-      return Execute(
-          [&] { return BatchChecksumCpu(aliased.data(), static_cast<int>(aliased.size()), out); });
+    return Launch([&] {
+      return Submit(op, stream, [this, aliased = std::move(aliased), out] {
+        return Execute([&] {
+          return BatchChecksumCpu(aliased.data(), static_cast<int>(aliased.size()), out);
+        });
+      });
     });
   }
 
@@ -342,7 +377,14 @@ class FakeBackendImpl final : public FakeBackend {
   absl::StatusOr<bool> EventDone(void* event) override {
     absl::StatusOr<std::shared_ptr<FakeEvent>> e = FindEvent("EventDone", event);
     if (!e.ok()) return e.status();
-    return (*e)->Query();
+    absl::StatusOr<bool> done = (*e)->Query();
+    // cudaEventQuery's cudaErrorNotReady lands in the thread's last-error slot, and the cuda
+    // backend's EventDone takes it out again (cuda_backend.cc).
+    if (done.ok() && !*done) {
+      t_last_error = NotReadyError();
+      (void)TakeLastError();
+    }
+    return done;
   }
 
   absl::Status WaitEvent(void* event) override {
@@ -361,6 +403,10 @@ class FakeBackendImpl final : public FakeBackend {
   absl::StatusOr<std::string> ExportIpc(const void* p) override;
   absl::StatusOr<void*> OpenIpc(int device, absl::string_view blob) override;
   absl::Status CloseIpc(void* mapped) override;
+  // The pointer at `offset` into this process's open mapping of `source` with its count raised;
+  // null when there is none.
+  void* ReopenLocked(const std::tuple<int64_t, uint64_t, uint64_t>& source, uint64_t offset)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<DeviceUuid> DeviceUuidOf(int device) override {
     if (absl::Status s = CheckDevice("DeviceUuid", device); !s.ok()) return s;
@@ -388,13 +434,15 @@ class FakeBackendImpl final : public FakeBackend {
       if (!at.ok()) return at.status();
       words[i] = reinterpret_cast<uint64_t*>(*at);
     }
-    return Execute([&] {
-      for (int i = 0; i < n; ++i) {
-        uint64_t expected = ops[i].expected;
-        std::atomic_ref<uint64_t>(*words[i]).compare_exchange_strong(expected, ops[i].desired,
-                                                                     std::memory_order_acq_rel);
-      }
-      return absl::OkStatus();
+    return Launch([&] {
+      return Execute([&] {
+        for (int i = 0; i < n; ++i) {
+          uint64_t expected = ops[i].expected;
+          std::atomic_ref<uint64_t>(*words[i]).compare_exchange_strong(expected, ops[i].desired,
+                                                                       std::memory_order_acq_rel);
+        }
+        return absl::OkStatus();
+      });
     });
   }
 
@@ -725,19 +773,43 @@ absl::StatusOr<void*> FakeBackendImpl::OpenIpc(int device, absl::string_view blo
   }
   absl::StatusOr<int> fd = internal::OpenExportedFd(*handle);
   if (!fd.ok()) return fd.status();
+  const std::tuple<int64_t, uint64_t, uint64_t> source{handle->pid, handle->start_time,
+                                                       handle->inode};
+  {
+    MutexLock lock(&mu_);
+    if (void* mapped = ReopenLocked(source, handle->offset)) {
+      close(*fd);
+      return mapped;
+    }
+  }
   absl::StatusOr<FakeMapping> map = internal::MapFakeFd(*fd, handle->size);
   if (!map.ok()) return map.status();
+  MutexLock lock(&mu_);
+  if (void* mapped = ReopenLocked(source, handle->offset)) {  // another thread mapped it first
+    internal::UnmapFake(*map);
+    return mapped;
+  }
   Region region;
   region.kind = MemoryKind::kDevice;
   region.device = handle->device;
   region.bytes = handle->size;
   region.map = *map;
   region.ipc_opened = true;
-  region.ipc_offset = handle->offset;
+  region.ipc_source = source;
+  region.ipc_opens[handle->offset] = 1;
   void* mapped = static_cast<unsigned char*>(map->view) + handle->offset;
-  MutexLock lock(&mu_);
   InsertLocked(reinterpret_cast<uintptr_t>(map->view), std::move(region));
   return mapped;
+}
+
+void* FakeBackendImpl::ReopenLocked(const std::tuple<int64_t, uint64_t, uint64_t>& source,
+                                    uint64_t offset) {
+  for (auto& [start, region] : regions_) {
+    if (!region.ipc_opened || region.ipc_source != source) continue;
+    ++region.ipc_opens[offset];
+    return reinterpret_cast<unsigned char*>(start) + offset;
+  }
+  return nullptr;
 }
 
 absl::Status FakeBackendImpl::CloseIpc(void* mapped) {
@@ -747,11 +819,14 @@ absl::Status FakeBackendImpl::CloseIpc(void* mapped) {
     const auto addr = reinterpret_cast<uintptr_t>(mapped);
     auto it = regions_.upper_bound(addr);
     if (it != regions_.begin()) --it;
-    if (it == regions_.end() || !it->second.ipc_opened ||
-        it->first + it->second.ipc_offset != addr) {
+    if (it == regions_.end() || !it->second.ipc_opened || addr < it->first ||
+        !it->second.ipc_opens.contains(addr - it->first)) {
       return absl::InvalidArgumentError(
           absl::StrCat("CloseIpc: ", Addr(mapped), " is not a pointer OpenIpc returned"));
     }
+    auto open = it->second.ipc_opens.find(addr - it->first);
+    if (--open->second == 0) it->second.ipc_opens.erase(open);
+    if (!it->second.ipc_opens.empty()) return absl::OkStatus();
     region = std::move(it->second);
     regions_.erase(it);
   }
@@ -760,6 +835,8 @@ absl::Status FakeBackendImpl::CloseIpc(void* mapped) {
 }
 
 }  // namespace
+
+absl::Status FakeBackend::PeekAtLastError() { return t_last_error; }
 
 absl::StatusOr<std::unique_ptr<FakeBackend>> FakeBackend::Create(const FakeOptions& options) {
   if (options.device_count < 1 || options.device_count > 255) {

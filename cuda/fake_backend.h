@@ -59,6 +59,15 @@ class FakeBackend : public DeviceBackend {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<FakeBackend>> Create(
       const FakeOptions& options);
 
+  // The calling thread's last error as the fake keeps it (cudaPeekAtLastError; OK: none). CUDA
+  // keeps one such slot per host thread for the whole process: a failing call, or a poll that
+  // finds the work unfinished (cudaEventQuery's cudaErrorNotReady), leaves its error there until
+  // cudaGetLastError reads and clears it, and a kernel launch's status is read from it. The fake
+  // keeps one per thread the same way: EventDone sets it for an unfinished event, and the kernels
+  // (GatherBlocks, ScatterBlocks, BatchCopy, BatchChecksum, CompareExchange64) report what it
+  // holds after their launch.
+  static absl::Status PeekAtLastError();
+
   // Fault injection. Each takes effect for later calls, from any thread.
   // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.
   virtual void FailNthAllocation(int n) = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/kernels.h"
+#include "cuda/launch_status.h"
 
 namespace granary::cuda::internal {
 namespace {
@@ -149,15 +150,17 @@ cudaError_t LaunchBatchChecksum(const ChecksumRegion* regions, int n, uint64_t* 
   }
   if (err == cudaSuccess && !pieces.empty()) {
     const int64_t p = static_cast<int64_t>(pieces.size());
-    ChecksumPieces<<<static_cast<unsigned>(p < kMaxGrid ? p : kMaxGrid), kThreads, 0, stream>>>(
-        device_pieces, p, sums);
-    err = cudaGetLastError();
+    err = LaunchStatus(cudaGetLastError, [&] {
+      ChecksumPieces<<<static_cast<unsigned>(p < kMaxGrid ? p : kMaxGrid), kThreads, 0, stream>>>(
+          device_pieces, p, sums);
+    });
   }
   if (err == cudaSuccess) {
     const int64_t grid = (static_cast<int64_t>(n) + kThreads - 1) / kThreads;
-    FinishChecksums<<<static_cast<unsigned>(grid < kMaxGrid ? grid : kMaxGrid), kThreads, 0,
-                      stream>>>(sums, device_lengths, n);
-    err = cudaGetLastError();
+    err = LaunchStatus(cudaGetLastError, [&] {
+      FinishChecksums<<<static_cast<unsigned>(grid < kMaxGrid ? grid : kMaxGrid), kThreads, 0,
+                        stream>>>(sums, device_lengths, n);
+    });
   }
   if (err == cudaSuccess) {
     err = cudaMemcpyAsync(out, sums, sum_bytes, cudaMemcpyDeviceToHost, stream);
@@ -172,8 +175,9 @@ cudaError_t LaunchBatchCopy(const CopyRegion* chunks, int64_t n, cudaStream_t st
   if (n <= kInlineChunks) {
     InlineChunks inline_chunks;
     for (int64_t i = 0; i < n; ++i) inline_chunks.chunk[i] = chunks[i];
-    BatchCopyInline<<<grid, kThreads, 0, stream>>>(inline_chunks, static_cast<int>(n));
-    return cudaGetLastError();
+    return LaunchStatus(cudaGetLastError, [&] {
+      BatchCopyInline<<<grid, kThreads, 0, stream>>>(inline_chunks, static_cast<int>(n));
+    });
   }
   const size_t table_bytes = static_cast<size_t>(n) * sizeof(CopyRegion);
   void* table = nullptr;
@@ -181,8 +185,9 @@ cudaError_t LaunchBatchCopy(const CopyRegion* chunks, int64_t n, cudaStream_t st
   if (err != cudaSuccess) return err;
   err = cudaMemcpyAsync(table, chunks, table_bytes, cudaMemcpyHostToDevice, stream);
   if (err == cudaSuccess) {
-    BatchCopyTable<<<grid, kThreads, 0, stream>>>(static_cast<const CopyRegion*>(table), n);
-    err = cudaGetLastError();
+    err = LaunchStatus(cudaGetLastError, [&] {
+      BatchCopyTable<<<grid, kThreads, 0, stream>>>(static_cast<const CopyRegion*>(table), n);
+    });
   }
   const cudaError_t free_err = cudaFreeAsync(table, stream);
   return err != cudaSuccess ? err : free_err;

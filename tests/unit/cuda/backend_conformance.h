@@ -219,6 +219,45 @@ TYPED_TEST_P(BackendTest, ReadingBeforeTheEventSeesTheOldBytes) {
   EXPECT_EQ(Bytes(host, host + kN), fresh);
 }
 
+// CUDA keeps one last-error slot per host thread: a poll of an unfinished event leaves
+// cudaErrorNotReady there, and a kernel launch's status is read from it. A backend must clear the
+// slot before it launches, or a healthy launch after a poll on the same thread fails.
+TYPED_TEST_P(BackendTest, APollOfAnUnfinishedEventFailsNoLaterLaunch) {
+  DeviceBackend& b = this->b();
+  constexpr size_t kN = 4096;
+  const Bytes fresh = testing::Pattern(kN, 5);
+  auto* dev = static_cast<unsigned char*>(this->Upload(fresh));
+  auto* dst = static_cast<unsigned char*>(this->Upload(Bytes(kN, 0)));
+  ASSERT_TRUE(dev != nullptr && dst != nullptr);
+  void* stream = this->NewStream();
+  void* event = this->NewEvent();
+  Gate gate;
+  ASSERT_TRUE(b.LaunchHostFunc(stream, gate.Wait()).ok());
+  ASSERT_TRUE(b.RecordEvent(event, stream).ok());
+  auto poll = [&] {
+    absl::StatusOr<bool> done = b.EventDone(event);
+    ASSERT_TRUE(done.ok()) << done.status();
+    EXPECT_FALSE(*done);
+  };
+  const CopyRegion region{dev, dst, kN};
+  ASSERT_NO_FATAL_FAILURE(poll());
+  absl::Status s = b.BatchCopy(0, &region, 1, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(poll());
+  uint64_t sum = 0;
+  const ChecksumRegion whole{dev, kN};
+  s = b.BatchChecksum(0, &whole, 1, &sum, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(sum, ChecksumCpu(fresh.data(), kN));
+  ASSERT_NO_FATAL_FAILURE(poll());
+  const CasOp64 op{dst, 0, 1};
+  s = b.CompareExchange64(0, &op, 1);
+  EXPECT_TRUE(s.ok()) << s;
+  gate.Open();
+  ASSERT_TRUE(b.SynchronizeStream(stream).ok());
+  EXPECT_EQ(this->Download(dst, kN), fresh);
+}
+
 TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
   DeviceBackend& b = this->b();
   constexpr size_t kN = 4096;
@@ -449,6 +488,34 @@ TYPED_TEST_P(BackendTest, IpcMapsTheSameBytesInAnotherProcess) {
   EXPECT_EQ(this->Download(dev, kOffset), Bytes(outer.begin(), outer.begin() + kOffset));
 }
 
+// CUDA counts the opens of one IPC handle in a process: a second open returns the same pointer,
+// and the mapping lasts until as many closes have been made. Every backend counts the same way,
+// so two users of one handle in a process (a segment re-mounted under a new id, two clients)
+// each close their own open.
+TYPED_TEST_P(BackendTest, OpeningAHandleTwiceSharesOneCountedMapping) {
+  DeviceBackend& b = this->b();
+  constexpr size_t kN = 5000;
+  testing::Child exporter({IpcHelper(), "export", TypeParam::kName, std::to_string(kN), "70"});
+  ASSERT_TRUE(exporter.ok());
+  std::string blob;
+  const std::string hex = exporter.ReadLine();
+  ASSERT_TRUE(testing::FromHex(hex, &blob)) << "helper said: " << hex;
+  absl::StatusOr<void*> first = b.OpenIpc(0, blob);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<void*> second = b.OpenIpc(0, blob);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*first, *second);
+  absl::Status closed = b.CloseIpc(*first);
+  EXPECT_TRUE(closed.ok()) << closed;
+  // One open is left: the mapping still reads the exporter's bytes.
+  EXPECT_EQ(this->Download(*second, kN), testing::Pattern(kN, 70));
+  closed = b.CloseIpc(*second);
+  EXPECT_TRUE(closed.ok()) << closed;
+  EXPECT_EQ(b.CloseIpc(*second).code(), absl::StatusCode::kInvalidArgument);
+  exporter.CloseStdin();
+  EXPECT_EQ(exporter.Wait(), 0);
+}
+
 TYPED_TEST_P(BackendTest, RejectsBadArgumentsNamingThem) {
   DeviceBackend& b = this->b();
   absl::StatusOr<void*> zero = b.Alloc(0, 0);
@@ -507,14 +574,14 @@ TYPED_TEST_P(BackendTest, CompareExchange64SwapsOnlyMatchingWords) {
   EXPECT_TRUE(absl::StrContains(st.message(), "ops[0]")) << st;
 }
 
-REGISTER_TYPED_TEST_SUITE_P(BackendTest, ClassifiesEveryKindOfMemory,
-                            AsyncCopiesRoundTripInEveryDirection,
-                            ReadingBeforeTheEventSeesTheOldBytes, AnotherStreamWaitsForTheEvent,
-                            HostFunctionsRunInStreamOrder, BatchCopyAsyncMatchesTheCpuReference,
-                            GatherAndScatterMatchTheCpuReference,
-                            BatchChecksumMatchesTheCpuReference,
-                            IpcMapsTheSameBytesInAnotherProcess, RejectsBadArgumentsNamingThem,
-                            DeviceUuidIsStableAndNotZero, CompareExchange64SwapsOnlyMatchingWords);
+REGISTER_TYPED_TEST_SUITE_P(
+    BackendTest, ClassifiesEveryKindOfMemory, AsyncCopiesRoundTripInEveryDirection,
+    ReadingBeforeTheEventSeesTheOldBytes, APollOfAnUnfinishedEventFailsNoLaterLaunch,
+    AnotherStreamWaitsForTheEvent, HostFunctionsRunInStreamOrder,
+    BatchCopyAsyncMatchesTheCpuReference, GatherAndScatterMatchTheCpuReference,
+    BatchChecksumMatchesTheCpuReference, IpcMapsTheSameBytesInAnotherProcess,
+    OpeningAHandleTwiceSharesOneCountedMapping, RejectsBadArgumentsNamingThem,
+    DeviceUuidIsStableAndNotZero, CompareExchange64SwapsOnlyMatchingWords);
 
 }  // namespace
 }  // namespace granary::cuda

@@ -297,6 +297,27 @@ TEST(FakeBackend, TheFacadeRunsOnTheActiveBackend) {
   EXPECT_NE(ActiveBackendName(), "fake");
 }
 
+// A poll of an unfinished event leaves nothing in the thread's last-error slot, where the next
+// reader on that thread (another library checking its own kernel launch on the engine's thread)
+// would take cudaErrorNotReady for its own failure.
+TEST(FakeBackend, APollOfAnUnfinishedEventLeavesNoErrorBehind) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  absl::StatusOr<void*> stream = fake->CreateStream(0);
+  absl::StatusOr<void*> event = fake->CreateEvent(0);
+  ASSERT_TRUE(stream.ok() && event.ok());
+  granary::Notification open;
+  ASSERT_TRUE(fake->LaunchHostFunc(*stream, [&open] { open.WaitForNotification(); }).ok());
+  ASSERT_TRUE(fake->RecordEvent(*event, *stream).ok());
+  absl::StatusOr<bool> done = fake->EventDone(*event);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_FALSE(*done);
+  EXPECT_TRUE(FakeBackend::PeekAtLastError().ok()) << FakeBackend::PeekAtLastError();
+  open.Notify();
+  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
+  fake->DestroyEvent(*event);
+  fake->DestroyStream(*stream);
+}
+
 TEST(BackendChoice, FollowsTheEnvironmentValue) {
   std::string detail;
   EXPECT_EQ(internal::ChooseBackend("fake", &detail).Name(), "fake");
