@@ -14,6 +14,7 @@
 #include "cuda/cuda_probe.h"
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
+#include "cuda/driver_api.h"
 #include "cuda/fake_backend.h"
 
 namespace granary::cuda {
@@ -154,10 +155,13 @@ DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
                            "' (use cuda, fake or none): every device call fails until it is fixed");
     return RefusedBackend(value);
   }
-  // Only the default and "cuda" ask the CUDA runtime anything; the fake never initialises it.
+  // Neither the choice nor Classify initializes CUDA (no cuInit, no runtime call, no context):
+  // a process that never sees device memory never does, so a child it forks can still use CUDA.
+  // The devices are counted at the first call that needs one; without any, such calls fail
+  // FAILED_PRECONDITION saying so, as the none backend's do.
   DeviceBackend* cuda = CudaBackend();
-  if (cuda != nullptr && cuda->DeviceCount() > 0) {
-    *detail = value.empty() ? "cuda (the default: built with CUDA and a device is usable)"
+  if (cuda != nullptr && internal::DriverPresent()) {
+    *detail = value.empty() ? "cuda (the default: built with CUDA and the driver is installed)"
                             : "cuda (GRANARY_DEVICE_BACKEND=cuda)";
     return *cuda;
   }

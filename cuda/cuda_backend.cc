@@ -14,6 +14,7 @@
 #include "cuda/cas_kernel.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/device_backend.h"
+#include "cuda/driver_api.h"
 #include "cuda/kv_layout_cuda.h"
 #include "cuda/kv_regions.h"
 
@@ -152,24 +153,10 @@ class CudaBackendImpl final : public DeviceBackend {
     return CudaStatus(cudaHostUnregister(p), absl::StrCat("cudaHostUnregister(", Addr(p), ")"));
   }
 
-  PointerInfo Classify(const void* p) override {
-    if (p == nullptr || DeviceCount() == 0) return {};
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-      cudaGetLastError();
-      return {};
-    }
-    switch (attr.type) {
-      case cudaMemoryTypeHost:
-        return {MemoryKind::kPinnedHost, -1};
-      case cudaMemoryTypeDevice:
-        return {MemoryKind::kDevice, attr.device};
-      case cudaMemoryTypeManaged:
-        return {MemoryKind::kManaged, attr.device};
-      default:
-        return {};
-    }
-  }
+  // The driver's answer (driver_api.h), not cudaPointerGetAttributes: that would create a
+  // context on the thread's current device and initialize CUDA in a process that may have
+  // no device memory at all.
+  PointerInfo Classify(const void* p) override { return internal::ClassifyWithDriver(p); }
 
   absl::Status Copy(int device, void* dst, const void* src, size_t n, CopyKind kind) override {
     const char* op = kind == CopyKind::kHostToDevice   ? "CopyHostToDevice"

@@ -89,7 +89,9 @@ class DeviceBackend {
   [[nodiscard]] virtual absl::Status HostRegister(void* p, size_t n) = 0;
   [[nodiscard]] virtual absl::Status HostUnregister(void* p) = 0;
 
-  // Never fails: an address the backend does not know is kHost.
+  // Never fails: an address the backend does not know is kHost. Initializes nothing and creates
+  // no context (cuda asks the driver, cuda/driver_api.h), so classifying host memory leaves a
+  // host-only process free of CUDA.
   virtual PointerInfo Classify(const void* p) = 0;
 
   // Synchronous copies and memset, for setup and tests (device.h): complete on return, visible
@@ -178,14 +180,17 @@ class DeviceBackend {
 
 // The backend the facade uses. Chosen once per process, at first use, from
 // GRANARY_DEVICE_BACKEND:
-//   unset or empty  cuda when built with CUDA and a device is usable, else none (never fake);
-//   cuda            the CUDA runtime; none with the reason when it is not built in or has no
-//                   device;
+//   unset or empty  cuda when built with CUDA and the NVIDIA driver library loads, else none
+//                   (never fake);
+//   cuda            the CUDA runtime; none with the reason when it is not built in or the
+//                   driver is absent;
 //   fake            a fake with FakeOptions' defaults;
 //   none            none;
 //   anything else   refused: a none backend whose every call returns INVALID_ARGUMENT naming
 //                   the value, logged at error (a typo must not silently run without a GPU).
-// The choice is logged once at info. Never null; lives for the process.
+// The choice initializes nothing (no cuInit, no context; cuda/driver_api.h): cuda counts its
+// devices at the first call that needs one, and its calls fail FAILED_PRECONDITION when there
+// is none. The choice is logged once at info. Never null; lives for the process.
 DeviceBackend& ActiveBackend();
 
 // ActiveBackend().Name(), for the /metrics gauge.

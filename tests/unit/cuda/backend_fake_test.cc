@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "cuda/checksum.h"
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
+#include "cuda/driver_api.h"
 #include "cuda/fake_backend.h"
 #include "tests/unit/cuda/backend_conformance.h"
 #include "tests/unit/cuda/backend_pattern.h"
@@ -323,8 +326,8 @@ TEST(BackendChoice, FollowsTheEnvironmentValue) {
   EXPECT_EQ(internal::ChooseBackend("fake", &detail).Name(), "fake");
   EXPECT_TRUE(absl::StrContains(detail, "GRANARY_DEVICE_BACKEND=fake")) << detail;
   EXPECT_EQ(internal::ChooseBackend("none", &detail).Name(), "none");
-  // Without a usable device, neither the default nor "cuda" is ever the fake.
-  const bool cuda_usable = CudaBackend() != nullptr && CudaBackend()->DeviceCount() > 0;
+  // Without the driver, neither the default nor "cuda" is ever the fake.
+  const bool cuda_usable = CudaBackend() != nullptr && internal::DriverPresent();
   EXPECT_EQ(internal::ChooseBackend(nullptr, &detail).Name(), cuda_usable ? "cuda" : "none")
       << detail;
   EXPECT_EQ(internal::ChooseBackend("", &detail).Name(), cuda_usable ? "cuda" : "none");
@@ -342,6 +345,34 @@ TEST(BackendChoice, FollowsTheEnvironmentValue) {
       << p.status();
   absl::StatusOr<void*> other = internal::ChooseBackend("Fake", &detail).Alloc(0, 64);
   EXPECT_TRUE(absl::StrContains(other.status().message(), "'Fake'")) << other.status();
+}
+
+// Choosing the backend and classifying host memory initialize nothing: no cuInit and no runtime,
+// which would create a context on GPU 0 in every client process and make CUDA unusable in a child
+// forked afterwards. A fresh process on a stand-in driver that logs every call asks it for
+// pointer attributes at most.
+TEST(BackendChoice, ChoosingAndClassifyingInitializeNoCuda) {
+  const std::string log = absl::StrCat(::testing::TempDir(), "stub_libcuda_", getpid(), ".log");
+  std::remove(log.c_str());
+  testing::Child child({GRANARY_BACKEND_IPC_HELPER, "classify"},
+                       {absl::StrCat("LD_LIBRARY_PATH=", GRANARY_STUB_LIBCUDA_DIR),
+                        absl::StrCat("GRANARY_STUB_LIBCUDA_LOG=", log)});
+  ASSERT_TRUE(child.ok());
+  const std::string name = child.ReadLine();
+  const std::string stack = child.ReadLine();
+  const std::string heap = child.ReadLine();
+  ASSERT_EQ(child.Wait(), 0) << child.ReadStderr();
+  EXPECT_EQ(stack, "host");
+  EXPECT_EQ(heap, "host");
+  std::ifstream in(log);
+  std::string line, calls;
+  while (std::getline(in, line)) {
+    if (line != "cuPointerGetAttributes") calls += line + " ";
+  }
+  EXPECT_EQ(calls, "") << "the driver was initialized (backend " << name << ")";
+  // With CUDA built in, the driver being there makes the default the cuda backend.
+  EXPECT_EQ(name, BuiltWithCuda() ? "cuda" : "none");
+  std::remove(log.c_str());
 }
 
 // The real thing, in fresh processes: the variable is read once, at first use, and logged.

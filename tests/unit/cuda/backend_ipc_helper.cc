@@ -10,6 +10,9 @@
 //       allocation now holds Pattern(SEED2)), "free" (free it, print "freed"); exit at EOF.
 //   backend_ipc_helper active
 //       Print ActiveBackendName() and then the status of Alloc(0, 64) on the active backend.
+//   backend_ipc_helper classify
+//       Print ActiveBackendName() and then the kinds the active backend gives a stack and a heap
+//       address (MemoryKindName), one per line; allocates nothing on the backend.
 // Failures print one line to stderr and exit 1; bad usage exits 2.
 
 #include <unistd.h>
@@ -99,6 +102,14 @@ int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "active") {
     std::cout << ActiveBackendName() << "\n" << ActiveBackend().Alloc(0, 64).status() << std::endl;
+    return 0;
+  }
+  if (args.size() == 1 && args[0] == "classify") {
+    int on_stack = 0;
+    const std::vector<unsigned char> heap(4096);
+    std::cout << ActiveBackendName() << "\n"
+              << MemoryKindName(ActiveBackend().Classify(&on_stack).kind) << "\n"
+              << MemoryKindName(ActiveBackend().Classify(heap.data()).kind) << std::endl;
     return 0;
   }
   std::unique_ptr<FakeBackend> owned;

@@ -29,3 +29,14 @@ foreach(_backend fake cuda)
     GRANARY_BACKEND_IPC_HELPER="$<TARGET_FILE:cuda_backend_ipc_helper>")
   add_dependencies(cuda_backend_${_backend}_test cuda_backend_ipc_helper)
 endforeach()
+set_tests_properties(cuda_backend_cuda_test PROPERTIES TIMEOUT 60)
+
+# A stand-in driver (libcuda.so.1 in a folder of its own) that logs every call: the fake backend
+# test runs the helper on it to see that choosing a backend and classifying memory initialize
+# nothing.
+add_library(granary_stub_libcuda SHARED ${CMAKE_CURRENT_LIST_DIR}/stub_libcuda.cc)
+set_target_properties(granary_stub_libcuda PROPERTIES OUTPUT_NAME cuda SUFFIX .so.1
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests/stub_libcuda)
+add_dependencies(cuda_backend_fake_test granary_stub_libcuda)
+target_compile_definitions(cuda_backend_fake_test PRIVATE
+  GRANARY_STUB_LIBCUDA_DIR="${CMAKE_BINARY_DIR}/tests/stub_libcuda")
