@@ -235,7 +235,20 @@ class FakeBackendImpl final : public FakeBackend {
 
   absl::StatusOr<void*> CreateStream(int device) override {
     if (absl::Status s = CheckDevice("CreateStream", device); !s.ok()) return s;
-    auto stream = std::make_unique<FakeStream>(device);
+    return AddStream(std::make_unique<FakeStream>(device));
+  }
+
+  absl::StatusOr<void*> CreateEngineStream(int device, absl::Duration hold) override {
+    if (absl::Status s = CheckDevice("CreateEngineStream", device); !s.ok()) return s;
+    if (hold < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CreateEngineStream: hold must be >= 0, got ", absl::FormatDuration(hold)));
+    }
+    return AddStream(
+        std::make_unique<FakeStream>(device, std::make_shared<internal::FakeHold>(hold)));
+  }
+
+  void* AddStream(std::unique_ptr<FakeStream> stream) {
     void* handle = stream.get();
     MutexLock lock(&mu_);
     streams_.emplace(handle, std::move(stream));
@@ -367,7 +380,9 @@ class FakeBackendImpl final : public FakeBackend {
   absl::Status RecordEvent(void* event, void* stream) override {
     absl::StatusOr<std::shared_ptr<FakeEvent>> e = FindEvent("RecordEvent", event);
     if (!e.ok()) return e.status();
-    const uint64_t number = (*e)->BeginRecord();
+    absl::StatusOr<FakeStream*> s = FindStream("RecordEvent", stream);
+    if (!s.ok()) return s.status();
+    const uint64_t number = (*e)->BeginRecord(*s == nullptr ? nullptr : (*s)->hold());
     return Submit("RecordEvent", stream, [this, e = *e, number] {
       e->MarkDone(number, Sticky());
       return absl::OkStatus();
@@ -390,12 +405,14 @@ class FakeBackendImpl final : public FakeBackend {
   absl::Status WaitEvent(void* event) override {
     absl::StatusOr<std::shared_ptr<FakeEvent>> e = FindEvent("WaitEvent", event);
     if (!e.ok()) return e.status();
+    (*e)->ReleaseHeld();
     return (*e)->WaitFor((*e)->LastRecord());
   }
 
   absl::Status StreamWaitEvent(void* stream, void* event) override {
     absl::StatusOr<std::shared_ptr<FakeEvent>> e = FindEvent("StreamWaitEvent", event);
     if (!e.ok()) return e.status();
+    (*e)->ReleaseHeld();
     const uint64_t number = (*e)->LastRecord();
     return Submit("StreamWaitEvent", stream, [e = *e, number] { return e->WaitFor(number); });
   }

@@ -77,6 +77,15 @@ class FakeBackend : public DeviceBackend {
   virtual void InjectStickyCopyError() = 0;
   // The next OpenIpc fails with INTERNAL.
   virtual void FailNextIpcOpen() = 0;
+  // An "engine stream" (the stream an engine's kernels write KV on, for tests of the stream
+  // contract, include/granary/client.h): an ordinary stream handle of this backend whose
+  // operations run only once released, so a write enqueued on it stays invisible to every
+  // other stream and to synchronous copies until that stream is synchronized, an event
+  // recorded on it is waited for (WaitEvent, StreamWaitEvent), or `hold` has passed since the
+  // write was enqueued. Destroyed with DestroyStream. INVALID_ARGUMENT for a bad device or a
+  // negative hold.
+  [[nodiscard]] virtual absl::StatusOr<void*> CreateEngineStream(int device,
+                                                                 absl::Duration hold) = 0;
   // Changes FakeOptions::op_delay for operations enqueued from now on.
   virtual void SetOpDelay(absl::Duration delay) = 0;
   virtual void SetStrictPinned(bool strict) = 0;

@@ -16,23 +16,47 @@ struct AtLeast {
 
 }  // namespace
 
-FakeStream::FakeStream(int device) : device_(device), worker_([this] { Run(); }) {}
+uint64_t FakeHold::Queue() {
+  MutexLock lock(&mu_);
+  return ++queued_;
+}
+
+void FakeHold::ReleaseAll() {
+  MutexLock lock(&mu_);
+  released_ = queued_;
+}
+
+void FakeHold::AwaitTurn(uint64_t number, absl::Time queued) {
+  MutexLock lock(&mu_);
+  AtLeast cond{&released_, number};
+  mu_.AwaitWithTimeout(absl::Condition(&AtLeast::Reached, &cond), queued + hold_ - absl::Now());
+}
+
+FakeStream::FakeStream(int device, std::shared_ptr<FakeHold> hold)
+    : device_(device), hold_(std::move(hold)), worker_([this] { Run(); }) {}
 
 FakeStream::~FakeStream() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
+  if (hold_ != nullptr) hold_->ReleaseAll();
   worker_.join();
 }
 
 void FakeStream::Enqueue(absl::Duration delay, Op op) {
+  Item item{delay, std::move(op)};
+  if (hold_ != nullptr) {
+    item.number = hold_->Queue();
+    item.queued = absl::Now();
+  }
   MutexLock lock(&mu_);
-  queue_.push_back(Item{delay, std::move(op)});
+  queue_.push_back(std::move(item));
   ++enqueued_;
 }
 
 absl::Status FakeStream::Synchronize() {
+  if (hold_ != nullptr) hold_->ReleaseAll();
   MutexLock lock(&mu_);
   AtLeast cond{&completed_, enqueued_};
   mu_.AwaitWithTimeout(absl::Condition(&AtLeast::Reached, &cond), absl::InfiniteDuration());
@@ -55,6 +79,7 @@ void FakeStream::Run() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (hold_ != nullptr) hold_->AwaitTurn(item.number, item.queued);
     if (item.delay > absl::ZeroDuration()) absl::SleepFor(item.delay);
     absl::Status status = item.op();
     MutexLock lock(&mu_);
@@ -63,9 +88,19 @@ void FakeStream::Run() {
   }
 }
 
-uint64_t FakeEvent::BeginRecord() {
+uint64_t FakeEvent::BeginRecord(std::shared_ptr<FakeHold> hold) {
   MutexLock lock(&mu_);
+  hold_ = std::move(hold);
   return ++recorded_;
+}
+
+void FakeEvent::ReleaseHeld() {
+  std::shared_ptr<FakeHold> hold;
+  {
+    MutexLock lock(&mu_);
+    hold = hold_;
+  }
+  if (hold != nullptr) hold->ReleaseAll();
 }
 
 void FakeEvent::MarkDone(uint64_t number, const absl::Status& status) {

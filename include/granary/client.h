@@ -37,6 +37,30 @@ struct PagedKvCache {
   void* v_cache = nullptr;
 };
 
+// The stream contract of a put that reads device memory (PutFrom and its batch and scatter-list
+// forms given device buffers, BatchPutWith given views of device memory, PutPagedKv on device
+// caches). Granary copies on streams of its own, which nothing orders after the engine's
+// stream, so the bytes must be complete before the put reads them. Either
+//   - pass the engine's stream, or an event it recorded after its writes, as a DeviceWait: the
+//     put makes its copy stream wait for it on the device (cudaStreamWaitEvent; for a stream,
+//     an event is recorded on it when the call starts), and waits on the host where the bytes
+//     are read by the CPU or UCX or copied synchronously (a scatter list's gather, the paged-KV
+//     gather, the node bounce); or
+//   - without one, finish the writes before the call: synchronize the stream they were issued
+//     on (torch.cuda.current_stream().synchronize(), cudaStreamSynchronize) or the device.
+// A put that does neither can store bytes the engine's kernels have not written yet, silently.
+// The same holds for host memory the engine fills with copies on its stream (D2H into pinned
+// memory). Gets need nothing: they return when the bytes are in place (Granary's streams are
+// synchronized), so work the engine enqueues after the call sees them.
+// Handles are the process's device backend's: for CUDA a cudaStream_t and a cudaEvent_t as
+// void*. A stream whose device is not the buffers' is synchronized on the host instead. Both
+// may be given; the put waits for both. The caller keeps them alive for the call.
+struct DeviceWait {
+  void* stream = nullptr;  // the engine's stream: everything enqueued on it before the call
+  void* event = nullptr;   // an event recorded after the writes (its latest record counts)
+  bool empty() const { return stream == nullptr && event == nullptr; }
+};
+
 // Options of PutPagedKv and GetPagedKv.
 struct PagedKvOptions {
   // Off by default. On: PutPagedKv stores each value as the gathered blocks followed by a 16-byte
@@ -48,6 +72,8 @@ struct PagedKvOptions {
   // read with checksum off, is FAILED_PRECONDITION saying so; nothing of it is scattered.
   // Costs one more launch and a round trip of 8 + 16 bytes per key each way.
   bool checksum = false;
+  // PutPagedKv waits for it before it gathers the blocks (DeviceWait); GetPagedKv ignores it.
+  DeviceWait wait;
 };
 
 // One object as the master describes it.
@@ -112,6 +138,9 @@ struct PutOptions {
   // when it has no room; kAny: see StorageTier). By default the tenant's policy decides
   // (`default_tier`), and a tenant whose policy names none puts on host memory only.
   StorageTier tier = StorageTier::kTenantDefault;
+  // For values that are views of device memory: what the put waits for before it reads them
+  // (DeviceWait; empty: the caller has finished its writes).
+  DeviceWait wait;
 };
 
 struct ListResult {
@@ -147,6 +176,18 @@ class Client {
                                              size_t size) = 0;
   [[nodiscard]] virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
                                                        size_t capacity) = 0;
+  // PutFrom, BatchPutFrom and BatchPutFromRegions that first wait for the engine's stream or
+  // event (DeviceWait, the stream contract). The forms without `wait` expect the caller's writes
+  // to be complete. INVALID_ARGUMENT for a handle the device backend refuses.
+  [[nodiscard]] virtual absl::Status PutFrom(absl::string_view key, const void* data, size_t size,
+                                             const DeviceWait& wait) = 0;
+  virtual std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
+                                                 const std::vector<const void*>& buffers,
+                                                 const std::vector<size_t>& sizes,
+                                                 const DeviceWait& wait) = 0;
+  virtual std::vector<absl::Status> BatchPutFromRegions(
+      const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions,
+      const DeviceWait& wait) = 0;
 
   // Batch forms: one control round trip per phase for the whole batch; one status per key.
   virtual std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,

@@ -234,7 +234,8 @@ ClientImpl::~ClientImpl() {
   ctx_.reset();
 }
 
-absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms) {
+absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms,
+                                  EngineOrder* order) {
   if (timeout_ms <= 0) timeout_ms = options_.transfer_timeout_ms;
   // GPU segments: device copies through the backend, never a CPU copy (to and from host and
   // device buffers alike), and never UCX unless it supports CUDA memory.
@@ -243,7 +244,7 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
     std::vector<transport::RmaOp> bounced;
     size_t device_values = 0;
     for (const auto& op : ops) device_values += op.segment->gpu && op.device >= 0 && !op.header;
-    GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops, &bounced));
+    GRANARY_RETURN_IF_ERROR(gpu_->Run(&ops, &bounced, order));
     for (const auto& op : bounced) device_values -= op.device >= 0 && !op.header ? 1 : 0;
     ipc_transfers_->Inc(device_values);
     // A UCX that supports CUDA memory moves the segments that have an rkey (their node mapped
@@ -260,6 +261,7 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
     if (!bounced.empty()) {
       size_t device_bounced = 0;
       for (const auto& op : bounced) device_bounced += op.device >= 0 && !op.header;
+      if (order != nullptr) GRANARY_RETURN_IF_ERROR(order->OnHost());  // copies synchronously
       GRANARY_RETURN_IF_ERROR(bounce_->Run(
           std::move(bounced), proto::NodeTransferTimeoutMs(timeout_ms), timeout_ms,
           [this](const std::string& node, const proto::PushRequest& req, GpuBounce::PushDone done) {
@@ -272,13 +274,17 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
   }
   // This client's device buffers: from mapped node memory, or staged.
   if (DeviceTransfers::AnyDevice(ops)) {
-    GRANARY_RETURN_IF_ERROR(
-        device_->Run(&ops, timeout_ms, [this](std::vector<transport::RmaOp> staged, int64_t ms) {
+    GRANARY_RETURN_IF_ERROR(device_->Run(
+        &ops, timeout_ms,
+        [this](std::vector<transport::RmaOp> staged, int64_t ms) {
           rma_->CopyMapped(&staged);  // none is mapped, or it would not be staged
           return staged.empty() ? absl::OkStatus() : Remote(std::move(staged), ms);
-        }));
+        },
+        order));
   }
   rma_->CopyMapped(&ops);  // same-host shared memory: plain copies, here
+  // A CUDA UCX reads device memory on a stream of its own: the host waits for the engine.
+  if (order != nullptr && !direct.empty()) GRANARY_RETURN_IF_ERROR(order->OnHost());
   ops.insert(ops.end(), std::make_move_iterator(direct.begin()),
              std::make_move_iterator(direct.end()));
   if (ops.empty()) return absl::OkStatus();
@@ -345,7 +351,7 @@ absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std:
 std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
                                               const std::vector<const void*>& data,
                                               const std::vector<size_t>& sizes, uint32_t flags,
-                                              const std::vector<int>* devices) {
+                                              const std::vector<int>* devices, EngineOrder* order) {
   ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
@@ -365,7 +371,29 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
     out.assign(n, grant.status());
     return out;
   }
-  return FinishPut(keys, data, sizes, *grant, devices);
+  return FinishPut(keys, data, sizes, *grant, devices, order);
+}
+
+std::vector<absl::Status> ClientImpl::PutWaiting(const std::vector<std::string>& keys,
+                                                 const std::vector<const void*>& data,
+                                                 const std::vector<size_t>& sizes, uint32_t flags,
+                                                 const DeviceWait& wait, EngineOrder* order) {
+  if (data.size() != keys.size() || sizes.size() != keys.size()) {
+    return PutImpl(keys, data, sizes, flags);  // refuses the whole batch
+  }
+  return WithBufferDevices<absl::Status>(
+      keys, data, sizes,
+      [&](const std::vector<std::string>& k, const std::vector<const void*>& b,
+          const std::vector<size_t>& n, const std::vector<int>* devices) {
+        if (order != nullptr || wait.empty()) return PutImpl(k, b, n, flags, devices, order);
+        int device = -1;  // the event goes on the device of the first device buffer
+        for (size_t i = 0; devices != nullptr && i < devices->size() && device < 0; ++i) {
+          device = (*devices)[i];
+        }
+        absl::StatusOr<std::unique_ptr<EngineOrder>> made = EngineOrder::Create(wait, device);
+        if (!made.ok()) return std::vector<absl::Status>(k.size(), made.status());
+        return PutImpl(k, b, n, flags, devices, made->get());
+      });
 }
 
 absl::StatusOr<ClientImpl::PutGrant> ClientImpl::BeginPut(const std::vector<std::string>& keys,
@@ -382,7 +410,8 @@ std::vector<absl::Status> ClientImpl::FinishPut(const std::vector<std::string>& 
                                                 const std::vector<const void*>& data,
                                                 const std::vector<size_t>& sizes,
                                                 const PutGrant& grant,
-                                                const std::vector<int>* devices) {
+                                                const std::vector<int>* devices,
+                                                EngineOrder* order) {
   ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
@@ -421,6 +450,13 @@ std::vector<absl::Status> ClientImpl::FinishPut(const std::vector<std::string>& 
     st = absl::UnavailableError(absl::StrCat("the master changed (epoch ", epoch0, " -> ", epoch,
                                              ") after PutStart: retry the put"));
   }
+  // The stream contract (DeviceWait): host memory among the values is read by the CPU or UCX,
+  // so the host waits for the engine first; device memory waits on the device, in Transfer.
+  if (st.ok() && order != nullptr && !commit.entries.empty() &&
+      (devices == nullptr ||
+       std::any_of(devices->begin(), devices->end(), [](int d) { return d < 0; }))) {
+    st = order->OnHost();
+  }
   if (st.ok()) {
     // Small values to nodes over tcp travel in one Write per node, sent first; the rest
     // one-sided meanwhile.
@@ -428,7 +464,7 @@ std::vector<absl::Status> ClientImpl::FinishPut(const std::vector<std::string>& 
     InlineBatch writes(/*write=*/true, &plan.writes, inline_values_[1]);
     writes.Start(
         [this](const std::string& node, bool other_host) { return NodeClient(node, other_host); });
-    if (!plan.ops.empty()) st = Transfer(std::move(plan.ops), timeout_ms);
+    if (!plan.ops.empty()) st = Transfer(std::move(plan.ops), timeout_ms, order);
     const int64_t left_ms = std::max<int64_t>(1, timeout_ms - (MonotonicUs() - start_us) / 1000);
     std::vector<absl::Status> wrote = writes.Wait(left_ms);
     for (size_t g = 0; g < wrote.size(); ++g) {
@@ -476,6 +512,11 @@ absl::Status ClientImpl::PutFrom(absl::string_view key, const void* data, size_t
   return BatchPutFrom({std::string(key)}, {data}, {size})[0];
 }
 
+absl::Status ClientImpl::PutFrom(absl::string_view key, const void* data, size_t size,
+                                 const DeviceWait& wait) {
+  return BatchPutFrom({std::string(key)}, {data}, {size}, wait)[0];
+}
+
 std::vector<absl::Status> ClientImpl::BatchPut(const std::vector<std::string>& keys,
                                                const std::vector<absl::string_view>& values) {
   std::vector<const void*> data;
@@ -499,26 +540,21 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
   uint32_t flags = (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
                    (options.hard_pin ? proto::kPutFlagHardPin : 0u) |
                    proto::PutTierFlags(TierPreferenceOf(options.tier));
-  if (data.size() != keys.size()) return PutImpl(keys, data, sizes, flags);  // refuses the batch
   // Values may be views of device memory too (PutFrom's paths).
-  return WithBufferDevices<absl::Status>(
-      keys, data, sizes,
-      [this, flags](const std::vector<std::string>& k, const std::vector<const void*>& b,
-                    const std::vector<size_t>& n,
-                    const std::vector<int>* devices) { return PutImpl(k, b, n, flags, devices); });
+  return PutWaiting(keys, data, sizes, flags, options.wait);
 }
 
 std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
                                                    const std::vector<const void*>& buffers,
                                                    const std::vector<size_t>& sizes) {
-  if (buffers.size() != keys.size() || sizes.size() != keys.size()) {
-    return PutImpl(keys, buffers, sizes);  // refuses the whole batch
-  }
-  return WithBufferDevices<absl::Status>(
-      keys, buffers, sizes,
-      [this](const std::vector<std::string>& k, const std::vector<const void*>& b,
-             const std::vector<size_t>& n,
-             const std::vector<int>* devices) { return PutImpl(k, b, n, 0, devices); });
+  return PutWaiting(keys, buffers, sizes, 0, DeviceWait{});
+}
+
+std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
+                                                   const std::vector<const void*>& buffers,
+                                                   const std::vector<size_t>& sizes,
+                                                   const DeviceWait& wait) {
+  return PutWaiting(keys, buffers, sizes, 0, wait);
 }
 
 // ---------------------------------------------------------------------------------------------

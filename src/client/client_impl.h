@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "client/device_transfers.h"
+#include "client/engine_order.h"
 #include "client/gpu_bounce.h"
 #include "client/gpu_segments.h"
 #include "client/master_session.h"
@@ -41,6 +42,15 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::Status Put(absl::string_view key, absl::string_view value) override;
   [[nodiscard]] absl::StatusOr<std::string> Get(absl::string_view key) override;
   [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size) override;
+  [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size,
+                                     const DeviceWait& wait) override;
+  std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
+                                         const std::vector<const void*>& buffers,
+                                         const std::vector<size_t>& sizes,
+                                         const DeviceWait& wait) override;
+  std::vector<absl::Status> BatchPutFromRegions(
+      const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions,
+      const DeviceWait& wait) override;
   [[nodiscard]] absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
                                                size_t capacity) override;
   std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
@@ -117,7 +127,8 @@ class ClientImpl : public Client {
   std::vector<absl::Status> FinishPut(const std::vector<std::string>& keys,
                                       const std::vector<const void*>& data,
                                       const std::vector<size_t>& sizes, const PutGrant& grant,
-                                      const std::vector<int>* devices = nullptr);
+                                      const std::vector<int>* devices = nullptr,
+                                      EngineOrder* order = nullptr);
   // Reads one replica as a descriptor says, without asking the master: the fenced-read check
   // (header generation, key hash, length) applies. For tests and tools that hold a descriptor.
   [[nodiscard]] absl::StatusOr<std::string> ReadReplica(const std::string& key, uint64_t generation,
@@ -143,7 +154,9 @@ class ClientImpl : public Client {
         log_route_{o.log_level ? static_cast<int>(*o.log_level) : -1, o.log_sink.get()} {}
   // Runs one batch of transfers, cancelling what has not finished after timeout_ms (0: the
   // configured transfer_timeout_ms).
-  [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms = 0);
+  // `order`: a put's DeviceWait (null: none), waited for before the caller's memory is read.
+  [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms = 0,
+                                      EngineOrder* order = nullptr);
   // The one-sided part of Transfer (host memory on this side), through UCX.
   [[nodiscard]] absl::Status Remote(std::vector<transport::RmaOp> ops, int64_t timeout_ms);
   // Has `node` write the values of req into this client's registered buffer (reads over tcp;
@@ -164,7 +177,14 @@ class ClientImpl : public Client {
   std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
                                     const std::vector<const void*>& data,
                                     const std::vector<size_t>& sizes, uint32_t flags = 0,
-                                    const std::vector<int>* devices = nullptr);
+                                    const std::vector<int>* devices = nullptr,
+                                    EngineOrder* order = nullptr);
+  // PutImpl for the caller's buffers (classified here: WithBufferDevices) after `wait`
+  // (DeviceWait), or after `order` when the caller made it already (null: `wait` decides).
+  std::vector<absl::Status> PutWaiting(const std::vector<std::string>& keys,
+                                       const std::vector<const void*>& data,
+                                       const std::vector<size_t>& sizes, uint32_t flags,
+                                       const DeviceWait& wait, EngineOrder* order = nullptr);
   // devices (null: every destination is host memory): per key, the device of its destination
   // or -1 (WithBufferDevices).
   std::vector<absl::StatusOr<size_t>> GetImpl(const std::vector<std::string>& keys,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "client/device_check.h"
+#include "client/engine_order.h"
 #include "client/paged_kv_trailer.h"
 #include "common/quote.h"
 #include "cuda/checksum.h"
@@ -341,12 +342,39 @@ absl::Status ClassifyKvValue(const std::string& key, size_t blocks, size_t paylo
 
 std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
     const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions) {
+  return BatchPutFromRegions(keys, regions, DeviceWait{});
+}
+
+std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
+    const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions,
+    const DeviceWait& wait) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (regions.size() != n) {
     out.assign(n, absl::InvalidArgumentError(
                       absl::StrCat(n, " keys but ", regions.size(), " region lists")));
     return out;
+  }
+  // The stream contract (DeviceWait): one order for the gathers and the puts, its event on the
+  // device of the first device region.
+  std::unique_ptr<EngineOrder> order;
+  if (!wait.empty()) {
+    int device = -1;
+    for (size_t i = 0; i < n && device < 0; ++i) {
+      for (const BufferRegion& r : regions[i]) {
+        absl::StatusOr<int> d = BufferDevice(r.data, r.size);
+        if (d.ok() && *d >= 0) {
+          device = *d;
+          break;
+        }
+      }
+    }
+    absl::StatusOr<std::unique_ptr<EngineOrder>> made = EngineOrder::Create(wait, device);
+    if (!made.ok()) {
+      out.assign(n, made.status());
+      return out;
+    }
+    order = *std::move(made);
   }
   std::vector<Staged> staged;
   auto scratch = AllocateStaging(PlanStaging(regions, &out, &staged));
@@ -365,7 +393,9 @@ std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
     }
   }
   for (auto& [device, list] : gathers) {
-    absl::Status st = CopyAll(device, list);
+    // The gathers copy synchronously (or by the CPU): the host waits for the engine.
+    absl::Status st = order == nullptr ? absl::OkStatus() : order->OnHost();
+    if (st.ok()) st = CopyAll(device, list);
     if (st.ok()) continue;
     for (const Staged& s : staged) {
       if (s.device == device) out[s.key] = st;
@@ -387,7 +417,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
     }
     which.push_back(i);
   }
-  std::vector<absl::Status> res = BatchPutFrom(k, ptrs, sizes);
+  std::vector<absl::Status> res = PutWaiting(k, ptrs, sizes, 0, wait, order.get());
   for (size_t j = 0; j < which.size() && j < res.size(); ++j) out[which[j]] = std::move(res[j]);
   return out;
 }
@@ -474,6 +504,12 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(const std::vector<std::string>&
   for (size_t j = 0; j < all.size(); ++j) all[j] = j;
   Scratch scratch;
   absl::Status st = scratch.Allocate(*device, sl.staging_bytes());
+  // The stream contract (DeviceWait): the gather runs synchronously, so the host waits for the
+  // engine before it.
+  if (st.ok() && !options.wait.empty()) {
+    absl::StatusOr<std::unique_ptr<EngineOrder>> order = EngineOrder::Create(options.wait, *device);
+    st = order.ok() ? (*order)->OnHost() : order.status();
+  }
   if (st.ok()) st = MoveKvBlocks(*device, layout, cache, block_ids, sl, all, scratch.data(), false);
   if (st.ok() && options.checksum) {
     absl::StatusOr<std::vector<uint64_t>> sums = KvChecksums(*device, sl, all, scratch.data());

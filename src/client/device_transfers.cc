@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/engine_order.h"
 #include "common/log.h"
 #include "common/slot_chunks.h"
 #include "common/status_macros.h"
@@ -115,7 +116,7 @@ void DeviceTransfers::ReturnSlots(Slots s) {
 }
 
 absl::Status DeviceTransfers::Run(std::vector<transport::RmaOp>* ops, int64_t timeout_ms,
-                                  const RemoteFn& remote) {
+                                  const RemoteFn& remote, EngineOrder* order) {
   // 1. Mapped segments (same host, shared memory): device copies straight from node memory.
   std::vector<transport::MappedOp> headers;
   absl::Status st = rma_->RunMapped(
@@ -125,7 +126,7 @@ absl::Status DeviceTransfers::Run(std::vector<transport::RmaOp>* ops, int64_t ti
         for (transport::MappedOp& m : taken) {
           (m.op.device >= 0 ? values : headers).push_back(std::move(m));
         }
-        return RunMapped(values, headers);
+        return RunMapped(values, headers, order);
       });
   if (!st.ok()) return st;
   // 2. The rest of the device-local ops: UCX itself where it handles CUDA memory, else staging.
@@ -138,11 +139,12 @@ absl::Status DeviceTransfers::Run(std::vector<transport::RmaOp>* ops, int64_t ti
   std::vector<transport::RmaOp> staged =
       transport::TakeOps(ops, [](const transport::RmaOp& op) { return op.device >= 0; });
   if (staged.empty()) return absl::OkStatus();
-  return RunStaged(staged, timeout_ms, remote);
+  return RunStaged(staged, timeout_ms, remote, order);
 }
 
 absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values,
-                                        std::vector<transport::MappedOp>& headers) {
+                                        std::vector<transport::MappedOp>& headers,
+                                        EngineOrder* order) {
   // The headers first, by the CPU from the mapping (as RmaEngine::CopyMapped would).
   for (const transport::MappedOp& h : headers) {
     std::memcpy(h.op.local, h.mapped, h.op.length);
@@ -193,8 +195,10 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
   }
   GRANARY_ASSIGN_OR_RETURN(StreamPool::Stream stream,
                            streams_.Take(backend, values.front().op.device));
-  absl::Status st =
-      backend->BatchCopyAsync(stream.handle, regions.data(), static_cast<int>(regions.size()));
+  absl::Status st = order == nullptr ? absl::OkStatus() : order->Before(stream.handle);
+  if (st.ok()) {
+    st = backend->BatchCopyAsync(stream.handle, regions.data(), static_cast<int>(regions.size()));
+  }
   absl::Status synced = backend->SynchronizeStream(stream.handle);
   if (st.ok()) st = synced;
   streams_.Return(stream, st.ok());
@@ -217,7 +221,7 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
 }
 
 absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
-                                        const RemoteFn& remote) {
+                                        const RemoteFn& remote, EngineOrder* order) {
   // Chunks of at most one slot: values split at slot size, small ones packed together.
   std::vector<uint64_t> lengths;
   lengths.reserve(ops.size());
@@ -292,6 +296,7 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
     if (!s.ok()) device_error = true;
     return s;
   };
+  if (st.ok() && is_put && order != nullptr) st = order->Before(stream->handle);
   if (st.ok() && is_put) {
     // Device -> slot of chunk k+1 overlaps the write of chunk k.
     st = enqueue(0, /*to_slot=*/true);

@@ -38,6 +38,8 @@
 
 namespace granary::client {
 
+class EngineOrder;  // client/engine_order.h
+
 class DeviceTransfers {
  public:
   // Runs one-sided ops (host memory on this side) against remote segments, within timeout_ms.
@@ -64,8 +66,10 @@ class DeviceTransfers {
   // device-local ops on unmapped segments, for the caller's transfer), in order. Returns when every
   // taken op is complete. Errors: UNAVAILABLE (a header changed during the read: retry), the
   // remote transfer's error, INTERNAL (a device copy failed, the backend's error named).
+  // `order` (a put's DeviceWait, null: none): the streams that read the caller's device memory
+  // wait for it first.
   [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops, int64_t timeout_ms,
-                                 const RemoteFn& remote);
+                                 const RemoteFn& remote, EngineOrder* order = nullptr);
 
   // Where UCX supports CUDA memory (the RmaEngine then moves device memory): Run leaves the ops
   // it would stage in *ops for the caller's one-sided transfer, counted as path "ucx". Set
@@ -83,9 +87,10 @@ class DeviceTransfers {
     unsigned char* slot[2] = {nullptr, nullptr};
   };
   [[nodiscard]] absl::Status RunMapped(std::vector<transport::MappedOp>& values,
-                                       std::vector<transport::MappedOp>& headers);
+                                       std::vector<transport::MappedOp>& headers,
+                                       EngineOrder* order);
   [[nodiscard]] absl::Status RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
-                                       const RemoteFn& remote);
+                                       const RemoteFn& remote, EngineOrder* order);
   [[nodiscard]] absl::StatusOr<Slots> TakeSlots(cuda::DeviceBackend* backend);
   void ReturnSlots(Slots s);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "client/engine_order.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/alloc_header.h"
@@ -122,7 +123,7 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
 }
 
 absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops,
-                              std::vector<transport::RmaOp>* bounced) {
+                              std::vector<transport::RmaOp>* bounced, EngineOrder* order) {
   // Split: the GPU ops (in order) out, the rest kept in place.
   std::vector<transport::RmaOp> gpu =
       transport::TakeOps(ops, [](const transport::RmaOp& op) { return op.segment->gpu; });
@@ -154,12 +155,13 @@ absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops,
     for (transport::RmaOp& op : far) bounced->push_back(std::move(op));
   }
   if (gpu.empty()) return absl::OkStatus();
-  absl::Status st = RunOnDevice(gpu);
+  absl::Status st = RunOnDevice(gpu, order);
   if (!st.ok()) failures_->Inc();
   return st;
 }
 
-absl::Status GpuSegments::RunOnDevice(const std::vector<transport::RmaOp>& gpu) {
+absl::Status GpuSegments::RunOnDevice(const std::vector<transport::RmaOp>& gpu,
+                                      EngineOrder* order) {
   // One mapping per segment of the batch, held until the copies are done; one stream.
   std::vector<std::shared_ptr<Mapping>> held;
   std::vector<cuda::CopyRegion> regions;
@@ -201,8 +203,10 @@ absl::Status GpuSegments::RunOnDevice(const std::vector<transport::RmaOp>& gpu) 
   regions.insert(regions.end(), fence.begin(), fence.end());
   cuda::DeviceBackend* backend = held.front()->backend;
   GRANARY_ASSIGN_OR_RETURN(StreamPool::Stream stream, streams_.Take(backend, held.front()->device));
-  absl::Status st =
-      backend->BatchCopyAsync(stream.handle, regions.data(), static_cast<int>(regions.size()));
+  absl::Status st = order == nullptr ? absl::OkStatus() : order->Before(stream.handle);
+  if (st.ok()) {
+    st = backend->BatchCopyAsync(stream.handle, regions.data(), static_cast<int>(regions.size()));
+  }
   absl::Status synced = backend->SynchronizeStream(stream.handle);
   if (st.ok()) st = synced;
   streams_.Return(stream, st.ok());

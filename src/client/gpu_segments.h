@@ -23,6 +23,8 @@
 
 namespace granary::client {
 
+class EngineOrder;  // client/engine_order.h
+
 // Owned by ClientImpl; lives as long as it. The mappings are cached per segment id and closed
 // when the segment's IPC handle changes (a node re-mounted under the same id) and when this
 // object is destroyed. Thread-safe: mu_ guards the caches; copies run outside it, on a stream
@@ -51,8 +53,10 @@ class GpuSegments {
   //   INVALID_ARGUMENT     an op outside the segment;
   //   UNAVAILABLE          a header changed during the read (retry);
   //   INTERNAL             a device copy failed (the backend's error in the message).
+  // `order` (a put's DeviceWait, null: none): the copy stream waits for it before the copies.
   [[nodiscard]] absl::Status Run(std::vector<transport::RmaOp>* ops,
-                                 std::vector<transport::RmaOp>* bounced);
+                                 std::vector<transport::RmaOp>* bounced,
+                                 EngineOrder* order = nullptr);
 
   // Closes the mappings of segments not in `mounted` (unmounted at the master), each once no
   // batch holds it. Thread-safe.
@@ -60,7 +64,8 @@ class GpuSegments {
 
  private:
   struct Mapping;
-  [[nodiscard]] absl::Status RunOnDevice(const std::vector<transport::RmaOp>& gpu);
+  [[nodiscard]] absl::Status RunOnDevice(const std::vector<transport::RmaOp>& gpu,
+                                         EngineOrder* order);
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg);
   [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceBackend& backend,
                                                 const std::string& uuid);

@@ -21,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "client/client_impl.h"
 #include "client/paged_kv_trailer.h"
 #include "cuda/checksum.h"
@@ -1296,6 +1297,178 @@ TEST_F(GpuCopyTest, ACopyFromAStalledNodeFailsInTimeAndRefunds) {
   auto got = client_->Get("stall");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(*got == value);
+}
+
+// The stream contract (include/granary/client.h, DeviceWait). The engine writes each value on
+// its stream, the fake's engine stream, whose writes land only once something waits for them
+// (or after 60 s): as on a GPU, where the engine's kernels may still be writing when the put
+// starts. A put without a DeviceWait reads the bytes from before the write and stores them as
+// if they were good; with the engine's stream or an event recorded on it, every path (the host
+// segment's mapped copy, the GPU segment's IPC copy, a scatter list's gather, the paged-KV
+// gather, staging) waits, and stores the engine's bytes.
+class EngineStreamTest : public GpuTierTest {
+ protected:
+  void SetUp() override {
+    GpuTierTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (fake_ == nullptr) GTEST_SKIP() << "the engine stream whose writes land late is the fake's";
+    auto engine = fake_->CreateEngineStream(0, absl::Seconds(60));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *engine;
+    auto event = fake_->CreateEvent(0);
+    ASSERT_TRUE(event.ok()) << event.status();
+    event_ = *event;
+  }
+  void TearDown() override {
+    if (engine_ != nullptr) {
+      EXPECT_TRUE(backend_->SynchronizeStream(engine_).ok());
+      backend_->DestroyStream(engine_);
+    }
+    if (event_ != nullptr) backend_->DestroyEvent(event_);
+    GpuTierTest::TearDown();
+  }
+  // Device memory at `at` holds `old` (the value `tag` had before), and the engine's stream has
+  // a write of `fresh` into it queued. The engine's source bytes live until TearDown.
+  struct Write {
+    std::string old, fresh;
+  };
+  Write EngineWrites(char* at, const std::string& tag, size_t n) {
+    Write w{MakeValue(tag + "/old", 1, n), MakeValue(tag + "/fresh", 2, n)};
+    EXPECT_TRUE(backend_->SynchronizeStream(engine_).ok());  // the last test's write first
+    ToDevice(at, w.old);
+    sources_.push_back(std::make_unique<std::string>(w.fresh));
+    EXPECT_TRUE(backend_->CopyAsync(engine_, at, sources_.back()->data(), n).ok());
+    return w;
+  }
+  std::string Stored(const std::string& key) {
+    auto got = client_->Get(key);
+    EXPECT_TRUE(got.ok()) << key << ": " << got.status();
+    return got.ok() ? *got : std::string();
+  }
+  DeviceWait OnStream() const { return DeviceWait{engine_, nullptr}; }
+  // An event recorded on the engine's stream after its write.
+  DeviceWait OnEvent() {
+    EXPECT_TRUE(backend_->RecordEvent(event_, engine_).ok());
+    return DeviceWait{nullptr, event_};
+  }
+  // PutFrom of a device buffer, without and with the contract.
+  void PutFromWaits(const std::string& tag, size_t n, bool by_event) {
+    char* d = DeviceAlloc(n);
+    ASSERT_NE(d, nullptr);
+    Write w = EngineWrites(d, tag, n);
+    ASSERT_TRUE(client_->PutFrom(tag + "/without", d, n).ok());
+    EXPECT_TRUE(Stored(tag + "/without") == w.old)
+        << tag << ": a put without the contract did not read the bytes from before the write";
+    w = EngineWrites(d, tag + "/again", n);
+    const DeviceWait wait = by_event ? OnEvent() : OnStream();
+    ASSERT_TRUE(client_->PutFrom(tag + "/with", d, n, wait).ok());
+    EXPECT_TRUE(Stored(tag + "/with") == w.fresh)
+        << tag << ": a put with the engine's " << (by_event ? "event" : "stream")
+        << " stored bytes from before the engine's write";
+  }
+
+  void* engine_ = nullptr;
+  void* event_ = nullptr;
+  std::vector<std::unique_ptr<std::string>> sources_;
+};
+
+TEST_F(EngineStreamTest, APutWaitsForTheEngineOnEveryPathAndReadsStaleBytesWithout) {
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  ASSERT_TRUE(client_->Put("warm", "up").ok());  // maps the host segment into this process
+  ASSERT_TRUE(client_->Get("warm").ok());
+  // The host segment, mapped: a device-to-host copy on the client's stream.
+  ASSERT_NO_FATAL_FAILURE(PutFromWaits("hs", 70000, /*by_event=*/false));
+  ASSERT_NO_FATAL_FAILURE(PutFromWaits("hs-event", 4096, /*by_event=*/true));
+  EXPECT_GT(ClientMetric("granary_client_gpu_transfers_total{path=\"host_segment\"}"), 0);
+  // The GPU segment: a device-to-device copy through the IPC mapping (BatchPutWith, tier gpu).
+  {
+    constexpr size_t kBytes = 50000;
+    char* d = DeviceAlloc(kBytes);
+    ASSERT_NE(d, nullptr);
+    PutOptions on_gpu;
+    on_gpu.tier = StorageTier::kGpu;
+    Write w = EngineWrites(d, "gpu", kBytes);
+    ASSERT_TRUE(
+        client_->BatchPutWith({"gpu/without"}, {absl::string_view(d, kBytes)}, on_gpu)[0].ok());
+    EXPECT_TRUE(Stored("gpu/without") == w.old) << "the IPC put waited without the contract";
+    for (const bool by_event : {false, true}) {
+      w = EngineWrites(d, absl::StrCat("gpu", by_event), kBytes);
+      on_gpu.wait = by_event ? OnEvent() : OnStream();
+      const std::string key = absl::StrCat("gpu/with", by_event);
+      ASSERT_TRUE(client_->BatchPutWith({key}, {absl::string_view(d, kBytes)}, on_gpu)[0].ok());
+      EXPECT_TRUE(Stored(key) == w.fresh) << key << ": the IPC put did not wait";
+      ASSERT_EQ(ReplicasOf(key).size(), 1u);
+      EXPECT_EQ(ReplicasOf(key)[0].segment_id, SegmentsOf(proto::Tier::kGpu)[0].segment_id);
+    }
+    EXPECT_GT(ClientMetric("granary_client_gpu_transfers_total{path=\"ipc\"}"), 0);
+  }
+  // A scatter list: two device regions gathered (synchronously) and a one-region list.
+  {
+    constexpr size_t kBytes = 3000;
+    char* d = DeviceAlloc(3 * kBytes);
+    ASSERT_NE(d, nullptr);
+    const auto lists = [&] {
+      return std::vector<std::vector<BufferRegion>>{{{d, kBytes}, {d + kBytes, kBytes}},
+                                                    {{d + 2 * kBytes, kBytes}}};
+    };
+    Write w = EngineWrites(d, "regions", 3 * kBytes);
+    for (const absl::Status& st :
+         client_->BatchPutFromRegions({"r0/without", "r1/without"}, lists())) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    EXPECT_TRUE(Stored("r0/without") == w.old.substr(0, 2 * kBytes));
+    EXPECT_TRUE(Stored("r1/without") == w.old.substr(2 * kBytes));
+    w = EngineWrites(d, "regions/again", 3 * kBytes);
+    for (const absl::Status& st :
+         client_->BatchPutFromRegions({"r0/with", "r1/with"}, lists(), OnStream())) {
+      ASSERT_TRUE(st.ok()) << st;
+    }
+    EXPECT_TRUE(Stored("r0/with") == w.fresh.substr(0, 2 * kBytes)) << "the gather did not wait";
+    EXPECT_TRUE(Stored("r1/with") == w.fresh.substr(2 * kBytes)) << "the direct key did not wait";
+  }
+  // Paged KV: the gather kernel reads the caches after the wait.
+  {
+    const KvContents kv(4, 2, 8, 2, 1);
+    PagedKvCache c = kv.layout;
+    char* k = DeviceAlloc(kv.cache_bytes);
+    char* v = DeviceAlloc(kv.cache_bytes);
+    ASSERT_TRUE(k != nullptr && v != nullptr);
+    c.k_cache = k;
+    c.v_cache = v;
+    ASSERT_NO_FATAL_FAILURE(ToDevice(v, kv.v));
+    const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}};
+    const Write w = EngineWrites(k, "kv", kv.cache_bytes);
+    ASSERT_TRUE(client_->PutPagedKv({"kv/without"}, c, ids)[0].ok());
+    KvContents old = kv;
+    old.k = w.old;
+    EXPECT_TRUE(Stored("kv/without") == old.Value(ids[0]));
+    const Write again = EngineWrites(k, "kv/again", kv.cache_bytes);
+    PagedKvOptions options;
+    options.wait = OnStream();
+    ASSERT_TRUE(client_->PutPagedKv({"kv/with"}, c, ids, options)[0].ok());
+    KvContents fresh = kv;
+    fresh.k = again.fresh;
+    EXPECT_TRUE(Stored("kv/with") == fresh.Value(ids[0])) << "the paged-KV gather did not wait";
+  }
+  // A handle the backend does not know fails the put, which stores nothing.
+  char* d = DeviceAlloc(100);
+  ASSERT_NE(d, nullptr);
+  int not_an_event = 0;
+  absl::Status bad = client_->PutFrom("bad", d, 100, DeviceWait{nullptr, &not_an_event});
+  EXPECT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.message(), "DeviceWait")) << bad;
+  EXPECT_FALSE(*client_->Exist("bad"));
+}
+
+// Staging (UCX_TLS=tcp: nothing is mapped): chunk copies into the client's pinned slots wait.
+TEST_F(EngineStreamTest, AStagedPutWaitsForTheEngine) {
+  setenv("UCX_TLS", "tcp", 1);
+  extra_env_ = {"UCX_TLS=tcp"};
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_NO_FATAL_FAILURE(PutFromWaits("st", (4u << 20) + 3, /*by_event=*/false));
+  ASSERT_NO_FATAL_FAILURE(PutFromWaits("st-event", 1000, /*by_event=*/true));
+  EXPECT_GT(ClientMetric("granary_client_gpu_transfers_total{path=\"staging\"}"), 0);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"host_segment\"}"), 0);
 }
 
 }  // namespace

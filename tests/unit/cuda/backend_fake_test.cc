@@ -118,6 +118,64 @@ TEST(FakeBackend, TheDelayKnobKeepsAnEventPending) {
   fake->Free(0, *dev);
 }
 
+// The engine stream (FakeBackend::CreateEngineStream): a write enqueued on it stays invisible
+// until the stream is synchronized, an event recorded on it is waited for (by the host or by
+// another stream), or its hold passes.
+TEST(FakeBackend, AnEngineStreamsWritesLandOnlyWhenWaitedFor) {
+  std::unique_ptr<FakeBackend> fake = NewFake();
+  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> engine = fake->CreateEngineStream(0, absl::Seconds(60));
+  absl::StatusOr<void*> ours = fake->CreateStream(0);
+  absl::StatusOr<void*> event = fake->CreateEvent(0);
+  ASSERT_TRUE(dev.ok() && engine.ok() && ours.ok() && event.ok());
+  const std::vector<unsigned char> old(4096, 0x11);
+  ASSERT_TRUE(fake->Copy(0, *dev, old.data(), old.size(), CopyKind::kHostToDevice).ok());
+  std::vector<unsigned char> back(4096);
+  const auto read = [&] {
+    EXPECT_TRUE(fake->Copy(0, back.data(), *dev, back.size(), CopyKind::kDeviceToHost).ok());
+    return back;
+  };
+  // Synchronizing the engine stream releases its write.
+  const std::vector<unsigned char> one = testing::Pattern(4096, 1);
+  ASSERT_TRUE(fake->CopyAsync(*engine, *dev, one.data(), one.size()).ok());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(read(), old) << "a held write landed before anyone waited for it";
+  ASSERT_TRUE(fake->SynchronizeStream(*engine).ok());
+  EXPECT_EQ(read(), one);
+  // Another stream waiting for an event recorded on it releases the write before its copy.
+  const std::vector<unsigned char> two = testing::Pattern(4096, 2);
+  ASSERT_TRUE(fake->CopyAsync(*engine, *dev, two.data(), two.size()).ok());
+  ASSERT_TRUE(fake->RecordEvent(*event, *engine).ok());
+  absl::StatusOr<bool> done = fake->EventDone(*event);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done) << "querying the event must not release the engine's work";
+  std::vector<unsigned char> seen(4096);
+  ASSERT_TRUE(fake->StreamWaitEvent(*ours, *event).ok());
+  ASSERT_TRUE(fake->CopyAsync(*ours, seen.data(), *dev, seen.size()).ok());
+  ASSERT_TRUE(fake->SynchronizeStream(*ours).ok());
+  EXPECT_EQ(seen, two);
+  // A host wait for the event does the same.
+  const std::vector<unsigned char> three = testing::Pattern(4096, 3);
+  ASSERT_TRUE(fake->CopyAsync(*engine, *dev, three.data(), three.size()).ok());
+  ASSERT_TRUE(fake->RecordEvent(*event, *engine).ok());
+  ASSERT_TRUE(fake->WaitEvent(*event).ok());
+  EXPECT_EQ(read(), three);
+  fake->DestroyStream(*engine);
+  // Unwaited, a write lands once its hold has passed.
+  absl::StatusOr<void*> quick = fake->CreateEngineStream(0, absl::Milliseconds(100));
+  ASSERT_TRUE(quick.ok());
+  const std::vector<unsigned char> four = testing::Pattern(4096, 4);
+  ASSERT_TRUE(fake->CopyAsync(*quick, *dev, four.data(), four.size()).ok());
+  EXPECT_EQ(read(), three);
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_EQ(read(), four);
+  EXPECT_FALSE(fake->CreateEngineStream(0, absl::Milliseconds(-1)).ok());
+  fake->DestroyStream(*quick);
+  fake->DestroyStream(*ours);
+  fake->DestroyEvent(*event);
+  fake->Free(0, *dev);
+}
+
 TEST(FakeBackend, StrictPinnedModeRefusesPageableMemoryOnStreams) {
   FakeOptions options;
   options.strict_pinned = true;
