@@ -13,6 +13,7 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -124,6 +125,7 @@ class FakeBackendImpl final : public FakeBackend {
 
   absl::StatusOr<void*> HostAllocPinned(size_t bytes) override {
     if (bytes == 0) return absl::InvalidArgumentError("HostAllocPinned: bytes must be > 0, got 0");
+    (void)CheckDevice("HostAllocPinned", 0);  // the current device of a thread that chose none
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       return absl::ResourceExhaustedError(
@@ -152,6 +154,7 @@ class FakeBackendImpl final : public FakeBackend {
       return absl::InvalidArgumentError(absl::StrCat(
           "HostRegister: needs a non-null pointer and n > 0, got ", Addr(p), " n=", n));
     }
+    (void)CheckDevice("HostRegister", 0);  // as HostAllocPinned
     MutexLock lock(&mu_);
     const auto start = reinterpret_cast<uintptr_t>(p);
     auto it = regions_.lower_bound(start + n);
@@ -426,7 +429,7 @@ class FakeBackendImpl final : public FakeBackend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<DeviceUuid> DeviceUuidOf(int device) override {
-    if (absl::Status s = CheckDevice("DeviceUuid", device); !s.ok()) return s;
+    if (absl::Status s = CheckRange("DeviceUuid", device); !s.ok()) return s;  // no context
     return Uuid(device);
   }
 
@@ -483,6 +486,10 @@ class FakeBackendImpl final : public FakeBackend {
     MutexLock lock(&mu_);
     strict_pinned_ = strict;
   }
+  int ContextsCreated(int device) override {
+    MutexLock lock(&mu_);
+    return contexts_.contains(device) ? 1 : 0;
+  }
 
  private:
   DeviceUuid Uuid(int device) const {
@@ -492,10 +499,18 @@ class FakeBackendImpl final : public FakeBackend {
     return uuid;
   }
 
-  absl::Status CheckDevice(const char* op, int device) const {
+  absl::Status CheckRange(const char* op, int device) const {
     if (device >= 0 && device < options_.device_count) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": fake CUDA device ", device, " is out of range [0, ", options_.device_count, ")"));
+  }
+
+  // CheckRange for a call that needs a context on `device` (ContextsCreated), which it then has.
+  absl::Status CheckDevice(const char* op, int device) {
+    if (absl::Status s = CheckRange(op, device); !s.ok()) return s;
+    MutexLock lock(&mu_);
+    contexts_.insert(device);
+    return absl::OkStatus();
   }
 
   // INVALID_ARGUMENT unless p is device or managed memory.
@@ -733,6 +748,7 @@ class FakeBackendImpl final : public FakeBackend {
   std::atomic<uintptr_t> span_end_{0};
   std::map<void*, std::unique_ptr<FakeStream>> streams_ ABSL_GUARDED_BY(mu_);
   std::map<void*, std::shared_ptr<FakeEvent>> events_ ABSL_GUARDED_BY(mu_);
+  std::set<int> contexts_ ABSL_GUARDED_BY(mu_);  // devices with a context (ContextsCreated)
   int alloc_countdown_ ABSL_GUARDED_BY(mu_) = 0;
   bool inject_sticky_ ABSL_GUARDED_BY(mu_) = false;
   bool fail_next_ipc_open_ ABSL_GUARDED_BY(mu_) = false;

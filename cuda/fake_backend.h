@@ -68,6 +68,15 @@ class FakeBackend : public DeviceBackend {
   // holds after their launch.
   static absl::Status PeekAtLastError();
 
+  // The contexts this fake created on `device`: 0 until the first call that creates a CUDA
+  // primary context there on a GPU, then 1. Such calls: allocations, copies, memsets, streams,
+  // events, kernels and IPC opens on `device`, and pinned host memory (on device 0, the current
+  // device of a thread that chose none). Classify, DeviceCount and DeviceUuidOf create none, as
+  // on CUDA (the cuda backend classifies through the driver; a device query needs no context).
+  // Lets a test assert that a host-only client creates none, and that a GPU segment is mapped
+  // only on the device of the caller's buffer.
+  virtual int ContextsCreated(int device) = 0;
+
   // Fault injection. Each takes effect for later calls, from any thread.
   // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.
   virtual void FailNthAllocation(int n) = 0;

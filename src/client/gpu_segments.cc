@@ -36,7 +36,7 @@ GpuSegments::GpuSegments(MetricsRegistry* metrics)
                                   "transfer instead")) {}
 
 GpuSegments::~GpuSegments() {
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped;  // closed outside the lock
+  absl::flat_hash_map<Key, std::shared_ptr<Mapping>> mapped;  // closed outside the lock
   {
     granary::MutexLock lock(&mu_);
     mapped.swap(mapped_);
@@ -46,8 +46,15 @@ GpuSegments::~GpuSegments() {
 void GpuSegments::Retain(const absl::flat_hash_set<uint64_t>& mounted) {
   std::vector<std::shared_ptr<Mapping>> gone;  // closed outside the lock
   granary::MutexLock lock(&mu_);
+  for (auto it = failed_.begin(); it != failed_.end();) {
+    if (mounted.contains(it->first.first)) {
+      ++it;
+    } else {
+      failed_.erase(it++);
+    }
+  }
   for (auto it = mapped_.begin(); it != mapped_.end();) {
-    if (mounted.contains(it->first)) {
+    if (mounted.contains(it->first.first)) {
       ++it;
       continue;
     }
@@ -79,12 +86,15 @@ absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceBackend& backend,
 }
 
 absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
-    const transport::RemoteSegment& seg) {
+    const transport::RemoteSegment& seg, int buffer_device) {
   cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  const Key key{seg.segment_id, buffer_device};
+  const std::string where =
+      absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
   std::shared_ptr<Mapping> stale;  // closed outside the lock, once no batch holds it
   {
     granary::MutexLock lock(&mu_);
-    auto it = mapped_.find(seg.segment_id);
+    auto it = mapped_.find(key);
     if (it != mapped_.end() && it->second->ipc == seg.gpu_ipc && it->second->backend == &backend) {
       return it->second;
     }
@@ -92,34 +102,64 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
       stale = std::move(it->second);
       mapped_.erase(it);
     }
+    auto failed = failed_.find(key);
+    if (failed != failed_.end() && failed->second.ipc == seg.gpu_ipc &&
+        absl::Now() < failed->second.retry_at) {
+      return absl::UnavailableError(
+          absl::StrCat(where, ": its IPC open failed before; retried after ",
+                       absl::FormatTime(failed->second.retry_at), " (", failed->second.why, ")"));
+    }
   }
   stale.reset();
-  const std::string where =
-      absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
   if (!seg.same_host) {
     return absl::FailedPreconditionError(absl::StrCat(where, " is on another host"));
   }
-  absl::StatusOr<int> device = LocalDevice(backend, seg.gpu_uuid);
-  if (!device.ok()) {
-    return absl::Status(device.status().code(),
-                        absl::StrCat(where, ": ", device.status().message()));
+  // The segment's GPU must be one of this process's (matched by UUID: CUDA_VISIBLE_DEVICES may
+  // number it differently here). It is mapped on the caller's buffer's device where there is one
+  // (CUDA enables peer access for it), so that the copy is one device-to-device copy there and
+  // no other GPU gets a context; for host buffers, on the segment's own device.
+  absl::StatusOr<int> own = LocalDevice(backend, seg.gpu_uuid);
+  if (!own.ok()) {
+    return absl::Status(own.status().code(), absl::StrCat(where, ": ", own.status().message()));
   }
-  absl::StatusOr<void*> base = backend.OpenIpc(*device, seg.gpu_ipc);
+  const int device = buffer_device >= 0 ? buffer_device : *own;
+  absl::StatusOr<void*> base = backend.OpenIpc(device, seg.gpu_ipc);
   if (!base.ok()) {
-    return absl::UnavailableError(absl::StrCat(where, ": opening its IPC handle on device ",
-                                               *device, " failed: ", base.status().message()));
+    // Remembered, so that each batch does not try (and log) again.
+    absl::Status failed =
+        absl::UnavailableError(absl::StrCat(where, ": opening its IPC handle on device ", device,
+                                            " failed: ", base.status().message()));
+    LOG_WARN << failed << "; the node stages its transfers instead until "
+             << absl::FormatDuration(kRetryOpenAfter) << " from now";
+    granary::MutexLock lock(&mu_);
+    failed_[key] =
+        Failed{seg.gpu_ipc, absl::Now() + kRetryOpenAfter, std::string(base.status().message())};
+    return failed;
   }
   auto m = std::make_shared<Mapping>();
   m->backend = &backend;
-  m->device = *device;
+  m->device = device;
   m->ipc = seg.gpu_ipc;
   m->base = static_cast<unsigned char*>(*base);
   opened_->Inc();
-  LOG_DEBUG << "mapped " << where << " (" << seg.size << " bytes) on device " << *device;
+  LOG_DEBUG << "mapped " << where << " (" << seg.size << " bytes) on device " << device;
   granary::MutexLock lock(&mu_);  // destroyed before `m`: a losing `m` closes unlocked
-  auto [it, fresh] = mapped_.try_emplace(seg.segment_id, m);
+  failed_.erase(key);
+  auto [it, fresh] = mapped_.try_emplace(key, m);
   if (!fresh) return it->second;  // another thread opened it first
   return m;
+}
+
+// The device each segment of the batch is mapped for: the device of the batch's first device
+// buffer on it, -1 (its own device) when every buffer on it is host memory.
+absl::flat_hash_map<const transport::RemoteSegment*, int> GpuSegments::BufferDevices(
+    const std::vector<transport::RmaOp>& gpu) {
+  absl::flat_hash_map<const transport::RemoteSegment*, int> on;
+  for (const transport::RmaOp& op : gpu) {
+    auto [it, fresh] = on.try_emplace(op.segment.get(), op.device);
+    if (!fresh && it->second < 0) it->second = op.device;
+  }
+  return on;
 }
 
 absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops,
@@ -129,24 +169,20 @@ absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops,
       transport::TakeOps(ops, [](const transport::RmaOp& op) { return op.segment->gpu; });
   if (gpu.empty()) return absl::OkStatus();
   // Segments this process cannot map go to the node bounce: another host or no device with the
-  // UUID (FAILED_PRECONDITION from Open), or an IPC open that failed (UNAVAILABLE: counted as a
-  // fallback). Anything else fails the batch.
+  // UUID (FAILED_PRECONDITION from Open), or an IPC open that failed now or before (UNAVAILABLE,
+  // logged by Open: counted as a fallback). Anything else fails the batch.
+  const absl::flat_hash_map<const transport::RemoteSegment*, int> on = BufferDevices(gpu);
   std::vector<const transport::RemoteSegment*> remote;
-  const transport::RemoteSegment* last = nullptr;
-  for (const transport::RmaOp& op : gpu) {
-    if (op.segment.get() == last) continue;
-    last = op.segment.get();
-    if (std::find(remote.begin(), remote.end(), last) != remote.end()) continue;
-    absl::StatusOr<std::shared_ptr<Mapping>> m = Open(*op.segment);
+  for (const auto& [seg, device] : on) {
+    absl::StatusOr<std::shared_ptr<Mapping>> m = Open(*seg, device);
     if (m.ok()) continue;
     if (absl::IsUnavailable(m.status())) {
       fallbacks_->Inc();
-      LOG_WARN << m.status() << "; the node stages this transfer instead";
     } else if (!absl::IsFailedPrecondition(m.status())) {
       failures_->Inc();
       return m.status();
     }
-    remote.push_back(last);
+    remote.push_back(seg);
   }
   if (!remote.empty()) {
     std::vector<transport::RmaOp> far = transport::TakeOps(&gpu, [&](const transport::RmaOp& op) {
@@ -155,36 +191,35 @@ absl::Status GpuSegments::Run(std::vector<transport::RmaOp>* ops,
     for (transport::RmaOp& op : far) bounced->push_back(std::move(op));
   }
   if (gpu.empty()) return absl::OkStatus();
-  absl::Status st = RunOnDevice(gpu, order);
+  absl::Status st = RunOnDevice(gpu, on, order);
   if (!st.ok()) failures_->Inc();
   return st;
 }
 
-absl::Status GpuSegments::RunOnDevice(const std::vector<transport::RmaOp>& gpu,
-                                      EngineOrder* order) {
-  // One mapping per segment of the batch, held until the copies are done; one stream.
-  std::vector<std::shared_ptr<Mapping>> held;
-  std::vector<cuda::CopyRegion> regions;
-  std::vector<cuda::CopyRegion> fence;  // each get header again, after the values
-  std::vector<proto::AllocHeader> again;
+absl::Status GpuSegments::RunOnDevice(
+    const std::vector<transport::RmaOp>& gpu,
+    const absl::flat_hash_map<const transport::RemoteSegment*, int>& on, EngineOrder* order) {
+  // One mapping per segment of the batch, held until the copies are done; one stream per device
+  // the mappings are on, each running its ops in the batch's order, then its get headers again.
+  struct OnDevice {
+    std::vector<cuda::CopyRegion> regions;
+    std::vector<cuda::CopyRegion> fence;
+    StreamPool::Stream stream;
+  };
+  absl::flat_hash_map<int, OnDevice> devices;
+  absl::flat_hash_map<const transport::RemoteSegment*, std::shared_ptr<Mapping>> held;
+  std::vector<proto::AllocHeader> again;  // each get header again, after the values
   size_t get_headers = 0;
   for (const transport::RmaOp& op : gpu) get_headers += !op.is_put && op.header ? 1 : 0;
   again.resize(get_headers);
-  const transport::RemoteSegment* last_seg = nullptr;
-  Mapping* last = nullptr;
+  size_t fenced = 0;
+  cuda::DeviceBackend* backend = nullptr;
   for (const transport::RmaOp& op : gpu) {
     const transport::RemoteSegment& seg = *op.segment;
-    if (&seg != last_seg) {
-      GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<Mapping> m, Open(seg));
-      if (!held.empty() &&
-          (m->device != held.front()->device || m->backend != held.front()->backend)) {
-        return absl::UnimplementedError(absl::StrCat("a batch spans GPU segments on devices ",
-                                                     held.front()->device, " and ", m->device,
-                                                     "; one device per batch is supported"));
-      }
-      last_seg = &seg;
-      last = m.get();
-      held.push_back(std::move(m));
+    std::shared_ptr<Mapping>& m = held[&seg];
+    if (m == nullptr) {
+      GRANARY_ASSIGN_OR_RETURN(m, Open(seg, on.at(&seg)));
+      backend = m->backend;
     }
     if (op.length == 0 || op.remote_addr < seg.base || op.length > seg.size ||
         op.remote_addr - seg.base > seg.size - op.length) {
@@ -192,24 +227,37 @@ absl::Status GpuSegments::RunOnDevice(const std::vector<transport::RmaOp>& gpu,
           absl::StrCat("GPU segment ", seg.segment_id, ": [", op.remote_addr, ", +", op.length,
                        ") is outside the segment at ", seg.base, " of ", seg.size, " bytes"));
     }
-    unsigned char* device = last->base + (op.remote_addr - seg.base);
+    unsigned char* device = m->base + (op.remote_addr - seg.base);
+    OnDevice& d = devices[m->device];
     if (op.is_put) {
-      regions.push_back({op.local, device, op.length});
+      d.regions.push_back({op.local, device, op.length});
       continue;
     }
-    regions.push_back({device, op.local, op.length});
-    if (op.header) fence.push_back({device, &again[fence.size()], proto::kAllocHeaderSize});
+    d.regions.push_back({device, op.local, op.length});
+    if (op.header) d.fence.push_back({device, &again[fenced++], proto::kAllocHeaderSize});
   }
-  regions.insert(regions.end(), fence.begin(), fence.end());
-  cuda::DeviceBackend* backend = held.front()->backend;
-  GRANARY_ASSIGN_OR_RETURN(StreamPool::Stream stream, streams_.Take(backend, held.front()->device));
-  absl::Status st = order == nullptr ? absl::OkStatus() : order->Before(stream.handle);
-  if (st.ok()) {
-    st = backend->BatchCopyAsync(stream.handle, regions.data(), static_cast<int>(regions.size()));
+  absl::Status st;
+  for (auto& [device, d] : devices) {
+    absl::StatusOr<StreamPool::Stream> stream = streams_.Take(backend, device);
+    if (!stream.ok()) {
+      st = stream.status();
+      break;
+    }
+    d.stream = *stream;
+    d.regions.insert(d.regions.end(), d.fence.begin(), d.fence.end());
+    st = order == nullptr ? absl::OkStatus() : order->Before(d.stream.handle);
+    if (st.ok()) {
+      st = backend->BatchCopyAsync(d.stream.handle, d.regions.data(),
+                                   static_cast<int>(d.regions.size()));
+    }
+    if (!st.ok()) break;
   }
-  absl::Status synced = backend->SynchronizeStream(stream.handle);
-  if (st.ok()) st = synced;
-  streams_.Return(stream, st.ok());
+  for (auto& [device, d] : devices) {
+    if (d.stream.handle == nullptr) continue;
+    absl::Status synced = backend->SynchronizeStream(d.stream.handle);
+    if (st.ok()) st = synced;
+    streams_.Return(d.stream, synced.ok());
+  }
   if (!st.ok()) {
     return absl::InternalError(
         absl::StrCat("a device copy of GPU segment ", gpu.front().segment->segment_id, " (node ",

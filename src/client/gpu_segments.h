@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/stream_pool.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -25,11 +27,15 @@ namespace granary::client {
 
 class EngineOrder;  // client/engine_order.h
 
-// Owned by ClientImpl; lives as long as it. The mappings are cached per segment id and closed
-// when the segment's IPC handle changes (a node re-mounted under the same id) and when this
-// object is destroyed. Thread-safe: mu_ guards the caches; copies run outside it, on a stream
-// each caller takes from the pool for its batch. A mapping is closed only when no batch holds it
-// (shared ownership), so a concurrent re-open never unmaps memory a copy still uses.
+// Owned by ClientImpl; lives as long as it. A segment is mapped on the device of the caller's
+// buffer (for host buffers, on the segment's own device), so that no other GPU of the process
+// gets a context; a batch over segments mapped on several devices runs a stream on each. The
+// mappings are cached per (segment id, buffer device) and closed when the segment's IPC handle
+// changes (a node re-mounted under the same id) and when this object is destroyed. A failed open
+// is remembered for kRetryOpenAfter: until then the segment's transfers go to the node bounce
+// without another open or log line. Thread-safe: mu_ guards the caches; copies run outside it, on a
+// stream each caller takes from the pool for its batch. A mapping is closed only when no batch
+// holds it (shared ownership), so a concurrent re-open never unmaps memory a copy still uses.
 class GpuSegments {
  public:
   explicit GpuSegments(MetricsRegistry* metrics);
@@ -62,16 +68,32 @@ class GpuSegments {
   // batch holds it. Thread-safe.
   void Retain(const absl::flat_hash_set<uint64_t>& mounted);
 
+  // How long a failed IPC open is remembered before a batch tries again.
+  static constexpr absl::Duration kRetryOpenAfter = absl::Seconds(30);
+
  private:
   struct Mapping;
-  [[nodiscard]] absl::Status RunOnDevice(const std::vector<transport::RmaOp>& gpu,
-                                         EngineOrder* order);
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg);
+  // A segment id and the device of the buffers it is mapped for (-1: host buffers).
+  using Key = std::pair<uint64_t, int>;
+  struct Failed {
+    std::string ipc;  // the handle that failed
+    absl::Time retry_at;
+    std::string why;
+  };
+  static absl::flat_hash_map<const transport::RemoteSegment*, int> BufferDevices(
+      const std::vector<transport::RmaOp>& gpu);
+  [[nodiscard]] absl::Status RunOnDevice(
+      const std::vector<transport::RmaOp>& gpu,
+      const absl::flat_hash_map<const transport::RemoteSegment*, int>& on, EngineOrder* order);
+  // The mapping of `seg` for buffers on `buffer_device` (-1: host buffers).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg,
+                                                              int buffer_device);
   [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceBackend& backend,
                                                 const std::string& uuid);
 
   granary::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Mapping>> mapped_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, std::shared_ptr<Mapping>> mapped_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, Failed> failed_ ABSL_GUARDED_BY(mu_);
   StreamPool streams_;
   MetricCounter* opened_;
   MetricCounter* failures_;

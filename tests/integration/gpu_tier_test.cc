@@ -833,10 +833,14 @@ TEST_F(GpuTierTest, AnIpcOpenFailureFallsBackToTheNodeBounce) {
   ASSERT_TRUE(put.ok()) << put;
   EXPECT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 1);
   EXPECT_EQ(ClientMetric("granary_client_gpu_bounced_values_total"), 1);
-  auto got = client_->Get("k");  // the handle opens now: through IPC
+  // The failure is remembered (GpuSegments::kRetryOpenAfter): the next batch goes to the node
+  // bounce without another open (which would now succeed) or another log line.
+  auto got = client_->Get("k");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(*got == value);
-  EXPECT_EQ(ClientMetric("granary_client_gpu_bounced_values_total"), 1);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_bounced_values_total"), 2);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 2);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_segment_opens_total"), 0);
   // A fresh client, whose first open fails on the get: staged by the node.
   client_.reset();
   ClientOptions co = cluster_->ClientOpts();
@@ -851,9 +855,50 @@ TEST_F(GpuTierTest, AnIpcOpenFailureFallsBackToTheNodeBounce) {
   EXPECT_TRUE(FromDevice(d, 3000) == value);
   EXPECT_EQ(ClientMetric("granary_client_gpu_fallback_total"), 1);
   EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"bounce\"}"), 1);
-  auto again = client_->Get("k");
+  auto again = client_->Get("k");  // a host buffer: the segment's own device, opened now
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(*again == value);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_segment_opens_total"), 1);
+}
+
+// A GPU segment is mapped on the device of the caller's buffer, so that the copy is one device to
+// device copy there and no other GPU of the process gets a context: a client whose buffers are on
+// its device 1 writes and reads a segment of the node's device 0 (device 0 here too, by UUID)
+// and never touches its device 0.
+TEST_F(GpuTierTest, AGpuSegmentIsMappedOnlyOnTheDeviceOfTheBuffer) {
+  if (fake_ == nullptr) GTEST_SKIP() << "counts the fake's contexts";
+  cuda::FakeOptions two;
+  two.device_count = 2;
+  auto fake = cuda::FakeBackend::Create(two);
+  ASSERT_TRUE(fake.ok()) << fake.status();
+  cuda::SetBackendForTesting(fake->get());
+  fake_ = std::move(*fake);
+  backend_ = fake_.get();
+  ASSERT_NO_FATAL_FAILURE(StartWithGpu());
+  PutOptions on_gpu;
+  on_gpu.tier = StorageTier::kGpu;
+  const std::string value = MakeValue("d1", 1, 70000);
+  auto src = backend_->Alloc(1, value.size());
+  auto dst = backend_->Alloc(1, value.size());
+  ASSERT_TRUE(src.ok() && dst.ok());
+  device_buffers_.push_back(*src);
+  device_buffers_.push_back(*dst);
+  ASSERT_TRUE(
+      backend_->Copy(1, *src, value.data(), value.size(), cuda::CopyKind::kHostToDevice).ok());
+  ASSERT_TRUE(client_
+                  ->BatchPutWith({"d1"},
+                                 {absl::string_view(static_cast<char*>(*src), value.size())},
+                                 on_gpu)[0]
+                  .ok());
+  auto n = client_->GetInto("d1", *dst, value.size());
+  ASSERT_TRUE(n.ok()) << n.status();
+  std::string back(value.size(), '\0');
+  ASSERT_TRUE(
+      backend_->Copy(1, back.data(), *dst, back.size(), cuda::CopyKind::kDeviceToHost).ok());
+  EXPECT_TRUE(back == value);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"ipc\"}"), 2);
+  EXPECT_EQ(fake_->ContextsCreated(0), 0) << "the segment was mapped on another device";
+  EXPECT_EQ(fake_->ContextsCreated(1), 1);
 }
 
 // Point 3, other hosts: a client whose devices do not include the segment's (another fake UUID
