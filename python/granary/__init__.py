@@ -34,6 +34,11 @@ from granary._granary import _is_device_pointer  # noqa: F401
 from granary._granary import (  # noqa: F401
     _device_backend, _testing_device_alloc, _testing_device_copy, _testing_device_free,
 )
+# The fake backend's engine stream, for tests of the stream contract (stream=/event= of puts).
+from granary._granary import (  # noqa: F401
+    _testing_engine_event, _testing_engine_stream, _testing_engine_write,
+    _testing_stream_synchronize,
+)
 
 __all__ = [
     "Client", "EmbeddedNode", "KvKey", "ListResult", "ObjectInfo", "PrefixBlock", "PrefixLookup",

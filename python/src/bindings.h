@@ -10,5 +10,7 @@ void BindTypes(pybind11::module_& m);   // types.cc: KvKey, ObjectInfo, SegmentI
 void BindClient(pybind11::module_& m);  // client_bind.cc: Client
 // embedded.cc: EmbeddedNode and the device-pointer test hooks.
 void BindEmbedded(pybind11::module_& m);
+// device_wait.cc: the test hooks of the fake backend's engine stream (the stream contract).
+void BindEngineStreamHooks(pybind11::module_& m);
 
 }  // namespace granary::python

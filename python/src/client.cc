@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "device_wait.h"
 #include "errors.h"
 #include "keys.h"
 
@@ -153,10 +154,12 @@ py::bytes PyClient::Get(py::handle key) {
   return py::bytes(*v);
 }
 
-void PyClient::PutFrom(py::handle key, py::handle buf, py::handle size) {
+void PyClient::PutFrom(py::handle key, py::handle buf, py::handle size, py::handle stream,
+                       py::handle event) {
   std::string k = KeyOf(key);
   BufferRef b = ToBuffer(buf, SizeArg(size, "size"), Access::kRead, true, "buf");
-  Check(Run([&](Client& c) { return c.PutFrom(k, b.data(), b.size()); }));
+  const DeviceWait wait = WaitOf(stream, event);
+  Check(Run([&](Client& c) { return c.PutFrom(k, b.data(), b.size(), wait); }));
 }
 
 size_t PyClient::GetInto(py::handle key, py::handle buf, py::handle size) {

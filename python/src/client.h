@@ -47,7 +47,9 @@ class PyClient {
   // Single calls: raise granary.Error on failure (client.cc).
   void Put(pybind11::handle key, pybind11::handle data);
   pybind11::bytes Get(pybind11::handle key);
-  void PutFrom(pybind11::handle key, pybind11::handle buf, pybind11::handle size);
+  // stream, event: what the put waits for before it reads device memory (device_wait.h).
+  void PutFrom(pybind11::handle key, pybind11::handle buf, pybind11::handle size,
+               pybind11::handle stream, pybind11::handle event);
   size_t GetInto(pybind11::handle key, pybind11::handle buf, pybind11::handle size);
   void RegisterBuffer(pybind11::handle buf, pybind11::handle size);
   void UnregisterBuffer(pybind11::handle buf);
@@ -66,11 +68,13 @@ class PyClient {
   pybind11::list BatchPut(pybind11::handle keys, pybind11::handle values, bool soft_pin,
                           bool hard_pin, std::optional<std::string> tier);
   pybind11::list BatchGet(pybind11::handle keys);
-  pybind11::list BatchPutFrom(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);
+  pybind11::list BatchPutFrom(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes,
+                              pybind11::handle stream, pybind11::handle event);
   pybind11::list BatchGetInto(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);
   // Scatter lists of addresses (host memory, or device memory of the device backend).
   pybind11::list BatchPutFromRegions(pybind11::handle keys, pybind11::handle ptr_lists,
-                                     pybind11::handle size_lists);
+                                     pybind11::handle size_lists, pybind11::handle stream,
+                                     pybind11::handle event);
   pybind11::list BatchGetIntoRegions(pybind11::handle keys, pybind11::handle ptr_lists,
                                      pybind11::handle size_lists);
   pybind11::list BatchExists(pybind11::handle keys);

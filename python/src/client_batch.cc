@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client.h"
+#include "device_wait.h"
 #include "errors.h"
 #include "keys.h"
 
@@ -90,7 +91,8 @@ py::list PyClient::BatchGet(py::handle keys) {
   return ValueList(results, [](const std::string& v) -> py::object { return py::bytes(v); });
 }
 
-py::list PyClient::BatchPutFrom(py::handle keys, py::handle bufs, py::handle sizes) {
+py::list PyClient::BatchPutFrom(py::handle keys, py::handle bufs, py::handle sizes,
+                                py::handle stream, py::handle event) {
   std::vector<std::string> k = KeysOf(keys);
   std::vector<BufferRef> refs = BuffersOf(bufs, sizes, k.size(), Access::kRead);
   std::vector<const void*> data;
@@ -99,7 +101,8 @@ py::list PyClient::BatchPutFrom(py::handle keys, py::handle bufs, py::handle siz
     data.push_back(r.data());
     lens.push_back(r.size());
   }
-  return StatusList(Run([&](Client& c) { return c.BatchPutFrom(k, data, lens); }));
+  const DeviceWait wait = WaitOf(stream, event);
+  return StatusList(Run([&](Client& c) { return c.BatchPutFrom(k, data, lens, wait); }));
 }
 
 py::list PyClient::BatchGetInto(py::handle keys, py::handle bufs, py::handle sizes) {
@@ -182,10 +185,12 @@ std::vector<std::vector<BufferRegion>> RegionsOf(py::handle ptr_lists, py::handl
 }  // namespace
 
 py::list PyClient::BatchPutFromRegions(py::handle keys, py::handle ptr_lists,
-                                       py::handle size_lists) {
+                                       py::handle size_lists, py::handle stream,
+                                       py::handle event) {
   std::vector<std::string> k = KeysOf(keys);
   std::vector<std::vector<BufferRegion>> r = RegionsOf(ptr_lists, size_lists, k.size());
-  return StatusList(Run([&](Client& c) { return c.BatchPutFromRegions(k, r); }));
+  const DeviceWait wait = WaitOf(stream, event);
+  return StatusList(Run([&](Client& c) { return c.BatchPutFromRegions(k, r, wait); }));
 }
 
 py::list PyClient::BatchGetIntoRegions(py::handle keys, py::handle ptr_lists,

@@ -36,8 +36,12 @@ void BindSingle(py::class_<PyClient>& c) {
       .def("get", &PyClient::Get, py::arg("key"),
            "get(key) -> bytes: the value. NotFound if absent.")
       .def("put_from", &PyClient::PutFrom, py::arg("key"), py::arg("buf"),
-           py::arg("size") = py::none(),
-           "put_from(key, buf, size=None) -> None: store `size` bytes of buf (zero-copy).")
+           py::arg("size") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("event") = py::none(),
+           "put_from(key, buf, size=None, *, stream=None, event=None) -> None: store `size` "
+           "bytes of buf (zero-copy)." " stream, event: for device memory the engine is still writing, its stream or an event "
+           "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
+           "the put waits for it first. Without them, synchronize before the call.")
       .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buf"),
            py::arg("size") = py::none(),
            "get_into(key, buf, size=None) -> int: read the value into buf (capacity `size`) and "
@@ -82,16 +86,23 @@ void BindBatch(py::class_<PyClient>& c) {
       .def("batch_get", &PyClient::BatchGet, py::arg("keys"),
            "batch_get(keys) -> list[bytes | Error]")
       .def("batch_put_from", &PyClient::BatchPutFrom, py::arg("keys"), py::arg("bufs"),
-           py::arg("sizes") = py::none(),
-           "batch_put_from(keys, bufs, sizes=None) -> list[None | Error]")
+           py::arg("sizes") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("event") = py::none(),
+           "batch_put_from(keys, bufs, sizes=None, *, stream=None, event=None) -> "
+           "list[None | Error]." " stream, event: for device memory the engine is still writing, its stream or an event "
+           "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
+           "the put waits for it first. Without them, synchronize before the call.")
       .def("batch_get_into", &PyClient::BatchGetInto, py::arg("keys"), py::arg("bufs"),
            py::arg("sizes") = py::none(),
            "batch_get_into(keys, bufs, sizes=None) -> list[int | Error]: bytes written per key")
       .def("batch_put_from_regions", &PyClient::BatchPutFromRegions, py::arg("keys"),
-           py::arg("ptr_lists"), py::arg("size_lists"),
-           "batch_put_from_regions(keys, ptr_lists, size_lists) -> list[None | Error]: object i "
-           "is the concatenation of [ptr_lists[i][j], +size_lists[i][j]) (host or device "
-           "memory)")
+           py::arg("ptr_lists"), py::arg("size_lists"), py::kw_only(),
+           py::arg("stream") = py::none(), py::arg("event") = py::none(),
+           "batch_put_from_regions(keys, ptr_lists, size_lists, *, stream=None, event=None) -> "
+           "list[None | Error]: object i is the concatenation of [ptr_lists[i][j], "
+           "+size_lists[i][j]) (host or device memory)." " stream, event: for device memory the engine is still writing, its stream or an event "
+           "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
+           "the put waits for it first. Without them, synchronize before the call.")
       .def("batch_get_into_regions", &PyClient::BatchGetIntoRegions, py::arg("keys"),
            py::arg("ptr_lists"), py::arg("size_lists"),
            "batch_get_into_regions(keys, ptr_lists, size_lists) -> list[int | Error]: object "

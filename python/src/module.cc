@@ -10,4 +10,5 @@ PYBIND11_MODULE(_granary, m) {
   granary::python::BindTypes(m);
   granary::python::BindClient(m);
   granary::python::BindEmbedded(m);
+  granary::python::BindEngineStreamHooks(m);
 }

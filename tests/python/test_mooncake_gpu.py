@@ -73,11 +73,17 @@ CHILD = textwrap.dedent(r'''
 ''')
 
 
-def test_device_pointers_take_the_gpu_paths(cluster):
+def run_child(script, master):
+    """Runs `script` in a child process on the fake device backend; it must exit 0."""
     env = dict(os.environ, GRANARY_DEVICE_BACKEND="fake", PYTHONUNBUFFERED="1")
-    r = subprocess.run([sys.executable, "-c", CHILD, cluster.master], env=env,
+    r = subprocess.run([sys.executable, "-c", script, master], env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"child failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
+    return r
+
+
+def test_device_pointers_take_the_gpu_paths(cluster):
+    r = run_child(CHILD, cluster.master)
     counts = {}
     for line in r.stdout.splitlines():
         if line.startswith("granary_client_gpu_transfers_total{"):
@@ -90,3 +96,88 @@ def test_device_pointers_take_the_gpu_paths(cluster):
     want = "staging" if cluster.transport == "tcp" else "host_segment"
     assert any(want in line and not line.endswith(" 0") for line in r.stdout.splitlines()), \
         r.stdout
+
+
+# The stream contract (include/granary/client.h, DeviceWait). The engine writes on its stream,
+# the fake's engine stream, whose writes land only once something waits for them: a put without
+# the contract stores the bytes from before the write; with stream= or event= (a raw handle, or
+# an object shaped like torch.cuda.Stream / torch.cuda.Event) it stores the engine's bytes. The
+# Mooncake class keeps Mooncake's signatures: its callers synchronize before the call.
+STREAM_CHILD = textwrap.dedent(r'''
+    import sys, uuid
+    import numpy as np
+    import granary
+    from granary.mooncake import MooncakeDistributedStore
+    master = sys.argv[1]
+    assert granary._device_backend() == "fake", granary._device_backend()
+    c = granary.Client(master=master)
+    rng = np.random.default_rng(7)
+    tag = uuid.uuid4().hex[:8]
+    n = 100_000
+    d = granary._testing_device_alloc(n)
+    engine = granary._testing_engine_stream(60_000)
+    keep = []  # the engine's sources live until the end
+
+    def engine_writes():
+        granary._testing_stream_synchronize(engine)  # the last write lands first
+        old = rng.integers(0, 256, n, dtype=np.uint8)
+        fresh = rng.integers(0, 256, n, dtype=np.uint8)
+        granary._testing_device_copy(d, old.ctypes.data, n)
+        keep.append(fresh)
+        granary._testing_engine_write(engine, d, fresh.ctypes.data, n)
+        return old.tobytes(), fresh.tobytes()
+
+    class Stream:  # torch.cuda.Stream's shape
+        def __init__(self, handle):
+            self.cuda_stream = handle
+
+    class Event:  # torch.cuda.Event's shape
+        def __init__(self, handle):
+            self.cuda_event = handle
+
+    old, fresh = engine_writes()
+    c.put_from(f"without-{tag}", d, n)
+    assert c.get(f"without-{tag}") == old, "a put without the contract waited anyway"
+    for i, wait in enumerate([dict(stream=engine), dict(stream=Stream(engine))]):
+        old, fresh = engine_writes()
+        c.put_from(f"with{i}-{tag}", d, n, **wait)
+        assert c.get(f"with{i}-{tag}") == fresh, f"put_from({wait}) stored stale bytes"
+    old, fresh = engine_writes()
+    ev = granary._testing_engine_event(engine)
+    assert c.batch_put_from([f"batch-{tag}"], [d], [n], event=Event(ev)) == [None]
+    assert c.get(f"batch-{tag}") == fresh, "batch_put_from(event=) stored stale bytes"
+    old, fresh = engine_writes()
+    ev = granary._testing_engine_event(engine)
+    assert c.batch_put_from_regions([f"reg-{tag}"], [[d, d + 1000]], [[1000, n - 1000]],
+                                    event=ev) == [None]
+    assert c.get(f"reg-{tag}") == fresh, "batch_put_from_regions(event=) stored stale bytes"
+    for bad, err in [(dict(stream="s"), TypeError), (dict(event=1.5), TypeError),
+                     (dict(stream=-1), ValueError)]:
+        try:
+            c.put_from(f"bad-{tag}", d, n, **bad)
+        except err as e:
+            assert next(iter(bad)) in str(e), e
+        else:
+            raise AssertionError(f"put_from({bad}) was accepted")
+
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master) == 0
+    old, fresh = engine_writes()
+    granary._testing_stream_synchronize(engine)  # what Mooncake's callers do before a put
+    assert s.put_from(f"mc-{tag}", d, n) == 0
+    assert bytes(s.get(f"mc-{tag}")) == fresh
+    try:
+        s.put_from(f"mc2-{tag}", d, n, stream=engine)
+    except TypeError as e:
+        assert "stream" in str(e), e
+    else:
+        raise AssertionError("the Mooncake class took a keyword Mooncake does not have")
+    granary._testing_stream_synchronize(engine)
+    s.close()
+    c.close()
+    print("child ok")
+''')
+
+
+def test_puts_wait_for_the_engine_stream(cluster):
+    run_child(STREAM_CHILD, cluster.master)

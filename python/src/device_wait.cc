@@ -1,0 +1,104 @@
+// The `stream=` and `event=` arguments of the put calls (device_wait.h).
+
+#include "device_wait.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "bindings.h"
+#include "cuda/fake_backend.h"
+
+namespace granary::python {
+namespace py = pybind11;
+
+namespace {
+
+// CUDA's cudaStreamLegacy: nullptr means "no stream" in DeviceWait.
+void* const kLegacyStream = reinterpret_cast<void*>(uintptr_t{1});
+
+// The handle in `arg` (an int, or an object whose `attr` is one); `present` tells a 0 handle
+// given from nothing given.
+uintptr_t HandleOf(py::handle arg, const char* name, const char* attr, bool* present) {
+  *present = false;
+  if (arg.is_none()) return 0;
+  py::object value = py::reinterpret_borrow<py::object>(arg);
+  if (!py::isinstance<py::int_>(value) && py::hasattr(value, attr)) value = value.attr(attr);
+  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value)) {
+    throw py::type_error(absl::StrCat(name, " must be None, an int handle or an object with `",
+                                      attr, "` (torch.cuda.Stream, torch.cuda.Event), not ",
+                                      std::string(py::str(py::type::of(arg).attr("__name__")))));
+  }
+  if (value.cast<py::int_>() < py::int_(0)) {
+    throw py::value_error(std::string(name) + " handle must not be negative");
+  }
+  *present = true;
+  return value.cast<uintptr_t>();
+}
+
+}  // namespace
+
+DeviceWait WaitOf(py::handle stream, py::handle event) {
+  DeviceWait wait;
+  bool present = false;
+  const uintptr_t s = HandleOf(stream, "stream", "cuda_stream", &present);
+  if (present) wait.stream = s == 0 ? kLegacyStream : reinterpret_cast<void*>(s);
+  wait.event = reinterpret_cast<void*>(HandleOf(event, "event", "cuda_event", &present));
+  return wait;
+}
+
+namespace {
+
+cuda::FakeBackend& Fake() {
+  auto* fake = dynamic_cast<cuda::FakeBackend*>(&cuda::ActiveBackend());
+  if (fake == nullptr) {
+    throw py::value_error(absl::StrCat("the engine stream needs the fake device backend, not ",
+                                       cuda::ActiveBackendName()));
+  }
+  return *fake;
+}
+
+void Ok(const absl::Status& st) {
+  if (!st.ok()) throw py::value_error(std::string(st.message()));
+}
+
+}  // namespace
+
+void BindEngineStreamHooks(py::module_& m) {
+  m.def(
+      "_testing_engine_stream",
+      [](int64_t hold_ms) {
+        absl::StatusOr<void*> s = Fake().CreateEngineStream(0, absl::Milliseconds(hold_ms));
+        Ok(s.status());
+        return reinterpret_cast<uintptr_t>(*s);
+      },
+      py::arg("hold_ms"),
+      "Test hook (fake backend): an engine stream on device 0 whose writes land only once it "
+      "is synchronized, an event recorded on it is waited for, or hold_ms has passed.");
+  m.def(
+      "_testing_engine_write",
+      [](uintptr_t stream, uintptr_t dst, uintptr_t src, size_t size) {
+        Ok(Fake().CopyAsync(reinterpret_cast<void*>(stream), reinterpret_cast<void*>(dst),
+                            reinterpret_cast<const void*>(src), size));
+      },
+      py::arg("stream"), py::arg("dst"), py::arg("src"), py::arg("size"),
+      "Test hook (fake backend): enqueue a copy on the stream (src must stay alive until the "
+      "stream is synchronized).");
+  m.def(
+      "_testing_engine_event",
+      [](uintptr_t stream) {
+        absl::StatusOr<void*> e = Fake().CreateEvent(0);
+        Ok(e.status());
+        Ok(Fake().RecordEvent(*e, reinterpret_cast<void*>(stream)));
+        return reinterpret_cast<uintptr_t>(*e);
+      },
+      py::arg("stream"),
+      "Test hook (fake backend): a new event, recorded on the stream (never destroyed).");
+  m.def(
+      "_testing_stream_synchronize",
+      [](uintptr_t stream) { Ok(Fake().SynchronizeStream(reinterpret_cast<void*>(stream))); },
+      py::arg("stream"), "Test hook (fake backend): synchronize the stream.");
+}
+
+}  // namespace granary::python
