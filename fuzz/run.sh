@@ -4,10 +4,12 @@
 #   fuzz/run.sh TARGET SECONDS        TARGET: frame, policy, size, admin_body, kv_key or handshake
 #
 # Builds the standalone fuzz project (fuzz/CMakeLists.txt) into ${GRANARY_FUZZ_BUILD_DIR:-build-fuzz}
-# (relative to the repository root; configured once, then built incrementally), copies the
-# committed seed corpus fuzz/corpus/TARGET to a temporary directory (the committed corpus is never
-# modified) and runs fuzz_TARGET on it for SECONDS seconds. Exits non-zero on any crash, leak,
-# timeout or sanitizer report; crash inputs are kept under the build dir's artifacts/TARGET/.
+# (relative to the repository root; configured once, then built incrementally), copies the seed
+# corpus to a temporary directory and runs fuzz_TARGET on it for SECONDS seconds. The seeds are
+# the build's corpus/TARGET when the build generates one (frame: from proto/message_table.h, see
+# fuzz/CMakeLists.txt), else the committed fuzz/corpus/TARGET, which is never modified. Exits
+# non-zero on any crash, leak, timeout or sanitizer report; crash inputs are kept under the build
+# dir's artifacts/TARGET/.
 # Exits 77 (ctest: skipped) when clang++ or the libFuzzer runtime is not installed.
 set -euo pipefail
 
@@ -45,7 +47,10 @@ cmake --build "$build" --target "fuzz_$target" -j "${GRANARY_FUZZ_JOBS:-1}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/granary-fuzz-$target.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus"
-if [[ -d "$root/fuzz/corpus/$target" ]]; then
+if [[ -d "$build/corpus/$target" ]]; then
+  cp -R "$build/corpus/$target/." "$work/corpus/"
+  rm -f "$work/corpus/.stamp"
+elif [[ -d "$root/fuzz/corpus/$target" ]]; then
   cp -R "$root/fuzz/corpus/$target/." "$work/corpus/"
 fi
 artifacts="$build/artifacts/$target"

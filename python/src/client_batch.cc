@@ -184,9 +184,8 @@ std::vector<std::vector<BufferRegion>> RegionsOf(py::handle ptr_lists, py::handl
 
 }  // namespace
 
-py::list PyClient::BatchPutFromRegions(py::handle keys, py::handle ptr_lists,
-                                       py::handle size_lists, py::handle stream,
-                                       py::handle event) {
+py::list PyClient::BatchPutFromRegions(py::handle keys, py::handle ptr_lists, py::handle size_lists,
+                                       py::handle stream, py::handle event) {
   std::vector<std::string> k = KeysOf(keys);
   std::vector<std::vector<BufferRegion>> r = RegionsOf(ptr_lists, size_lists, k.size());
   const DeviceWait wait = WaitOf(stream, event);

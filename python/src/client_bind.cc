@@ -39,7 +39,8 @@ void BindSingle(py::class_<PyClient>& c) {
            py::arg("size") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
            py::arg("event") = py::none(),
            "put_from(key, buf, size=None, *, stream=None, event=None) -> None: store `size` "
-           "bytes of buf (zero-copy)." " stream, event: for device memory the engine is still writing, its stream or an event "
+           "bytes of buf (zero-copy)."
+           " stream, event: for device memory the engine is still writing, its stream or an event "
            "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
            "the put waits for it first. Without them, synchronize before the call.")
       .def("get_into", &PyClient::GetInto, py::arg("key"), py::arg("buf"),
@@ -89,7 +90,8 @@ void BindBatch(py::class_<PyClient>& c) {
            py::arg("sizes") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
            py::arg("event") = py::none(),
            "batch_put_from(keys, bufs, sizes=None, *, stream=None, event=None) -> "
-           "list[None | Error]." " stream, event: for device memory the engine is still writing, its stream or an event "
+           "list[None | Error]."
+           " stream, event: for device memory the engine is still writing, its stream or an event "
            "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
            "the put waits for it first. Without them, synchronize before the call.")
       .def("batch_get_into", &PyClient::BatchGetInto, py::arg("keys"), py::arg("bufs"),
@@ -100,7 +102,8 @@ void BindBatch(py::class_<PyClient>& c) {
            py::arg("stream") = py::none(), py::arg("event") = py::none(),
            "batch_put_from_regions(keys, ptr_lists, size_lists, *, stream=None, event=None) -> "
            "list[None | Error]: object i is the concatenation of [ptr_lists[i][j], "
-           "+size_lists[i][j]) (host or device memory)." " stream, event: for device memory the engine is still writing, its stream or an event "
+           "+size_lists[i][j]) (host or device memory)."
+           " stream, event: for device memory the engine is still writing, its stream or an event "
            "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
            "the put waits for it first. Without them, synchronize before the call.")
       .def("batch_get_into_regions", &PyClient::BatchGetIntoRegions, py::arg("keys"),

@@ -13,15 +13,9 @@
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/alloc_header.h"
+#include "proto/serve.h"
 
 namespace granary::master {
-
-namespace {
-template <typename Req>
-absl::StatusOr<Req> Body(const proto::FrameView& f) {
-  return proto::DecodeBody<Req>(f.body);
-}
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterOptions& options) {
   GRANARY_RETURN_IF_ERROR(options.Validate());
@@ -299,18 +293,13 @@ void MasterServer::TickLoop() {
   FlushPolls(/*all=*/true);
 }
 
-std::optional<std::string> MasterServer::HandleInventorySync(transport::RpcServer::ConnId conn,
-                                                             const proto::FrameView& f) {
+std::optional<std::string> MasterServer::HandleInventorySync(
+    transport::RpcServer::ConnId conn, const proto::FrameView& f,
+    const proto::InventorySyncRequest& req) {
   const uint16_t reply_type = f.header.type | proto::kReplyBit;
-  auto req = Body<proto::InventorySyncRequest>(f);
   proto::InventorySyncReply rep;
-  if (!req.ok()) {
-    bad_requests_->Inc();
-    rep.status = proto::WireStatus::From(req.status());
-    return proto::EncodeFrame(reply_type, f.header.request_id, rep);
-  }
-  auto records = service_->TakeInventory(conn, req->acked, &rep.token);
-  if (!records.ok() || !records->empty() || req->wait_ms == 0) {
+  auto records = service_->TakeInventory(conn, req.acked, &rep.token);
+  if (!records.ok() || !records->empty() || req.wait_ms == 0) {
     if (records.ok()) {
       rep.records = std::move(*records);
     } else {
@@ -320,7 +309,7 @@ std::optional<std::string> MasterServer::HandleInventorySync(transport::RpcServe
   }
   granary::MutexLock lock(&polls_mu_);
   polls_.push_back(
-      ParkedPoll{conn, f.header.request_id, MonotonicUs() / 1000 + req->wait_ms, req->acked});
+      ParkedPoll{conn, f.header.request_id, MonotonicUs() / 1000 + req.wait_ms, req.acked});
   return std::nullopt;
 }
 
@@ -368,12 +357,6 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
     LOG_DEBUG << "bad " << proto::MsgTypeName(f.header.type) << " request: " << st;
     return proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)});
   };
-#define GRANARY_HANDLE(REQ, CALL)                    \
-  {                                                  \
-    auto req = Body<REQ>(f);                         \
-    if (!req.ok()) return fail(req.status());        \
-    return proto::EncodeFrame(reply_type, id, CALL); \
-  }
   // HA: a master that does not lead (or whose lease may have run out) admits nothing, and a
   // request of a session opened at another epoch is not this master's to serve.
   if (!IsActive()) return NotLeader(f);
@@ -386,61 +369,61 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
                 "; this master serves epoch ", ServingEpoch(), ": reconnect")),
             ErrorReason::kNotLeader))});
   }
-  switch (static_cast<MsgType>(f.header.type)) {
-    case MsgType::kHello: {
-      auto req = Body<proto::HelloRequest>(f);
-      if (!req.ok()) return fail(req.status());
-      proto::HelloReply rep = service_->Hello(conn, *req);
-      if (election_ != nullptr) rep.epoch = static_cast<uint64_t>(election_->LeadingEpoch());
-      return proto::EncodeFrame(reply_type, id, rep);
-    }
-    case MsgType::kHeartbeat:
-      GRANARY_HANDLE(proto::HeartbeatRequest, service_->Heartbeat(conn, *req));
-    case MsgType::kMountSegment:
-      GRANARY_HANDLE(proto::MountSegmentRequest, service_->MountSegment(conn, *req));
-    case MsgType::kInventorySync:
-      return HandleInventorySync(conn, f);
-    case MsgType::kInventoryReport:
-      GRANARY_HANDLE(proto::InventoryReportRequest, service_->InventoryReport(conn, *req));
-    case MsgType::kUnmountSegment:
-      GRANARY_HANDLE(proto::UnmountSegmentRequest, service_->UnmountSegment(conn, *req));
-    case MsgType::kPutStart:
-      GRANARY_HANDLE(proto::PutStartRequest, service_->PutStart(conn, *req));
-    case MsgType::kPutEnd:
-      GRANARY_HANDLE(proto::KeyGenRequest, service_->PutEnd(conn, *req));
-    case MsgType::kPutRevoke:
-      GRANARY_HANDLE(proto::KeyGenRequest, service_->PutRevoke(conn, *req));
-    case MsgType::kGet:
-      GRANARY_HANDLE(proto::KeysRequest, service_->Get(conn, *req));
-    case MsgType::kGetEnd:
-      GRANARY_HANDLE(proto::KeyGenRequest, service_->GetEnd(conn, *req));
-    case MsgType::kExist:
-      GRANARY_HANDLE(proto::KeysRequest, service_->Exist(conn, *req));
-    case MsgType::kRemove:
-      GRANARY_HANDLE(proto::RemoveRequest, service_->Remove(conn, *req));
-    case MsgType::kList:
-      GRANARY_HANDLE(proto::ListRequest, service_->List(conn, *req));
-    case MsgType::kSegments:
-      GRANARY_HANDLE(proto::SegmentsRequest, service_->Segments(conn));
-    case MsgType::kLookupPrefix:
-      GRANARY_HANDLE(proto::LookupPrefixRequest, service_->LookupPrefix(conn, *req));
-    case MsgType::kCopyStart:
-      GRANARY_HANDLE(proto::CopyStartRequest, service_->CopyStart(conn, *req, false));
-    case MsgType::kMoveStart:
-      GRANARY_HANDLE(proto::CopyStartRequest, service_->CopyStart(conn, *req, true));
-    case MsgType::kCopyEnd:
-      GRANARY_HANDLE(proto::CopyEndRequest, service_->CopyEnd(conn, *req, false));
-    case MsgType::kMoveEnd:
-      GRANARY_HANDLE(proto::CopyEndRequest, service_->CopyEnd(conn, *req, true));
-    case MsgType::kCopyRevoke:
-    case MsgType::kMoveRevoke:
-      GRANARY_HANDLE(proto::CopyEndRequest, service_->CopyRevoke(conn, *req));
-    default:
-      break;
-  }
-#undef GRANARY_HANDLE
-  return fail(absl::InvalidArgumentError(
-      absl::StrCat("unknown message type ", f.header.type & ~proto::kReplyBit)));
+  // Every message of message_table.h that the master serves, with its decoded request.
+  using proto::Tag;
+  return proto::Serve<proto::Server::kMaster>(
+      f,
+      proto::Overloaded{
+          [&](Tag<MsgType::kHello>, const auto& req) {
+            proto::HelloReply rep = service_->Hello(conn, req);
+            if (election_ != nullptr) rep.epoch = static_cast<uint64_t>(election_->LeadingEpoch());
+            return rep;
+          },
+          [&](Tag<MsgType::kHeartbeat>, const auto& req) { return service_->Heartbeat(conn, req); },
+          [&](Tag<MsgType::kMountSegment>, const auto& req) {
+            return service_->MountSegment(conn, req);
+          },
+          [&](Tag<MsgType::kInventorySync>, const auto& req) {
+            return HandleInventorySync(conn, f, req);
+          },
+          [&](Tag<MsgType::kInventoryReport>, const auto& req) {
+            return service_->InventoryReport(conn, req);
+          },
+          [&](Tag<MsgType::kUnmountSegment>, const auto& req) {
+            return service_->UnmountSegment(conn, req);
+          },
+          [&](Tag<MsgType::kPutStart>, const auto& req) { return service_->PutStart(conn, req); },
+          [&](Tag<MsgType::kPutEnd>, const auto& req) { return service_->PutEnd(conn, req); },
+          [&](Tag<MsgType::kPutRevoke>, const auto& req) { return service_->PutRevoke(conn, req); },
+          [&](Tag<MsgType::kGet>, const auto& req) { return service_->Get(conn, req); },
+          [&](Tag<MsgType::kGetEnd>, const auto& req) { return service_->GetEnd(conn, req); },
+          [&](Tag<MsgType::kExist>, const auto& req) { return service_->Exist(conn, req); },
+          [&](Tag<MsgType::kRemove>, const auto& req) { return service_->Remove(conn, req); },
+          [&](Tag<MsgType::kList>, const auto& req) { return service_->List(conn, req); },
+          [&](Tag<MsgType::kSegments>, const auto&) { return service_->Segments(conn); },
+          [&](Tag<MsgType::kLookupPrefix>, const auto& req) {
+            return service_->LookupPrefix(conn, req);
+          },
+          [&](Tag<MsgType::kCopyStart>, const auto& req) {
+            return service_->CopyStart(conn, req, false);
+          },
+          [&](Tag<MsgType::kMoveStart>, const auto& req) {
+            return service_->CopyStart(conn, req, true);
+          },
+          [&](Tag<MsgType::kCopyEnd>, const auto& req) {
+            return service_->CopyEnd(conn, req, false);
+          },
+          [&](Tag<MsgType::kMoveEnd>, const auto& req) {
+            return service_->CopyEnd(conn, req, true);
+          },
+          [&](Tag<MsgType::kCopyRevoke>, const auto& req) {
+            return service_->CopyRevoke(conn, req);
+          },
+          [&](Tag<MsgType::kMoveRevoke>, const auto& req) {
+            return service_->CopyRevoke(conn, req);
+          },
+      },
+      fail);
 }
 
 }  // namespace granary::master

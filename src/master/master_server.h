@@ -67,7 +67,8 @@ class MasterServer {
   // InventorySync: answered at once when records are queued, else parked until some are (or
   // its wait ends); FlushPolls answers parked polls, once per tick.
   std::optional<std::string> HandleInventorySync(transport::RpcServer::ConnId conn,
-                                                 const proto::FrameView& frame);
+                                                 const proto::FrameView& frame,
+                                                 const proto::InventorySyncRequest& req);
   void FlushPolls(bool all);
   void TickLoop();
 

@@ -25,6 +25,18 @@ class Writer {
     out_->append(s.data(), s.size());
   }
   void Raw(const void* p, size_t n) { out_->append(static_cast<const char*>(p), n); }
+  // Grows the output by n bytes (zeroed) and returns where they start, for the caller to fill
+  // at once (proto::Encode: one resize per message instead of one append per field).
+  char* Extend(size_t n) {
+    const size_t at = out_->size();
+    out_->resize(at + n);
+    return out_->data() + at;
+  }
+  // Makes room for n more bytes without writing them; returns the output to append to.
+  std::string* Reserve(size_t n) {
+    out_->reserve(out_->size() + n);
+    return out_;
+  }
 
  private:
   std::string* out_;

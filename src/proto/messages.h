@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -12,8 +13,11 @@
 #include "common/error_reason.h"
 #include "common/status_macros.h"
 #include "common/tier_preference.h"
+#include "proto/alloc_header.h"
 #include "proto/codec.h"
+#include "proto/fields.h"
 #include "proto/frame.h"
+#include "proto/message_table.h"
 
 namespace granary::proto {
 
@@ -36,44 +40,14 @@ inline constexpr uint32_t kMaxInventoryBatch = 16384;
 // InventorySyncRequest.wait_ms: the longest a poll may be parked at the master.
 inline constexpr uint32_t kMaxInventoryWaitMs = 60000;
 
-// Message types. A reply's type is the request's type | kReplyBit.
+// Message types (message_table.h). A reply's type is the request's type | kReplyBit.
 enum class MsgType : uint16_t {
-  kHello = 1,
-  kHeartbeat = 2,
-  kMountSegment = 3,
-  kUnmountSegment = 4,
-  kPutStart = 5,
-  kPutEnd = 6,
-  kPutRevoke = 7,
-  kGet = 8,
-  kGetEnd = 9,
-  kExist = 10,
-  kRemove = 11,
-  kList = 12,
-  kSegments = 13,
-  kStat = 14,
-  kCopyStart = 15,
-  kCopyEnd = 16,
-  kCopyRevoke = 17,
-  kMoveStart = 18,
-  kMoveEnd = 19,
-  kMoveRevoke = 20,
-  kFetch = 21,  // client -> destination node: read a replica from the source node
-  kLookupPrefix = 22,
-  kPush = 23,  // client -> node: write values into the client's registered buffer (tcp reads)
-  // node -> master: a long poll for the commit and free records of the node's segments.
-  kInventorySync = 24,
-  // node -> master, after re-mounting: the committed objects the node holds (a restart).
-  kInventoryReport = 25,
-  // client -> node, over tcp: small values of the node's segments, returned in the reply.
-  kRead = 26,
-  // client -> node, over tcp: small values written into the node's segments, carried inline.
-  kWrite = 27,
-  // Transport-level, answered by the RPC server itself: the first frame on a new connection's
-  // endpoint, joining the handshake that offered its nonce (see transport/rpc_server.h).
-  // 0x7E01 (ShmOffer, protocol 2-12) is retired.
-  kAttach = 0x7E02,
+#define GRANARY_MSG_ENUM(Name, number, ...) k##Name = number,
+  GRANARY_MESSAGES(GRANARY_MSG_ENUM) GRANARY_RESERVED_MESSAGES(GRANARY_MSG_ENUM)
+#undef GRANARY_MSG_ENUM
 };
+// Who answers a message (message_table.h's last column).
+enum class Server : uint8_t { kMaster, kNode, kRpc };
 inline constexpr uint16_t kReplyBit = 0x8000;
 const char* MsgTypeName(uint16_t type);
 
@@ -85,7 +59,18 @@ struct WireStatus {
   ErrorReason reason = ErrorReason::kNone;
   static WireStatus From(const absl::Status& s);
   [[nodiscard]] absl::Status ToStatus() const;
-  bool operator==(const WireStatus&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = WireStatus;
+    v(&S::code, "status.code");
+    v(&S::message, "status.message", kMaxMessageBytes);
+    v(&S::reason, "status.reason");
+    v.Check([](const S& s) {
+      return s.code <= static_cast<uint8_t>(absl::StatusCode::kUnauthenticated)
+                 ? absl::OkStatus()
+                 : absl::InvalidArgumentError(absl::StrCat("unknown status code ", s.code));
+    });
+  }
 };
 
 enum class Role : uint8_t { kClient = 1, kNode = 2 };
@@ -94,6 +79,28 @@ enum class Tier : uint8_t { kHost = 0, kGpu = 1 };
 // An object version's state, in the master's table and in ObjectInfo. Only kComplete objects
 // are served; a kProcessing one is being written (between PutStart and PutEnd).
 enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
+
+// The byte values of each enum on the wire (fields.h).
+template <>
+struct WireEnum<ErrorReason> {
+  static constexpr uint8_t kMin = 0, kMax = static_cast<uint8_t>(kLastErrorReason);
+  static constexpr const char* kNoun = "error reason";
+};
+template <>
+struct WireEnum<Role> {
+  static constexpr uint8_t kMin = 1, kMax = 2;
+  static constexpr const char* kNoun = "role";
+};
+template <>
+struct WireEnum<Tier> {
+  static constexpr uint8_t kMin = 0, kMax = 1;
+  static constexpr const char* kNoun = "tier";
+};
+template <>
+struct WireEnum<ObjectState> {
+  static constexpr uint8_t kMin = 0, kMax = 1;
+  static constexpr const char* kNoun = "object state";
+};
 
 // PutStartRequest.flags bits: how the object is pinned against eviction (granary::PutOptions).
 inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;  // evicted only when nothing else is left
@@ -134,7 +141,15 @@ struct HelloRequest {
   // when none is configured. The master compares its SHA-256 with the tenant's expected hash.
   // A secret: never log it.
   std::string token;
-  bool operator==(const HelloRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = HelloRequest;
+    v(&S::role, "role");
+    v(&S::client_id, "client_id", kMaxNameBytes);
+    v(&S::tenant_id, "tenant_id", kMaxTenantIdBytes);
+    v(&S::protocol_version, "protocol_version");
+    v(&S::token, "token", kMaxTokenBytes);
+  }
 };
 struct HelloReply {
   WireStatus status;
@@ -147,7 +162,16 @@ struct HelloReply {
   // How long after sending a PutStart the client may write what it granted (HA.md section 4);
   // the client cancels its writes past then. 0: no window (a test master).
   uint32_t write_window_ms = 0;
-  bool operator==(const HelloReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = HelloReply;
+    v(&S::status, "status");
+    v(&S::session_id, "session_id");
+    v(&S::heartbeat_interval_ms, "heartbeat_interval_ms");
+    v(&S::master_id, "master_id", kMaxNameBytes);
+    v(&S::epoch, "epoch");
+    v(&S::write_window_ms, "write_window_ms");
+  }
 };
 
 // A node's memory cgroup (granary_node --cgroup; node/cgroup.h CgroupFigures), in its
@@ -163,18 +187,38 @@ struct NodeCgroupReport {
   uint64_t limit_hits = 0;  // v1 memory.failcnt, v2 memory.events "max"
   uint64_t oom = 0;         // v2 memory.events "oom"
   uint64_t oom_kill = 0;
-  bool operator==(const NodeCgroupReport&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = NodeCgroupReport;
+    v(&S::path, "cgroup.path", kMaxNameBytes);
+    v(&S::version, "cgroup.version", kMaxNameBytes);
+    v(&S::limit, "cgroup.limit");
+    v(&S::effective_limit, "cgroup.effective_limit");
+    v(&S::usage, "cgroup.usage");
+    v(&S::peak, "cgroup.peak");
+    v(&S::limit_hits, "cgroup.limit_hits");
+    v(&S::oom, "cgroup.oom");
+    v(&S::oom_kill, "cgroup.oom_kill");
+  }
 };
 
 struct HeartbeatRequest {
   // A node under --cgroup sets it; clients and other nodes leave it out (one byte: absent).
   bool has_cgroup = false;
   NodeCgroupReport cgroup;
-  bool operator==(const HeartbeatRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = HeartbeatRequest;
+    v.Optional(&S::has_cgroup, &S::cgroup, "has_cgroup");
+  }
 };
 struct HeartbeatReply {
   WireStatus status;
-  bool operator==(const HeartbeatReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = HeartbeatReply;
+    v(&S::status, "status");
+  }
 };
 
 struct MountSegmentRequest {
@@ -204,21 +248,53 @@ struct MountSegmentRequest {
   std::string nic;
   int32_t numa_node = -1;
   int32_t gpu = -1;
-  bool operator==(const MountSegmentRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = MountSegmentRequest;
+    v(&S::name, "name", kMaxNameBytes);
+    v(&S::node_id, "node_id", kMaxNameBytes);
+    v(&S::node_address, "node_address", kMaxNameBytes);
+    v(&S::base, "base");
+    v(&S::size, "size");
+    v(&S::tier, "tier");
+    v(&S::rkey, "rkey", kMaxRkeyBytes);
+    v(&S::pool, "pool", kMaxTenantIdBytes);
+    v(&S::worker_address, "worker_address", kMaxRkeyBytes);
+    v(&S::host_id, "host_id", kMaxNameBytes);
+    v(&S::resumed, "resumed");
+    v(&S::gpu_ipc, "gpu_ipc", kMaxGpuIpcBytes);
+    v(&S::gpu_uuid, "gpu_uuid", kGpuUuidBytes);
+    v(&S::nic, "nic", kMaxNameBytes);
+    v(&S::numa_node, "numa_node");
+    v(&S::gpu, "gpu");
+  }
 };
 struct MountSegmentReply {
   WireStatus status;
   uint64_t segment_id = 0;
-  bool operator==(const MountSegmentReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = MountSegmentReply;
+    v(&S::status, "status");
+    v(&S::segment_id, "segment_id");
+  }
 };
 
 struct UnmountSegmentRequest {
   uint64_t segment_id = 0;
-  bool operator==(const UnmountSegmentRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = UnmountSegmentRequest;
+    v(&S::segment_id, "segment_id");
+  }
 };
 struct StatusReply {
   WireStatus status;
-  bool operator==(const StatusReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = StatusReply;
+    v(&S::status, "status");
+  }
 };
 
 // kAttach, the first frame on a connection's endpoint: joins the connection whose handshake
@@ -227,7 +303,12 @@ struct StatusReply {
 struct AttachRequest {
   uint64_t nonce = 0;
   std::string worker_address;
-  bool operator==(const AttachRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = AttachRequest;
+    v(&S::nonce, "nonce");
+    v(&S::worker_address, "worker_address", kMaxRkeyBytes);
+  }
 };
 
 // Where one replica's bytes live. `address` is the remote address of the allocation header;
@@ -236,30 +317,58 @@ struct ReplicaDesc {
   uint64_t segment_id = 0;
   uint64_t address = 0;
   uint64_t length = 0;
-  bool operator==(const ReplicaDesc&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ReplicaDesc;
+    v(&S::segment_id, "replica.segment_id");
+    v(&S::address, "replica.address");
+    v(&S::length, "replica.length");
+  }
 };
 
 struct PutStartEntry {
   std::string key;
   uint64_t size = 0;
-  bool operator==(const PutStartEntry&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PutStartEntry;
+    v(&S::key, "key", kMaxKeyBytes);
+    v(&S::size, "size");
+  }
 };
 struct PutStartRequest {
   std::vector<PutStartEntry> entries;
   uint8_t replica_num = 1;
   uint32_t flags = 0;  // kPutFlag* bits
-  bool operator==(const PutStartRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PutStartRequest;
+    v(&S::entries, "entries", kMaxBatch);
+    v(&S::replica_num, "replica_num");
+    v(&S::flags, "flags");
+  }
 };
 struct PutStartResult {
   WireStatus status;
   uint64_t generation = 0;
   std::vector<ReplicaDesc> replicas;
-  bool operator==(const PutStartResult&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PutStartResult;
+    v(&S::status, "status");
+    v(&S::generation, "generation");
+    v(&S::replicas, "replicas", kMaxReplicaNum);
+  }
 };
 struct PutStartReply {
   WireStatus status;  // whole-request failure (bad session...); per-key results otherwise
   std::vector<PutStartResult> results;
-  bool operator==(const PutStartReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PutStartReply;
+    v(&S::status, "status");
+    v(&S::results, "results", kMaxBatch);
+  }
 };
 
 // PutEnd, PutRevoke and GetEnd name an object version by key and generation. GetEnd also
@@ -269,21 +378,40 @@ struct KeyGen {
   std::string key;
   uint64_t generation = 0;
   uint64_t lease_token = 0;
-  bool operator==(const KeyGen&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = KeyGen;
+    v(&S::key, "key", kMaxKeyBytes);
+    v(&S::generation, "generation");
+    v(&S::lease_token, "lease_token");
+  }
 };
 struct KeyGenRequest {
   std::vector<KeyGen> entries;
-  bool operator==(const KeyGenRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = KeyGenRequest;
+    v(&S::entries, "entries", kMaxBatch);
+  }
 };
 struct BatchStatusReply {
   WireStatus status;
   std::vector<WireStatus> results;
-  bool operator==(const BatchStatusReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = BatchStatusReply;
+    v(&S::status, "status");
+    v(&S::results, "results", kMaxBatch);
+  }
 };
 
 struct KeysRequest {
   std::vector<std::string> keys;
-  bool operator==(const KeysRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = KeysRequest;
+    v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
+  }
 };
 // Remove. Without force, a key whose read lease is held (a Get in flight) is refused with
 // FAILED_PRECONDITION / ErrorReason::kHasLease; with force it is removed anyway (the reader's
@@ -292,7 +420,12 @@ struct KeysRequest {
 struct RemoveRequest {
   std::vector<std::string> keys;
   bool force = false;
-  bool operator==(const RemoveRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = RemoveRequest;
+    v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
+    v(&S::force, "force");
+  }
 };
 
 struct GetResult {
@@ -304,19 +437,45 @@ struct GetResult {
   // lease ran out never ends a later reader's lease. Opaque to clients.
   uint64_t lease_token = 0;
   std::vector<ReplicaDesc> replicas;  // complete replicas only
-  bool operator==(const GetResult&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = GetResult;
+    v(&S::status, "status");
+    v(&S::size, "size");
+    v(&S::generation, "generation");
+    v(&S::lease_ms, "lease_ms");
+    v(&S::lease_token, "lease_token");
+    v(&S::replicas, "replicas", kMaxReplicaNum);
+  }
 };
 struct GetReply {
   WireStatus status;
   std::vector<GetResult> results;
-  bool operator==(const GetReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = GetReply;
+    v(&S::status, "status");
+    v(&S::results, "results", kMaxBatch);
+  }
 };
 
 struct ListRequest {
   std::string prefix;
   std::string start_after;
   uint32_t limit = 1000;
-  bool operator==(const ListRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ListRequest;
+    v(&S::prefix, "prefix", kMaxKeyBytes);
+    v(&S::start_after, "start_after", kMaxKeyBytes);
+    v(&S::limit, "limit");
+    v.Check([](const S& m) {
+      return m.limit != 0 && m.limit <= kMaxListLimit
+                 ? absl::OkStatus()
+                 : absl::InvalidArgumentError(
+                       absl::StrCat("list limit ", m.limit, " is outside 1..", kMaxListLimit));
+    });
+  }
 };
 struct ObjectInfo {
   std::string key;
@@ -327,17 +486,34 @@ struct ObjectInfo {
   uint64_t age_ms = 0;
   // Where each replica lives: segment id, offset inside the segment (not an address), bytes.
   std::vector<ReplicaDesc> replicas;
-  bool operator==(const ObjectInfo&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ObjectInfo;
+    v(&S::key, "key", kMaxKeyBytes);
+    v(&S::size, "size");
+    v(&S::generation, "generation");
+    v(&S::state, "state");
+    v(&S::replica_count, "replica_count");
+    v(&S::age_ms, "age_ms");
+    v(&S::replicas, "replicas", kMaxReplicaNum);
+  }
 };
 struct ListReply {
   WireStatus status;
   std::vector<ObjectInfo> objects;
   bool more = false;
-  bool operator==(const ListReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ListReply;
+    v(&S::status, "status");
+    v(&S::objects, "objects", kMaxListLimit);
+    v(&S::more, "more");
+  }
 };
 
 struct SegmentsRequest {
-  bool operator==(const SegmentsRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {}
 };
 struct SegmentInfo {
   uint64_t segment_id = 0;
@@ -357,12 +533,37 @@ struct SegmentInfo {
   std::string nic;       // MountSegmentRequest::nic
   int32_t numa_node = -1;
   int32_t gpu = -1;
-  bool operator==(const SegmentInfo&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = SegmentInfo;
+    v(&S::segment_id, "segment_id");
+    v(&S::name, "name", kMaxNameBytes);
+    v(&S::node_id, "node_id", kMaxNameBytes);
+    v(&S::node_address, "node_address", kMaxNameBytes);
+    v(&S::base, "base");
+    v(&S::size, "size");
+    v(&S::used, "used");
+    v(&S::tier, "tier");
+    v(&S::pool, "pool", kMaxTenantIdBytes);
+    v(&S::rkey, "rkey", kMaxRkeyBytes);
+    v(&S::worker_address, "worker_address", kMaxRkeyBytes);
+    v(&S::host_id, "host_id", kMaxNameBytes);
+    v(&S::gpu_ipc, "gpu_ipc", kMaxGpuIpcBytes);
+    v(&S::gpu_uuid, "gpu_uuid", kGpuUuidBytes);
+    v(&S::nic, "nic", kMaxNameBytes);
+    v(&S::numa_node, "numa_node");
+    v(&S::gpu, "gpu");
+  }
 };
 struct SegmentsReply {
   WireStatus status;
   std::vector<SegmentInfo> segments;
-  bool operator==(const SegmentsReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = SegmentsReply;
+    v(&S::status, "status");
+    v(&S::segments, "segments", kMaxBatch);
+  }
 };
 
 // CopyStart/MoveStart: add a replica of an object on `target` (a node id or its host:port);
@@ -370,11 +571,20 @@ struct SegmentsReply {
 struct CopyStartEntry {
   std::string key;
   std::string target;
-  bool operator==(const CopyStartEntry&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = CopyStartEntry;
+    v(&S::key, "key", kMaxKeyBytes);
+    v(&S::target, "target", kMaxNameBytes);
+  }
 };
 struct CopyStartRequest {
   std::vector<CopyStartEntry> entries;
-  bool operator==(const CopyStartRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = CopyStartRequest;
+    v(&S::entries, "entries", kMaxBatch);
+  }
 };
 struct CopyStartResult {
   WireStatus status;
@@ -382,23 +592,46 @@ struct CopyStartResult {
   ReplicaDesc source;
   ReplicaDesc dest;
   std::string dest_node_address;  // where to send the Fetch
-  bool operator==(const CopyStartResult&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = CopyStartResult;
+    v(&S::status, "status");
+    v(&S::generation, "generation");
+    v(&S::source, "source");
+    v(&S::dest, "dest");
+    v(&S::dest_node_address, "dest_node_address", kMaxNameBytes);
+  }
 };
 struct CopyStartReply {
   WireStatus status;
   std::vector<CopyStartResult> results;
-  bool operator==(const CopyStartReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = CopyStartReply;
+    v(&S::status, "status");
+    v(&S::results, "results", kMaxBatch);
+  }
 };
 // CopyEnd/CopyRevoke/MoveEnd/MoveRevoke name the copy by key, generation and destination.
 struct CopyEndEntry {
   std::string key;
   uint64_t generation = 0;
   uint64_t dest_segment_id = 0;
-  bool operator==(const CopyEndEntry&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = CopyEndEntry;
+    v(&S::key, "key", kMaxKeyBytes);
+    v(&S::generation, "generation");
+    v(&S::dest_segment_id, "dest_segment_id");
+  }
 };
 struct CopyEndRequest {
   std::vector<CopyEndEntry> entries;
-  bool operator==(const CopyEndRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = CopyEndRequest;
+    v(&S::entries, "entries", kMaxBatch);
+  }
 };
 // Asks a node to read `length` bytes one-sided from a source segment into its own memory.
 struct FetchRequest {
@@ -409,7 +642,15 @@ struct FetchRequest {
   // The node's deadline (NodeTransferTimeoutMs; 1..kMaxNodeTransferTimeoutMs): past it the node
   // closes its endpoint to the source, holds that node off and answers DEADLINE_EXCEEDED.
   uint32_t timeout_ms = 10'000;
-  bool operator==(const FetchRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = FetchRequest;
+    v(&S::source, "source");
+    v(&S::source_address, "source_address");
+    v(&S::dest_address, "dest_address");
+    v(&S::length, "length");
+    v(&S::timeout_ms, "timeout_ms");
+  }
 };
 
 // The longest deadline a Fetch or Push may ask of a node (one hour).
@@ -431,7 +672,13 @@ struct PushEntry {
   uint64_t source_address = 0;  // in the node's segment
   uint64_t dest_address = 0;    // in dest
   uint64_t length = 0;
-  bool operator==(const PushEntry&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PushEntry;
+    v(&S::source_address, "source_address");
+    v(&S::dest_address, "dest_address");
+    v(&S::length, "length");
+  }
 };
 // How a client names itself in PushRequest::dest.node_address: this prefix and a random id. A
 // node forgets the endpoints it made for such a name when the client's connection goes; any
@@ -444,12 +691,24 @@ struct PushRequest {
   // The node's deadline, as in FetchRequest: past it the node closes its endpoint to the
   // client, holds the client off (RmaEngine back-off) and answers DEADLINE_EXCEEDED.
   uint32_t timeout_ms = 10'000;
-  bool operator==(const PushRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PushRequest;
+    v(&S::dest, "dest");
+    v(&S::entries, "entries", kMaxBatch);
+    v(&S::headers, "headers", kMaxBatch);
+    v(&S::timeout_ms, "timeout_ms");
+  }
 };
 struct PushReply {
   WireStatus status;
   std::string headers;  // kAllocHeaderSize bytes per requested header, in order
-  bool operator==(const PushReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = PushReply;
+    v(&S::status, "status");
+    v(&S::headers, "headers", static_cast<size_t>(kMaxBatch) * kAllocHeaderSize);
+  }
 };
 
 // Read and Write (protocol 12): small values to and from a node reached over tcp alone, in
@@ -460,7 +719,12 @@ struct PushReply {
 struct InlineEntry {
   uint64_t address = 0;
   uint64_t length = 0;
-  bool operator==(const InlineEntry&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = InlineEntry;
+    v(&S::address, "address");
+    v(&S::length, "length");
+  }
 };
 // The largest value, and the most value bytes in one message, that a client sends or asks for
 // inline; larger values keep the one-sided path (Push for reads), where the node moves them
@@ -478,7 +742,11 @@ inline constexpr uint64_t kMaxInlineMessage = 256 << 10;
 inline constexpr uint64_t kMaxMessageValue = kMaxFrameBody - 4096 - 64;
 struct ReadRequest {
   std::vector<InlineEntry> entries;
-  bool operator==(const ReadRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ReadRequest;
+    v(&S::entries, "entries", kMaxBatch);
+  }
 };
 // data: every value in entry order, then every header (64 bytes each), the headers read after
 // the values, so that a header that still matches vouches for the value bytes before it (as a
@@ -486,24 +754,46 @@ struct ReadRequest {
 struct ReadReply {
   WireStatus status;
   std::string data;
-  bool operator==(const ReadReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ReadReply;
+    v(&S::status, "status");
+    v(&S::data, "data", kMaxFrameBody);
+  }
 };
 // data: per entry, the 64-byte header, then the value. The node checks every range against
 // its host segments, copies each value and then its header, and answers with a StatusReply.
 struct WriteRequest {
   std::vector<InlineEntry> entries;
   std::string data;
-  bool operator==(const WriteRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = WriteRequest;
+    v(&S::entries, "entries", kMaxBatch);
+    v(&S::data, "data", kMaxFrameBody);
+  }
 };
 // The same two messages decoded without copying their data (the hot paths): data views the
 // body it was decoded from, and is valid while that is.
 struct ReadReplyView {
   WireStatus status;
   absl::string_view data;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = ReadReplyView;
+    v(&S::status, "status");
+    v(&S::data, "data", kMaxFrameBody);
+  }
 };
 struct WriteRequestView {
   std::vector<InlineEntry> entries;
   absl::string_view data;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = WriteRequestView;
+    v(&S::entries, "entries", kMaxBatch);
+    v(&S::data, "data", kMaxFrameBody);
+  }
 };
 // The bytes a ReadReply's data holds for these entries (values, then a header each), or the
 // bytes a WriteRequest's data holds (a header and a value each): the same sum.
@@ -521,26 +811,55 @@ std::string EncodeWriteRequestFrame(const std::vector<InlineEntry>& entries, siz
 struct LookupPrefixRequest {
   std::vector<std::string> keys;
   bool lease = false;
-  bool operator==(const LookupPrefixRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = LookupPrefixRequest;
+    v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
+    v(&S::lease, "lease");
+  }
 };
 struct BlockHint {
   uint64_t size = 0;
   uint64_t generation = 0;
   std::string node_address;  // where the first complete replica lives
-  bool operator==(const BlockHint&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = BlockHint;
+    v(&S::size, "size");
+    v(&S::generation, "generation");
+    v(&S::node_address, "node_address", kMaxNameBytes);
+  }
 };
 struct LookupPrefixReply {
   WireStatus status;
   uint32_t present = 0;          // leading blocks present and complete
   std::vector<BlockHint> hints;  // one per present block
   uint32_t lease_ms = 0;         // when leased
-  bool operator==(const LookupPrefixReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = LookupPrefixReply;
+    v(&S::status, "status");
+    v(&S::present, "present");
+    v(&S::hints, "hints", kMaxBatch);
+    v(&S::lease_ms, "lease_ms");
+    v.Check([](const S& m) {
+      return m.present == m.hints.size() ? absl::OkStatus()
+                                         : absl::InvalidArgumentError(absl::StrCat(
+                                               "LookupPrefix reply says ", m.present,
+                                               " present but carries ", m.hints.size(), " hints"));
+    });
+  }
 };
 
 // Inventories (docs/architecture.md, "Node inventories and master restart"). The master tells
 // each replica's node what was committed and freed in its segments; a node never learns it from
 // clients. A record names one allocation: the 64-byte AllocHeader at `offset` in the segment.
 enum class InventoryOp : uint8_t { kCommit = 0, kFree = 1 };
+template <>
+struct WireEnum<InventoryOp> {
+  static constexpr uint8_t kMin = 0, kMax = 1;
+  static constexpr const char* kNoun = "inventory op";
+};
 struct InventoryRecord {
   InventoryOp op = InventoryOp::kCommit;
   std::string tenant;  // kCommit only (empty in a kFree record)
@@ -552,7 +871,20 @@ struct InventoryRecord {
   uint64_t generation = 0;
   uint32_t flags = 0;      // kPutFlag* pins
   uint64_t commit_ms = 0;  // wall clock at commit (seeds LRU order after a restart)
-  bool operator==(const InventoryRecord&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = InventoryRecord;
+    v(&S::op, "record.op");
+    v(&S::tenant, "record.tenant", kMaxTenantIdBytes);
+    v(&S::key, "record.key", kMaxKeyBytes);
+    v(&S::segment_id, "record.segment_id");
+    v(&S::offset, "record.offset");
+    v(&S::alloc_size, "record.alloc_size");
+    v(&S::value_length, "record.value_length");
+    v(&S::generation, "record.generation");
+    v(&S::flags, "record.flags");
+    v(&S::commit_ms, "record.commit_ms");
+  }
 };
 // The long poll: answered as soon as records are queued for the node's segments, or with none
 // after wait_ms (at most kMaxInventoryWaitMs).
@@ -561,13 +893,30 @@ struct InventorySyncRequest {
   // The token of the last reply this node applied (0: none, on this connection): the master
   // keeps every record until a poll acknowledges it, and sends it again otherwise.
   uint64_t acked = 0;
-  bool operator==(const InventorySyncRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = InventorySyncRequest;
+    v(&S::wait_ms, "wait_ms");
+    v(&S::acked, "acked");
+    v.Check([](const S& m) {
+      return m.wait_ms <= kMaxInventoryWaitMs
+                 ? absl::OkStatus()
+                 : absl::InvalidArgumentError(absl::StrCat("inventory wait_ms ", m.wait_ms,
+                                                           " is over ", kMaxInventoryWaitMs));
+    });
+  }
 };
 struct InventorySyncReply {
   WireStatus status;
   std::vector<InventoryRecord> records;  // in the order the master queued them, per segment
   uint64_t token = 0;                    // acknowledges these records (InventorySyncRequest)
-  bool operator==(const InventorySyncReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = InventorySyncReply;
+    v(&S::status, "status");
+    v(&S::records, "records", kMaxInventoryBatch);
+    v(&S::token, "token");
+  }
 };
 // A re-mounted node's committed objects (kCommit records naming the segment ids of this
 // session), in batches; `last` ends the report and lets the master allocate in the segments.
@@ -577,57 +926,69 @@ struct InventoryReportRequest {
   std::vector<InventoryRecord> records;
   bool last = false;
   uint64_t total = 0;
-  bool operator==(const InventoryReportRequest&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = InventoryReportRequest;
+    v(&S::records, "records", kMaxInventoryBatch);
+    v(&S::last, "last");
+    v(&S::total, "total");
+  }
 };
 struct InventoryReportReply {
   WireStatus status;
   uint32_t restored = 0;  // records the master took
   uint32_t rejected = 0;  // records it refused (out of range, overlap, a newer generation...)
-  bool operator==(const InventoryReportReply&) const = default;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = InventoryReportReply;
+    v(&S::status, "status");
+    v(&S::restored, "restored");
+    v(&S::rejected, "rejected");
+  }
 };
 
-// Encode/Decode for every message. Decode reads the whole body or fails naming the field.
-#define GRANARY_DECLARE_CODEC(T)      \
-  void Encode(const T& m, Writer& w); \
-  [[nodiscard]] absl::Status Decode(Reader& r, T* m);
-GRANARY_DECLARE_CODEC(HelloRequest)
-GRANARY_DECLARE_CODEC(HelloReply)
-GRANARY_DECLARE_CODEC(HeartbeatRequest)
-GRANARY_DECLARE_CODEC(HeartbeatReply)
-GRANARY_DECLARE_CODEC(MountSegmentRequest)
-GRANARY_DECLARE_CODEC(MountSegmentReply)
-GRANARY_DECLARE_CODEC(UnmountSegmentRequest)
-GRANARY_DECLARE_CODEC(StatusReply)
-GRANARY_DECLARE_CODEC(AttachRequest)
-GRANARY_DECLARE_CODEC(PutStartRequest)
-GRANARY_DECLARE_CODEC(PutStartReply)
-GRANARY_DECLARE_CODEC(KeyGenRequest)
-GRANARY_DECLARE_CODEC(BatchStatusReply)
-GRANARY_DECLARE_CODEC(KeysRequest)
-GRANARY_DECLARE_CODEC(RemoveRequest)
-GRANARY_DECLARE_CODEC(GetReply)
-GRANARY_DECLARE_CODEC(ListRequest)
-GRANARY_DECLARE_CODEC(ListReply)
-GRANARY_DECLARE_CODEC(SegmentsRequest)
-GRANARY_DECLARE_CODEC(SegmentsReply)
-GRANARY_DECLARE_CODEC(CopyStartRequest)
-GRANARY_DECLARE_CODEC(CopyStartReply)
-GRANARY_DECLARE_CODEC(CopyEndRequest)
-GRANARY_DECLARE_CODEC(FetchRequest)
-GRANARY_DECLARE_CODEC(PushRequest)
-GRANARY_DECLARE_CODEC(PushReply)
-GRANARY_DECLARE_CODEC(ReadRequest)
-GRANARY_DECLARE_CODEC(ReadReply)
-GRANARY_DECLARE_CODEC(WriteRequest)
-[[nodiscard]] absl::Status Decode(Reader& r, ReadReplyView* m);
-[[nodiscard]] absl::Status Decode(Reader& r, WriteRequestView* m);
-GRANARY_DECLARE_CODEC(LookupPrefixRequest)
-GRANARY_DECLARE_CODEC(LookupPrefixReply)
-GRANARY_DECLARE_CODEC(InventorySyncRequest)
-GRANARY_DECLARE_CODEC(InventorySyncReply)
-GRANARY_DECLARE_CODEC(InventoryReportRequest)
-GRANARY_DECLARE_CODEC(InventoryReportReply)
-#undef GRANARY_DECLARE_CODEC
+// Each message's row of message_table.h: Message<MsgType::kGet>::Request is KeysRequest.
+template <MsgType T>
+struct Message;
+#define GRANARY_MSG_TRAITS(Name, number, Req, Rep, since, server) \
+  template <>                                                     \
+  struct Message<MsgType::k##Name> {                              \
+    using Request = Req;                                          \
+    using Reply = Rep;                                            \
+    static constexpr const char* kName = #Name;                   \
+    static constexpr uint16_t kSince = since;                     \
+    static constexpr Server kServer = Server::server;             \
+  };
+GRANARY_MESSAGES(GRANARY_MSG_TRAITS)
+#undef GRANARY_MSG_TRAITS
+
+// A message type as a type: the tag that proto::Serve's handlers and ForEachMessage take.
+template <MsgType T>
+using Tag = std::integral_constant<MsgType, T>;
+
+// Calls fn(Tag<T>{}) for every message of the table, in its order.
+template <class Fn>
+constexpr void ForEachMessage(Fn&& fn) {
+#define GRANARY_MSG_EACH(Name, ...) fn(Tag<MsgType::k##Name>{});
+  GRANARY_MESSAGES(GRANARY_MSG_EACH)
+#undef GRANARY_MSG_EACH
+}
+
+// Calls fn(Tag<T>{}) for the message whose type is `type` (the reply bit ignored); false, and
+// no call, when the table has no such message.
+template <class Fn>
+bool VisitMessage(uint16_t type, Fn&& fn) {
+  switch (static_cast<MsgType>(type & ~kReplyBit)) {
+#define GRANARY_MSG_CASE(Name, ...) \
+  case MsgType::k##Name:            \
+    fn(Tag<MsgType::k##Name>{});    \
+    return true;
+    GRANARY_MESSAGES(GRANARY_MSG_CASE)
+#undef GRANARY_MSG_CASE
+    default:
+      return false;
+  }
+}
 
 // Builds a whole frame for message m.
 template <typename T>

@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "proto/alloc_header.h"
 #include "proto/frame.h"
 #include "proto/messages.h"
+#include "tests/unit/proto/message_samples.h"
 
 // Records the largest single allocation while a decode runs, so a test can show that a frame
 // claiming a huge count is rejected before anything is sized by that count. Not under TSan,
@@ -67,6 +69,7 @@ namespace granary::proto {
 
 namespace {
 
+using namespace samples;  // NOLINT: the sample values and their helpers
 using std::string_literals::operator""s;
 
 constexpr uint64_t kRequestId = 0xFEDCBA9876543210ull;
@@ -74,174 +77,6 @@ constexpr uint64_t kRequestId = 0xFEDCBA9876543210ull;
 uint16_t Type(MsgType t, bool reply = false) {
   return static_cast<uint16_t>(static_cast<uint16_t>(t) | (reply ? kReplyBit : 0));
 }
-WireStatus Ws(absl::StatusCode code, std::string msg, ErrorReason reason = ErrorReason::kNone) {
-  return WireStatus{static_cast<uint8_t>(code), std::move(msg), reason};
-}
-const std::string kBinary =
-    "r\0k\xff\x01\x80"
-    "ey"s;  // embedded NUL and high bytes
-
-HelloRequest SampleHelloRequest() {
-  return {Role::kNode, "client-7" + kBinary, "tenant-a", 0xBEEF, "tok" + kBinary};
-}
-HelloReply SampleHelloReply() {
-  return {Ws(absl::StatusCode::kNotFound, "no such tenant"),
-          0x0123456789ABCDEFull,
-          5000,
-          "master-1",
-          0x0000123400005678ull,
-          5000};
-}
-HeartbeatRequest SampleHeartbeatWithCgroup() {
-  HeartbeatRequest m;
-  m.has_cgroup = true;
-  m.cgroup = NodeCgroupReport{"/sys/fs/cgroup/memory/granary-a",
-                              "v1",
-                              1ull << 34,
-                              1ull << 33,
-                              123456789,
-                              987654321,
-                              7,
-                              0,
-                              1};
-  return m;
-}
-HeartbeatReply SampleHeartbeatReply() { return {Ws(absl::StatusCode::kUnavailable, "draining")}; }
-MountSegmentRequest SampleMount() {
-  return {"seg-0",
-          "node-a",
-          "10.0.0.1:4000",
-          0x7F0000001000ull,
-          48ull << 30,
-          Tier::kGpu,
-          kBinary,
-          "pool-x",
-          "worker" + kBinary,
-          "boot-id-1",
-          true,
-          "ipc" + kBinary,
-          std::string(16, '\xfa'),
-          "mlx5_3:1",
-          1,
-          7};
-}
-MountSegmentReply SampleMountReply() { return {Ws(absl::StatusCode::kOk, ""), 42}; }
-UnmountSegmentRequest SampleUnmount() { return {~0ull - 1}; }
-StatusReply SampleStatusReply() { return {Ws(absl::StatusCode::kFailedPrecondition, "busy")}; }
-PutStartRequest SamplePutStart() {
-  return {{{"k1", 1}, {"", 0}, {kBinary, 1ull << 40}}, 3, 0xA5A5A5A5};
-}
-PutStartReply SamplePutStartReply() {
-  PutStartReply m{Ws(absl::StatusCode::kOk, ""), {}};
-  m.results.push_back({Ws(absl::StatusCode::kOk, ""), 9, {{1, 0x1000, 4160}, {2, 0x2000, 4160}}});
-  m.results.push_back(
-      {Ws(absl::StatusCode::kResourceExhausted, "full", ErrorReason::kQuotaExceeded), 0, {}});
-  m.results.push_back({Ws(absl::StatusCode::kOk, ""), ~0ull, {}});
-  for (uint32_t i = 0; i < kMaxReplicaNum; ++i) m.results[2].replicas.push_back({i, i * 64, 64});
-  return m;
-}
-KeyGenRequest SampleKeyGen() { return {{{"a", 1, 0}, {kBinary, ~0ull, 0x123456789ull}}}; }
-BatchStatusReply SampleBatchStatus() {
-  return {Ws(absl::StatusCode::kOk, ""),
-          {Ws(absl::StatusCode::kOk, ""), Ws(absl::StatusCode::kNotFound, "gone"),
-           Ws(absl::StatusCode::kUnauthenticated, "who"),
-           Ws(absl::StatusCode::kFailedPrecondition, "not empty", kLastErrorReason)}};
-}
-KeysRequest SampleKeys() { return {{"x", "", kBinary}}; }
-RemoveRequest SampleRemove() { return {{"x", kBinary}, true}; }
-GetReply SampleGetReply() {
-  return {Ws(absl::StatusCode::kAborted, "partial"),
-          {{Ws(absl::StatusCode::kOk, ""), 4096, 17, 30000, 0x1234567890ull, {{5, 0x40, 4160}}},
-           {Ws(absl::StatusCode::kNotFound, "missing"), 0, 0, 0, 0, {}}}};
-}
-ListRequest SampleList() { return {"pre/", "pre/m", kMaxListLimit}; }
-ListReply SampleListReply() {
-  return {Ws(absl::StatusCode::kOk, ""),
-          {{"pre/a", 100, 3, ObjectState::kComplete, 2, 12345, {{1, 64, 164}, {2, 128, 164}}},
-           {"pre/b" + kBinary, 0, 4, ObjectState::kProcessing, 0, 0, {}}},
-          true};
-}
-SegmentsReply SampleSegmentsReply() {
-  SegmentsReply m{Ws(absl::StatusCode::kOk, ""), {}};
-  m.segments.push_back(
-      {1, "seg-0", "node-a", "h:1", 0x1000, 1 << 20, 4096, Tier::kHost, "", kBinary, "w1", "boot"});
-  m.segments.push_back({~0ull, "seg-1", "node-b", "h:2", 0, 0, 0, Tier::kGpu, "pool", "", "", "",
-                        "ipc" + kBinary, std::string(16, '\x01')});
-  return m;
-}
-
-SegmentInfo SampleSegment() {
-  SegmentInfo s{3, "seg-3",     "node-c", "10.0.0.3:4000", 0x7F0000000000ull, 1ull << 30,
-                0, Tier::kHost, "",       kBinary,         "worker-c",        "boot/7"};
-  s.nic = "mlx5_0:1";
-  s.numa_node = -1;  // negative values survive the unsigned wire field
-  s.gpu = 2;
-  return s;
-}
-CopyStartRequest SampleCopyStart() { return {{{"k1", "node-b"}, {kBinary, "10.0.0.2:4000"}}}; }
-CopyStartReply SampleCopyStartReply() {
-  CopyStartReply m{Ws(absl::StatusCode::kOk, ""), {}};
-  m.results.push_back(
-      {Ws(absl::StatusCode::kOk, ""), 11, {1, 0x1000, 4160}, {2, 0x9000, 4160}, "10.0.0.2:4000"});
-  m.results.push_back({Ws(absl::StatusCode::kNotFound, "no such key"), 0, {}, {}, ""});
-  m.results.push_back({Ws(absl::StatusCode::kOk, ""), ~0ull, {~0ull, ~0ull, ~0ull}, {}, kBinary});
-  return m;
-}
-CopyEndRequest SampleCopyEnd() { return {{{"k1", 11, 2}, {kBinary, ~0ull, ~0ull}}}; }
-FetchRequest SampleFetch() {
-  return {SampleSegment(), 0x7F0000001000ull, 0x10040, 4160, kMaxNodeTransferTimeoutMs};
-}
-LookupPrefixRequest SampleLookupPrefix() { return {{"kv/a", "", kBinary}, true}; }
-LookupPrefixReply SampleLookupPrefixReply() {
-  return {Ws(absl::StatusCode::kOk, ""),
-          2,
-          {{4096, 5, "10.0.0.1:4000"}, {1ull << 40, ~0ull, kBinary}},
-          30000};
-}
-InventoryRecord SampleRecord(InventoryOp op) {
-  return {op,   "tenant-b", "key" + kBinary,       0x1122334455667788ull, 4096,
-          4160, 4000,       0x00AB00CD00EF0012ull, kPutFlagHardPin,       1700000000123ull};
-}
-InventorySyncReply SampleInventorySyncReply() {
-  return {Ws(absl::StatusCode::kOk, ""),
-          {SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kFree)},
-          0x0102030405060708ull};
-}
-InventoryReportRequest SampleInventoryReport() {
-  return {{SampleRecord(InventoryOp::kCommit), SampleRecord(InventoryOp::kCommit)}, true, 1234567};
-}
-InventoryReportReply SampleInventoryReportReply() {
-  return {Ws(absl::StatusCode::kFailedPrecondition, "not a node"), 17, 3};
-}
-
-PushRequest SamplePush() {
-  PushRequest m;
-  m.dest = {7,
-            "",
-            "",
-            "client/ab12",
-            0x7f0000000000ull,
-            32 << 20,
-            0,
-            Tier::kHost,
-            "",
-            kBinary,
-            std::string("worker\0addr", 11),
-            "boot/42"};
-  m.entries.push_back({0x10040, 0x7f0000000000ull, 4096});
-  m.entries.push_back({~0ull, ~0ull, ~0ull});
-  m.headers = {0x10000, ~0ull};
-  m.timeout_ms = 0xFFFFFFFFu;  // out of range, but the codec carries any u32 (the node refuses it)
-  return m;
-}
-
-PushReply SamplePushReply() {
-  PushReply m;
-  m.status = {0, ""};
-  m.headers = std::string(128, '\xA5');
-  return m;
-}
-
 // Decodes a body as T. On success also checks that the decoded message re-encodes to exactly
 // the same bytes (the encoding is canonical), so the mutation loop catches silent misparses.
 template <typename T>
@@ -273,7 +108,7 @@ T RoundTrip(uint16_t type, const T& m) {
 }
 
 template <typename T>
-void ExpectRoundTrip(const char* name, uint16_t type, const T& m) {
+void ExpectRoundTrip(const std::string& name, uint16_t type, const T& m) {
   SCOPED_TRACE(name);
   EXPECT_EQ(RoundTrip(type, m), m);
 }
@@ -287,55 +122,22 @@ struct Case {
   std::function<void()> expect_round_trip;
 };
 template <typename T>
-Case MakeCase(const char* name, uint16_t type, const T& m) {
+Case MakeCase(std::string name, uint16_t type, const T& m) {
   return Case{name, EncodeFrame(type, kRequestId, m), &DecodeAs<T>,
               [name, type, m] { ExpectRoundTrip(name, type, m); }};
 }
+// Every row of message_table.h, request and reply, with its sample (message_samples.h).
 std::vector<Case> AllCases() {
-  return {
-      MakeCase("HelloRequest", Type(MsgType::kHello), SampleHelloRequest()),
-      MakeCase("HelloReply", Type(MsgType::kHello, true), SampleHelloReply()),
-      MakeCase("HeartbeatRequest", Type(MsgType::kHeartbeat), SampleHeartbeatWithCgroup()),
-      MakeCase("HeartbeatReply", Type(MsgType::kHeartbeat, true), SampleHeartbeatReply()),
-      MakeCase("MountSegmentRequest", Type(MsgType::kMountSegment), SampleMount()),
-      MakeCase("MountSegmentReply", Type(MsgType::kMountSegment, true), SampleMountReply()),
-      MakeCase("UnmountSegmentRequest", Type(MsgType::kUnmountSegment), SampleUnmount()),
-      MakeCase("StatusReply", Type(MsgType::kUnmountSegment, true), SampleStatusReply()),
-      MakeCase("PutStartRequest", Type(MsgType::kPutStart), SamplePutStart()),
-      MakeCase("PutStartReply", Type(MsgType::kPutStart, true), SamplePutStartReply()),
-      MakeCase("KeyGenRequest", Type(MsgType::kPutEnd), SampleKeyGen()),
-      MakeCase("BatchStatusReply", Type(MsgType::kPutEnd, true), SampleBatchStatus()),
-      MakeCase("KeysRequest", Type(MsgType::kGet), SampleKeys()),
-      MakeCase("RemoveRequest", Type(MsgType::kRemove), SampleRemove()),
-      MakeCase("GetReply", Type(MsgType::kGet, true), SampleGetReply()),
-      MakeCase("ListRequest", Type(MsgType::kList), SampleList()),
-      MakeCase("ListReply", Type(MsgType::kList, true), SampleListReply()),
-      MakeCase("SegmentsRequest", Type(MsgType::kSegments), SegmentsRequest{}),
-      MakeCase("SegmentsReply", Type(MsgType::kSegments, true), SampleSegmentsReply()),
-      MakeCase("AttachRequest", Type(MsgType::kAttach),
-               AttachRequest{0x0123456789abcdefull, std::string("\x00ucx-address\xff", 13)}),
-      MakeCase("PushRequest", Type(MsgType::kPush), SamplePush()),
-      MakeCase("PushReply", Type(MsgType::kPush, true), SamplePushReply()),
-      MakeCase("ReadRequest", Type(MsgType::kRead),
-               ReadRequest{{{0x10000, 4096}, {~0ull, ~0ull}, {0, 0}}}),
-      MakeCase("ReadReply", Type(MsgType::kRead, true),
-               ReadReply{{0, ""}, std::string("value\0bytes", 11) + std::string(64, '\xA5')}),
-      MakeCase("WriteRequest", Type(MsgType::kWrite),
-               WriteRequest{{{0x10000, 5}, {0x20000, 0}},
-                            std::string(64, '\x11') + "hello" + std::string(64, '\x22')}),
-      MakeCase("CopyStartRequest", Type(MsgType::kCopyStart), SampleCopyStart()),
-      MakeCase("CopyStartReply", Type(MsgType::kCopyStart, true), SampleCopyStartReply()),
-      MakeCase("CopyEndRequest", Type(MsgType::kCopyEnd), SampleCopyEnd()),
-      MakeCase("FetchRequest", Type(MsgType::kFetch), SampleFetch()),
-      MakeCase("LookupPrefixRequest", Type(MsgType::kLookupPrefix), SampleLookupPrefix()),
-      MakeCase("LookupPrefixReply", Type(MsgType::kLookupPrefix, true), SampleLookupPrefixReply()),
-      MakeCase("InventorySyncRequest", Type(MsgType::kInventorySync),
-               InventorySyncRequest{750, 0x1122334455667788ull}),
-      MakeCase("InventorySyncReply", Type(MsgType::kInventorySync, true),
-               SampleInventorySyncReply()),
-      MakeCase("InventoryReportRequest", Type(MsgType::kInventoryReport), SampleInventoryReport()),
-      MakeCase("InventoryReportReply", Type(MsgType::kInventoryReport, true),
-               SampleInventoryReportReply())};
+  std::vector<Case> cases;
+  ForEachMessage([&](auto tag) {
+    using M = Message<decltype(tag)::value>;
+    const MsgType t = decltype(tag)::value;
+    using Req = typename M::Request;
+    using Rep = typename M::Reply;
+    cases.push_back(MakeCase(absl::StrCat(M::kName, "Request"), Type(t), Sample<Req>()));
+    cases.push_back(MakeCase(absl::StrCat(M::kName, "Reply"), Type(t, true), Sample<Rep>()));
+  });
+  return cases;
 }
 
 // An exact-size heap copy, so that AddressSanitizer reports any read past the end.
@@ -369,33 +171,63 @@ TEST(MessageCodec, EveryMessageTypeRoundTripsEveryField) {
   for (const Case& c : AllCases()) c.expect_round_trip();
 }
 
-// Every request and reply struct in messages.h, by the type a server decodes it as: the
-// round-trip and truncation cases above must name each one.
-TEST(MessageCodec, TheCaseListNamesEveryMessageStruct) {
-  const std::vector<std::string> all = {"HelloRequest",          "HelloReply",
-                                        "HeartbeatRequest",      "HeartbeatReply",
-                                        "MountSegmentRequest",   "MountSegmentReply",
-                                        "UnmountSegmentRequest", "StatusReply",
-                                        "AttachRequest",         "PutStartRequest",
-                                        "PutStartReply",         "KeyGenRequest",
-                                        "BatchStatusReply",      "KeysRequest",
-                                        "RemoveRequest",         "GetReply",
-                                        "ListRequest",           "ListReply",
-                                        "SegmentsRequest",       "SegmentsReply",
-                                        "CopyStartRequest",      "CopyStartReply",
-                                        "CopyEndRequest",        "FetchRequest",
-                                        "PushRequest",           "PushReply",
-                                        "ReadRequest",           "ReadReply",
-                                        "WriteRequest",          "LookupPrefixRequest",
-                                        "LookupPrefixReply",     "InventorySyncRequest",
-                                        "InventorySyncReply",    "InventoryReportRequest",
-                                        "InventoryReportReply"};
-  std::vector<std::string> named;
-  for (const Case& c : AllCases()) named.push_back(c.name);
-  EXPECT_EQ(named.size(), all.size());
-  for (const std::string& name : all) {
-    EXPECT_NE(std::find(named.begin(), named.end(), name), named.end()) << name;
-  }
+// The table names every message once: distinct numbers and names, the names MsgTypeName gives,
+// and (the case list being built from it) a round-trip case for each request and reply.
+TEST(MessageTable, NumbersAndNamesAreDistinctAndNamed) {
+  std::vector<uint16_t> numbers;
+  std::vector<std::string> names;
+  ForEachMessage([&](auto tag) {
+    using M = Message<decltype(tag)::value>;
+    const auto number = static_cast<uint16_t>(decltype(tag)::value);
+    EXPECT_EQ(number & kReplyBit, 0) << M::kName;
+    EXPECT_EQ(std::string(MsgTypeName(number)), M::kName);
+    EXPECT_EQ(std::string(MsgTypeName(number | kReplyBit)), M::kName);
+    EXPECT_LE(M::kSince, kProtocolVersion) << M::kName;
+    numbers.push_back(number);
+    names.push_back(M::kName);
+  });
+  EXPECT_EQ(std::set<uint16_t>(numbers.begin(), numbers.end()).size(), numbers.size());
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
+  EXPECT_EQ(AllCases().size(), 2 * numbers.size());
+  EXPECT_EQ(std::string(MsgTypeName(static_cast<uint16_t>(MsgType::kStat))), "Stat");
+  EXPECT_EQ(std::string(MsgTypeName(999)), "Unknown");
+  bool visited = VisitMessage(static_cast<uint16_t>(MsgType::kStat), [](auto) {});
+  EXPECT_FALSE(visited) << "a reserved number is no message";
+  visited = VisitMessage(static_cast<uint16_t>(MsgType::kGet) | kReplyBit,
+                         [](auto tag) { EXPECT_EQ(decltype(tag)::value, MsgType::kGet); });
+  EXPECT_TRUE(visited);
+}
+
+// The least encoded size that bounds a list's claimed count is the sum of the fields' sizes.
+TEST(MessageTable, MinEncodedBytesAddsUpTheFields) {
+  EXPECT_EQ(kMinEncodedBytes<WireStatus>, 1u + 4 + 1);
+  EXPECT_EQ(kMinEncodedBytes<ReplicaDesc>, 24u);
+  EXPECT_EQ(kMinEncodedBytes<GetResult>, 6u + 8 + 8 + 4 + 8 + 4);
+  EXPECT_EQ(kMinEncodedBytes<InventoryRecord>, 61u);
+  EXPECT_EQ(kMinEncodedBytes<HeartbeatRequest>, 1u);  // the flag alone
+  EXPECT_EQ(kMinEncodedBytes<SegmentsRequest>, 0u);
+  // No encoding is shorter.
+  ForEachMessage([](auto tag) {
+    using M = Message<decltype(tag)::value>;
+    using Req = typename M::Request;
+    using Rep = typename M::Reply;
+    EXPECT_GE(Body(Sample<Req>()).size(), kMinEncodedBytes<Req>) << M::kName;
+    EXPECT_GE(Body(Sample<Rep>()).size(), kMinEncodedBytes<Rep>) << M::kName;
+    EXPECT_EQ(Body(Req{}).size(), kMinEncodedBytes<Req>) << M::kName;
+  });
+}
+
+// Equality is field by field as Fields lists them; an absent optional value is not compared.
+TEST(MessageTable, EqualityFollowsTheFields) {
+  EXPECT_EQ(Sample<GetReply>(), Sample<GetReply>());
+  GetReply other = Sample<GetReply>();
+  other.results[0].replicas[0].length += 1;
+  EXPECT_NE(other, Sample<GetReply>());
+  HeartbeatRequest a, b;
+  b.cgroup.limit = 7;  // not on the wire while has_cgroup is false
+  EXPECT_EQ(a, b);
+  a.has_cgroup = b.has_cgroup = true;
+  EXPECT_NE(a, b);
 }
 
 // The in-place encoders write the same bytes as the codec, and the view decoders read them
