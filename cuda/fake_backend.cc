@@ -155,22 +155,27 @@ class FakeBackendImpl final : public FakeBackend {
           "HostRegister: needs a non-null pointer and n > 0, got ", Addr(p), " n=", n));
     }
     (void)CheckDevice("HostRegister", 0);  // as HostAllocPinned
-    MutexLock lock(&mu_);
-    const auto start = reinterpret_cast<uintptr_t>(p);
-    auto it = regions_.lower_bound(start + n);
-    if (it != regions_.begin()) {
-      --it;
-      if (it->first + it->second.bytes > start) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "HostRegister: [", Addr(p), ", +", n, ") overlaps ", MemoryKindName(it->second.kind),
-            " memory at ", Addr(reinterpret_cast<void*>(it->first)),
-            it->second.kind == MemoryKind::kPinnedHost ? " (already registered)" : ""));
+    absl::Duration delay;
+    {
+      MutexLock lock(&mu_);
+      const auto start = reinterpret_cast<uintptr_t>(p);
+      auto it = regions_.lower_bound(start + n);
+      if (it != regions_.begin()) {
+        --it;
+        if (it->first + it->second.bytes > start) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "HostRegister: [", Addr(p), ", +", n, ") overlaps ", MemoryKindName(it->second.kind),
+              " memory at ", Addr(reinterpret_cast<void*>(it->first)),
+              it->second.kind == MemoryKind::kPinnedHost ? " (already registered)" : ""));
+        }
       }
+      Region region;
+      region.kind = MemoryKind::kPinnedHost;
+      region.bytes = n;
+      InsertLocked(start, std::move(region));
+      delay = host_register_delay_;
     }
-    Region region;
-    region.kind = MemoryKind::kPinnedHost;
-    region.bytes = n;
-    InsertLocked(start, std::move(region));
+    absl::SleepFor(delay);
     return absl::OkStatus();
   }
 
@@ -486,6 +491,10 @@ class FakeBackendImpl final : public FakeBackend {
     MutexLock lock(&mu_);
     strict_pinned_ = strict;
   }
+  void SetHostRegisterDelay(absl::Duration delay) override {
+    MutexLock lock(&mu_);
+    host_register_delay_ = delay;
+  }
   int ContextsCreated(int device) override {
     MutexLock lock(&mu_);
     return contexts_.contains(device) ? 1 : 0;
@@ -748,7 +757,9 @@ class FakeBackendImpl final : public FakeBackend {
   std::atomic<uintptr_t> span_end_{0};
   std::map<void*, std::unique_ptr<FakeStream>> streams_ ABSL_GUARDED_BY(mu_);
   std::map<void*, std::shared_ptr<FakeEvent>> events_ ABSL_GUARDED_BY(mu_);
-  std::set<int> contexts_ ABSL_GUARDED_BY(mu_);  // devices with a context (ContextsCreated)
+  std::set<int> contexts_ ABSL_GUARDED_BY(mu_);
+  absl::Duration host_register_delay_
+      ABSL_GUARDED_BY(mu_);  // devices with a context (ContextsCreated)
   int alloc_countdown_ ABSL_GUARDED_BY(mu_) = 0;
   bool inject_sticky_ ABSL_GUARDED_BY(mu_) = false;
   bool fail_next_ipc_open_ ABSL_GUARDED_BY(mu_) = false;

@@ -77,6 +77,11 @@ class FakeBackend : public DeviceBackend {
   // only on the device of the caller's buffer.
   virtual int ContextsCreated(int device) = 0;
 
+  // HostRegister takes `delay` from now on: the range counts as registered at once (a second
+  // registration overlapping it fails, as cudaErrorHostMemoryAlreadyRegistered does), and the call
+  // returns after `delay`, as a registration of a GiB takes long on CUDA.
+  virtual void SetHostRegisterDelay(absl::Duration delay) = 0;
+
   // Fault injection. Each takes effect for later calls, from any thread.
   // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.
   virtual void FailNthAllocation(int n) = 0;

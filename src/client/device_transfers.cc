@@ -70,7 +70,7 @@ void DeviceTransfers::Unmapped(void* local, uint64_t size) {
   {
     granary::MutexLock lock(&mu_);
     for (auto it = pinned_.lower_bound(begin); it != pinned_.end() && it->first < begin + size;) {
-      if (it->second.backend != nullptr) pinned_bytes_ -= it->second.bytes;
+      if (it->second.backend != nullptr || it->second.pending) pinned_bytes_ -= it->second.bytes;
       gone.emplace_back(*it);
       it = pinned_.erase(it);
     }
@@ -161,26 +161,33 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
       const uintptr_t start = base + k * kPinPiece;
       const uint64_t bytes = std::min<uint64_t>(kPinPiece, m.mapped_size - k * kPinPiece);
       {
+        // The piece is claimed (pending, its bytes held against the cap) before the slow
+        // registration, so that a second thread neither registers it too (and fails) nor
+        // unregisters it: it copies pageable for this batch instead.
         granary::MutexLock lock(&mu_);
         if (pinned_.contains(start)) continue;
         if (pinned_bytes_ + bytes > pin_cap_) continue;  // past the cap: pageable copies
+        pinned_[start] = Piece{bytes, nullptr, /*pending=*/true};
+        pinned_bytes_ += bytes;
       }
       absl::Status pst = backend->HostRegister(reinterpret_cast<void*>(start), bytes);
       granary::MutexLock lock(&mu_);
-      if (pinned_.contains(start)) {  // another thread pinned it first
+      auto it = pinned_.find(start);
+      if (it == pinned_.end() || !it->second.pending) {  // unmapped meanwhile (Unmapped)
         if (pst.ok()) (void)backend->HostUnregister(reinterpret_cast<void*>(start));
         continue;
       }
+      it->second.pending = false;
       if (!pst.ok()) {
         // Remembered, so a piece that cannot be pinned is not tried on every copy.
         pin_failures_->Inc();
         LOG_WARN << "pinning " << bytes << " bytes of node memory for device copies failed (the "
                  << "copies read pageable memory, slower): " << pst;
-        pinned_[start] = Piece{bytes, nullptr};
+        pinned_bytes_ -= bytes;
+        pinned_gauge_->Set(static_cast<double>(pinned_bytes_));
         continue;
       }
-      pinned_[start] = Piece{bytes, backend};
-      pinned_bytes_ += bytes;
+      it->second.backend = backend;
       pinned_gauge_->Set(static_cast<double>(pinned_bytes_));
     }
   }

@@ -97,10 +97,13 @@ class DeviceTransfers {
   transport::RmaEngine* rma_;
   const uint64_t pin_cap_;
   mutable granary::Mutex mu_;
-  // Pinned pieces of mapped node memory: start -> {bytes, backend}.
+  // Pieces of mapped node memory: start -> {bytes, backend}. A null backend is a piece that
+  // failed to pin (remembered) or, while `pending`, one a thread is registering now; pinned and
+  // pending pieces count in pinned_bytes_.
   struct Piece {
     uint64_t bytes = 0;
     cuda::DeviceBackend* backend = nullptr;
+    bool pending = false;
   };
   std::map<uintptr_t, Piece> pinned_ ABSL_GUARDED_BY(mu_);
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -412,6 +412,34 @@ TEST_F(GpuTierTest, GpuPutsLandOnTheGpuSegmentAndReadBackByteExactThroughIpc) {
   EXPECT_EQ(client_->Get(keys[0]).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Two threads whose device reads first touch the same piece of mapped node memory pin it once:
+// with a registration that takes a while (as a GiB does on CUDA), the one that loses the race
+// must neither count a pin failure nor leave the piece unpinned.
+TEST_F(GpuTierTest, TwoThreadsPinningOnePieceOfNodeMemoryPinItOnce) {
+  if (fake_ == nullptr) GTEST_SKIP() << "slows the fake's registrations";
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_TRUE(client_->Put("warm", "up").ok());  // maps the segment into this process
+  ASSERT_TRUE(client_->Get("warm").ok());
+  const std::vector<std::string> keys = {"p0", "p1"};
+  for (const std::string& k : keys) ASSERT_TRUE(client_->Put(k, MakeValue(k, 1, 5000)).ok());
+  char* dst[2] = {DeviceAlloc(5000), DeviceAlloc(5000)};
+  ASSERT_TRUE(dst[0] != nullptr && dst[1] != nullptr);
+  fake_->SetHostRegisterDelay(absl::Milliseconds(300));
+  std::vector<std::thread> readers;
+  absl::Status read[2];
+  for (int i = 0; i < 2; ++i) {
+    readers.emplace_back([&, i] { read[i] = client_->GetInto(keys[i], dst[i], 5000).status(); });
+  }
+  for (std::thread& t : readers) t.join();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(read[i].ok()) << read[i];
+    EXPECT_TRUE(FromDevice(dst[i], 5000) == MakeValue(keys[i], 1, 5000)) << keys[i];
+  }
+  EXPECT_EQ(ClientMetric("granary_client_gpu_pin_failures_total"), 0);
+  EXPECT_EQ(ClientMetric("granary_client_gpu_pinned_node_bytes"), 32 << 20)
+      << "the node's segment is not pinned";
+}
+
 // Point 4, same host, GPU segment: device buffers as sources and destinations of the GPU tier
 // copy device to device through the IPC mapping, with no host bounce.
 TEST_F(GpuTierTest, DeviceBuffersReachGpuSegmentsDeviceToDeviceThroughIpc) {
