@@ -1,0 +1,65 @@
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "node/gpu_bounce.h"
+#include "node/node_metrics.h"
+#include "node/node_service.h"
+#include "node/segments.h"
+#include "node/transfer_watchdog.h"
+#include "proto/frame.h"
+#include "transport/rma.h"
+#include "transport/rpc_server.h"
+
+namespace granary::node {
+
+// The requests a node serves on its RPC port, through one dispatch table (as the master's):
+//   Fetch  reads a replica one-sided from another node into this node's segment (Copy, Move);
+//   Push   writes values into a client's registered buffer and answers with their headers;
+//   Read   copies values and then their headers into the reply (tcp peers, small values);
+//   Write  copies each value and then its header into place, and answers.
+// Fetch and Push answer later, through `reply`, once their transfer completes or the watchdog
+// ends it. Every range is checked by NodeService first.
+// Thread safety: Dispatch and Disconnected run on the node worker's progress thread only (the
+// RpcServer's callbacks); the completions they start run there too.
+class DataHandlers {
+ public:
+  struct Parts {
+    NodeService* service = nullptr;
+    NodeSegments* segments = nullptr;
+    transport::RmaEngine* rma = nullptr;
+    TransferWatchdog* watchdog = nullptr;
+    GpuBounce* bounce = nullptr;  // null on a node without GPU segments
+    NodeMetrics* metrics = nullptr;
+    // Sends a late answer on a connection (dropped once the node is going away).
+    std::function<void(transport::RpcServer::ConnId, std::string)> reply;
+  };
+  explicit DataHandlers(Parts parts);
+
+  // The answer to a request, or nullopt when it comes later through Parts::reply.
+  std::optional<std::string> Dispatch(transport::RpcServer::ConnId conn,
+                                      const proto::FrameView& frame);
+  // A connection closed: forget the same-host clients it pushed to.
+  void Disconnected(transport::RpcServer::ConnId conn);
+
+ private:
+  using Handler = std::optional<std::string> (DataHandlers::*)(transport::RpcServer::ConnId,
+                                                               const proto::FrameView&);
+  std::optional<std::string> Fetch(transport::RpcServer::ConnId conn, const proto::FrameView& f);
+  std::optional<std::string> Push(transport::RpcServer::ConnId conn, const proto::FrameView& f);
+  std::optional<std::string> Read(transport::RpcServer::ConnId conn, const proto::FrameView& f);
+  std::optional<std::string> Write(transport::RpcServer::ConnId conn, const proto::FrameView& f);
+  // The device index of segment `index` (a GPU segment), else -1.
+  int DeviceOf(size_t index) const;
+
+  const Parts p_;
+  const absl::flat_hash_map<uint16_t, Handler> handlers_;
+  // The clients (RmaEngine peer names) each connection pushed to.
+  absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
+};
+
+}  // namespace granary::node

@@ -1,0 +1,345 @@
+#include "node/master_link.h"
+
+#include <algorithm>
+#include <deque>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/error_reason.h"
+#include "common/status_macros.h"
+#include "common/util.h"
+#include "proto/messages.h"
+#include "transport/rma.h"
+
+namespace granary::node {
+
+namespace {
+constexpr absl::Duration kRpcTimeout = absl::Seconds(5);
+// How long the master parks an InventorySync with nothing to send; also the longest Shutdown
+// waits for the sync thread.
+constexpr uint32_t kSyncWaitMs = 500;
+// A report batch: bounded in records and key bytes, far below the frame limit.
+constexpr size_t kReportBatchBytes = 4u << 20;
+// Inventory report batches in flight at once during a re-mount.
+constexpr size_t kReportWindow = 4;
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MasterLink>> MasterLink::Create(Parts parts) {
+  std::unique_ptr<MasterLink> l(new MasterLink(std::move(parts)));
+  if (std::optional<std::string> endpoints =
+          etcd::EndpointsOfMasterAddress(l->p_.options->master)) {
+    GRANARY_ASSIGN_OR_RETURN(l->etcd_, etcd::EtcdClient::Create(*endpoints, 1000));
+  }
+  return l;
+}
+
+MasterLink::~MasterLink() {
+  Shutdown();
+  if (sync_.joinable()) sync_.join();
+  {
+    granary::MutexLock lock(&mu_);
+    sync_master_.reset();
+  }
+  master_.reset();
+}
+
+void MasterLink::SleepFor(int64_t ms) {
+  granary::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(ms));
+}
+
+absl::Status MasterLink::ConnectAndMount() {
+  {
+    granary::MutexLock lock(&mu_);
+    sync_master_.reset();  // no poll on a connection that is being replaced
+  }
+  master_.reset();
+  GRANARY_ASSIGN_OR_RETURN(const std::string address, ResolveMaster());
+  last_master_address_ = address;
+  // Mounted before, in this process: the segments may hold objects a (restarted) master should
+  // restore, and that master's clients may still be writing.
+  const bool resumed = p_.metrics->mounts->value() > 0;
+  p_.service->BeginSession();
+  GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(p_.worker, address,
+                                                                 /*try_shm=*/true, kRpcTimeout));
+  proto::HelloRequest hello;
+  hello.role = proto::Role::kNode;
+  hello.client_id = p_.node_id;
+  GRANARY_ASSIGN_OR_RETURN(proto::HelloReply rep,
+                           (master_->Invoke<proto::HelloRequest, proto::HelloReply>(
+                               proto::MsgType::kHello, hello, kRpcTimeout)));
+  GRANARY_RETURN_IF_ERROR(
+      epochs_.Accept(static_cast<int64_t>(rep.epoch), absl::StrCat("the master at ", address)));
+  highest_epoch_->store(epochs_.highest());
+  // Every request carries the epoch from now on, and every reply (the inventory's commit and
+  // free records included) must carry it: a deposed master's are refused.
+  if (rep.epoch != 0) master_->SetEpochFence(static_cast<int64_t>(rep.epoch), highest_epoch_);
+  heartbeat_ms_ = std::max<uint32_t>(rep.heartbeat_interval_ms, 50);
+  std::string host = p_.options->local_hostname;
+  if (host.empty()) host = master_->LocalHost();
+  if (host.empty()) host = "127.0.0.1";
+  MountIdentity who;
+  who.node_id = p_.node_id;
+  who.node_address = HostPort{host, p_.listen_port}.ToString();
+  who.pool = p_.options->pool;
+  who.worker_address = p_.worker_address;
+  who.host_id = transport::LocalHostId();
+  for (size_t i = 0; i < p_.service->segments().size(); ++i) {
+    GRANARY_ASSIGN_OR_RETURN(proto::MountSegmentReply mr,
+                             (master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
+                                 proto::MsgType::kMountSegment,
+                                 p_.service->MountRequest(i, who, resumed), kRpcTimeout)));
+    p_.service->SetMounted(i, mr.segment_id);
+    LOG_INFO << "mounted " << p_.service->segments()[i].name << " at master " << address
+             << " as segment " << mr.segment_id << ", reachable at " << who.node_address;
+  }
+  if (resumed) GRANARY_RETURN_IF_ERROR(ReportInventory());
+  p_.metrics->mounts->Inc();
+  granary::MutexLock lock(&mu_);
+  sync_master_ = master_;
+  return absl::OkStatus();
+}
+
+absl::Status MasterLink::ReportInventory() {
+  const int64_t t0 = MonotonicUs();
+  const uint64_t mismatches_before = p_.inventory->mismatches();
+  const std::vector<uint64_t> ids = p_.service->MountedIds();
+  NodeInventory::ReportCursor cursor = p_.inventory->BeginReport();
+  // Streamed: up to kReportWindow batches in flight while the next is built, so the node's
+  // building and encoding overlap the master's restoring. The master handles one connection's
+  // requests in order; the last batch (which ends the report) still waits for every other
+  // batch's answer, so that nothing of the report is outstanding when the master ends it.
+  struct Pending {
+    std::promise<absl::StatusOr<std::string>> reply;
+  };
+  std::deque<std::shared_ptr<Pending>> in_flight;
+  uint64_t sent = 0, restored = 0, rejected = 0, batches = 0;
+  auto await_oldest = [&]() -> absl::Status {
+    std::shared_ptr<Pending> p = std::move(in_flight.front());
+    in_flight.pop_front();
+    auto fut = p->reply.get_future();
+    if (fut.wait_for(absl::ToChronoNanoseconds(kRpcTimeout)) != std::future_status::ready) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the master did not answer an inventory report batch within ",
+                       absl::FormatDuration(kRpcTimeout)));
+    }
+    absl::StatusOr<std::string> frame = fut.get();
+    if (!frame.ok()) return frame.status();
+    GRANARY_ASSIGN_OR_RETURN(proto::InventoryReportReply rep,
+                             transport::RpcClient::ParseReply<proto::InventoryReportReply>(*frame));
+    restored += rep.restored;
+    rejected += rep.rejected;
+    return absl::OkStatus();
+  };
+  int64_t build_us = MonotonicUs() - t0;
+  auto next_batch = [&] {
+    const int64_t b0 = MonotonicUs();
+    auto batch =
+        p_.inventory->NextBatch(&cursor, ids, proto::kMaxInventoryBatch, kReportBatchBytes);
+    build_us += MonotonicUs() - b0;
+    return batch;
+  };
+  std::vector<proto::InventoryRecord> current = next_batch();
+  while (true) {
+    std::vector<proto::InventoryRecord> next;
+    if (!current.empty()) next = next_batch();
+    proto::InventoryReportRequest req;
+    req.last = next.empty();
+    req.total = cursor.total;
+    req.records = std::move(current);
+    sent += req.records.size();
+    ++batches;
+    if (req.last) {
+      while (!in_flight.empty()) GRANARY_RETURN_IF_ERROR(await_oldest());
+    } else if (in_flight.size() >= kReportWindow) {
+      GRANARY_RETURN_IF_ERROR(await_oldest());
+    }
+    auto p = std::make_shared<Pending>();
+    in_flight.push_back(p);
+    master_->CallAsync(
+        proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kInventoryReport), 0, req),
+        [p](absl::StatusOr<std::string> frame) { p->reply.set_value(std::move(frame)); });
+    if (req.last) break;
+    current = std::move(next);
+  }
+  GRANARY_RETURN_IF_ERROR(await_oldest());
+  const uint64_t dropped = p_.inventory->mismatches() - mismatches_before;
+  p_.metrics->mismatches->Inc(dropped);
+  p_.metrics->records_reported->Inc(sent);
+  p_.metrics->inventory_entries->Set(static_cast<double>(p_.inventory->size()));
+  LOG_INFO << "reported " << sent << " inventory entr" << (sent == 1 ? "y" : "ies") << " to master "
+           << p_.options->master << " in " << batches << " batch" << (batches == 1 ? "" : "es")
+           << " and " << (MonotonicUs() - t0) / 1000 << " ms (" << build_us / 1000
+           << " ms of it building them): " << restored << " restored, " << rejected << " refused; "
+           << dropped << " dropped here (header mismatch)";
+  return absl::OkStatus();
+}
+
+void MasterLink::SyncLoop() {
+  SetThreadLogRoute(p_.log_route);
+  // The token of the last batch applied, for the connection it came on: the next poll on it
+  // acknowledges that batch (the master sends unacknowledged records again).
+  std::shared_ptr<transport::RpcClient> acked_on;
+  uint64_t acked = 0;
+  while (true) {
+    std::shared_ptr<transport::RpcClient> m;
+    {
+      granary::MutexLock lock(&mu_);
+      if (stopping_) break;
+      m = sync_master_;
+    }
+    if (m == nullptr || m->broken()) {
+      SleepFor(50);
+      continue;
+    }
+    if (m != acked_on) {
+      acked_on = m;
+      acked = 0;
+    }
+    auto rep = m->Invoke<proto::InventorySyncRequest, proto::InventorySyncReply>(
+        proto::MsgType::kInventorySync, proto::InventorySyncRequest{kSyncWaitMs, acked},
+        absl::Milliseconds(kSyncWaitMs) + kRpcTimeout);
+    if (!rep.ok()) {
+      // The session thread notices a broken connection and reconnects; records of the session
+      // that broke are moot (its master dropped these segments, or is gone).
+      LOG_DEBUG << "inventory poll failed: " << rep.status();
+      // NOT_LEADER: the master lost the lead, or its reply carried a deposed epoch.
+      if (m->broken() || ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) {
+        granary::MutexLock lock(&mu_);
+        if (sync_master_ == m) master_lost_ = true;
+      }
+      SleepFor(50);
+      continue;
+    }
+    uint64_t applied = 0;
+    for (const proto::InventoryRecord& r : rep->records) {
+      std::optional<size_t> index = p_.service->IndexOf(r.segment_id);
+      if (index.has_value() && p_.inventory->Apply(*index, r)) ++applied;
+    }
+    p_.metrics->records_applied->Inc(applied);
+    if (!rep->records.empty())
+      p_.metrics->inventory_entries->Set(static_cast<double>(p_.inventory->size()));
+    if (rep->token != 0) acked = rep->token;
+  }
+}
+
+void MasterLink::SleepUntilMasterMoves(int64_t ms) {
+  if (etcd_ == nullptr) {
+    SleepFor(ms);
+    return;
+  }
+  // With an etcd:// master a failed connect usually means the leader is gone and another is
+  // being elected: the back-off must not keep this node away once the new one is published
+  // (seen: a node still in a 3 s wait while the new leader refused every put for want of a
+  // mounted segment). So the wait is cut into slices, and ends at once when master_view names
+  // another address than the one this node last tried.
+  constexpr int64_t kSliceMs = 100;
+  const std::string tried = last_master_address_;
+  for (int64_t slept = 0; slept < ms; slept += kSliceMs) {
+    SleepFor(std::min(kSliceMs, ms - slept));
+    {
+      granary::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    absl::StatusOr<etcd::MasterView> view =
+        etcd::ReadMasterView(etcd_.get(), p_.options->cluster_id);
+    if (view.ok() && !tried.empty() && view->rpc != tried) return;
+  }
+}
+
+absl::StatusOr<std::string> MasterLink::ResolveMaster() {
+  if (etcd_ == nullptr) return p_.options->master;
+  GRANARY_ASSIGN_OR_RETURN(etcd::MasterView view,
+                           etcd::ReadMasterView(etcd_.get(), p_.options->cluster_id));
+  // A view older than one this node has seen is stale (etcd answers in order, so only a lagging
+  // endpoint serves one): wait for the current view.
+  GRANARY_RETURN_IF_ERROR(epochs_.Accept(view.epoch, absl::StrCat("master_view (", view.rpc, ")")));
+  highest_epoch_->store(epochs_.highest());
+  return view.rpc;
+}
+
+void MasterLink::Run() {
+  SetThreadLogRoute(p_.log_route);
+  sync_ = std::thread([this] { SyncLoop(); });
+  Backoff backoff(100, p_.options->reconnect_backoff_max_ms);
+  while (true) {
+    {
+      granary::MutexLock lock(&mu_);
+      if (stopping_) break;
+    }
+    if (!master_ || master_->broken()) {
+      p_.metrics->connected->Set(0);
+      absl::Status st = ConnectAndMount();
+      if (!st.ok()) {
+        p_.metrics->connect_failures->Inc();
+        const int64_t wait = backoff.NextMs();
+        if (backoff.failures() == 1) {
+          LOG_WARN << "cannot register with master " << p_.options->master << ": " << st
+                   << "; retrying with back-off (up to " << p_.options->reconnect_backoff_max_ms
+                   << " ms apart)";
+        }
+        master_.reset();
+        SleepUntilMasterMoves(wait);
+        continue;
+      }
+      backoff.Reset();
+      p_.metrics->connected->Set(1);
+    }
+    {
+      // Until the next heartbeat, or the sync thread saw the connection break.
+      granary::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &MasterLink::StoppingOrMasterLost),
+                           absl::Milliseconds(heartbeat_ms_));
+      master_lost_ = false;
+    }
+    if (master_ && !master_->broken()) {
+      auto hb = master_->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
+          proto::MsgType::kHeartbeat, MakeHeartbeat(), kRpcTimeout);
+      if (!hb.ok()) {
+        LOG_WARN << "heartbeat to master failed: " << hb.status() << "; reconnecting";
+        master_.reset();
+      }
+    }
+  }
+  if (sync_.joinable()) sync_.join();
+  UnmountAll();
+  p_.metrics->connected->Set(0);
+}
+
+proto::HeartbeatRequest MasterLink::MakeHeartbeat() const {
+  proto::HeartbeatRequest req;
+  if (cgroup_ == nullptr) return req;
+  absl::StatusOr<CgroupFigures> f = cgroup_->Read();
+  if (!f.ok()) {
+    LOG_DEBUG << "cgroup figures for the heartbeat: " << f.status();
+    return req;
+  }
+  req.has_cgroup = true;
+  req.cgroup = proto::NodeCgroupReport{
+      cgroup_->dir(), cgroup_->version_name(), f->limit, f->effective_limit, f->usage,
+      f->peak,        f->limit_hits,           f->oom,   f->oom_kill};
+  return req;
+}
+
+void MasterLink::UnmountAll() {
+  if (!master_ || master_->broken()) return;
+  for (uint64_t id : p_.service->TakeMounted()) {
+    auto rep = master_->Invoke<proto::UnmountSegmentRequest, proto::StatusReply>(
+        proto::MsgType::kUnmountSegment, proto::UnmountSegmentRequest{id}, absl::Seconds(2));
+    if (rep.ok()) {
+      LOG_INFO << "unmounted segment " << id;
+    } else {
+      LOG_WARN << "unmount of segment " << id << " failed: " << rep.status();
+    }
+  }
+}
+
+void MasterLink::Shutdown() {
+  granary::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
+}  // namespace granary::node
