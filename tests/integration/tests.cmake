@@ -62,7 +62,7 @@ add_dependencies(integration_gpu_tier_test granary_master granary_node)
 # The same bodies on the CUDA runtime (label gpu; they skip without a device, and the
 # fault-injection cases skip there too).
 add_test(NAME integration_gpu_tier_cuda_test COMMAND integration_gpu_tier_test)
-set_tests_properties(integration_gpu_tier_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 120
+set_tests_properties(integration_gpu_tier_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 150
   ENVIRONMENT "GRANARY_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRANARY_TEST_DEVICE_BACKEND=cuda")
 # Separate hosts in network namespaces (tests/integration/netns.h); root only, else it skips.
 granary_test(NAME integration_netns_test LABELS integration netns TIMEOUT 180

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -31,6 +32,13 @@
 
 namespace granary::cuda {
 namespace {
+
+// The second process of the IPC tests: $GRANARY_BACKEND_IPC_HELPER where set (bench/gpu_check.sh
+// sets it to the bundle's copy), else the path the build compiled in.
+inline const char* IpcHelper() {
+  const char* env = std::getenv("GRANARY_BACKEND_IPC_HELPER");
+  return env != nullptr && *env != '\0' ? env : GRANARY_BACKEND_IPC_HELPER;
+}
 
 using Bytes = std::vector<unsigned char>;
 
@@ -478,8 +486,8 @@ TYPED_TEST_P(BackendTest, IpcMapsTheSameBytesInAnotherProcess) {
   absl::StatusOr<std::string> blob = b.ExportIpc(inside);
   ASSERT_TRUE(blob.ok()) << blob.status();
   EXPECT_LE(blob->size(), kMaxIpcBlobBytes);
-  testing::Child child({GRANARY_BACKEND_IPC_HELPER, "open", TypeParam::kName, "0",
-                        absl::BytesToHexString(*blob), std::to_string(inner.size()), "30"});
+  testing::Child child({IpcHelper(), "open", TypeParam::kName, "0", absl::BytesToHexString(*blob),
+                        std::to_string(inner.size()), "30"});
   ASSERT_TRUE(child.ok());
   const int code = child.Wait();
   ASSERT_EQ(code, 0) << child.ReadStderr();

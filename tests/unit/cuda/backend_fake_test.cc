@@ -46,8 +46,7 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Fake, BackendTest, ::testing::Types<FakeTraits>);
 // waits for commands on stdin.
 struct Exporter {
   explicit Exporter(size_t bytes, uint8_t seed)
-      : child({GRANARY_BACKEND_IPC_HELPER, "export", "fake", std::to_string(bytes),
-               std::to_string(seed)}) {
+      : child({IpcHelper(), "export", "fake", std::to_string(bytes), std::to_string(seed)}) {
     std::string hex = child.ReadLine();
     EXPECT_TRUE(testing::FromHex(hex, &blob)) << "helper said: " << hex;
   }
@@ -412,7 +411,7 @@ TEST(BackendChoice, FollowsTheEnvironmentValue) {
 TEST(BackendChoice, ChoosingAndClassifyingInitializeNoCuda) {
   const std::string log = absl::StrCat(::testing::TempDir(), "stub_libcuda_", getpid(), ".log");
   std::remove(log.c_str());
-  testing::Child child({GRANARY_BACKEND_IPC_HELPER, "classify"},
+  testing::Child child({IpcHelper(), "classify"},
                        {absl::StrCat("LD_LIBRARY_PATH=", GRANARY_STUB_LIBCUDA_DIR),
                         absl::StrCat("GRANARY_STUB_LIBCUDA_LOG=", log)});
   ASSERT_TRUE(child.ok());
@@ -456,7 +455,7 @@ TEST(BackendChoice, AFreshProcessReadsAndLogsTheVariable) {
   for (const Case& c : cases) {
     std::vector<std::string> env = c.env;
     env.push_back("GRANARY_LOG_LEVEL=info");
-    testing::Child child({GRANARY_BACKEND_IPC_HELPER, "active"}, env);
+    testing::Child child({IpcHelper(), "active"}, env);
     ASSERT_TRUE(child.ok());
     const std::string name = child.ReadLine();
     const std::string alloc = child.ReadLine();
