@@ -14,6 +14,7 @@
 #include "client/master_session.h"
 #include "client/planner.h"
 #include "client/registrations.h"
+#include "client/staging_pool.h"
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -229,6 +230,8 @@ class ClientImpl : public Client {
   // This client's device buffers (host segments and staging); outlives rma_, whose unmap hook
   // calls it.
   std::unique_ptr<DeviceTransfers> device_;
+  // Device staging of the scatter-list and paged-KV calls, kept for reuse.
+  StagingPool staging_;
   std::unique_ptr<MasterSession> session_;
   // Device buffers passed to RegisterBuffer: recorded (start -> size), never given to UCX.
   granary::Mutex device_regs_mu_;

@@ -13,6 +13,7 @@
 #include "client/device_check.h"
 #include "client/engine_order.h"
 #include "client/paged_kv_trailer.h"
+#include "client/staging_pool.h"
 #include "common/quote.h"
 #include "cuda/checksum.h"
 #include "cuda/device_backend.h"
@@ -22,40 +23,34 @@ namespace granary::client {
 
 namespace {
 
-// One staging allocation: device memory of the backend (device >= 0) or host memory.
+// One staging allocation: device memory from the client's pool (client/staging_pool.h), given
+// back on destruction, or host memory.
 class Scratch {
  public:
-  Scratch() = default;
+  explicit Scratch(StagingPool* pool) : pool_(pool) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
-    if (device_ >= 0 && data_ != nullptr) backend_->Free(device_, data_);
+    if (device_.data != nullptr) pool_->Return(device_);
   }
   [[nodiscard]] absl::Status Allocate(int device, size_t bytes) {
-    device_ = device;
     if (bytes == 0) return absl::OkStatus();
     if (device < 0) {
       host_.resize(bytes);
       data_ = host_.data();
       return absl::OkStatus();
     }
-    backend_ = &cuda::ActiveBackend();
-    absl::StatusOr<void*> p = backend_->Alloc(device, bytes);
-    if (!p.ok()) {
-      device_ = -1;
-      return absl::Status(p.status().code(),
-                          absl::StrCat("allocating ", bytes, " bytes of staging on device ", device,
-                                       ": ", p.status().message()));
-    }
-    data_ = static_cast<unsigned char*>(*p);
+    absl::StatusOr<StagingPool::Buffer> b = pool_->Take(&cuda::ActiveBackend(), device, bytes);
+    if (!b.ok()) return b.status();
+    device_ = *b;
+    data_ = device_.data;
     return absl::OkStatus();
   }
   unsigned char* data() const { return data_; }
-  int device() const { return device_; }
 
  private:
-  cuda::DeviceBackend* backend_ = nullptr;
-  int device_ = -1;
+  StagingPool* const pool_;
+  StagingPool::Buffer device_;  // data == nullptr: none taken
   unsigned char* data_ = nullptr;
   std::vector<unsigned char> host_;
 };
@@ -127,10 +122,10 @@ absl::flat_hash_map<int, size_t> PlanStaging(const std::vector<std::vector<Buffe
 }
 
 absl::StatusOr<absl::flat_hash_map<int, std::unique_ptr<Scratch>>> AllocateStaging(
-    const absl::flat_hash_map<int, size_t>& need) {
+    const absl::flat_hash_map<int, size_t>& need, StagingPool* pool) {
   absl::flat_hash_map<int, std::unique_ptr<Scratch>> scratch;
   for (const auto& [device, bytes] : need) {
-    auto s = std::make_unique<Scratch>();
+    auto s = std::make_unique<Scratch>(pool);
     absl::Status st = s->Allocate(device, bytes);
     if (!st.ok()) return st;
     scratch[device] = std::move(s);
@@ -377,7 +372,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
     order = *std::move(made);
   }
   std::vector<Staged> staged;
-  auto scratch = AllocateStaging(PlanStaging(regions, &out, &staged));
+  auto scratch = AllocateStaging(PlanStaging(regions, &out, &staged), &staging_);
   if (!scratch.ok()) {
     for (const Staged& s : staged) out[s.key] = scratch.status();
   }
@@ -433,7 +428,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
     return out;
   }
   std::vector<Staged> staged;
-  auto scratch = AllocateStaging(PlanStaging(regions, &bad, &staged));
+  auto scratch = AllocateStaging(PlanStaging(regions, &bad, &staged), &staging_);
   if (!scratch.ok()) {
     for (const Staged& s : staged) bad[s.key] = scratch.status();
   }
@@ -502,7 +497,7 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(const std::vector<std::string>&
   if (sl.which.empty()) return out;
   std::vector<size_t> all(sl.which.size());
   for (size_t j = 0; j < all.size(); ++j) all[j] = j;
-  Scratch scratch;
+  Scratch scratch(&staging_);
   absl::Status st = scratch.Allocate(*device, sl.staging_bytes());
   // The stream contract (DeviceWait): the gather runs synchronously, so the host waits for the
   // engine before it.
@@ -555,7 +550,7 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>&
   const KvSlices sl = SliceKv(layout, block_ids, out, kKvTrailerBytes);
   const std::vector<size_t>& which = sl.which;
   if (which.empty()) return out;
-  Scratch scratch;
+  Scratch scratch(&staging_);
   if (absl::Status st = scratch.Allocate(*device, sl.staging_bytes()); !st.ok()) {
     for (size_t i : which) out[i] = st;
     return out;

@@ -659,6 +659,34 @@ TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
   }
 }
 
+// The paged-KV calls stage through device memory allocated once and kept: a later call
+// allocates nothing (a cudaFree per call would wait for the whole device, the engine's kernels
+// included, and a cudaMalloc per call competes with the engine's allocator), so an allocation
+// that would now fail does not fail it.
+TEST_F(GpuTierTest, PagedKvCallsReuseTheirDeviceStaging) {
+  if (fake_ == nullptr) GTEST_SKIP() << "injects an allocation failure";
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const KvContents kv(4, 2, 8, 2, 1);
+  PagedKvCache c = kv.layout;
+  c.k_cache = DeviceAlloc(kv.cache_bytes);
+  c.v_cache = DeviceAlloc(kv.cache_bytes);
+  ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.k_cache), kv.k));
+  ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.v_cache), kv.v));
+  const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}};
+  for (const absl::Status& st : client_->PutPagedKv({"r0", "r1"}, c, ids)) {
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  fake_->FailNthAllocation(1);  // the next device allocation would fail
+  for (const absl::Status& st : client_->PutPagedKv({"r2", "r3"}, c, ids))
+    EXPECT_TRUE(st.ok()) << st;
+  for (const absl::Status& st : client_->GetPagedKv({"r2", "r3"}, c, ids))
+    EXPECT_TRUE(st.ok()) << st;
+  fake_->FailNthAllocation(0);
+  auto got = client_->Get("r3");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == kv.Value(ids[1]));
+}
+
 // Point 5, the checksum: each value carries a 16-byte trailer with the CPU reference's checksum
 // of its blocks, and round trips byte-exact for device and host caches; a value corrupted in
 // place is DATA_LOSS naming the key and both checksums and scatters nothing of itself while the
