@@ -2,7 +2,10 @@
 
 // Backend streams kept for reuse by the client's device paths (client/gpu_segments.h,
 // client/device_transfers.h): a caller takes one for its batch and returns it, or destroys it
-// when it saw an error (a CUDA stream that did is not reused). Thread-safe.
+// when it saw an error (a CUDA stream that did is not reused). Dropping the stream does not
+// recover from a sticky device error (an illegal address in a copy or kernel): that breaks the
+// CUDA context, and every later CUDA call of the process fails, the engine's too, until the
+// process restarts. Thread-safe.
 
 #include <vector>
 
