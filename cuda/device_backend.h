@@ -173,9 +173,10 @@ class DeviceBackend {
   // return. Each swap is atomic against other device atomics. Against another process's copy
   // engine writes into the same 8-byte word (through IPC) the CUDA memory model promises nothing
   // (they are not atomics); an aligned word inside one header write is not torn in practice, so
-  // such a write is expected to land wholly before the swap (which then fails) or after it. The node invalidates the header of a freed allocation in
-  // GPU memory with it (node_inventory.h). INVALID_ARGUMENT names an op whose pointer is null,
-  // unaligned or not device memory of this backend. n == 0 is a no-op.
+  // such a write is expected to land wholly before the swap (which then fails) or after it. The
+  // node invalidates the header of a freed allocation in GPU memory with it (node_inventory.h).
+  // INVALID_ARGUMENT names an op whose pointer is null, unaligned or not device memory of this
+  // backend. n == 0 is a no-op.
   [[nodiscard]] virtual absl::Status CompareExchange64(int device, const CasOp64* ops, int n) = 0;
 };
 
