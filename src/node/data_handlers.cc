@@ -9,27 +9,29 @@
 #include "absl/strings/str_cat.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
+#include "proto/serve.h"
 
 namespace granary::node {
 
-DataHandlers::DataHandlers(Parts parts)
-    : p_(std::move(parts)),
-      handlers_({
-          {static_cast<uint16_t>(proto::MsgType::kFetch), &DataHandlers::Fetch},
-          {static_cast<uint16_t>(proto::MsgType::kPush), &DataHandlers::Push},
-          {static_cast<uint16_t>(proto::MsgType::kRead), &DataHandlers::Read},
-          {static_cast<uint16_t>(proto::MsgType::kWrite), &DataHandlers::Write},
-      }) {}
+DataHandlers::DataHandlers(Parts parts) : p_(std::move(parts)) {}
 
 std::optional<std::string> DataHandlers::Dispatch(transport::RpcServer::ConnId conn,
                                                   const proto::FrameView& f) {
-  auto it = handlers_.find(f.header.type);
-  if (it != handlers_.end()) return (this->*(it->second))(conn, f);
-  const absl::Status st = absl::InvalidArgumentError(
-      absl::StrCat("a node answers only Fetch, Push, Read and Write; ",
-                   proto::MsgTypeName(f.header.type), " goes to the master"));
-  return proto::EncodeFrame(static_cast<uint16_t>(f.header.type | proto::kReplyBit),
-                            f.header.request_id, proto::StatusReply{proto::WireStatus::From(st)});
+  using proto::MsgType;
+  using proto::Tag;
+  // Every message of proto/message_table.h that a node serves; the rest are refused, naming
+  // who serves them.
+  return proto::ServeFrame<proto::Server::kNode>(
+      f,
+      proto::Overloaded{[&](Tag<MsgType::kFetch>) { return Fetch(conn, f); },
+                        [&](Tag<MsgType::kPush>) { return Push(conn, f); },
+                        [&](Tag<MsgType::kRead>) { return Read(conn, f); },
+                        [&](Tag<MsgType::kWrite>) { return Write(conn, f); }},
+      [&](const absl::Status& st) {
+        return proto::EncodeFrame(static_cast<uint16_t>(f.header.type | proto::kReplyBit),
+                                  f.header.request_id,
+                                  proto::StatusReply{proto::WireStatus::From(st)});
+      });
 }
 
 void DataHandlers::Disconnected(transport::RpcServer::ConnId conn) {
@@ -54,12 +56,7 @@ std::optional<std::string> DataHandlers::Fetch(transport::RpcServer::ConnId conn
   auto req = proto::DecodeBody<proto::FetchRequest>(f.body);
   if (!req.ok()) return answer(req.status());
   if (absl::Status st = p_.service->CheckFetch(*req); !st.ok()) return answer(st);
-  auto src = std::make_shared<transport::RemoteSegment>();
-  src->segment_id = req->source.segment_id;
-  src->node_address = req->source.node_address;
-  src->rkey = req->source.rkey;
-  src->worker_address = req->source.worker_address;
-  transport::SetHostInfo(src.get(), req->source.host_id);
+  std::shared_ptr<transport::RemoteSegment> src = transport::RemoteSegmentOf(req->source);
   const uint64_t token = p_.watchdog->Start(
       "fetch", src->node_address, req->timeout_ms,
       [this, conn, reply_type, id](const absl::Status& st) {
@@ -109,12 +106,7 @@ std::optional<std::string> DataHandlers::Push(transport::RpcServer::ConnId conn,
   const proto::SegmentInfo& dest = req->dest;
   std::vector<transport::RmaOp> ops;
   ops.reserve(req->entries.size());
-  auto seg = std::make_shared<transport::RemoteSegment>();
-  seg->segment_id = dest.segment_id;
-  seg->node_address = dest.node_address;
-  seg->rkey = dest.rkey;
-  seg->worker_address = dest.worker_address;
-  transport::SetHostInfo(seg.get(), dest.host_id);
+  std::shared_ptr<transport::RemoteSegment> seg = transport::RemoteSegmentOf(dest);
   seg->pid = 0;  // the client's own liveness is its connection's; never mapped
   // A same-host client's buffer is forgotten with the connection that asked for the push: its
   // shared-memory endpoint cannot report the client's death. Another host's client keeps its

@@ -47,8 +47,6 @@ class DataHandlers {
   void Disconnected(transport::RpcServer::ConnId conn);
 
  private:
-  using Handler = std::optional<std::string> (DataHandlers::*)(transport::RpcServer::ConnId,
-                                                               const proto::FrameView&);
   std::optional<std::string> Fetch(transport::RpcServer::ConnId conn, const proto::FrameView& f);
   std::optional<std::string> Push(transport::RpcServer::ConnId conn, const proto::FrameView& f);
   std::optional<std::string> Read(transport::RpcServer::ConnId conn, const proto::FrameView& f);
@@ -57,7 +55,6 @@ class DataHandlers {
   int DeviceOf(size_t index) const;
 
   const Parts p_;
-  const absl::flat_hash_map<uint16_t, Handler> handlers_;
   // The clients (RmaEngine peer names) each connection pushed to.
   absl::flat_hash_map<transport::RpcServer::ConnId, std::vector<std::string>> push_clients_;
 };
