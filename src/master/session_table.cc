@@ -24,10 +24,12 @@ SessionTable::SessionTable(const MasterOptions& options, Clock* clock, MasterCou
 proto::HelloReply SessionTable::Hello(SessionId sid, const proto::HelloRequest& req,
                                       const std::string& master_id) {
   proto::HelloReply rep;
-  if (req.protocol_version != proto::kProtocolVersion) {
+  // The newest version the peer speaks: a newer one is served in this master's (the
+  // connection's handshake agreed on it), an older one only inside this master's window.
+  if (req.protocol_version < proto::kMinProtocolVersion) {
     rep.status = Err(absl::FailedPreconditionError(
         absl::StrCat("protocol version ", req.protocol_version, " is not supported (master speaks ",
-                     proto::kProtocolVersion, ")")));
+                     proto::VersionRange(), ")")));
     return rep;
   }
   if (req.role == proto::Role::kClient) {

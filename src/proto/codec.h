@@ -7,14 +7,18 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "proto/frame.h"
 
 namespace granary::proto {
 
 // Appends little-endian fields to a string. Strings are a u32 length then the bytes.
-// Cost: amortized O(1) per field, no allocation beyond the string's growth.
+// `version` is the protocol the output is for: a struct's fields past a Since() above it are
+// left out (fields.h). Cost: amortized O(1) per field, no allocation beyond the string's growth.
 class Writer {
  public:
-  explicit Writer(std::string* out) : out_(out) {}
+  explicit Writer(std::string* out, uint16_t version = kProtocolVersion)
+      : out_(out), version_(version) {}
+  uint16_t version() const { return version_; }
   void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
   void U16(uint16_t v) { Raw(&v, 2); }
   void U32(uint32_t v) { Raw(&v, 4); }
@@ -40,14 +44,18 @@ class Writer {
 
  private:
   std::string* out_;
+  uint16_t version_;
 };
 
 // Reads fields written by Writer from a bounded view. Every read checks the remaining length;
 // the first failure sticks (later reads return zero values) and status() names the field.
-// Never reads past the view.
+// Never reads past the view. `version` is the protocol the input was written for: a struct's
+// fields past a Since() above it are not read, and keep their defaults (fields.h).
 class Reader {
  public:
-  explicit Reader(absl::string_view in) : in_(in) {}
+  explicit Reader(absl::string_view in, uint16_t version = kProtocolVersion)
+      : in_(in), version_(version) {}
+  uint16_t version() const { return version_; }
   uint8_t U8(const char* field);
   uint16_t U16(const char* field);
   uint32_t U32(const char* field);
@@ -74,6 +82,7 @@ class Reader {
   absl::string_view in_;
   size_t pos_ = 0;
   absl::Status status_;
+  uint16_t version_;
 };
 
 }  // namespace granary::proto

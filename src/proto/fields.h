@@ -29,11 +29,17 @@ namespace granary::proto {
 //   v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);  // a list of bounded strings
 //   v.Optional(&S::has_x, &S::x, "has_x");    // a bool, then x only when it is true
 //   v.Check([](const S& m) -> absl::Status {...});  // a rule over the decoded fields
+//   if (!v.Since(14)) return;                 // the fields below came in protocol 14
 //
 // Encode, Decode, operator== and the least encoded size (kMinEncodedBytes, which bounds the
 // count a list may claim) are all derived from that one list. Little-endian, no padding, no
 // tags: the wire format is exactly the sequence of fields. A member that Fields does not name
 // is not on the wire and not compared.
+//
+// Versions (docs/protocol.md): fields are only ever appended, each new one behind a Since() of
+// the version that brought it. A Writer or Reader of an older version (codec.h) stops at the
+// first Since() above it: an older peer's message lacks those fields, and decodes with them
+// left at their defaults.
 //
 // Cost: the same as hand-written code. Every visitor call inlines; the member pointers and
 // bounds are constants; Check runs once per decoded struct.
@@ -55,6 +61,7 @@ struct NullFieldVisitor {
   constexpr void Optional(A&&...) {}
   template <class C>
   constexpr void Check(C&&) {}
+  constexpr bool Since(uint16_t) { return true; }
 };
 
 // A struct with a Fields list.
@@ -94,7 +101,8 @@ constexpr size_t MinBytesOf() {
   }
 }
 
-// Counts every field (an optional value as its flag alone).
+// Counts the fields every version this build speaks has (an optional value as its flag alone),
+// so the bound holds for an older peer's message too.
 template <class S>
 struct FieldSizer {
   size_t bytes = 0;
@@ -108,6 +116,7 @@ struct FieldSizer {
   }
   template <class C>
   constexpr void Check(C&&) {}
+  constexpr bool Since(uint16_t version) const { return version <= kMinProtocolVersion; }
 };
 
 // The least number of bytes a T takes on the wire.
@@ -146,35 +155,42 @@ struct FixedSizeCheck {
   }
   template <class C>
   constexpr void Check(C&&) {}
+  // Its size depends on the version.
+  constexpr bool Since(uint16_t) {
+    fixed = false;
+    return false;
+  }
 };
 
 template <class F>
-GRANARY_FIELD_INLINE size_t EncodedSize(const F& v);
+GRANARY_FIELD_INLINE size_t EncodedSize(const F& v, uint16_t version);
 
 template <class S>
 class FieldMeasure {
  public:
-  explicit FieldMeasure(const S& m) : m_(m) {}
+  FieldMeasure(const S& m, uint16_t version) : m_(m), version_(version) {}
   template <class F, class... Bound>
   GRANARY_FIELD_INLINE void operator()(F S::*p, const char*, Bound...) {
-    bytes_ += EncodedSize(m_.*p);
+    bytes_ += EncodedSize(m_.*p, version_);
   }
   template <class F>
   GRANARY_FIELD_INLINE void Optional(bool S::*has, F S::*p, const char*) {
-    bytes_ += 1 + (m_.*has ? EncodedSize(m_.*p) : 0);
+    bytes_ += 1 + (m_.*has ? EncodedSize(m_.*p, version_) : 0);
   }
   template <class C>
   void Check(C&&) {}
+  bool Since(uint16_t version) const { return version_ >= version; }
   size_t bytes() const { return bytes_; }
 
  private:
   const S& m_;
+  const uint16_t version_;
   size_t bytes_ = 0;
 };
 
-// The bytes v takes on the wire.
+// The bytes v takes on the wire in `version`.
 template <class F>
-GRANARY_FIELD_INLINE size_t EncodedSize(const F& v) {
+GRANARY_FIELD_INLINE size_t EncodedSize(const F& v, uint16_t version) {
   if constexpr (IsFixedSize<F>()) {
     return MinBytesOf<F>();
   } else if constexpr (std::is_same_v<F, std::string> || std::is_same_v<F, absl::string_view>) {
@@ -185,11 +201,11 @@ GRANARY_FIELD_INLINE size_t EncodedSize(const F& v) {
       return 4 + v.size() * MinBytesOf<E>();
     } else {
       size_t n = 4;
-      for (const auto& e : v) n += EncodedSize(e);
+      for (const auto& e : v) n += EncodedSize(e, version);
       return n;
     }
   } else {
-    FieldMeasure<F> m(v);
+    FieldMeasure<F> m(v, version);
     F::Fields(m);
     return m.bytes();
   }
@@ -198,6 +214,7 @@ GRANARY_FIELD_INLINE size_t EncodedSize(const F& v) {
 // Writes into bytes sized beforehand by EncodedSize (little-endian, as Writer).
 struct EncodeCursor {
   char* at;
+  uint16_t version;
   template <class T>
   GRANARY_FIELD_INLINE void Fixed(T v) {
     std::memcpy(at, &v, sizeof(T));
@@ -213,6 +230,7 @@ struct EncodeCursor {
 // cost more than the appends (its bytes are mostly a few long strings).
 struct EncodeAppender {
   std::string* out;
+  uint16_t version;
   template <class T>
   GRANARY_FIELD_INLINE void Fixed(T v) {
     out->append(reinterpret_cast<const char*>(&v), sizeof(T));
@@ -243,6 +261,7 @@ class FieldEncoder {
   }
   template <class C>
   void Check(C&&) {}
+  bool Since(uint16_t version) const { return c_.version >= version; }
 
  private:
   const S& m_;
@@ -275,12 +294,12 @@ GRANARY_FIELD_INLINE void PutValue(const F& v, Sink& c) {
 // per field (no allocation beyond the output's growth).
 template <class F>
 void PutValue(const F& v, Writer& w) {
-  const size_t n = EncodedSize(v);
+  const size_t n = EncodedSize(v, w.version());
   if (n <= kEncodeCursorLimit) {
-    EncodeCursor c{w.Extend(n)};
+    EncodeCursor c{w.Extend(n), w.version()};
     PutValue(v, c);
   } else {
-    EncodeAppender a{w.Reserve(n)};
+    EncodeAppender a{w.Reserve(n), w.version()};
     PutValue(v, a);
   }
 }
@@ -323,6 +342,7 @@ class FieldDecoder {
     if (!r_.ok()) return;
     if (absl::Status st = rule(static_cast<const S&>(m_)); !st.ok()) r_.Fail(std::move(st));
   }
+  bool Since(uint16_t version) const { return r_.version() >= version; }
 
  private:
   S& m_;
@@ -372,6 +392,7 @@ class FieldsEqual {
   }
   template <class C>
   void Check(C&&) {}
+  bool Since(uint16_t) const { return true; }
   bool equal() const { return equal_; }
 
  private:

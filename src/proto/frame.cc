@@ -8,6 +8,12 @@
 
 namespace granary::proto {
 
+std::string VersionRange() {
+  return kMinProtocolVersion == kProtocolVersion
+             ? absl::StrCat(kProtocolVersion)
+             : absl::StrCat(kMinProtocolVersion, " to ", kProtocolVersion);
+}
+
 void BeginFrame(const FrameHeader& h, std::string* out) {
   Writer w(out);
   w.U32(kFrameMagic);
@@ -53,10 +59,10 @@ absl::StatusOr<FrameView> DecodeFrame(absl::string_view data) {
   if (magic != kFrameMagic) {
     return absl::InvalidArgumentError(absl::StrFormat("bad frame magic 0x%08x", magic));
   }
-  if (f.header.version != kProtocolVersion) {
+  if (!SpeaksVersion(f.header.version)) {
     return absl::FailedPreconditionError(absl::StrCat("unsupported protocol version ",
                                                       f.header.version, " (this side speaks ",
-                                                      kProtocolVersion, ")"));
+                                                      VersionRange(), ")"));
   }
   if (body_len > kMaxFrameBody) {
     return absl::InvalidArgumentError(

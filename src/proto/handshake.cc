@@ -1,5 +1,6 @@
 #include "proto/handshake.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,10 @@ absl::StatusOr<absl::string_view> Body(absl::string_view data, HandshakeHeader* 
 
 }  // namespace
 
+uint16_t NegotiateVersion(uint16_t client_version) {
+  return std::min(client_version, kProtocolVersion);
+}
+
 absl::StatusOr<HandshakeHeader> ParseHandshakeHeader(absl::string_view header, bool check_version) {
   if (header.size() < kHandshakeHeaderSize) {
     return absl::InvalidArgumentError(absl::StrCat("handshake header truncated: ", header.size(),
@@ -56,10 +61,10 @@ absl::StatusOr<HandshakeHeader> ParseHandshakeHeader(absl::string_view header, b
     return absl::InvalidArgumentError(absl::StrFormat(
         "not a Granary handshake: magic 0x%08x, expected 0x%08x ('GRNH')", magic, kHandshakeMagic));
   }
-  if (check_version && h.version != kProtocolVersion) {
+  if (check_version && h.version < kMinProtocolVersion) {
     return absl::FailedPreconditionError(absl::StrCat("protocol version ", h.version,
                                                       " is not served here (this process speaks ",
-                                                      kProtocolVersion, ")"));
+                                                      VersionRange(), ")"));
   }
   if (h.body_len > kMaxHandshakeBody) {
     return absl::InvalidArgumentError(absl::StrCat(

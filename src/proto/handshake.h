@@ -18,6 +18,9 @@ namespace granary::proto {
 //   reply body:   str message (empty when code is 0), then on success u64 nonce, u16 flags,
 //                 str host_id, str worker_address (the server worker's UCX address)
 //
+// The request's version is the newest protocol the client speaks; the reply's is the one the
+// connection uses: the lower of the two sides' newest (docs/protocol.md). A server refuses a
+// client below its window; a client refuses an answer outside its own.
 // A code other than 0 is an absl::StatusCode; the server closes the socket after such a reply.
 // On success the client connects a UCX endpoint to the server's worker address and sends
 // kAttach with the nonce as its first frame; the socket stays open as the connection's
@@ -55,10 +58,15 @@ struct HandshakeHeader {
   uint32_t body_len = 0;
 };
 
+// The version a server answers a client's handshake of `client_version` with (at least
+// kMinProtocolVersion, which ParseHandshakeHeader checked): the lower of it and this build's.
+uint16_t NegotiateVersion(uint16_t client_version);
+
 // Checks the first kHandshakeHeaderSize bytes: the magic, the version with check_version (a
-// request of another protocol version is FAILED_PRECONDITION naming both; a client reads a
-// refusal from a server of any version), and body_len <= kMaxHandshakeBody. Anything else is
-// INVALID_ARGUMENT naming what was wrong (the magic as hex).
+// request of a protocol older than this build's window is FAILED_PRECONDITION naming both; a
+// newer one passes, to be answered with this build's; a client reads a refusal from a server
+// of any version), and body_len <= kMaxHandshakeBody. Anything else is INVALID_ARGUMENT naming
+// what was wrong (the magic as hex).
 [[nodiscard]] absl::StatusOr<HandshakeHeader> ParseHandshakeHeader(absl::string_view header,
                                                                    bool check_version = true);
 

@@ -990,25 +990,28 @@ bool VisitMessage(uint16_t type, Fn&& fn) {
   }
 }
 
-// Builds a whole frame for message m.
+// Builds a whole frame for message m, in `version` (a peer's older one: TranscodeFrame).
 template <typename T>
-std::string EncodeFrame(uint16_t type, uint64_t request_id, const T& m) {
+std::string EncodeFrame(uint16_t type, uint64_t request_id, const T& m,
+                        uint16_t version = kProtocolVersion) {
   std::string out;
   out.reserve(128);
   FrameHeader h;
+  h.version = version;
   h.type = type;
   h.request_id = request_id;
   BeginFrame(h, &out);
-  Writer w(&out);
+  Writer w(&out, version);
   Encode(m, w);
   FinishFrame(&out);
   return out;
 }
 
-// Decodes a frame body into T, requiring that every byte is consumed.
+// Decodes a frame body of `version` into T, requiring that every byte is consumed.
 template <typename T>
-[[nodiscard]] absl::StatusOr<T> DecodeBody(absl::string_view body) {
-  Reader r(body);
+[[nodiscard]] absl::StatusOr<T> DecodeBody(absl::string_view body,
+                                           uint16_t version = kProtocolVersion) {
+  Reader r(body, version);
   T m;
   GRANARY_RETURN_IF_ERROR(Decode(r, &m));
   GRANARY_RETURN_IF_ERROR(r.Finish());

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/handshake.h"
+#include "proto/transcode.h"
 #include "transport/ep_info.h"
 
 namespace granary::transport {
@@ -148,11 +149,27 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
   hello.worker_address = own_address;
   if (!try_shm || !ControlShmEnabled()) hello.flags |= proto::kHandshakeFlagTcpOnly;
   Dialed d;
-  if (absl::Status st = DialInto(address, hello, deadline, &d); !st.ok()) {
+  absl::Status dialed = DialInto(address, hello, deadline, &d);
+  if (dialed.code() == absl::StatusCode::kFailedPrecondition && d.reply.code != 0 &&
+      d.reply.version < hello.version && proto::SpeaksVersion(d.reply.version)) {
+    // A server older than the version window (strict about versions) refused ours and named
+    // its own, which this build speaks too: ask again in that one.
+    hello.version = d.reply.version;
     if (d.fd >= 0) close(d.fd);
-    return st;
+    d = Dialed{};
+    dialed = DialInto(address, hello, deadline, &d);
+  }
+  if (dialed.ok() && !proto::SpeaksVersion(d.reply.version)) {
+    dialed = absl::FailedPreconditionError(absl::StrCat(address, " answered in protocol version ",
+                                                        d.reply.version, " (this process speaks ",
+                                                        proto::VersionRange(), ")"));
+  }
+  if (!dialed.ok()) {
+    if (d.fd >= 0) close(d.fd);
+    return dialed;
   }
   std::unique_ptr<RpcClient> c(new RpcClient(worker, address));
+  c->version_ = d.reply.version;
   c->link_fd_ = d.fd;
   c->local_host_ = d.local_host;
   const bool tcp_only = (d.reply.flags & proto::kHandshakeFlagTcpOnly) != 0 ||
@@ -266,6 +283,14 @@ void RpcClient::CallAsyncRaw(std::string frame, RawDone done) {
 }
 
 void RpcClient::CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<Endpoint> via) {
+  if (version_ != proto::kProtocolVersion) {
+    // An older server: a request it cannot serve is not sent; the others go in its version.
+    absl::Status st = DownTo(&frame);
+    if (!st.ok()) {
+      worker_->Post([d = std::move(done), st] { d(st); });
+      return;
+    }
+  }
   uint64_t id = Worker::NextRequestId();
   if (frame.size() >= proto::kFrameHeaderSize) std::memcpy(frame.data() + 12, &id, 8);
   if (const int64_t epoch = epoch_.load(std::memory_order_acquire); epoch != 0) {
@@ -287,22 +312,44 @@ void RpcClient::CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<End
 
 void RpcClient::Send(uint64_t id, std::string frame, RawDone done, std::shared_ptr<Endpoint> out) {
   in_flight_.insert(id);
-  worker_->ExpectReply(id,
-                       [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
-                         in_flight_.erase(id);
-                         if (!r.ok()) {
-                           d(r.status());
-                           return;
-                         }
-                         worker_->NoteTransport(out.get());
-                         if (absl::Status st = CheckEpoch(*r); !st.ok()) {
-                           d(st);
-                           return;
-                         }
-                         d(*r);
-                       });
+  worker_->ExpectReply(
+      id, [this, id, d = std::move(done), out](absl::StatusOr<absl::string_view> r) {
+        in_flight_.erase(id);
+        if (!r.ok()) {
+          d(r.status());
+          return;
+        }
+        worker_->NoteTransport(out.get());
+        if (absl::Status st = CheckEpoch(*r); !st.ok()) {
+          d(st);
+          return;
+        }
+        if (version_ != proto::kProtocolVersion) {
+          // An older server's reply, in this build's version.
+          absl::StatusOr<std::string> up = proto::TranscodeFrame(*r, proto::kProtocolVersion);
+          if (!up.ok()) {
+            d(up.status());
+          } else {
+            d(absl::string_view(*up));
+          }
+          return;
+        }
+        d(*r);
+      });
   absl::Status st = worker_->SendFrame(out.get(), std::move(frame), true);
   if (!st.ok()) worker_->FailReply(id, st);
+}
+
+absl::Status RpcClient::DownTo(std::string* frame) const {
+  uint16_t type = 0;
+  if (frame->size() >= proto::kFrameHeaderSize) std::memcpy(&type, frame->data() + 6, 2);
+  if (const uint16_t since = proto::MessageSince(type); since > version_) {
+    return absl::UnimplementedError(
+        absl::StrCat(proto::MsgTypeName(type), " needs protocol ", since, "; ", address_,
+                     " speaks ", version_, " (this process speaks ", proto::kProtocolVersion, ")"));
+  }
+  GRANARY_ASSIGN_OR_RETURN(*frame, proto::TranscodeFrame(*frame, version_));
+  return absl::OkStatus();
 }
 
 absl::Status RpcClient::CheckEpoch(absl::string_view reply) const {

@@ -74,6 +74,12 @@ class RpcClient {
     return proto::DecodeBody<Rep>(f->body);
   }
 
+  // The protocol version the connection speaks (agreed in the handshake): the lower of the
+  // server's newest and this build's. Frames go out and come back in this build's version
+  // whatever it is: for an older server the client transcodes them (proto::TranscodeFrame), and
+  // a request of a message the server's version lacks fails with UNIMPLEMENTED naming both
+  // versions, unsent (docs/protocol.md).
+  uint16_t peer_version() const { return version_; }
   // The local IP address this connection uses (what the server can reach us at), or "".
   std::string LocalHost();
   bool broken() const { return ep_ == nullptr || ep_->broken.load(); }
@@ -102,12 +108,16 @@ class RpcClient {
   void CallAsyncOn(std::string frame, RawDone done, std::shared_ptr<Endpoint> via);
   [[nodiscard]] absl::StatusOr<std::string> CallOn(std::string frame, absl::Duration timeout,
                                                    std::shared_ptr<Endpoint> via);
+  // A request frame of this build's version put in the connection's: UNIMPLEMENTED for a
+  // message that version lacks.
+  [[nodiscard]] absl::Status DownTo(std::string* frame) const;
   // SetEpochFence's check of one reply frame.
   [[nodiscard]] absl::Status CheckEpoch(absl::string_view reply) const;
   // Sends request `id` on `out` and routes its reply to done; progress-thread only.
   void Send(uint64_t id, std::string frame, RawDone done, std::shared_ptr<Endpoint> out);
   Worker* worker_;
   std::string address_;
+  uint16_t version_ = proto::kProtocolVersion;  // set once by Create
   std::shared_ptr<Endpoint> ep_;  // set once by Create: the endpoint to the server's worker
   std::atomic<bool> on_shm_{false};
   int link_fd_ = -1;  // the handshake's socket, open for the connection's life

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/messages.h"
+#include "proto/transcode.h"
 
 namespace granary::transport {
 namespace {
@@ -93,8 +94,13 @@ proto::HandshakeReply RpcServer::OnHandshake(RpcListener::LinkId link,
   rep.worker_address = worker_address_;
   const bool tcp_only = !shm_enabled_ || (req.flags & proto::kHandshakeFlagTcpOnly) != 0;
   if (tcp_only) rep.flags = proto::kHandshakeFlagTcpOnly;
+  rep.version = proto::NegotiateVersion(req.version);
+  if (rep.version != proto::kProtocolVersion) {
+    LOG_INFO << peer << " speaks protocol " << req.version << ": its connection uses "
+             << rep.version;
+  }
   granary::MutexLock lock(&offers_mu_);
-  offers_[rep.nonce] = Offer{link, tcp_only, peer};
+  offers_[rep.nonce] = Offer{link, tcp_only, peer, rep.version};
   return rep;
 }
 
@@ -131,7 +137,7 @@ std::string RpcServer::PeerOf(ConnId conn) const {
   return it == conns_.end() ? "unknown" : it->second.ep->peer;
 }
 
-void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f) {
+void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f, uint16_t version) {
   proto::StatusReply rep;
   auto req = proto::DecodeBody<proto::AttachRequest>(f.body);
   std::optional<Offer> offer;
@@ -166,7 +172,7 @@ void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f) {
           if (*alive) DropConn(id);
         });
       };
-      conns_[id] = Conn{own, reply_ep, offer->link};
+      conns_[id] = Conn{own, reply_ep, offer->link, offer->version};
       by_link_[offer->link] = id;
       by_ep_[reply_ep] = id;
       LOG_DEBUG << "accepted connection " << id << " from " << offer->peer;
@@ -185,18 +191,48 @@ void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f) {
     if (offer.has_value() && listener_) listener_->CloseLink(offer->link);
   }
   Endpoint* out = own != nullptr ? own.get() : &refused;
-  absl::Status st;
-  if (out->ep != nullptr) st = worker_->SendFrame(out, std::move(frame), false);
+  if (out->ep != nullptr) SendReply(out, std::move(frame), version);
+}
+
+void RpcServer::SendReply(Endpoint* ep, std::string frame, uint16_t version) {
+  if (version != proto::kProtocolVersion) {
+    absl::StatusOr<std::string> down = proto::TranscodeFrame(frame, version);
+    if (down.ok()) {
+      frame = std::move(*down);
+    } else {
+      // A reply of ours that the peer's version cannot carry: a bug here, answered as one.
+      LOG_ERROR << "reply to " << ep->peer << " not sent in protocol " << version << ": "
+                << down.status();
+      auto f = proto::DecodeFrame(frame);
+      const proto::StatusReply r{proto::WireStatus::From(absl::InternalError(absl::StrCat(
+          "the reply could not be put in protocol ", version, ": ", down.status().message())))};
+      frame = proto::EncodeFrame(f.ok() ? f->header.type : 0, f.ok() ? f->header.request_id : 0, r,
+                                 version);
+    }
+  }
+  absl::Status st = worker_->SendFrame(ep, std::move(frame), false);
   if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
 }
 
 void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
   auto it = by_ep_.find(reply_ep);
   auto frame = proto::DecodeFrame(data);
+  // An older peer's frame, in this build's version: what the callbacks see.
+  const uint16_t version = frame.ok() ? frame->header.version : proto::kProtocolVersion;
+  std::string upgraded;
+  if (frame.ok() && version != proto::kProtocolVersion) {
+    absl::StatusOr<std::string> up = proto::TranscodeFrame(data, proto::kProtocolVersion);
+    if (up.ok()) {
+      upgraded = std::move(*up);
+      frame = proto::DecodeFrame(upgraded);
+    } else {
+      frame = up.status();
+    }
+  }
   if (it == by_ep_.end()) {
     // Only kAttach may come on an endpoint not known yet.
     if (frame.ok() && frame->header.type == static_cast<uint16_t>(proto::MsgType::kAttach)) {
-      OnAttach(reply_ep, *frame);
+      OnAttach(reply_ep, *frame, version);
       return;
     }
     LOG_WARN << "request frame from an unknown endpoint dropped";
@@ -225,10 +261,7 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
   } else {
     reply = callbacks_.on_request(id, *frame);
   }
-  if (reply.has_value()) {
-    absl::Status st = worker_->SendFrame(ep, std::move(*reply), false);
-    if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
-  }
+  if (reply.has_value()) SendReply(ep, std::move(*reply), conns_[id].version);
 }
 
 void RpcServer::Reply(ConnId conn, std::string frame) {
@@ -236,8 +269,7 @@ void RpcServer::Reply(ConnId conn, std::string frame) {
     if (!*alive) return;
     auto it = conns_.find(conn);
     if (it == conns_.end()) return;
-    absl::Status st = worker_->SendFrame(it->second.ep.get(), std::move(f), false);
-    if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
+    SendReply(it->second.ep.get(), std::move(f), it->second.version);
   });
 }
 

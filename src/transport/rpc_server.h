@@ -34,6 +34,10 @@ namespace granary::transport {
 // GRANARY_CONTROL_SHM=0, or a server on another host), or a server with GRANARY_CONTROL_SHM=0,
 // gets endpoints with UCX peer-failure handling, which leaves shared memory out.
 //
+// Versions (docs/protocol.md): the handshake agrees on the lower of the two sides' newest
+// protocols. Callbacks see every request in this build's version and answer in it; for a peer
+// of an older one, this class transcodes requests up and replies down (proto::TranscodeFrame).
+//
 // Connection ids are never reused. Request callbacks run on the worker's progress thread;
 // Reply and Disconnect may be called from any thread. Destroy before the Worker.
 class RpcServer {
@@ -74,10 +78,13 @@ class RpcServer {
                                     const std::string& peer);
   void OnLinkClosed(RpcListener::LinkId link);
   void OnFrame(ucp_ep_h reply_ep, absl::string_view frame);
-  // kAttach on an endpoint not known yet: joins the offer its nonce names.
-  void OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f);
+  // kAttach on an endpoint not known yet: joins the offer its nonce names. `version`: the
+  // frame's as it came (f is in this build's).
+  void OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f, uint16_t version);
   // Ends a connection: its endpoint, its routes and (unless it already went) its link.
   void DropConn(ConnId id, bool link_gone = false);
+  // Sends a reply frame of this build's version on `ep`, transcoded to `version` first.
+  void SendReply(Endpoint* ep, std::string frame, uint16_t version);
 
   Worker* worker_;
   Callbacks callbacks_;
@@ -91,6 +98,7 @@ class RpcServer {
     RpcListener::LinkId link = 0;
     bool tcp_only = false;
     std::string peer;
+    uint16_t version = proto::kProtocolVersion;  // the connection's, agreed in the handshake
   };
   mutable granary::Mutex offers_mu_;
   absl::flat_hash_map<uint64_t, Offer> offers_ ABSL_GUARDED_BY(offers_mu_);
@@ -101,6 +109,9 @@ class RpcServer {
     std::shared_ptr<Endpoint> ep;  // the server's own endpoint to the client's worker
     ucp_ep_h route_key = nullptr;  // the reply-endpoint handle its requests arrive with
     RpcListener::LinkId link = 0;
+    // The protocol the connection speaks: an older peer's frames are transcoded to this
+    // build's on the way in, and the replies back to the peer's on the way out.
+    uint16_t version = proto::kProtocolVersion;
   };
   absl::flat_hash_map<ConnId, Conn> conns_;
   absl::flat_hash_map<RpcListener::LinkId, ConnId> by_link_;

@@ -190,14 +190,26 @@ class MasterServiceTest : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------
 // Hello
 
-TEST_F(MasterServiceTest, HelloRejectsWrongProtocolVersion) {
-  auto rep = Hello(1, proto::Role::kClient, "acme", proto::kProtocolVersion + 1);
-  EXPECT_NE(Code(rep.status), absl::StatusCode::kOk);
-  EXPECT_TRUE(Has(rep.status.message, absl::StrCat(proto::kProtocolVersion + 1)))
+// A peer older than the master's version window is refused, naming both versions; a newer one
+// is served (its connection's handshake agreed on the master's version: docs/protocol.md).
+TEST_F(MasterServiceTest, HelloRejectsAProtocolVersionBelowTheWindow) {
+  const uint16_t old_version = proto::kMinProtocolVersion - 1;
+  auto rep = Hello(1, proto::Role::kClient, "acme", old_version);
+  EXPECT_EQ(Code(rep.status), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Has(rep.status.message, absl::StrCat("protocol version ", old_version)))
       << rep.status.message;
+  EXPECT_TRUE(Has(rep.status.message, absl::StrCat(proto::kProtocolVersion))) << rep.status.message;
   // No session was created: requests on it still fail.
   EXPECT_EQ(Code(Get(1, "k").status), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(svc().GetStats().sessions, 0u);
+}
+
+TEST_F(MasterServiceTest, HelloServesEveryVersionOfTheWindowAndNewerPeers) {
+  EXPECT_EQ(Code(Hello(1, proto::Role::kClient, "acme", proto::kMinProtocolVersion).status),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Hello(2, proto::Role::kClient, "acme", proto::kProtocolVersion + 1).status),
+            absl::StatusCode::kOk);
+  EXPECT_EQ(svc().GetStats().sessions, 2u);
 }
 
 TEST_F(MasterServiceTest, HelloRejectsEmptyTenant) {

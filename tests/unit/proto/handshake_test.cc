@@ -56,14 +56,27 @@ TEST(Handshake, HeaderIsCheckedBeforeAnyBody) {
   h = ParseHandshakeHeader(zeros);
   EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(h.status().message(), "0x00000000")) << h.status();
-  // Another version: FAILED_PRECONDITION naming both; a reply of any version is still read.
+  // A version below the window: FAILED_PRECONDITION naming both; a reply of any version is
+  // still read.
   std::string other = bytes;
-  const uint16_t v = kProtocolVersion + 1;
+  const uint16_t v = kMinProtocolVersion - 1;
   std::memcpy(other.data() + 4, &v, 2);
   h = ParseHandshakeHeader(other);
   EXPECT_EQ(h.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(h.status().message(), absl::StrCat(v))) << h.status();
+  EXPECT_TRUE(absl::StrContains(h.status().message(), absl::StrCat("protocol version ", v)))
+      << h.status();
+  EXPECT_TRUE(absl::StrContains(h.status().message(), absl::StrCat(kProtocolVersion)))
+      << h.status();
   EXPECT_TRUE(ParseHandshakeHeader(other, /*check_version=*/false).ok());
+  // A newer client passes: the server answers it with its own version.
+  std::string newer = bytes;
+  const uint16_t n = kProtocolVersion + 1;
+  std::memcpy(newer.data() + 4, &n, 2);
+  h = ParseHandshakeHeader(newer);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->version, n);
+  EXPECT_EQ(NegotiateVersion(n), kProtocolVersion);
+  EXPECT_EQ(NegotiateVersion(kMinProtocolVersion), kMinProtocolVersion);
   // A body length over the bound, refused from the header alone.
   std::string huge = bytes.substr(0, kHandshakeHeaderSize);
   const uint32_t len = kMaxHandshakeBody + 1;
