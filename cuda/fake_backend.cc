@@ -495,6 +495,9 @@ class FakeBackendImpl final : public FakeBackend {
     MutexLock lock(&mu_);
     host_register_delay_ = delay;
   }
+  uint64_t DefaultStreamOps() override {
+    return default_stream_ops_.load(std::memory_order_relaxed);
+  }
   int ContextsCreated(int device) override {
     MutexLock lock(&mu_);
     return contexts_.contains(device) ? 1 : 0;
@@ -737,7 +740,10 @@ class FakeBackendImpl final : public FakeBackend {
     if (absl::Status sticky = Sticky(); !sticky.ok()) return sticky;
     absl::StatusOr<FakeStream*> s = FindStream(name, stream);
     if (!s.ok()) return s.status();
-    if (*s == nullptr) return op();
+    if (*s == nullptr) {
+      default_stream_ops_.fetch_add(1, std::memory_order_relaxed);
+      return op();
+    }
     absl::Duration delay;
     {
       MutexLock lock(&mu_);
@@ -758,6 +764,7 @@ class FakeBackendImpl final : public FakeBackend {
   std::map<void*, std::unique_ptr<FakeStream>> streams_ ABSL_GUARDED_BY(mu_);
   std::map<void*, std::shared_ptr<FakeEvent>> events_ ABSL_GUARDED_BY(mu_);
   std::set<int> contexts_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> default_stream_ops_{0};
   absl::Duration host_register_delay_
       ABSL_GUARDED_BY(mu_);  // devices with a context (ContextsCreated)
   int alloc_countdown_ ABSL_GUARDED_BY(mu_) = 0;

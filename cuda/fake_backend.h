@@ -82,6 +82,13 @@ class FakeBackend : public DeviceBackend {
   // returns after `delay`, as a registration of a GiB takes long on CUDA.
   virtual void SetHostRegisterDelay(absl::Duration delay) = 0;
 
+  // Operations run on the default stream (a null `stream`) so far: copies, kernels and host
+  // functions; not the synchronous setup calls Copy and Memset. On CUDA that is the legacy
+  // stream, which waits for an engine's work on blocking streams, makes the engine's later work
+  // wait, is unusable while the engine captures a CUDA graph, and runs on the calling thread's
+  // current device; so a test can assert that a client path stays off it.
+  virtual uint64_t DefaultStreamOps() = 0;
+
   // Fault injection. Each takes effect for later calls, from any thread.
   // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.
   virtual void FailNthAllocation(int n) = 0;

@@ -15,6 +15,7 @@
 #include "client/planner.h"
 #include "client/registrations.h"
 #include "client/staging_pool.h"
+#include "client/stream_pool.h"
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -232,6 +233,8 @@ class ClientImpl : public Client {
   std::unique_ptr<DeviceTransfers> device_;
   // Device staging of the scatter-list and paged-KV calls, kept for reuse.
   StagingPool staging_;
+  // Streams of the scatter-list and paged-KV calls' device work (never the legacy stream).
+  StreamPool region_streams_;
   std::unique_ptr<MasterSession> session_;
   // Device buffers passed to RegisterBuffer: recorded (start -> size), never given to UCX.
   granary::Mutex device_regs_mu_;

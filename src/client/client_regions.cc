@@ -8,12 +8,14 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "client/device_check.h"
 #include "client/engine_order.h"
 #include "client/paged_kv_trailer.h"
 #include "client/staging_pool.h"
+#include "client/stream_pool.h"
 #include "common/quote.h"
 #include "cuda/checksum.h"
 #include "cuda/device_backend.h"
@@ -55,18 +57,34 @@ class Scratch {
   std::vector<unsigned char> host_;
 };
 
+// Runs `enqueue` on a stream of `device` from `streams` and waits for it: a non-blocking
+// stream of the buffer's device, never the legacy default stream, which would wait for the
+// engine's queued work on blocking streams, make its later work wait, break an engine capturing
+// a CUDA graph, and run on the calling thread's current device.
+absl::Status OnStream(StreamPool* streams, int device,
+                      absl::FunctionRef<absl::Status(cuda::DeviceBackend&, void*)> enqueue) {
+  cuda::DeviceBackend& b = cuda::ActiveBackend();
+  absl::StatusOr<StreamPool::Stream> stream = streams->Take(&b, device);
+  if (!stream.ok()) return stream.status();
+  absl::Status st = enqueue(b, stream->handle);
+  absl::Status synced = b.SynchronizeStream(stream->handle);
+  if (st.ok()) st = synced;
+  streams->Return(*stream, st.ok());
+  return st;
+}
+
 // Copies the regions: memcpy when both sides are host memory (device < 0), else on the
 // backend's copy engine (the direction from the pointers), complete on return.
-absl::Status CopyAll(int device, const std::vector<cuda::CopyRegion>& regions) {
+absl::Status CopyAll(StreamPool* streams, int device,
+                     const std::vector<cuda::CopyRegion>& regions) {
   if (regions.empty()) return absl::OkStatus();
   if (device < 0) {
     for (const cuda::CopyRegion& r : regions) std::memcpy(r.dst, r.src, r.bytes);
     return absl::OkStatus();
   }
-  cuda::DeviceBackend& b = cuda::ActiveBackend();
-  absl::Status st = b.BatchCopyAsync(nullptr, regions.data(), static_cast<int>(regions.size()));
-  absl::Status synced = b.SynchronizeStream(nullptr);
-  if (st.ok()) st = synced;
+  absl::Status st = OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+    return b.BatchCopyAsync(stream, regions.data(), static_cast<int>(regions.size()));
+  });
   if (!st.ok()) {
     return absl::InternalError(
         absl::StrCat("a staging copy on device ", device, " failed: ", st.message()));
@@ -233,16 +251,20 @@ KvSlices SliceKv(const cuda::PagedKvLayout& layout,
 
 // Runs the regions as one batched-copy launch on `device` (BatchCopyCpu for host memory,
 // device < 0), complete on return.
-absl::Status RunCopyKernel(int device, const std::vector<cuda::CopyRegion>& regions) {
+absl::Status RunCopyKernel(StreamPool* streams, int device,
+                           const std::vector<cuda::CopyRegion>& regions) {
   if (regions.empty()) return absl::OkStatus();
   const int n = static_cast<int>(regions.size());
-  return device < 0 ? cuda::BatchCopyCpu(regions.data(), n)
-                    : cuda::ActiveBackend().BatchCopy(device, regions.data(), n, nullptr);
+  if (device < 0) return cuda::BatchCopyCpu(regions.data(), n);
+  return OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+    return b.BatchCopy(device, regions.data(), n, stream);
+  });
 }
 
 // Gathers (or scatters, `scatter`) the blocks of the keys at positions `slots` of `sl` between
 // the caches and their slices of `staging`: one launch.
-absl::Status MoveKvBlocks(int device, const cuda::PagedKvLayout& layout, const PagedKvCache& cache,
+absl::Status MoveKvBlocks(StreamPool* streams, int device, const cuda::PagedKvLayout& layout,
+                          const PagedKvCache& cache,
                           const std::vector<std::vector<int32_t>>& block_ids, const KvSlices& sl,
                           const std::vector<size_t>& slots, unsigned char* staging, bool scatter) {
   std::vector<cuda::CopyRegion> regions;
@@ -256,7 +278,7 @@ absl::Status MoveKvBlocks(int device, const cuda::PagedKvLayout& layout, const P
                                                           ids.data(), n, slice, &regions);
     if (!st.ok()) return st;
   }
-  absl::Status st = RunCopyKernel(device, regions);
+  absl::Status st = RunCopyKernel(streams, device, regions);
   if (st.ok()) return st;
   return absl::Status(
       st.code(), absl::StrCat(scatter ? "scattering" : "gathering", " the blocks: ", st.message()));
@@ -265,8 +287,9 @@ absl::Status MoveKvBlocks(int device, const cuda::PagedKvLayout& layout, const P
 // Moves the trailers of the keys at `slots` between their slices and `host` (kKvTrailerBytes
 // each, in slot order) through the trailer area: to the slices (`to_slices`) one host-to-device
 // copy then one launch, from them one launch then one copy. Memcpy for host staging.
-absl::Status MoveKvTrailers(int device, const KvSlices& sl, const std::vector<size_t>& slots,
-                            unsigned char* staging, unsigned char* host, bool to_slices) {
+absl::Status MoveKvTrailers(StreamPool* streams, int device, const KvSlices& sl,
+                            const std::vector<size_t>& slots, unsigned char* staging,
+                            unsigned char* host, bool to_slices) {
   unsigned char* area = staging + sl.total;
   const std::vector<cuda::CopyRegion> bulk = {
       to_slices ? cuda::CopyRegion{host, area, slots.size() * kKvTrailerBytes}
@@ -278,24 +301,30 @@ absl::Status MoveKvTrailers(int device, const KvSlices& sl, const std::vector<si
     spread.push_back(to_slices ? cuda::CopyRegion{parked, slot, kKvTrailerBytes}
                                : cuda::CopyRegion{slot, parked, kKvTrailerBytes});
   }
-  absl::Status st = to_slices ? CopyAll(device, bulk) : RunCopyKernel(device, spread);
-  if (st.ok()) st = to_slices ? RunCopyKernel(device, spread) : CopyAll(device, bulk);
+  absl::Status st =
+      to_slices ? CopyAll(streams, device, bulk) : RunCopyKernel(streams, device, spread);
+  if (st.ok()) {
+    st = to_slices ? RunCopyKernel(streams, device, spread) : CopyAll(streams, device, bulk);
+  }
   if (st.ok()) return st;
   return absl::Status(st.code(), absl::StrCat("moving the checksum trailers: ", st.message()));
 }
 
 // The checksums of the payloads of the keys at `slots`: one launch on `device`, the CPU reference
 // for host staging.
-absl::StatusOr<std::vector<uint64_t>> KvChecksums(int device, const KvSlices& sl,
+absl::StatusOr<std::vector<uint64_t>> KvChecksums(StreamPool* streams, int device,
+                                                  const KvSlices& sl,
                                                   const std::vector<size_t>& slots,
                                                   const unsigned char* staging) {
   std::vector<cuda::ChecksumRegion> regions;
   for (size_t j : slots) regions.push_back({staging + sl.offsets[j], sl.payloads[j]});
   std::vector<uint64_t> sums(regions.size());
   const int n = static_cast<int>(regions.size());
-  absl::Status st = device < 0 ? cuda::BatchChecksumCpu(regions.data(), n, sums.data())
-                               : cuda::ActiveBackend().BatchChecksum(device, regions.data(), n,
-                                                                     sums.data(), nullptr);
+  absl::Status st = device < 0
+                        ? cuda::BatchChecksumCpu(regions.data(), n, sums.data())
+                        : OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+                            return b.BatchChecksum(device, regions.data(), n, sums.data(), stream);
+                          });
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("checksumming the blocks: ", st.message()));
   }
@@ -390,7 +419,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
   for (auto& [device, list] : gathers) {
     // The gathers copy synchronously (or by the CPU): the host waits for the engine.
     absl::Status st = order == nullptr ? absl::OkStatus() : order->OnHost();
-    if (st.ok()) st = CopyAll(device, list);
+    if (st.ok()) st = CopyAll(&region_streams_, device, list);
     if (st.ok()) continue;
     for (const Staged& s : staged) {
       if (s.device == device) out[s.key] = st;
@@ -471,7 +500,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
     }
   }
   for (auto& [device, list] : scatters) {
-    absl::Status st = CopyAll(device, list);
+    absl::Status st = CopyAll(&region_streams_, device, list);
     if (st.ok()) continue;
     for (const Staged& s : staged) {
       if (s.device == device && out[s.key].ok()) out[s.key] = st;
@@ -505,14 +534,18 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(const std::vector<std::string>&
     absl::StatusOr<std::unique_ptr<EngineOrder>> order = EngineOrder::Create(options.wait, *device);
     st = order.ok() ? (*order)->OnHost() : order.status();
   }
-  if (st.ok()) st = MoveKvBlocks(*device, layout, cache, block_ids, sl, all, scratch.data(), false);
+  if (st.ok())
+    st = MoveKvBlocks(&region_streams_, *device, layout, cache, block_ids, sl, all, scratch.data(),
+                      false);
   if (st.ok() && options.checksum) {
-    absl::StatusOr<std::vector<uint64_t>> sums = KvChecksums(*device, sl, all, scratch.data());
+    absl::StatusOr<std::vector<uint64_t>> sums =
+        KvChecksums(&region_streams_, *device, sl, all, scratch.data());
     std::vector<unsigned char> trailers(all.size() * kKvTrailerBytes);
     for (size_t j = 0; sums.ok() && j < all.size(); ++j) {
       EncodeKvTrailer((*sums)[j], trailers.data() + j * kKvTrailerBytes);
     }
-    st = sums.ok() ? MoveKvTrailers(*device, sl, all, scratch.data(), trailers.data(), true)
+    st = sums.ok() ? MoveKvTrailers(&region_streams_, *device, sl, all, scratch.data(),
+                                    trailers.data(), true)
                    : sums.status();
   }
   if (!st.ok()) {
@@ -576,8 +609,8 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>&
   // The trailers, in one launch and one copy.
   std::vector<unsigned char> trailers(trailed.size() * kKvTrailerBytes);
   absl::Status st = trailed.empty() ? absl::OkStatus()
-                                    : MoveKvTrailers(*device, sl, trailed, scratch.data(),
-                                                     trailers.data(), false);
+                                    : MoveKvTrailers(&region_streams_, *device, sl, trailed,
+                                                     scratch.data(), trailers.data(), false);
   std::vector<size_t> good, verify;
   for (size_t j : read) {
     const size_t i = which[j];
@@ -597,7 +630,8 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>&
   }
   // One checksum launch for the values with a trailer; a mismatch scatters nothing of that key.
   if (!verify.empty()) {
-    absl::StatusOr<std::vector<uint64_t>> sums = KvChecksums(*device, sl, verify, scratch.data());
+    absl::StatusOr<std::vector<uint64_t>> sums =
+        KvChecksums(&region_streams_, *device, sl, verify, scratch.data());
     for (size_t q = 0; q < verify.size(); ++q) {
       const size_t j = verify[q];
       const size_t i = which[j];
@@ -619,7 +653,8 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>&
   }
   // One scatter for every key that passed (CheckPagedKv rejected blocks shared between keys).
   std::sort(good.begin(), good.end());
-  st = MoveKvBlocks(*device, layout, cache, block_ids, sl, good, scratch.data(), true);
+  st = MoveKvBlocks(&region_streams_, *device, layout, cache, block_ids, sl, good, scratch.data(),
+                    true);
   if (!st.ok()) {
     for (size_t j : good) out[which[j]] = st;
   }

@@ -687,6 +687,40 @@ TEST_F(GpuTierTest, PagedKvCallsReuseTheirDeviceStaging) {
   EXPECT_TRUE(*got == kv.Value(ids[1]));
 }
 
+// The paged-KV and scatter-list calls run their device work (gathers, scatters, checksums,
+// staging copies) on non-blocking streams of the buffer's device, never on the legacy default
+// stream, which would wait for the engine's queued work, make the engine's later work wait for
+// it, and break an engine capturing a CUDA graph.
+TEST_F(GpuTierTest, DevicePathsKeepOffTheLegacyDefaultStream) {
+  if (fake_ == nullptr) GTEST_SKIP() << "counts the fake's default-stream work";
+  ASSERT_NO_FATAL_FAILURE(Start());
+  const KvContents kv(4, 2, 8, 2, 1);
+  PagedKvCache c = kv.layout;
+  c.k_cache = DeviceAlloc(kv.cache_bytes);
+  c.v_cache = DeviceAlloc(kv.cache_bytes);
+  ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.k_cache), kv.k));
+  ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.v_cache), kv.v));
+  char* region = DeviceAlloc(300);
+  ASSERT_NO_FATAL_FAILURE(ToDevice(region, std::string(300, 'r')));
+  const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}};
+  const uint64_t before = fake_->DefaultStreamOps();
+  PagedKvOptions checked;
+  checked.checksum = true;
+  for (const absl::Status& st : client_->PutPagedKv({"s0", "s1"}, c, ids, checked)) {
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  for (const absl::Status& st : client_->GetPagedKv({"s0", "s1"}, c, ids, checked)) {
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  const std::string host(100, 'h');
+  std::vector<BufferRegion> two = {{region, 300}, {const_cast<char*>(host.data()), 100}};
+  ASSERT_TRUE(client_->BatchPutFromRegions({"s2"}, {two})[0].ok());
+  EXPECT_EQ(fake_->DefaultStreamOps(), before);
+  auto got = client_->Get("s2");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == std::string(300, 'r') + host);
+}
+
 // Point 5, the checksum: each value carries a 16-byte trailer with the CPU reference's checksum
 // of its blocks, and round trips byte-exact for device and host caches; a value corrupted in
 // place is DATA_LOSS naming the key and both checksums and scatters nothing of itself while the
