@@ -274,9 +274,14 @@ TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
   void* producer = this->NewStream();
   void* consumer = this->NewStream();
   void* event = this->NewEvent();
+  // The source is pinned: a copy from pageable memory may synchronize with its stream first
+  // (CUDA's "API synchronization behavior"), which behind the gate would never return.
+  unsigned char* source = this->Pinned(kN, 0);
+  ASSERT_NE(source, nullptr);
+  std::memcpy(source, fresh.data(), kN);
   Gate gate;
   ASSERT_TRUE(b.LaunchHostFunc(producer, gate.Wait()).ok());
-  ASSERT_TRUE(b.CopyAsync(producer, dev, fresh.data(), kN).ok());
+  ASSERT_TRUE(b.CopyAsync(producer, dev, source, kN).ok());
   ASSERT_TRUE(b.RecordEvent(event, producer).ok());
   unsigned char* host = this->Pinned(kN, 0);
   ASSERT_NE(host, nullptr);
