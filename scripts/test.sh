@@ -4,12 +4,13 @@
 #   1. the normal build (warnings are errors), the Python module installed for /usr/bin/python3
 #      (scripts/install_python.sh), and every test: unit, integration, install, chaos, fuzz,
 #      python (pytest), browser (the dashboard in headless Chromium), gpu (skips without a
-#      device);
+#      device), upgrade (the newest release tag against this tree; skips without tags);
 #   2. the tests labelled `tsan` (master, quota ledger, transport, and the store integration test
 #      with a master, nodes and clients) built with clang, GRANARY_SANITIZER=thread and
 #      -Wthread-safety -Werror into build-tsan, so the lock annotations are checked by the
 #      compiler as well (skip it with GRANARY_TSAN=0);
-#   3. the same suite as 1, minus fuzz (which has its own sanitizers), chaos and install, built
+#   3. the same suite as 1, minus fuzz (which has its own sanitizers), chaos, install and
+#      upgrade (which would build the release again, instrumented, to learn nothing new), built
 #      with GRANARY_SANITIZER=address,undefined into build-asan (skip it with GRANARY_ASAN=0).
 # The sanitizer trees build at -O1 with line tables only (-g1): half the compile time of -O2 -g,
 # still with file:line in every report.
@@ -72,5 +73,5 @@ if [[ "${GRANARY_ASAN:-1}" == "1" ]]; then
   (cd build-asan &&
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure --timeout 900 -LE "fuzz|chaos|gpu|install|browser" "$@")
+    ctest --output-on-failure --timeout 900 -LE "fuzz|chaos|gpu|install|browser|upgrade" "$@")
 fi
