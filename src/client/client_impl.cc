@@ -50,17 +50,6 @@ using proto::kAllocHeaderSize;
 
 namespace {
 
-// A segment as a node names it in Fetch (source) or Push (dest): where it is and its rkey.
-proto::SegmentInfo SegmentInfoOf(const transport::RemoteSegment& s) {
-  proto::SegmentInfo info;
-  info.segment_id = s.segment_id;
-  info.node_address = s.node_address;
-  info.rkey = s.rkey;
-  info.worker_address = s.worker_address;
-  info.host_id = s.host_id;
-  return info;
-}
-
 // PutOptions::tier as the master's preference (nullopt: the tenant's default_tier).
 std::optional<TierPreference> TierPreferenceOf(StorageTier tier) {
   switch (tier) {
@@ -294,36 +283,27 @@ absl::Status ClientImpl::Transfer(std::vector<transport::RmaOp> ops, int64_t tim
 absl::Status ClientImpl::Remote(std::vector<transport::RmaOp> ops, int64_t timeout_ms) {
   std::vector<std::string> nodes;
   for (const auto& op : ops) nodes.push_back(op.segment->node_address);
-  auto p = std::make_shared<std::promise<absl::Status>>();
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  auto f = p->get_future();
-  transport::Worker::DriveIntent intent(worker_.get());  // the SpinUntil below starts them
-  rma_->Execute(std::move(ops), [p, done](absl::Status st) {
-    done->store(true, std::memory_order_release);
-    p->set_value(std::move(st));
-  });
-  worker_->SpinUntil([&] { return done->load(std::memory_order_acquire); });
-  if (f.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
-    // Cancel by closing the endpoints, on the worker thread and waited for: once closed, no
-    // transport of theirs moves another byte into or out of the buffers. Closing completes
-    // most requests with an error at once, but UCX 1.13 never completes some: one queued on a
-    // same-host endpoint whose peer died before wireup, and an RMA read over tcp from a peer
-    // the network cut off (seen in the netns tests). Waiting longer would only delay the
-    // fail-over to another replica, so give up on them soon. The nodes stay unreachable for a
-    // back-off, so the next reads go to other replicas instead of connecting again.
-    // A put's write window can cut the timeout short: that deadline is the put's, not the
-    // nodes' fault, so they are not held off for it.
-    const bool nodes_fault = timeout_ms >= options_.transfer_timeout_ms;
-    if (nodes_fault) node_timeouts_->Inc();
-    rma_->MarkUnreachable(nodes, nodes_fault);
-    if (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      LOG_WARN << "abandoning a transfer to " << nodes.front()
-               << " that UCX did not complete when its endpoint closed";
-    }
+  // Past the timeout: cancel by closing the endpoints, on the worker thread and waited for:
+  // once closed, no transport of theirs moves another byte into or out of the buffers. Closing
+  // completes most requests with an error at once, but UCX 1.13 never completes some: one
+  // queued on a same-host endpoint whose peer died before wireup, and an RMA read over tcp from
+  // a peer the network cut off (seen in the netns tests). Waiting longer would only delay the
+  // fail-over to another replica, so give up on them after 100 ms. The nodes stay unreachable
+  // for a back-off, so the next reads go to other replicas instead of connecting again. A
+  // put's write window can cut the timeout short: that deadline is the put's, not the nodes'
+  // fault, so they are not held off for it.
+  const bool nodes_fault = timeout_ms >= options_.transfer_timeout_ms;
+  absl::Status st = rma_->ExecuteWithin(
+      std::move(ops), absl::Milliseconds(timeout_ms),
+      [&] {
+        if (nodes_fault) node_timeouts_->Inc();
+        rma_->MarkUnreachable(nodes, nodes_fault);
+      },
+      absl::Milliseconds(100));
+  if (absl::IsDeadlineExceeded(st)) {
     return absl::DeadlineExceededError(
         absl::StrCat("transfer did not finish within ", timeout_ms, " ms"));
   }
-  absl::Status st = f.get();
   if (!st.ok()) {
     for (const auto& n : nodes) rma_->ForgetNode(n);
   }
@@ -851,7 +831,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
     auto dst = session_->SegmentFor(res.dest.segment_id);
     if (!dst.ok()) return revoke(dst.status());
     proto::PushRequest push;
-    push.dest = SegmentInfoOf(**dst);
+    push.dest = transport::SegmentInfoOf(**dst);
     push.dest.base = res.dest.address;  // the push may touch the new allocation only
     push.dest.size = res.dest.length;
     push.entries.push_back(
@@ -866,7 +846,7 @@ absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view nod
     }
   } else {
     proto::FetchRequest fetch;
-    fetch.source = SegmentInfoOf(**src);
+    fetch.source = transport::SegmentInfoOf(**src);
     fetch.source_address = res.source.address;
     fetch.dest_address = res.dest.address;
     fetch.length = std::min(res.source.length, res.dest.length);

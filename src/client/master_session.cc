@@ -179,18 +179,7 @@ absl::Status MasterSession::RefreshSegments() {
   granary::MutexLock lock(&seg_mu_);
   segments_.clear();
   for (auto& s : rep.segments) {
-    auto r = std::make_shared<transport::RemoteSegment>();
-    r->segment_id = s.segment_id;
-    r->node_address = s.node_address;
-    r->rkey = std::move(s.rkey);
-    r->worker_address = std::move(s.worker_address);
-    r->base = s.base;
-    r->size = s.size;
-    r->gpu = s.tier == proto::Tier::kGpu;
-    r->gpu_ipc = std::move(s.gpu_ipc);
-    r->gpu_uuid = std::move(s.gpu_uuid);
-    transport::SetHostInfo(r.get(), s.host_id);
-    segments_[s.segment_id] = std::move(r);
+    segments_[s.segment_id] = transport::RemoteSegmentOf(s);
   }
   return absl::OkStatus();
 }

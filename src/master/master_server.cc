@@ -225,14 +225,9 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   const proto::ReplicaDesc desc = started.results[0].replicas[0];
   const uint64_t gen = started.results[0].generation;
   auto seg = service_->FindSegment(desc.segment_id);
-  auto remote = std::make_shared<transport::RemoteSegment>();
-  if (seg.has_value()) {
-    remote->segment_id = seg->segment_id;
-    remote->node_address = seg->node_address;
-    remote->rkey = seg->rkey;
-    remote->worker_address = seg->worker_address;
-    transport::SetHostInfo(remote.get(), seg->host_id);
-  }
+  std::shared_ptr<transport::RemoteSegment> remote =
+      seg.has_value() ? transport::RemoteSegmentOf(*seg)
+                      : std::make_shared<transport::RemoteSegment>();
   std::string out(proto::kAllocHeaderSize + kSize, '\0'), in(out.size(), '\0');
   proto::AllocHeader h;
   h.generation = gen;
@@ -248,15 +243,15 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
     op.length = out.size();
     op.remote_addr = desc.address;
     op.segment = remote;
-    auto done = std::make_shared<std::promise<absl::Status>>();
-    auto f = done->get_future();
-    rma_->Execute({op}, [done](absl::Status s) { done->set_value(std::move(s)); });
-    if (f.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
-      rma_->ForgetNode(remote->node_address);
-      f.wait();
+    // The buffers are this frame's: past the timeout the node is forgotten (its endpoint
+    // closed) and the transfer still waited for.
+    absl::Status st = rma_->ExecuteWithin(
+        {op}, absl::Seconds(5), [&] { rma_->ForgetNode(remote->node_address); },
+        absl::InfiniteDuration());
+    if (absl::IsDeadlineExceeded(st)) {
       return absl::DeadlineExceededError("the probe transfer took more than 5 s");
     }
-    return f.get();
+    return st;
   };
   proto::KeyGenRequest kg{{{key, gen}}};
   st = seg.has_value() ? transfer(true) : absl::UnavailableError("the probe's segment is gone");

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "common/range.h"
 #include "common/size.h"
 
 namespace granary::master {
@@ -127,8 +128,8 @@ absl::StatusOr<Placement> SegmentRegistry::ReserveLocked(uint64_t segment_id, ui
     *last = &it->second;
   }
   Segment& s = **last;
-  if (size == 0 || offset % proto::kAllocAlignment != 0 || size > s.info.size ||
-      offset > s.info.size - size) {
+  if (size == 0 || offset % proto::kAllocAlignment != 0 ||
+      !OffsetWithin(s.info.size, offset, size)) {
     return absl::InvalidArgumentError(absl::StrCat("range of ", size, " bytes at offset ", offset,
                                                    " is unaligned or outside segment ", segment_id,
                                                    " of ", s.info.size, " bytes"));

@@ -56,12 +56,7 @@ std::optional<std::string> DataHandlers::Fetch(transport::RpcServer::ConnId conn
   auto req = proto::DecodeBody<proto::FetchRequest>(f.body);
   if (!req.ok()) return answer(req.status());
   if (absl::Status st = p_.service->CheckFetch(*req); !st.ok()) return answer(st);
-  auto src = std::make_shared<transport::RemoteSegment>();
-  src->segment_id = req->source.segment_id;
-  src->node_address = req->source.node_address;
-  src->rkey = req->source.rkey;
-  src->worker_address = req->source.worker_address;
-  transport::SetHostInfo(src.get(), req->source.host_id);
+  std::shared_ptr<transport::RemoteSegment> src = transport::RemoteSegmentOf(req->source);
   const uint64_t token = p_.watchdog->Start(
       "fetch", src->node_address, req->timeout_ms,
       [this, conn, reply_type, id](const absl::Status& st) {
@@ -111,12 +106,7 @@ std::optional<std::string> DataHandlers::Push(transport::RpcServer::ConnId conn,
   const proto::SegmentInfo& dest = req->dest;
   std::vector<transport::RmaOp> ops;
   ops.reserve(req->entries.size());
-  auto seg = std::make_shared<transport::RemoteSegment>();
-  seg->segment_id = dest.segment_id;
-  seg->node_address = dest.node_address;
-  seg->rkey = dest.rkey;
-  seg->worker_address = dest.worker_address;
-  transport::SetHostInfo(seg.get(), dest.host_id);
+  std::shared_ptr<transport::RemoteSegment> seg = transport::RemoteSegmentOf(dest);
   seg->pid = 0;  // the client's own liveness is its connection's; never mapped
   // A same-host client's buffer is forgotten with the connection that asked for the push: its
   // shared-memory endpoint cannot report the client's death. Another host's client keeps its

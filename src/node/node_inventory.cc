@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "common/log.h"
+#include "common/range.h"
 #include "common/util.h"
 #include "cuda/device_backend.h"
 
@@ -86,7 +87,7 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   const SegmentSpan& s = (*segments_)[index];
   // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
   if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
-      r.alloc_size > s.size || r.offset > s.size - r.alloc_size) {
+      !OffsetWithin(s.size, r.offset, r.alloc_size)) {
     return false;
   }
   const Slot slot{static_cast<uint32_t>(index), r.offset};

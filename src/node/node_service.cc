@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/range.h"
 #include "common/status_macros.h"
 #include "proto/alloc_header.h"
 
@@ -90,8 +91,7 @@ std::vector<uint64_t> NodeService::TakeMounted() {
 std::optional<size_t> NodeService::SegmentHolding(uint64_t address, uint64_t length) const {
   for (size_t i = 0; i < segments_.size(); ++i) {
     const SegmentSpan& s = segments_[i];
-    if (length > 0 && address >= s.base && address - s.base <= s.size &&
-        length <= s.size - (address - s.base)) {
+    if (length > 0 && RangeWithin(s.base, s.size, address, length)) {
       return i;
     }
   }
@@ -137,8 +137,7 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
                                                      e.source_address,
                                                      " is outside this node's segments"));
     }
-    if (e.dest_address < dest.base || e.length > dest.size ||
-        e.dest_address - dest.base > dest.size - e.length) {
+    if (!RangeWithin(dest.base, dest.size, e.dest_address, e.length)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push of ", e.length, " bytes to address ", e.dest_address,
           " is outside the client's buffer at ", dest.base, " of ", dest.size, " bytes"));

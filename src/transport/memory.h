@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/range.h"
 #include "transport/context.h"
 
 namespace granary::transport {
@@ -32,8 +33,8 @@ class MemoryRegion {
   size_t length() const { return length_; }
   ucp_mem_h memh() const { return memh_; }
   bool Contains(const void* p, size_t n) const {
-    auto a = reinterpret_cast<uintptr_t>(addr_), b = reinterpret_cast<uintptr_t>(p);
-    return b >= a && b + n <= a + length_;
+    return RangeWithin(reinterpret_cast<uintptr_t>(addr_), length_, reinterpret_cast<uintptr_t>(p),
+                       n);
   }
   // The packed remote key a peer needs to read or write this range.
   [[nodiscard]] absl::StatusOr<std::string> PackRkey() const;

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/range.h"
 #include "common/util.h"
 #include "transport/ep_info.h"
 
@@ -60,6 +61,31 @@ void Track(Batch* b, ucs_status_ptr_t req, const char* what) {
 }  // namespace
 
 std::string LocalHostId() { return absl::StrCat(HostId(), "/", getpid()); }
+
+std::shared_ptr<RemoteSegment> RemoteSegmentOf(const proto::SegmentInfo& info) {
+  auto seg = std::make_shared<RemoteSegment>();
+  seg->segment_id = info.segment_id;
+  seg->node_address = info.node_address;
+  seg->rkey = info.rkey;
+  seg->worker_address = info.worker_address;
+  seg->base = info.base;
+  seg->size = info.size;
+  seg->gpu = info.tier == proto::Tier::kGpu;
+  seg->gpu_ipc = info.gpu_ipc;
+  seg->gpu_uuid = info.gpu_uuid;
+  SetHostInfo(seg.get(), info.host_id);
+  return seg;
+}
+
+proto::SegmentInfo SegmentInfoOf(const RemoteSegment& seg) {
+  proto::SegmentInfo info;
+  info.segment_id = seg.segment_id;
+  info.node_address = seg.node_address;
+  info.rkey = seg.rkey;
+  info.worker_address = seg.worker_address;
+  info.host_id = seg.host_id;
+  return info;
+}
 
 void SetHostInfo(RemoteSegment* seg, const std::string& host_id) {
   seg->host_id = host_id;
@@ -292,8 +318,8 @@ void* RmaEngine::MappedLocked(const RmaOp& op, MapCursor* c) {
   }
   const Mapped* last = c->mapped;
   void* remote = nullptr;
-  if (last != nullptr && op.length > 0 && op.remote_addr >= last->base && op.length <= last->size &&
-      op.remote_addr - last->base <= last->size - op.length &&
+  if (last != nullptr && op.length > 0 &&
+      RangeWithin(last->base, last->size, op.remote_addr, op.length) &&
       ucp_rkey_ptr(last->rkey, op.remote_addr, &remote) == UCS_OK) {
     return remote;
   }
@@ -399,20 +425,46 @@ bool RmaEngine::TcpOnly(const std::string& node_address) {
 }
 
 absl::Status RmaEngine::ExecuteSync(std::vector<RmaOp> ops) {
-  std::promise<absl::Status> p;
-  auto f = p.get_future();
-  std::atomic<bool> done{false};
+  return ExecuteWithin(std::move(ops), absl::InfiniteDuration(), nullptr, absl::InfiniteDuration());
+}
+
+absl::Status RmaEngine::ExecuteWithin(std::vector<RmaOp> ops, absl::Duration timeout,
+                                      const std::function<void()>& on_timeout,
+                                      absl::Duration grace) {
+  if (ops.empty()) return absl::OkStatus();
+  const std::string first_node = ops.front().segment ? ops.front().segment->node_address : "";
+  // Shared with the completion, which may run after this call gave up on it.
+  struct Wait {
+    std::promise<absl::Status> p;
+    std::atomic<bool> done{false};
+  };
+  auto w = std::make_shared<Wait>();
+  std::future<absl::Status> f = w->p.get_future();
   {
     Worker::DriveIntent intent(worker_);  // the SpinUntil below starts them
-    Execute(std::move(ops), [&p, &done](absl::Status st) {
-      done.store(true, std::memory_order_release);  // before p: f.get() ends this frame
-      p.set_value(std::move(st));
+    Execute(std::move(ops), [w](absl::Status st) {
+      w->done.store(true, std::memory_order_release);
+      w->p.set_value(std::move(st));
     });
   }
   if (worker_->caller_drive()) {
-    worker_->SpinUntil([&done] { return done.load(std::memory_order_acquire); });
+    worker_->SpinUntil([&w] { return w->done.load(std::memory_order_acquire); });
   }
-  return f.get();
+  auto ready_within = [&f](absl::Duration d) {
+    if (d == absl::InfiniteDuration()) {
+      f.wait();
+      return true;
+    }
+    return f.wait_for(absl::ToChronoNanoseconds(d)) == std::future_status::ready;
+  };
+  if (ready_within(timeout)) return f.get();
+  if (on_timeout) on_timeout();
+  if (!ready_within(grace)) {
+    LOG_WARN << "abandoning a transfer to " << first_node
+             << " that UCX did not complete when its endpoint closed";
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("transfer did not finish within ", absl::FormatDuration(timeout)));
 }
 
 }  // namespace granary::transport

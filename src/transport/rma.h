@@ -18,6 +18,7 @@
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "common/work_pool.h"
+#include "proto/messages.h"
 #include "transport/worker.h"
 
 namespace granary::transport {
@@ -47,6 +48,11 @@ std::string LocalHostId();
 // endpoint cannot report its peer's death (no peer-failure handling on shared memory), so the
 // engine checks that pid is alive before it posts to it.
 void SetHostInfo(RemoteSegment* seg, const std::string& host_id);
+// A segment as the master or a node describes it on the wire, with its host info set (the one
+// place proto::SegmentInfo becomes a RemoteSegment).
+std::shared_ptr<RemoteSegment> RemoteSegmentOf(const proto::SegmentInfo& info);
+// The reverse: a segment as a request names it (Fetch's source, Push's destination).
+proto::SegmentInfo SegmentInfoOf(const RemoteSegment& seg);
 
 // One one-sided transfer between local memory and a remote segment.
 struct RmaOp {
@@ -102,6 +108,15 @@ class RmaEngine {
   // Calls done(status) on the progress thread when every op finished (puts remotely visible).
   void Execute(std::vector<RmaOp> ops, std::function<void(absl::Status)> done);
   [[nodiscard]] absl::Status ExecuteSync(std::vector<RmaOp> ops);
+  // Runs ops and waits for them at most `timeout`, driving the worker itself where it may
+  // (caller_drive). Past the timeout it calls on_timeout (which must make the ops complete:
+  // MarkUnreachable or ForgetNode their nodes, which closes the endpoints), waits up to `grace`
+  // more, and answers DEADLINE_EXCEEDED naming the timeout. With a finite grace an op UCX never
+  // completes is abandoned (logged): its local buffer may still be written, so a caller whose
+  // buffers do not outlive the call passes an infinite grace.
+  [[nodiscard]] absl::Status ExecuteWithin(std::vector<RmaOp> ops, absl::Duration timeout,
+                                           const std::function<void()>& on_timeout,
+                                           absl::Duration grace);
   // Same host, shared memory. A node on this host allocates its segment in shared memory, and
   // once Execute has unpacked the segment's rkey, that memory is mapped into this process
   // (ucp_rkey_ptr): the op is then a memcpy. This copies, on the calling thread, every op of

@@ -20,3 +20,5 @@ granary_test(NAME common_http_head_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_head_test.cc LIBS granary::http)
 granary_test(NAME common_http_server_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/http_server_test.cc LIBS granary::http)
+granary_test(NAME common_range_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/range_test.cc LIBS granary::common)
