@@ -366,8 +366,8 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
     put->errors += static_cast<uint64_t>(batch) * lanes - ok;
     std::vector<std::future<absl::StatusOr<proto::GetReply>>> gets;
     for (int l = 0; l < lanes; ++l) {
-      gets.push_back(c.CallAsync<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                                      proto::KeysRequest{keys[l]}));
+      gets.push_back(c.CallAsync<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                                     proto::GetRequest{keys[l]}));
     }
     auto get_replies = WaitAll(gets, "Get", timeout);
     if (!get_replies) {

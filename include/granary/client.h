@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "granary/client_options.h"
 #include "granary/kv_key.h"
 
@@ -143,6 +144,24 @@ struct PutOptions {
   DeviceWait wait;
 };
 
+// Options of one get.
+struct GetOptions {
+  // How long the master holds the read lease of each key while this get reads it, in ms
+  // (0: the master's --default_kv_lease_ttl). While a read lease is held, a Remove without
+  // force is refused and eviction skips the object; the get ends its leases as soon as its
+  // bytes are in place, so a longer lease only matters for reads that may be slow (large GPU
+  // values through a node's bounce, a congested link). A lease that runs out never yields
+  // wrong bytes (reads are fenced by the value's header). INVALID_ARGUMENT above
+  // kMaxLeaseMs. A master older than protocol 14 grants its default.
+  static constexpr uint32_t kMaxLeaseMs = 600'000;
+  uint32_t lease_ms = 0;
+  // The tier to read from where an object has replicas on more than one (a Copy or Move of a
+  // host object to a node's GPU segment, or the reverse): kHost or kGpu reads a replica on
+  // that tier first and falls back to the others; a hint, never an error. kAny and
+  // kTenantDefault take the replicas in the master's order.
+  StorageTier tier = StorageTier::kAny;
+};
+
 struct ListResult {
   std::vector<ObjectInfo> objects;
   bool more = false;  // call again with start_after = the last key
@@ -169,37 +188,57 @@ class Client {
 
   [[nodiscard]] virtual absl::Status Put(absl::string_view key, absl::string_view value) = 0;
   [[nodiscard]] virtual absl::StatusOr<std::string> Get(absl::string_view key) = 0;
-  // Zero-copy forms for registered buffers (unregistered memory works too, through UCX's own
-  // registration cache). GetInto returns the value's size; FAILED_PRECONDITION if `capacity` is
-  // smaller (nothing is written then).
-  [[nodiscard]] virtual absl::Status PutFrom(absl::string_view key, const void* data,
-                                             size_t size) = 0;
-  [[nodiscard]] virtual absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
-                                                       size_t capacity) = 0;
-  // PutFrom, BatchPutFrom and BatchPutFromRegions that first wait for the engine's stream or
-  // event (DeviceWait, the stream contract). The forms without `wait` expect the caller's writes
-  // to be complete. INVALID_ARGUMENT for a handle the device backend refuses.
-  [[nodiscard]] virtual absl::Status PutFrom(absl::string_view key, const void* data, size_t size,
-                                             const DeviceWait& wait) = 0;
-  virtual std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
-                                                 const std::vector<const void*>& buffers,
-                                                 const std::vector<size_t>& sizes,
-                                                 const DeviceWait& wait) = 0;
-  virtual std::vector<absl::Status> BatchPutFromRegions(
-      const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions,
-      const DeviceWait& wait) = 0;
 
   // Batch forms: one control round trip per phase for the whole batch; one status per key.
-  virtual std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
-                                             const std::vector<absl::string_view>& values) = 0;
-  virtual std::vector<absl::StatusOr<std::string>> BatchGet(
-      const std::vector<std::string>& keys) = 0;
-  virtual std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
-                                                 const std::vector<const void*>& buffers,
-                                                 const std::vector<size_t>& sizes) = 0;
-  virtual std::vector<absl::StatusOr<size_t>> BatchGetInto(
-      const std::vector<std::string>& keys, const std::vector<void*>& buffers,
-      const std::vector<size_t>& capacities) = 0;
+  virtual std::vector<absl::Status> BatchPut(absl::Span<const std::string> keys,
+                                             absl::Span<const absl::string_view> values) = 0;
+  // BatchPut with options (PutOptions); values may be views of host or device memory.
+  virtual std::vector<absl::Status> BatchPutWith(absl::Span<const std::string> keys,
+                                                 absl::Span<const absl::string_view> values,
+                                                 const PutOptions& options) = 0;
+  virtual std::vector<absl::StatusOr<std::string>> BatchGet(absl::Span<const std::string> keys,
+                                                            const GetOptions& options) = 0;
+  std::vector<absl::StatusOr<std::string>> BatchGet(absl::Span<const std::string> keys) {
+    return BatchGet(keys, GetOptions{});
+  }
+
+  // Zero-copy forms for the caller's buffers, host or device memory (registered buffers are
+  // fastest; unregistered host memory works too, through UCX's own registration cache).
+  // GetInto returns the value's size; FAILED_PRECONDITION if `capacity` is smaller (nothing is
+  // written then). The options (PutOptions: pins, the tier, and what to wait for before reading
+  // device memory, the stream contract; GetOptions: the read lease and a tier hint) default to
+  // no pin, the tenant's default tier, the caller's writes complete, and the master's lease.
+  // INVALID_ARGUMENT for a DeviceWait handle the device backend refuses.
+  virtual std::vector<absl::Status> BatchPutFrom(absl::Span<const std::string> keys,
+                                                 absl::Span<const void* const> buffers,
+                                                 absl::Span<const size_t> sizes,
+                                                 const PutOptions& options) = 0;
+  virtual std::vector<absl::StatusOr<size_t>> BatchGetInto(absl::Span<const std::string> keys,
+                                                           absl::Span<void* const> buffers,
+                                                           absl::Span<const size_t> capacities,
+                                                           const GetOptions& options) = 0;
+  [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size,
+                                     const PutOptions& options = {}) {
+    const std::string k(key);
+    return BatchPutFrom(absl::MakeConstSpan(&k, 1), absl::MakeConstSpan(&data, 1),
+                        absl::MakeConstSpan(&size, 1), options)[0];
+  }
+  [[nodiscard]] absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer, size_t capacity,
+                                               const GetOptions& options = {}) {
+    const std::string k(key);
+    return std::move(BatchGetInto(absl::MakeConstSpan(&k, 1), absl::MakeConstSpan(&buffer, 1),
+                                  absl::MakeConstSpan(&capacity, 1), options)[0]);
+  }
+  std::vector<absl::Status> BatchPutFrom(absl::Span<const std::string> keys,
+                                         absl::Span<const void* const> buffers,
+                                         absl::Span<const size_t> sizes) {
+    return BatchPutFrom(keys, buffers, sizes, PutOptions{});
+  }
+  std::vector<absl::StatusOr<size_t>> BatchGetInto(absl::Span<const std::string> keys,
+                                                   absl::Span<void* const> buffers,
+                                                   absl::Span<const size_t> capacities) {
+    return BatchGetInto(keys, buffers, capacities, GetOptions{});
+  }
 
   // Scatter-list forms (vLLM's multi-buffer calls): object i is the concatenation of
   // regions[i], in order. A one-region list is BatchPutFrom/BatchGetInto itself; longer lists
@@ -208,11 +247,35 @@ class Client {
   // BatchGetIntoRegions returns each object's size; FAILED_PRECONDITION when it exceeds the sum
   // of the list's sizes (nothing is written then).
   virtual std::vector<absl::Status> BatchPutFromRegions(
-      const std::vector<std::string>& keys,
-      const std::vector<std::vector<BufferRegion>>& regions) = 0;
+      absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions,
+      const PutOptions& options) = 0;
   virtual std::vector<absl::StatusOr<size_t>> BatchGetIntoRegions(
-      const std::vector<std::string>& keys,
-      const std::vector<std::vector<BufferRegion>>& regions) = 0;
+      absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions,
+      const GetOptions& options) = 0;
+  std::vector<absl::Status> BatchPutFromRegions(
+      absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions) {
+    return BatchPutFromRegions(keys, regions, PutOptions{});
+  }
+  std::vector<absl::StatusOr<size_t>> BatchGetIntoRegions(
+      absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions) {
+    return BatchGetIntoRegions(keys, regions, GetOptions{});
+  }
+
+  // The put forms above with only a DeviceWait (PutOptions{.wait = wait}).
+  [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size,
+                                     const DeviceWait& wait) {
+    return PutFrom(key, data, size, WaitOnly(wait));
+  }
+  std::vector<absl::Status> BatchPutFrom(absl::Span<const std::string> keys,
+                                         absl::Span<const void* const> buffers,
+                                         absl::Span<const size_t> sizes, const DeviceWait& wait) {
+    return BatchPutFrom(keys, buffers, sizes, WaitOnly(wait));
+  }
+  std::vector<absl::Status> BatchPutFromRegions(absl::Span<const std::string> keys,
+                                                absl::Span<const std::vector<BufferRegion>> regions,
+                                                const DeviceWait& wait) {
+    return BatchPutFromRegions(keys, regions, WaitOnly(wait));
+  }
 
   // Paged KV: keys[i] stores the blocks block_ids[i] of `cache` as one contiguous value,
   // gathered for the whole batch in one kernel launch (the CPU reference for host caches), and
@@ -221,46 +284,41 @@ class Client {
   // (and, for GetPagedKv, a block listed twice in the batch); a stored value whose size is not
   // the layout's for its block count is FAILED_PRECONDITION and scatters nothing. `options`
   // adds the checksum (PagedKvOptions); the three-argument forms use the defaults.
-  virtual std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
+  virtual std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
                                                const PagedKvCache& cache,
-                                               const std::vector<std::vector<int32_t>>& block_ids,
+                                               absl::Span<const std::vector<int32_t>> block_ids,
                                                const PagedKvOptions& options) = 0;
-  virtual std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
+  virtual std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
                                                const PagedKvCache& cache,
-                                               const std::vector<std::vector<int32_t>>& block_ids,
+                                               absl::Span<const std::vector<int32_t>> block_ids,
                                                const PagedKvOptions& options) = 0;
-  std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
+  std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
                                        const PagedKvCache& cache,
-                                       const std::vector<std::vector<int32_t>>& block_ids) {
+                                       absl::Span<const std::vector<int32_t>> block_ids) {
     return PutPagedKv(keys, cache, block_ids, PagedKvOptions{});
   }
-  std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
+  std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
                                        const PagedKvCache& cache,
-                                       const std::vector<std::vector<int32_t>>& block_ids) {
+                                       absl::Span<const std::vector<int32_t>> block_ids) {
     return GetPagedKv(keys, cache, block_ids, PagedKvOptions{});
   }
-
-  // Puts with pins (see PutOptions).
-  virtual std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
-                                                 const std::vector<absl::string_view>& values,
-                                                 const PutOptions& options) = 0;
 
   // "How much of this prefix do you hold for me?": one request for the whole chain of
   // (model, hash_scheme, adapter_id, prefix_hashes[i]) keys, tenant-scoped. With lease=true the
   // present blocks are leased, so a Get that follows within lease_ms cannot miss them.
   [[nodiscard]] virtual absl::StatusOr<PrefixLookup> LookupPrefix(
       absl::string_view model, absl::string_view hash_scheme,
-      const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
+      const std::optional<std::string>& adapter_id, absl::Span<const std::string> prefix_hashes,
       bool lease = false) = 0;
 
   [[nodiscard]] virtual absl::StatusOr<bool> Exist(absl::string_view key) = 0;
-  virtual std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) = 0;
+  virtual std::vector<absl::StatusOr<bool>> BatchExist(absl::Span<const std::string> keys) = 0;
   // Removes the object and frees its space. FAILED_PRECONDITION with ErrorReason::kHasLease while
   // a read of the key is in flight (its read lease is held), unless `force`: then it is removed
   // anyway, and the reader sees a removed object (NOT_FOUND after its header check), never wrong
   // bytes. FAILED_PRECONDITION (no reason) while a put of the key is in progress, even with force.
   [[nodiscard]] virtual absl::Status Remove(absl::string_view key, bool force = false) = 0;
-  virtual std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys,
+  virtual std::vector<absl::Status> BatchRemove(absl::Span<const std::string> keys,
                                                 bool force = false) = 0;
 
   // Adds a replica of `key` on `node` (a node id, or the host:port `granary segments` shows).
@@ -290,6 +348,13 @@ class Client {
   virtual const ClientOptions& options() const = 0;
   // This client's metrics in Prometheus text format (transports its endpoints use, ...).
   virtual std::string MetricsText() const = 0;
+
+ private:
+  static PutOptions WaitOnly(const DeviceWait& wait) {
+    PutOptions options;
+    options.wait = wait;
+    return options;
+  }
 };
 
 }  // namespace granary

@@ -17,7 +17,6 @@ each call that waits. close() may race with calls in flight: they then answer -6
 """
 
 import asyncio
-import ctypes
 import functools
 import http.server
 import logging
@@ -143,7 +142,6 @@ class MooncakeDistributedStore:
         self._pool = None  # [base, size, next offset] for alloc_from_mem_pool
         self._pool_size = 0
         self._alloc = MooncakeHostMemAllocator()
-        self._tls = threading.local()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -319,12 +317,6 @@ class MooncakeDistributedStore:
             return None
         return c
 
-    def _staging(self):
-        s = getattr(self._tls, "staging", None)
-        if s is None:
-            s = self._tls.staging = args.Staging()
-        return s
-
     def _is_device(self, addr, size):
         return args.is_device_pointer(_core, addr, size)
 
@@ -370,22 +362,14 @@ class MooncakeDistributedStore:
         if not keys:
             return out
         try:
+            # Pins go with the buffers themselves (host or device memory): no copy.
             if soft or hard:
-                values, idx = [], []
-                for i, (a, s) in enumerate(zip(addrs, sizes)):
-                    if self._is_device(a, s):
-                        out[i] = codes.INVALID_PARAMS
-                        causes[i] = f"device pointer 0x{a:x}: pinned puts need host memory"
-                    else:
-                        idx.append(i)
-                        values.append(ctypes.string_at(a, s))
-                res = c.batch_put([keys[i] for i in idx], values, soft_pin=soft, hard_pin=hard)
-                res = dict(zip(idx, res))
+                res = c.batch_put_from(keys, addrs, sizes, soft_pin=soft, hard_pin=hard)
             else:
                 res = c.batch_put_from(keys, addrs, sizes)
-                if res.count(None) == len(res):  # every put succeeded
-                    return out
-                res = dict(enumerate(res))
+            if res.count(None) == len(res):  # every put succeeded
+                return out
+            res = dict(enumerate(res))
         except _core.Error as e:
             return self._whole_batch(op, e, len(keys))
         for i, r in res.items():
@@ -611,8 +595,8 @@ class MooncakeDistributedStore:
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
         """Object i is the concatenation of its scatter list. A one-entry list goes to the core
-        as is; longer lists are gathered into this thread's staging buffer first (one memcpy
-        per entry); lists with device memory are gathered on the device by the core."""
+        as a plain buffer; longer lists, host or device memory, go to the core's region call
+        (gathered there: on the device for device memory)."""
         w = "batch_put_from_multi_buffers"
         keys = args.check_keys(keys, w)
         all_buffer_ptrs = args.check_uint_lists(all_buffer_ptrs, w, "all_buffer_ptrs")
@@ -631,26 +615,20 @@ class MooncakeDistributedStore:
         plan = self._plan_scatter(w, keys, all_buffer_ptrs, all_sizes, out)
         if plan is None:
             return out
-        idx, addrs, sizes, gathers, device = plan
-        self._regions(w, c, keys, all_buffer_ptrs, all_sizes, device, out, put=True)
+        idx, addrs, sizes, lists = plan
+        self._regions(w, c, keys, all_buffer_ptrs, all_sizes, lists, out, put=True, pins=opts)
         if not idx:
             return out
-        for base, ptrs, szs in gathers:
-            off = base
-            for p, s in zip(ptrs, szs):
-                ctypes.memmove(off, p, s)
-                off += s
         res = self._put_from_many(w, c, [keys[i] for i in idx], addrs, sizes, *opts)
         for i, r in zip(idx, res):
             out[i] = r
         return out
 
     def _plan_scatter(self, w, keys, all_ptrs, all_sizes, out):
-        """Validates scatter lists (bad ones get their code in `out`) and places the multi-entry
-        ones in the staging buffer; lists with device memory go to the core's region calls.
-        -> (indices, addrs, sizes, [(staging addr, ptrs, sizes)], device indices)."""
-        idx, addrs, sizes, staged, device = [], [], [], [], []
-        total = 0
+        """Validates scatter lists (bad ones get their code in `out`): one-entry lists are plain
+        buffers, longer ones go to the core's region calls.
+        -> (indices, addrs, sizes, indices of the longer lists)."""
+        idx, addrs, sizes, lists = [], [], [], []
         for i, k in enumerate(keys):
             ptrs, szs = all_ptrs[i], all_sizes[i]
             if len(ptrs) != len(szs):
@@ -667,39 +645,31 @@ class MooncakeDistributedStore:
                 idx.append(i)
                 addrs.append(ptrs[0])
                 sizes.append(szs[0])
-            elif any(self._is_device(p, s) for p, s in zip(ptrs, szs) if s):
-                device.append(i)  # the core gathers or scatters it on the device
             else:
-                idx.append(i)
-                addrs.append(None)
-                sizes.append(sum(szs))
-                staged.append((len(addrs) - 1, total, ptrs, szs))
-                total += sum(szs)
-        if not idx and not device:
+                lists.append(i)  # the core gathers or scatters it (on the device for GPU memory)
+        if not idx and not lists:
             return None
-        base = self._staging().reserve(total) if total else 0
-        gathers = []
-        for j, off, ptrs, szs in staged:
-            addrs[j] = base + off
-            gathers.append((base + off, ptrs, szs))
-        return idx, addrs, sizes, gathers, device
+        return idx, addrs, sizes, lists
 
-    def _regions(self, w, c, keys, all_ptrs, all_sizes, device, out, put):
-        """The scatter lists with device memory, through the core (gathered or scattered on the
-        device, then moved by the client's GPU paths); results into `out`."""
-        if not device:
+    def _regions(self, w, c, keys, all_ptrs, all_sizes, lists, out, put, pins=(False, False)):
+        """The multi-entry scatter lists, through the core's region calls (gathered or scattered
+        there: on the device for device memory); results into `out`."""
+        if not lists:
             return
-        ks = [keys[i] for i in device]
-        ps = [list(all_ptrs[i]) for i in device]
-        ss = [list(all_sizes[i]) for i in device]
+        ks = [keys[i] for i in lists]
+        ps = [all_ptrs[i] for i in lists]
+        ss = [all_sizes[i] for i in lists]
         try:
-            res = (c.batch_put_from_regions if put else c.batch_get_into_regions)(ks, ps, ss)
+            if put:
+                res = c.batch_put_from_regions(ks, ps, ss, soft_pin=pins[0], hard_pin=pins[1])
+            else:
+                res = c.batch_get_into_regions(ks, ps, ss)
         except _core.Error as e:
-            for i, code in zip(device, self._whole_batch(w, e, len(device))):
+            for i, code in zip(lists, self._whole_batch(w, e, len(lists))):
                 out[i] = code
             return
         causes = {}
-        for i, r in zip(device, res):
+        for i, r in zip(lists, res):
             if isinstance(r, _core.Error):
                 code = code_of(r)
                 out[i] = 0 if put and code == codes.OBJECT_ALREADY_EXISTS else code
@@ -799,8 +769,8 @@ class MooncakeDistributedStore:
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
         """Reads object i into its scatter list, in list order; the capacity is the sum of its
-        sizes. Returns the object sizes. Multi-entry lists read into the staging buffer and are
-        scattered from there (one memcpy per entry)."""
+        sizes. Returns the object sizes. Multi-entry lists go to the core's region call, which
+        reads into staging and scatters from there (on the device for device memory)."""
         w = "batch_get_into_multi_buffers"
         keys = args.check_keys(keys, w)
         all_buffer_ptrs = args.check_uint_lists(all_buffer_ptrs, w, "all_buffer_ptrs")
@@ -814,23 +784,13 @@ class MooncakeDistributedStore:
         plan = self._plan_scatter(w, keys, all_buffer_ptrs, all_sizes, out)
         if plan is None:
             return out
-        idx, addrs, caps, gathers, device = plan
-        self._regions(w, c, keys, all_buffer_ptrs, all_sizes, device, out, put=False)
+        idx, addrs, caps, lists = plan
+        self._regions(w, c, keys, all_buffer_ptrs, all_sizes, lists, out, put=False)
         if not idx:
             return out
         res = self._get_into_many(w, c, [keys[i] for i in idx], addrs, caps)
-        by_addr = {g[0]: g for g in gathers}
-        for i, a, r in zip(idx, addrs, res):
+        for i, r in zip(idx, res):
             out[i] = r
-            if r > 0 and a in by_addr:
-                left, src = r, a
-                for p, s in zip(by_addr[a][1], by_addr[a][2]):
-                    k = min(s, left)
-                    if k <= 0:
-                        break
-                    ctypes.memmove(p, src, k)
-                    src += k
-                    left -= k
         return out
 
     # ------------------------------------------------------------------ existence, size, removal

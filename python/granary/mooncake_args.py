@@ -2,11 +2,10 @@
 would raise), sizes with units, host:port, tenant resolution, setup(dict) keys, device-pointer
 probing and the per-thread staging buffer used by the scatter/gather calls.
 
-Pure functions except Staging (one per store and thread) and the CUDA probe (loaded once).
+Pure functions except the CUDA probe (loaded once).
 """
 
 import ctypes
-import mmap
 import os
 import re
 import threading
@@ -222,34 +221,3 @@ def is_device_pointer(granary_module, addr, size):
     """True when [addr, addr+size) touches device memory: the client's own check (the CUDA
     driver when loaded, and the test-only fake ranges)."""
     return bool(granary_module._is_device_pointer(addr, size))
-
-
-class Staging:
-    """A page-aligned host buffer for gathering scatter lists (and scattering reads), grown to
-    the largest batch seen. One per store and thread (threading.local), so no lock; freed with
-    the thread or the store. Cost: one mmap per growth, then none."""
-
-    def __init__(self):
-        self._map = None
-        self._view = None
-        self.addr = 0
-        self.size = 0
-
-    def reserve(self, size):
-        if size <= self.size:
-            return self.addr
-        self.release()
-        cap = max(1 << 20, 1 << (size - 1).bit_length())
-        self._map = mmap.mmap(-1, cap)
-        self._view = (ctypes.c_char * cap).from_buffer(self._map)
-        self.addr = ctypes.addressof(self._view)
-        self.size = cap
-        return self.addr
-
-    def release(self):
-        self._view = None
-        if self._map is not None:
-            self._map.close()
-        self._map = None
-        self.addr = 0
-        self.size = 0

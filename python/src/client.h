@@ -64,19 +64,32 @@ class PyClient {
   std::string MetricsText();
 
   // Batch calls: one entry per key, the value or a granary.Error instance (client_batch.cc).
-  // tier: None (the tenant's default_tier) or "host", "gpu", "any" (ValueError otherwise).
-  pybind11::list BatchPut(pybind11::handle keys, pybind11::handle values, bool soft_pin,
-                          bool hard_pin, std::optional<std::string> tier);
-  pybind11::list BatchGet(pybind11::handle keys);
+  // Puts: soft_pin, hard_pin, tier (None: the tenant's default_tier, or "host", "gpu", "any";
+  // ValueError otherwise) and stream/event (DeviceWait) as PutOptions. Gets: lease_ms (0: the
+  // master's default) and tier (None, "host", "gpu" or "any": the replica tier read first) as
+  // GetOptions.
+  struct PutArgs {
+    bool soft_pin = false;
+    bool hard_pin = false;
+    std::optional<std::string> tier;
+    pybind11::handle stream;
+    pybind11::handle event;
+  };
+  struct GetArgs {
+    int64_t lease_ms = 0;
+    std::optional<std::string> tier;
+  };
+  pybind11::list BatchPut(pybind11::handle keys, pybind11::handle values, const PutArgs& put);
+  pybind11::list BatchGet(pybind11::handle keys, const GetArgs& get);
   pybind11::list BatchPutFrom(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes,
-                              pybind11::handle stream, pybind11::handle event);
-  pybind11::list BatchGetInto(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes);
+                              const PutArgs& put);
+  pybind11::list BatchGetInto(pybind11::handle keys, pybind11::handle bufs, pybind11::handle sizes,
+                              const GetArgs& get);
   // Scatter lists of addresses (host memory, or device memory of the device backend).
   pybind11::list BatchPutFromRegions(pybind11::handle keys, pybind11::handle ptr_lists,
-                                     pybind11::handle size_lists, pybind11::handle stream,
-                                     pybind11::handle event);
+                                     pybind11::handle size_lists, const PutArgs& put);
   pybind11::list BatchGetIntoRegions(pybind11::handle keys, pybind11::handle ptr_lists,
-                                     pybind11::handle size_lists);
+                                     pybind11::handle size_lists, const GetArgs& get);
   pybind11::list BatchExists(pybind11::handle keys);
   pybind11::list BatchRemove(pybind11::handle keys, bool force);
 

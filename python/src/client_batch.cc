@@ -61,14 +61,37 @@ py::list ValueList(const std::vector<absl::StatusOr<T>>& results, Convert conver
 
 }  // namespace
 
-py::list PyClient::BatchPut(py::handle keys, py::handle values, bool soft_pin, bool hard_pin,
-                            std::optional<std::string> tier) {
-  PutOptions options{.soft_pin = soft_pin, .hard_pin = hard_pin};
-  if (tier.has_value()) {
-    absl::StatusOr<StorageTier> t = ParseStorageTier(*tier);
-    if (!t.ok()) throw py::value_error(std::string(t.status().message()));
-    options.tier = *t;
+namespace {
+
+std::optional<StorageTier> TierOf(const std::optional<std::string>& tier) {
+  if (!tier.has_value()) return std::nullopt;
+  absl::StatusOr<StorageTier> t = ParseStorageTier(*tier);
+  if (!t.ok()) throw py::value_error(std::string(t.status().message()));
+  return *t;
+}
+
+PutOptions PutOptionsOf(const PyClient::PutArgs& a) {
+  PutOptions options{.soft_pin = a.soft_pin, .hard_pin = a.hard_pin};
+  if (std::optional<StorageTier> t = TierOf(a.tier)) options.tier = *t;
+  options.wait = WaitOf(a.stream, a.event);
+  return options;
+}
+
+GetOptions GetOptionsOf(const PyClient::GetArgs& a) {
+  if (a.lease_ms < 0 || a.lease_ms > GetOptions::kMaxLeaseMs) {
+    throw py::value_error(
+        absl::StrCat("lease_ms=", a.lease_ms, " is not in [0, ", GetOptions::kMaxLeaseMs, "]"));
   }
+  GetOptions options;
+  options.lease_ms = static_cast<uint32_t>(a.lease_ms);
+  if (std::optional<StorageTier> t = TierOf(a.tier)) options.tier = *t;
+  return options;
+}
+
+}  // namespace
+
+py::list PyClient::BatchPut(py::handle keys, py::handle values, const PutArgs& put) {
+  const PutOptions options = PutOptionsOf(put);
   std::vector<std::string> k = KeysOf(keys);
   py::list keep;
   std::vector<py::handle> items = ItemsOf(values, "values", &keep);
@@ -85,14 +108,16 @@ py::list PyClient::BatchPut(py::handle keys, py::handle values, bool soft_pin, b
   return StatusList(Run([&](Client& c) { return c.BatchPutWith(k, views, options); }));
 }
 
-py::list PyClient::BatchGet(py::handle keys) {
+py::list PyClient::BatchGet(py::handle keys, const GetArgs& get) {
+  const GetOptions options = GetOptionsOf(get);
   std::vector<std::string> k = KeysOf(keys);
-  auto results = Run([&](Client& c) { return c.BatchGet(k); });
+  auto results = Run([&](Client& c) { return c.BatchGet(k, options); });
   return ValueList(results, [](const std::string& v) -> py::object { return py::bytes(v); });
 }
 
 py::list PyClient::BatchPutFrom(py::handle keys, py::handle bufs, py::handle sizes,
-                                py::handle stream, py::handle event) {
+                                const PutArgs& put) {
+  const PutOptions options = PutOptionsOf(put);
   std::vector<std::string> k = KeysOf(keys);
   std::vector<BufferRef> refs = BuffersOf(bufs, sizes, k.size(), Access::kRead);
   std::vector<const void*> data;
@@ -101,11 +126,12 @@ py::list PyClient::BatchPutFrom(py::handle keys, py::handle bufs, py::handle siz
     data.push_back(r.data());
     lens.push_back(r.size());
   }
-  const DeviceWait wait = WaitOf(stream, event);
-  return StatusList(Run([&](Client& c) { return c.BatchPutFrom(k, data, lens, wait); }));
+  return StatusList(Run([&](Client& c) { return c.BatchPutFrom(k, data, lens, options); }));
 }
 
-py::list PyClient::BatchGetInto(py::handle keys, py::handle bufs, py::handle sizes) {
+py::list PyClient::BatchGetInto(py::handle keys, py::handle bufs, py::handle sizes,
+                                const GetArgs& get) {
+  const GetOptions options = GetOptionsOf(get);
   std::vector<std::string> k = KeysOf(keys);
   std::vector<BufferRef> refs = BuffersOf(bufs, sizes, k.size(), Access::kWrite);
   std::vector<void*> data;
@@ -114,7 +140,7 @@ py::list PyClient::BatchGetInto(py::handle keys, py::handle bufs, py::handle siz
     data.push_back(r.data());
     lens.push_back(r.size());
   }
-  auto results = Run([&](Client& c) { return c.BatchGetInto(k, data, lens); });
+  auto results = Run([&](Client& c) { return c.BatchGetInto(k, data, lens, options); });
   return ValueList(results, [](size_t n) -> py::object { return py::int_(n); });
 }
 
@@ -185,18 +211,19 @@ std::vector<std::vector<BufferRegion>> RegionsOf(py::handle ptr_lists, py::handl
 }  // namespace
 
 py::list PyClient::BatchPutFromRegions(py::handle keys, py::handle ptr_lists, py::handle size_lists,
-                                       py::handle stream, py::handle event) {
+                                       const PutArgs& put) {
+  const PutOptions options = PutOptionsOf(put);
   std::vector<std::string> k = KeysOf(keys);
   std::vector<std::vector<BufferRegion>> r = RegionsOf(ptr_lists, size_lists, k.size());
-  const DeviceWait wait = WaitOf(stream, event);
-  return StatusList(Run([&](Client& c) { return c.BatchPutFromRegions(k, r, wait); }));
+  return StatusList(Run([&](Client& c) { return c.BatchPutFromRegions(k, r, options); }));
 }
 
-py::list PyClient::BatchGetIntoRegions(py::handle keys, py::handle ptr_lists,
-                                       py::handle size_lists) {
+py::list PyClient::BatchGetIntoRegions(py::handle keys, py::handle ptr_lists, py::handle size_lists,
+                                       const GetArgs& get) {
+  const GetOptions options = GetOptionsOf(get);
   std::vector<std::string> k = KeysOf(keys);
   std::vector<std::vector<BufferRegion>> r = RegionsOf(ptr_lists, size_lists, k.size());
-  auto results = Run([&](Client& c) { return c.BatchGetIntoRegions(k, r); });
+  auto results = Run([&](Client& c) { return c.BatchGetIntoRegions(k, r, options); });
   return ValueList(results, [](size_t n) -> py::object { return py::int_(n); });
 }
 

@@ -79,37 +79,97 @@ void BindSingle(py::class_<PyClient>& c) {
 }
 
 void BindBatch(py::class_<PyClient>& c) {
-  c.def("batch_put", &PyClient::BatchPut, py::arg("keys"), py::arg("values"), py::kw_only(),
-        py::arg("soft_pin") = false, py::arg("hard_pin") = false, py::arg("tier") = py::none(),
-        "batch_put(keys, values, *, soft_pin=False, hard_pin=False, tier=None) -> "
-        "list[None | Error]. tier: None (the tenant's default_tier in the master's policy), "
-        "'host', 'gpu' or 'any' (GPU while it has room, else host)")
-      .def("batch_get", &PyClient::BatchGet, py::arg("keys"),
-           "batch_get(keys) -> list[bytes | Error]")
-      .def("batch_put_from", &PyClient::BatchPutFrom, py::arg("keys"), py::arg("bufs"),
-           py::arg("sizes") = py::none(), py::kw_only(), py::arg("stream") = py::none(),
-           py::arg("event") = py::none(),
-           "batch_put_from(keys, bufs, sizes=None, *, stream=None, event=None) -> "
-           "list[None | Error]."
-           " stream, event: for device memory the engine is still writing, its stream or an event "
-           "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
-           "the put waits for it first. Without them, synchronize before the call.")
-      .def("batch_get_into", &PyClient::BatchGetInto, py::arg("keys"), py::arg("bufs"),
-           py::arg("sizes") = py::none(),
-           "batch_get_into(keys, bufs, sizes=None) -> list[int | Error]: bytes written per key")
-      .def("batch_put_from_regions", &PyClient::BatchPutFromRegions, py::arg("keys"),
-           py::arg("ptr_lists"), py::arg("size_lists"), py::kw_only(),
-           py::arg("stream") = py::none(), py::arg("event") = py::none(),
-           "batch_put_from_regions(keys, ptr_lists, size_lists, *, stream=None, event=None) -> "
-           "list[None | Error]: object i is the concatenation of [ptr_lists[i][j], "
-           "+size_lists[i][j]) (host or device memory)."
-           " stream, event: for device memory the engine is still writing, its stream or an event "
-           "recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a raw handle int); "
-           "the put waits for it first. Without them, synchronize before the call.")
-      .def("batch_get_into_regions", &PyClient::BatchGetIntoRegions, py::arg("keys"),
-           py::arg("ptr_lists"), py::arg("size_lists"),
-           "batch_get_into_regions(keys, ptr_lists, size_lists) -> list[int | Error]: object "
-           "i scattered over its regions in order; its size per key")
+  // The keyword arguments of the put and get forms (PyClient::PutArgs, GetArgs).
+  constexpr const char* kPutDoc =
+      " soft_pin, hard_pin: pins (a hard-pinned object is never evicted). tier: None (the "
+      "tenant's default_tier in the master's policy), 'host', 'gpu' or 'any' (GPU while it has "
+      "room, else host). stream, event: for device memory the engine is still writing, its "
+      "stream or an event recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a "
+      "raw handle int); the put waits for it first. Without them, synchronize before the call.";
+  constexpr const char* kGetDoc =
+      " lease_ms: the read lease asked of the master while the bytes move (0: its default; at "
+      "most 600000). tier: None, 'host', 'gpu' or 'any': replicas on that tier are read first "
+      "(a hint).";
+  using PutArgs = PyClient::PutArgs;
+  using GetArgs = PyClient::GetArgs;
+  using Tier = std::optional<std::string>;
+  c.def(
+       "batch_put",
+       [](PyClient& self, py::handle keys, py::handle values, bool soft_pin, bool hard_pin,
+          Tier tier, py::handle stream, py::handle event) {
+         return self.BatchPut(keys, values, PutArgs{soft_pin, hard_pin, tier, stream, event});
+       },
+       py::arg("keys"), py::arg("values"), py::kw_only(), py::arg("soft_pin") = false,
+       py::arg("hard_pin") = false, py::arg("tier") = py::none(), py::arg("stream") = py::none(),
+       py::arg("event") = py::none(),
+       absl::StrCat("batch_put(keys, values, *, soft_pin=False, hard_pin=False, tier=None, "
+                    "stream=None, event=None) -> list[None | Error].",
+                    kPutDoc)
+           .c_str())
+      .def(
+          "batch_get",
+          [](PyClient& self, py::handle keys, int64_t lease_ms, Tier tier) {
+            return self.BatchGet(keys, GetArgs{lease_ms, tier});
+          },
+          py::arg("keys"), py::kw_only(), py::arg("lease_ms") = 0, py::arg("tier") = py::none(),
+          absl::StrCat("batch_get(keys, *, lease_ms=0, tier=None) -> list[bytes | Error].", kGetDoc)
+              .c_str())
+      .def(
+          "batch_put_from",
+          [](PyClient& self, py::handle keys, py::handle bufs, py::handle sizes, bool soft_pin,
+             bool hard_pin, Tier tier, py::handle stream, py::handle event) {
+            return self.BatchPutFrom(keys, bufs, sizes,
+                                     PutArgs{soft_pin, hard_pin, tier, stream, event});
+          },
+          py::arg("keys"), py::arg("bufs"), py::arg("sizes") = py::none(), py::kw_only(),
+          py::arg("soft_pin") = false, py::arg("hard_pin") = false, py::arg("tier") = py::none(),
+          py::arg("stream") = py::none(), py::arg("event") = py::none(),
+          absl::StrCat("batch_put_from(keys, bufs, sizes=None, *, soft_pin=False, "
+                       "hard_pin=False, tier=None, stream=None, event=None) -> "
+                       "list[None | Error]: bufs are buffers or addresses, host or device memory.",
+                       kPutDoc)
+              .c_str())
+      .def(
+          "batch_get_into",
+          [](PyClient& self, py::handle keys, py::handle bufs, py::handle sizes, int64_t lease_ms,
+             Tier tier) {
+            return self.BatchGetInto(keys, bufs, sizes, GetArgs{lease_ms, tier});
+          },
+          py::arg("keys"), py::arg("bufs"), py::arg("sizes") = py::none(), py::kw_only(),
+          py::arg("lease_ms") = 0, py::arg("tier") = py::none(),
+          absl::StrCat("batch_get_into(keys, bufs, sizes=None, *, lease_ms=0, tier=None) -> "
+                       "list[int | Error]: bytes written per key.",
+                       kGetDoc)
+              .c_str())
+      .def(
+          "batch_put_from_regions",
+          [](PyClient& self, py::handle keys, py::handle ptr_lists, py::handle size_lists,
+             bool soft_pin, bool hard_pin, Tier tier, py::handle stream, py::handle event) {
+            return self.BatchPutFromRegions(keys, ptr_lists, size_lists,
+                                            PutArgs{soft_pin, hard_pin, tier, stream, event});
+          },
+          py::arg("keys"), py::arg("ptr_lists"), py::arg("size_lists"), py::kw_only(),
+          py::arg("soft_pin") = false, py::arg("hard_pin") = false, py::arg("tier") = py::none(),
+          py::arg("stream") = py::none(), py::arg("event") = py::none(),
+          absl::StrCat("batch_put_from_regions(keys, ptr_lists, size_lists, *, soft_pin=False, "
+                       "hard_pin=False, tier=None, stream=None, event=None) -> "
+                       "list[None | Error]: object i is the concatenation of [ptr_lists[i][j], "
+                       "+size_lists[i][j]) (host or device memory).",
+                       kPutDoc)
+              .c_str())
+      .def(
+          "batch_get_into_regions",
+          [](PyClient& self, py::handle keys, py::handle ptr_lists, py::handle size_lists,
+             int64_t lease_ms, Tier tier) {
+            return self.BatchGetIntoRegions(keys, ptr_lists, size_lists, GetArgs{lease_ms, tier});
+          },
+          py::arg("keys"), py::arg("ptr_lists"), py::arg("size_lists"), py::kw_only(),
+          py::arg("lease_ms") = 0, py::arg("tier") = py::none(),
+          absl::StrCat("batch_get_into_regions(keys, ptr_lists, size_lists, *, lease_ms=0, "
+                       "tier=None) -> list[int | Error]: object i scattered over its regions in "
+                       "order; its size per key.",
+                       kGetDoc)
+              .c_str())
       .def("batch_exists", &PyClient::BatchExists, py::arg("keys"),
            "batch_exists(keys) -> list[bool | Error]")
       .def("batch_remove", &PyClient::BatchRemove, py::arg("keys"), py::arg("force") = false,

@@ -67,6 +67,25 @@ std::optional<TierPreference> TierPreferenceOf(StorageTier tier) {
 
 }  // namespace
 
+uint32_t PutFlags(const PutOptions& options) {
+  return (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
+         (options.hard_pin ? proto::kPutFlagHardPin : 0u) |
+         proto::PutTierFlags(TierPreferenceOf(options.tier));
+}
+
+std::optional<bool> PreferGpu(StorageTier tier) {
+  switch (tier) {
+    case StorageTier::kHost:
+      return false;
+    case StorageTier::kGpu:
+      return true;
+    case StorageTier::kAny:
+    case StorageTier::kTenantDefault:
+      break;
+  }
+  return std::nullopt;
+}
+
 // The planners' view of this client, for one batch: lookups pin registrations into pins_,
 // which the batch drops when it ends (after its transfers).
 class ClientImpl::Inputs : public PlanInputs {
@@ -313,8 +332,8 @@ absl::Status ClientImpl::Remote(std::vector<transport::RmaOp> ops, int64_t timeo
 // ---------------------------------------------------------------------------------------------
 // Put
 
-absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std::string>& keys,
-                                                          const std::vector<uint64_t>& sizes,
+absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(absl::Span<const std::string> keys,
+                                                          absl::Span<const uint64_t> sizes,
                                                           uint32_t flags) {
   proto::PutStartRequest req;
   req.flags = flags;
@@ -328,9 +347,9 @@ absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(const std::vector<std:
   return rep;
 }
 
-std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& keys,
-                                              const std::vector<const void*>& data,
-                                              const std::vector<size_t>& sizes, uint32_t flags,
+std::vector<absl::Status> ClientImpl::PutImpl(absl::Span<const std::string> keys,
+                                              absl::Span<const void* const> data,
+                                              absl::Span<const size_t> sizes, uint32_t flags,
                                               const std::vector<int>* devices, EngineOrder* order) {
   ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
@@ -354,17 +373,17 @@ std::vector<absl::Status> ClientImpl::PutImpl(const std::vector<std::string>& ke
   return FinishPut(keys, data, sizes, *grant, devices, order);
 }
 
-std::vector<absl::Status> ClientImpl::PutWaiting(const std::vector<std::string>& keys,
-                                                 const std::vector<const void*>& data,
-                                                 const std::vector<size_t>& sizes, uint32_t flags,
+std::vector<absl::Status> ClientImpl::PutWaiting(absl::Span<const std::string> keys,
+                                                 absl::Span<const void* const> data,
+                                                 absl::Span<const size_t> sizes, uint32_t flags,
                                                  const DeviceWait& wait, EngineOrder* order) {
   if (data.size() != keys.size() || sizes.size() != keys.size()) {
     return PutImpl(keys, data, sizes, flags);  // refuses the whole batch
   }
   return WithBufferDevices<absl::Status>(
       keys, data, sizes,
-      [&](const std::vector<std::string>& k, const std::vector<const void*>& b,
-          const std::vector<size_t>& n, const std::vector<int>* devices) {
+      [&](absl::Span<const std::string> k, absl::Span<const void* const> b,
+          absl::Span<const size_t> n, const std::vector<int>* devices) {
         if (order != nullptr || wait.empty()) return PutImpl(k, b, n, flags, devices, order);
         int device = -1;  // the event goes on the device of the first device buffer
         for (size_t i = 0; devices != nullptr && i < devices->size() && device < 0; ++i) {
@@ -376,8 +395,8 @@ std::vector<absl::Status> ClientImpl::PutWaiting(const std::vector<std::string>&
       });
 }
 
-absl::StatusOr<ClientImpl::PutGrant> ClientImpl::BeginPut(const std::vector<std::string>& keys,
-                                                          const std::vector<uint64_t>& sizes,
+absl::StatusOr<ClientImpl::PutGrant> ClientImpl::BeginPut(absl::Span<const std::string> keys,
+                                                          absl::Span<const uint64_t> sizes,
                                                           uint32_t flags) {
   PutGrant grant;
   grant.sent_us = MonotonicUs();  // the write window counts from here
@@ -386,9 +405,9 @@ absl::StatusOr<ClientImpl::PutGrant> ClientImpl::BeginPut(const std::vector<std:
   return grant;
 }
 
-std::vector<absl::Status> ClientImpl::FinishPut(const std::vector<std::string>& keys,
-                                                const std::vector<const void*>& data,
-                                                const std::vector<size_t>& sizes,
+std::vector<absl::Status> ClientImpl::FinishPut(absl::Span<const std::string> keys,
+                                                absl::Span<const void* const> data,
+                                                absl::Span<const size_t> sizes,
                                                 const PutGrant& grant,
                                                 const std::vector<int>* devices,
                                                 EngineOrder* order) {
@@ -485,20 +504,15 @@ std::vector<absl::Status> ClientImpl::FinishPut(const std::vector<std::string>& 
 }
 
 absl::Status ClientImpl::Put(absl::string_view key, absl::string_view value) {
-  return PutImpl({std::string(key)}, {value.data()}, {value.size()})[0];
+  const std::string k(key);
+  const void* data = value.data();
+  const size_t size = value.size();
+  return PutImpl(absl::MakeConstSpan(&k, 1), absl::MakeConstSpan(&data, 1),
+                 absl::MakeConstSpan(&size, 1))[0];
 }
 
-absl::Status ClientImpl::PutFrom(absl::string_view key, const void* data, size_t size) {
-  return BatchPutFrom({std::string(key)}, {data}, {size})[0];
-}
-
-absl::Status ClientImpl::PutFrom(absl::string_view key, const void* data, size_t size,
-                                 const DeviceWait& wait) {
-  return BatchPutFrom({std::string(key)}, {data}, {size}, wait)[0];
-}
-
-std::vector<absl::Status> ClientImpl::BatchPut(const std::vector<std::string>& keys,
-                                               const std::vector<absl::string_view>& values) {
+std::vector<absl::Status> ClientImpl::BatchPut(absl::Span<const std::string> keys,
+                                               absl::Span<const absl::string_view> values) {
   std::vector<const void*> data;
   std::vector<size_t> sizes;
   for (const auto& v : values) {
@@ -508,8 +522,8 @@ std::vector<absl::Status> ClientImpl::BatchPut(const std::vector<std::string>& k
   return PutImpl(keys, data, sizes);
 }
 
-std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string>& keys,
-                                                   const std::vector<absl::string_view>& values,
+std::vector<absl::Status> ClientImpl::BatchPutWith(absl::Span<const std::string> keys,
+                                                   absl::Span<const absl::string_view> values,
                                                    const PutOptions& options) {
   std::vector<const void*> data;
   std::vector<size_t> sizes;
@@ -517,31 +531,23 @@ std::vector<absl::Status> ClientImpl::BatchPutWith(const std::vector<std::string
     data.push_back(v.data());
     sizes.push_back(v.size());
   }
-  uint32_t flags = (options.soft_pin ? proto::kPutFlagSoftPin : 0u) |
-                   (options.hard_pin ? proto::kPutFlagHardPin : 0u) |
-                   proto::PutTierFlags(TierPreferenceOf(options.tier));
   // Values may be views of device memory too (PutFrom's paths).
-  return PutWaiting(keys, data, sizes, flags, options.wait);
+  return PutWaiting(keys, data, sizes, PutFlags(options), options.wait);
 }
 
-std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
-                                                   const std::vector<const void*>& buffers,
-                                                   const std::vector<size_t>& sizes) {
-  return PutWaiting(keys, buffers, sizes, 0, DeviceWait{});
-}
-
-std::vector<absl::Status> ClientImpl::BatchPutFrom(const std::vector<std::string>& keys,
-                                                   const std::vector<const void*>& buffers,
-                                                   const std::vector<size_t>& sizes,
-                                                   const DeviceWait& wait) {
-  return PutWaiting(keys, buffers, sizes, 0, wait);
+std::vector<absl::Status> ClientImpl::BatchPutFrom(absl::Span<const std::string> keys,
+                                                   absl::Span<const void* const> buffers,
+                                                   absl::Span<const size_t> sizes,
+                                                   const PutOptions& options) {
+  return PutWaiting(keys, buffers, sizes, PutFlags(options), options.wait);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Get
 
-std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::string>& keys,
+std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(absl::Span<const std::string> keys,
                                                         const DestFn& dest,
+                                                        const GetOptions& options,
                                                         const std::vector<int>* devices) {
   ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
@@ -551,13 +557,21 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
                       absl::StrCat("batch of ", n, " keys exceeds the limit ", proto::kMaxBatch)));
     return out;
   }
+  if (options.lease_ms > GetOptions::kMaxLeaseMs) {
+    out.assign(n, absl::InvalidArgumentError(absl::StrCat("GetOptions::lease_ms ", options.lease_ms,
+                                                          " exceeds the limit ",
+                                                          GetOptions::kMaxLeaseMs, " ms")));
+    return out;
+  }
+  const std::optional<bool> prefer_gpu = PreferGpu(options.tier);
   std::vector<size_t> pending(n);
   for (size_t i = 0; i < n; ++i) pending[i] = i;
   std::vector<AllocHeader> headers(n);
   for (int attempt = 0; attempt <= options_.get_retries && !pending.empty(); ++attempt) {
-    proto::KeysRequest req;
+    proto::GetRequest req;
+    req.lease_ms = options.lease_ms;
     for (size_t i : pending) req.keys.push_back(keys[i]);
-    auto rep = Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet, req);
+    auto rep = Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet, req);
     if (!rep.ok() || rep->results.size() != pending.size()) {
       absl::Status st =
           rep.ok() ? absl::InternalError("Get reply has the wrong size") : rep.status();
@@ -566,13 +580,14 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(const std::vector<std::s
     }
     Inputs inputs(this);  // its pins last until the round's transfers are done
     GetPlan plan;
-    PlanGet(attempt, keys, pending, *rep, dest, &inputs, &headers, &out, &plan, devices);
+    PlanGet(attempt, keys, pending, *rep, dest, &inputs, &headers, &out, &plan, devices,
+            prefer_gpu);
     RunGetRound(keys, &plan, &headers, &out, &pending);
   }
   return out;
 }
 
-void ClientImpl::RunGetRound(const std::vector<std::string>& keys, GetPlan* plan,
+void ClientImpl::RunGetRound(absl::Span<const std::string> keys, GetPlan* plan,
                              std::vector<AllocHeader>* headers,
                              std::vector<absl::StatusOr<size_t>>* out,
                              std::vector<size_t>* pending) {
@@ -675,7 +690,7 @@ void ClientImpl::FetchAsync(const std::string& node, const proto::FetchRequest& 
 }
 
 absl::Status ClientImpl::Push(const std::string& node, const proto::PushRequest& req,
-                              const std::vector<size_t>& keys, std::vector<AllocHeader>* headers) {
+                              absl::Span<const size_t> keys, std::vector<AllocHeader>* headers) {
   GRANARY_ASSIGN_OR_RETURN(std::string got, PushRpc(node, req));
   if (got.size() != keys.size() * kAllocHeaderSize) {
     return absl::InternalError(absl::StrCat("node ", node, " returned ", got.size(),
@@ -722,16 +737,20 @@ absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint
 }
 
 absl::StatusOr<std::string> ClientImpl::Get(absl::string_view key) {
-  return std::move(BatchGet({std::string(key)})[0]);
+  const std::string k(key);
+  return std::move(BatchGet(absl::MakeConstSpan(&k, 1), GetOptions{})[0]);
 }
 
-std::vector<absl::StatusOr<std::string>> ClientImpl::BatchGet(
-    const std::vector<std::string>& keys) {
+std::vector<absl::StatusOr<std::string>> ClientImpl::BatchGet(absl::Span<const std::string> keys,
+                                                              const GetOptions& options) {
   std::vector<std::string> values(keys.size());
-  auto sizes = GetImpl(keys, [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
-    values[i].resize(size);
-    return values[i].data();
-  });
+  auto sizes = GetImpl(
+      keys,
+      [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
+        values[i].resize(size);
+        return values[i].data();
+      },
+      options);
   std::vector<absl::StatusOr<std::string>> out;
   out.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -744,19 +763,16 @@ std::vector<absl::StatusOr<std::string>> ClientImpl::BatchGet(
   return out;
 }
 
-absl::StatusOr<size_t> ClientImpl::GetInto(absl::string_view key, void* buffer, size_t capacity) {
-  return BatchGetInto({std::string(key)}, {buffer}, {capacity})[0];
-}
-
-std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
-    const std::vector<std::string>& keys, const std::vector<void*>& buffers,
-    const std::vector<size_t>& capacities) {
+std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(absl::Span<const std::string> keys,
+                                                             absl::Span<void* const> buffers,
+                                                             absl::Span<const size_t> capacities,
+                                                             const GetOptions& options) {
   if (buffers.size() != keys.size() || capacities.size() != keys.size()) {
     return std::vector<absl::StatusOr<size_t>>(
         keys.size(), absl::InvalidArgumentError("keys, buffers and capacities differ in length"));
   }
-  auto run = [this](const std::vector<std::string>& k, const std::vector<void*>& b,
-                    const std::vector<size_t>& cap, const std::vector<int>* devices) {
+  auto run = [this, &options](absl::Span<const std::string> k, absl::Span<void* const> b,
+                              absl::Span<const size_t> cap, const std::vector<int>* devices) {
     return GetImpl(
         k,
         [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
@@ -766,7 +782,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(
           }
           return b[i];
         },
-        devices);
+        options, devices);
   };
   return WithBufferDevices<absl::StatusOr<size_t>>(keys, buffers, capacities, run);
 }

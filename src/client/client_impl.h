@@ -30,6 +30,12 @@
 
 namespace granary::client {
 
+// PutOptions' pins and tier as PutStartRequest::flags.
+uint32_t PutFlags(const PutOptions& options);
+// GetOptions::tier as the planner's replica preference (PlanGet): whether GPU-tier replicas
+// come first (true), host-tier ones (false), or the master's order (nullopt).
+std::optional<bool> PreferGpu(StorageTier tier);
+
 // The Client implementation. Owns a UCX context, one worker (progress thread), the session with
 // the master (MasterSession: connection, heartbeats, segment descriptors), the registered
 // buffers (Registrations) and control connections to nodes; reads and writes are planned by
@@ -43,54 +49,53 @@ class ClientImpl : public Client {
 
   [[nodiscard]] absl::Status Put(absl::string_view key, absl::string_view value) override;
   [[nodiscard]] absl::StatusOr<std::string> Get(absl::string_view key) override;
-  [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size) override;
-  [[nodiscard]] absl::Status PutFrom(absl::string_view key, const void* data, size_t size,
-                                     const DeviceWait& wait) override;
-  std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
-                                         const std::vector<const void*>& buffers,
-                                         const std::vector<size_t>& sizes,
-                                         const DeviceWait& wait) override;
-  std::vector<absl::Status> BatchPutFromRegions(
-      const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions,
-      const DeviceWait& wait) override;
-  [[nodiscard]] absl::StatusOr<size_t> GetInto(absl::string_view key, void* buffer,
-                                               size_t capacity) override;
-  std::vector<absl::Status> BatchPut(const std::vector<std::string>& keys,
-                                     const std::vector<absl::string_view>& values) override;
-  std::vector<absl::StatusOr<std::string>> BatchGet(const std::vector<std::string>& keys) override;
-  std::vector<absl::Status> BatchPutFrom(const std::vector<std::string>& keys,
-                                         const std::vector<const void*>& buffers,
-                                         const std::vector<size_t>& sizes) override;
-  std::vector<absl::StatusOr<size_t>> BatchGetInto(const std::vector<std::string>& keys,
-                                                   const std::vector<void*>& buffers,
-                                                   const std::vector<size_t>& capacities) override;
-  std::vector<absl::Status> BatchPutWith(const std::vector<std::string>& keys,
-                                         const std::vector<absl::string_view>& values,
+  std::vector<absl::Status> BatchPut(absl::Span<const std::string> keys,
+                                     absl::Span<const absl::string_view> values) override;
+  std::vector<absl::Status> BatchPutWith(absl::Span<const std::string> keys,
+                                         absl::Span<const absl::string_view> values,
                                          const PutOptions& options) override;
-  std::vector<absl::Status> BatchPutFromRegions(
-      const std::vector<std::string>& keys,
-      const std::vector<std::vector<BufferRegion>>& regions) override;
+  std::vector<absl::StatusOr<std::string>> BatchGet(absl::Span<const std::string> keys,
+                                                    const GetOptions& options) override;
+  std::vector<absl::Status> BatchPutFrom(absl::Span<const std::string> keys,
+                                         absl::Span<const void* const> buffers,
+                                         absl::Span<const size_t> sizes,
+                                         const PutOptions& options) override;
+  std::vector<absl::StatusOr<size_t>> BatchGetInto(absl::Span<const std::string> keys,
+                                                   absl::Span<void* const> buffers,
+                                                   absl::Span<const size_t> capacities,
+                                                   const GetOptions& options) override;
+  std::vector<absl::Status> BatchPutFromRegions(absl::Span<const std::string> keys,
+                                                absl::Span<const std::vector<BufferRegion>> regions,
+                                                const PutOptions& options) override;
   std::vector<absl::StatusOr<size_t>> BatchGetIntoRegions(
-      const std::vector<std::string>& keys,
-      const std::vector<std::vector<BufferRegion>>& regions) override;
+      absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions,
+      const GetOptions& options) override;
+  // The forms with default options and with a DeviceWait (Client's).
+  using Client::BatchGet;
+  using Client::BatchGetInto;
+  using Client::BatchGetIntoRegions;
+  using Client::BatchPutFrom;
+  using Client::BatchPutFromRegions;
+  using Client::GetInto;
   using Client::GetPagedKv;  // the three-argument forms
+  using Client::PutFrom;
   using Client::PutPagedKv;
-  std::vector<absl::Status> PutPagedKv(const std::vector<std::string>& keys,
+  std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
                                        const PagedKvCache& cache,
-                                       const std::vector<std::vector<int32_t>>& block_ids,
+                                       absl::Span<const std::vector<int32_t>> block_ids,
                                        const PagedKvOptions& options) override;
-  std::vector<absl::Status> GetPagedKv(const std::vector<std::string>& keys,
+  std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
                                        const PagedKvCache& cache,
-                                       const std::vector<std::vector<int32_t>>& block_ids,
+                                       absl::Span<const std::vector<int32_t>> block_ids,
                                        const PagedKvOptions& options) override;
   [[nodiscard]] absl::StatusOr<PrefixLookup> LookupPrefix(
       absl::string_view model, absl::string_view hash_scheme,
-      const std::optional<std::string>& adapter_id, const std::vector<std::string>& prefix_hashes,
+      const std::optional<std::string>& adapter_id, absl::Span<const std::string> prefix_hashes,
       bool lease) override;
   [[nodiscard]] absl::StatusOr<bool> Exist(absl::string_view key) override;
-  std::vector<absl::StatusOr<bool>> BatchExist(const std::vector<std::string>& keys) override;
+  std::vector<absl::StatusOr<bool>> BatchExist(absl::Span<const std::string> keys) override;
   [[nodiscard]] absl::Status Remove(absl::string_view key, bool force = false) override;
-  std::vector<absl::Status> BatchRemove(const std::vector<std::string>& keys,
+  std::vector<absl::Status> BatchRemove(absl::Span<const std::string> keys,
                                         bool force = false) override;
   [[nodiscard]] absl::Status Copy(absl::string_view key, absl::string_view node) override {
     return CopyOrMove(key, node, false);
@@ -108,8 +113,8 @@ class ClientImpl : public Client {
   std::string MetricsText() const override { return metrics_.Render(); }
 
   // Phase one of a put: allocation on the master only, no bytes written.
-  [[nodiscard]] absl::StatusOr<proto::PutStartReply> PutStart(const std::vector<std::string>& keys,
-                                                              const std::vector<uint64_t>& sizes,
+  [[nodiscard]] absl::StatusOr<proto::PutStartReply> PutStart(absl::Span<const std::string> keys,
+                                                              absl::Span<const uint64_t> sizes,
                                                               uint32_t flags = 0);
   // A put in two calls, for a caller that must hear the master's answer before it has the
   // bytes (the CLI asks for room before it reads stdin). BeginPut is phase one and remembers
@@ -123,12 +128,12 @@ class ClientImpl : public Client {
     int64_t sent_us = 0;         // MonotonicUs when the PutStart was sent
     int64_t epoch = 0;           // the highest master epoch seen then (HA)
   };
-  [[nodiscard]] absl::StatusOr<PutGrant> BeginPut(const std::vector<std::string>& keys,
-                                                  const std::vector<uint64_t>& sizes,
+  [[nodiscard]] absl::StatusOr<PutGrant> BeginPut(absl::Span<const std::string> keys,
+                                                  absl::Span<const uint64_t> sizes,
                                                   uint32_t flags = 0);
-  std::vector<absl::Status> FinishPut(const std::vector<std::string>& keys,
-                                      const std::vector<const void*>& data,
-                                      const std::vector<size_t>& sizes, const PutGrant& grant,
+  std::vector<absl::Status> FinishPut(absl::Span<const std::string> keys,
+                                      absl::Span<const void* const> data,
+                                      absl::Span<const size_t> sizes, const PutGrant& grant,
                                       const std::vector<int>* devices = nullptr,
                                       EngineOrder* order = nullptr);
   // Reads one replica as a descriptor says, without asking the master: the fenced-read check
@@ -164,7 +169,7 @@ class ClientImpl : public Client {
   // Has `node` write the values of req into this client's registered buffer (reads over tcp;
   // proto::PushRequest) and copies the headers it returns into (*headers)[keys[j]].
   [[nodiscard]] absl::Status Push(const std::string& node, const proto::PushRequest& req,
-                                  const std::vector<size_t>& keys,
+                                  absl::Span<const size_t> keys,
                                   std::vector<proto::AllocHeader>* headers);
   // The Push RPC itself: the node's header bytes, or its error naming the node.
   [[nodiscard]] absl::StatusOr<std::string> PushRpc(const std::string& node,
@@ -176,24 +181,24 @@ class ClientImpl : public Client {
                  std::function<void(absl::StatusOr<std::string>)> done);
   void FetchAsync(const std::string& node, const proto::FetchRequest& req,
                   std::function<void(absl::Status)> done);
-  std::vector<absl::Status> PutImpl(const std::vector<std::string>& keys,
-                                    const std::vector<const void*>& data,
-                                    const std::vector<size_t>& sizes, uint32_t flags = 0,
+  std::vector<absl::Status> PutImpl(absl::Span<const std::string> keys,
+                                    absl::Span<const void* const> data,
+                                    absl::Span<const size_t> sizes, uint32_t flags = 0,
                                     const std::vector<int>* devices = nullptr,
                                     EngineOrder* order = nullptr);
   // PutImpl for the caller's buffers (classified here: WithBufferDevices) after `wait`
   // (DeviceWait), or after `order` when the caller made it already (null: `wait` decides).
-  std::vector<absl::Status> PutWaiting(const std::vector<std::string>& keys,
-                                       const std::vector<const void*>& data,
-                                       const std::vector<size_t>& sizes, uint32_t flags,
+  std::vector<absl::Status> PutWaiting(absl::Span<const std::string> keys,
+                                       absl::Span<const void* const> data,
+                                       absl::Span<const size_t> sizes, uint32_t flags,
                                        const DeviceWait& wait, EngineOrder* order = nullptr);
   // devices (null: every destination is host memory): per key, the device of its destination
   // or -1 (WithBufferDevices).
-  std::vector<absl::StatusOr<size_t>> GetImpl(const std::vector<std::string>& keys,
-                                              const DestFn& dest,
+  std::vector<absl::StatusOr<size_t>> GetImpl(absl::Span<const std::string> keys,
+                                              const DestFn& dest, const GetOptions& options,
                                               const std::vector<int>* devices = nullptr);
   // Runs one planned round of reads and checks each header; failed keys go to *pending.
-  void RunGetRound(const std::vector<std::string>& keys, GetPlan* plan,
+  void RunGetRound(absl::Span<const std::string> keys, GetPlan* plan,
                    std::vector<proto::AllocHeader>* headers,
                    std::vector<absl::StatusOr<size_t>>* out, std::vector<size_t>* pending);
   // List as the master answers it (with each object's replica descriptors).

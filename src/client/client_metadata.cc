@@ -13,7 +13,7 @@ namespace granary::client {
 absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(absl::string_view model,
                                                       absl::string_view hash_scheme,
                                                       const std::optional<std::string>& adapter_id,
-                                                      const std::vector<std::string>& prefix_hashes,
+                                                      absl::Span<const std::string> prefix_hashes,
                                                       bool lease) {
   proto::LookupPrefixRequest req;
   req.lease = lease;
@@ -36,9 +36,9 @@ absl::StatusOr<PrefixLookup> ClientImpl::LookupPrefix(absl::string_view model,
 // ---------------------------------------------------------------------------------------------
 // Metadata
 
-std::vector<absl::StatusOr<bool>> ClientImpl::BatchExist(const std::vector<std::string>& keys) {
-  auto rep = Call<proto::KeysRequest, proto::BatchStatusReply>(proto::MsgType::kExist,
-                                                               proto::KeysRequest{keys});
+std::vector<absl::StatusOr<bool>> ClientImpl::BatchExist(absl::Span<const std::string> keys) {
+  auto rep = Call<proto::KeysRequest, proto::BatchStatusReply>(
+      proto::MsgType::kExist, proto::KeysRequest{{keys.begin(), keys.end()}});
   std::vector<absl::StatusOr<bool>> out;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!rep.ok()) {
@@ -61,10 +61,9 @@ absl::StatusOr<bool> ClientImpl::Exist(absl::string_view key) {
   return BatchExist({std::string(key)})[0];
 }
 
-std::vector<absl::Status> ClientImpl::BatchRemove(const std::vector<std::string>& keys,
-                                                  bool force) {
-  auto rep = Call<proto::RemoveRequest, proto::BatchStatusReply>(proto::MsgType::kRemove,
-                                                                 proto::RemoveRequest{keys, force});
+std::vector<absl::Status> ClientImpl::BatchRemove(absl::Span<const std::string> keys, bool force) {
+  auto rep = Call<proto::RemoveRequest, proto::BatchStatusReply>(
+      proto::MsgType::kRemove, proto::RemoveRequest{{keys.begin(), keys.end()}, force});
   std::vector<absl::Status> out;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!rep.ok())

@@ -115,7 +115,7 @@ struct Staged {
 // Plans the staging of every key whose list has more than one region: (*out)[i] gets the refusal
 // of a bad list; the direct (one-region) keys are left to the caller. Returns the bytes each
 // device (-1: host) needs.
-absl::flat_hash_map<int, size_t> PlanStaging(const std::vector<std::vector<BufferRegion>>& regions,
+absl::flat_hash_map<int, size_t> PlanStaging(absl::Span<const std::vector<BufferRegion>> regions,
                                              std::vector<absl::Status>* out,
                                              std::vector<Staged>* staged) {
   absl::flat_hash_map<int, size_t> need;
@@ -165,8 +165,8 @@ cuda::PagedKvLayout LayoutOf(const PagedKvCache& c) {
 // The checks the paged-KV calls share: the layout, the caches' memory (both host, or both device
 // memory of one device), and per key its block list. (*out)[i] gets a key's refusal; the result
 // is the caches' device (-1: host) or the refusal of the whole batch.
-absl::StatusOr<int> CheckPagedKv(const std::vector<std::string>& keys, const PagedKvCache& cache,
-                                 const std::vector<std::vector<int32_t>>& block_ids,
+absl::StatusOr<int> CheckPagedKv(absl::Span<const std::string> keys, const PagedKvCache& cache,
+                                 absl::Span<const std::vector<int32_t>> block_ids,
                                  bool reject_duplicates, std::vector<absl::Status>* out) {
   if (block_ids.size() != keys.size()) {
     return absl::InvalidArgumentError(
@@ -235,7 +235,7 @@ struct KvSlices {
   size_t staging_bytes() const { return total + which.size() * trailer; }
 };
 KvSlices SliceKv(const cuda::PagedKvLayout& layout,
-                 const std::vector<std::vector<int32_t>>& block_ids,
+                 absl::Span<const std::vector<int32_t>> block_ids,
                  const std::vector<absl::Status>& out, size_t trailer) {
   KvSlices k;
   k.trailer = trailer;
@@ -265,8 +265,8 @@ absl::Status RunCopyKernel(StreamPool* streams, int device,
 // the caches and their slices of `staging`: one launch.
 absl::Status MoveKvBlocks(StreamPool* streams, int device, const cuda::PagedKvLayout& layout,
                           const PagedKvCache& cache,
-                          const std::vector<std::vector<int32_t>>& block_ids, const KvSlices& sl,
-                          const std::vector<size_t>& slots, unsigned char* staging, bool scatter) {
+                          absl::Span<const std::vector<int32_t>> block_ids, const KvSlices& sl,
+                          absl::Span<const size_t> slots, unsigned char* staging, bool scatter) {
   std::vector<cuda::CopyRegion> regions;
   for (size_t j : slots) {
     const auto& ids = block_ids[sl.which[j]];
@@ -288,7 +288,7 @@ absl::Status MoveKvBlocks(StreamPool* streams, int device, const cuda::PagedKvLa
 // each, in slot order) through the trailer area: to the slices (`to_slices`) one host-to-device
 // copy then one launch, from them one launch then one copy. Memcpy for host staging.
 absl::Status MoveKvTrailers(StreamPool* streams, int device, const KvSlices& sl,
-                            const std::vector<size_t>& slots, unsigned char* staging,
+                            absl::Span<const size_t> slots, unsigned char* staging,
                             unsigned char* host, bool to_slices) {
   unsigned char* area = staging + sl.total;
   const std::vector<cuda::CopyRegion> bulk = {
@@ -314,7 +314,7 @@ absl::Status MoveKvTrailers(StreamPool* streams, int device, const KvSlices& sl,
 // for host staging.
 absl::StatusOr<std::vector<uint64_t>> KvChecksums(StreamPool* streams, int device,
                                                   const KvSlices& sl,
-                                                  const std::vector<size_t>& slots,
+                                                  absl::Span<const size_t> slots,
                                                   const unsigned char* staging) {
   std::vector<cuda::ChecksumRegion> regions;
   for (size_t j : slots) regions.push_back({staging + sl.offsets[j], sl.payloads[j]});
@@ -365,13 +365,9 @@ absl::Status ClassifyKvValue(const std::string& key, size_t blocks, size_t paylo
 }  // namespace
 
 std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
-    const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions) {
-  return BatchPutFromRegions(keys, regions, DeviceWait{});
-}
-
-std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
-    const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions,
-    const DeviceWait& wait) {
+    absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions,
+    const PutOptions& options) {
+  const DeviceWait& wait = options.wait;
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (regions.size() != n) {
@@ -441,13 +437,14 @@ std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
     }
     which.push_back(i);
   }
-  std::vector<absl::Status> res = PutWaiting(k, ptrs, sizes, 0, wait, order.get());
+  std::vector<absl::Status> res = PutWaiting(k, ptrs, sizes, PutFlags(options), wait, order.get());
   for (size_t j = 0; j < which.size() && j < res.size(); ++j) out[which[j]] = std::move(res[j]);
   return out;
 }
 
 std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
-    const std::vector<std::string>& keys, const std::vector<std::vector<BufferRegion>>& regions) {
+    absl::Span<const std::string> keys, absl::Span<const std::vector<BufferRegion>> regions,
+    const GetOptions& options) {
   const size_t n = keys.size();
   std::vector<absl::Status> bad(n);
   std::vector<absl::StatusOr<size_t>> out(n, absl::UnknownError("not attempted"));
@@ -482,7 +479,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
     }
     which.push_back(i);
   }
-  std::vector<absl::StatusOr<size_t>> res = BatchGetInto(k, ptrs, caps);
+  std::vector<absl::StatusOr<size_t>> res = BatchGetInto(k, ptrs, caps, options);
   absl::flat_hash_map<int, std::vector<cuda::CopyRegion>> scatters;
   for (size_t j = 0; j < which.size() && j < res.size(); ++j) {
     const size_t i = which[j];
@@ -509,9 +506,9 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
   return out;
 }
 
-std::vector<absl::Status> ClientImpl::PutPagedKv(const std::vector<std::string>& keys,
+std::vector<absl::Status> ClientImpl::PutPagedKv(absl::Span<const std::string> keys,
                                                  const PagedKvCache& cache,
-                                                 const std::vector<std::vector<int32_t>>& block_ids,
+                                                 absl::Span<const std::vector<int32_t>> block_ids,
                                                  const PagedKvOptions& options) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
@@ -567,9 +564,9 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(const std::vector<std::string>&
   return out;
 }
 
-std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>& keys,
+std::vector<absl::Status> ClientImpl::GetPagedKv(absl::Span<const std::string> keys,
                                                  const PagedKvCache& cache,
-                                                 const std::vector<std::vector<int32_t>>& block_ids,
+                                                 absl::Span<const std::vector<int32_t>> block_ids,
                                                  const PagedKvOptions& options) {
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
@@ -581,7 +578,7 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(const std::vector<std::string>&
   const cuda::PagedKvLayout layout = LayoutOf(cache);
   // Room for a trailer either way, so that a value of the other kind is recognised, not cut.
   const KvSlices sl = SliceKv(layout, block_ids, out, kKvTrailerBytes);
-  const std::vector<size_t>& which = sl.which;
+  absl::Span<const size_t> which = sl.which;
   if (which.empty()) return out;
   Scratch scratch(&staging_);
   if (absl::Status st = scratch.Allocate(*device, sl.staging_bytes()); !st.ok()) {

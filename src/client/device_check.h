@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace granary::client {
 
@@ -29,9 +30,9 @@ absl::StatusOr<int> BufferDevice(const void* p, size_t n);
 // answers every other key with its refusal. devices is null when every buffer is host memory
 // (the usual case: `run` gets the inputs themselves, no copy), else each run key's device or -1.
 template <typename Result, typename Ptr, typename Run>
-std::vector<Result> WithBufferDevices(const std::vector<std::string>& keys,
-                                      const std::vector<Ptr>& buffers,
-                                      const std::vector<size_t>& sizes, const Run& run) {
+std::vector<Result> WithBufferDevices(absl::Span<const std::string> keys,
+                                      absl::Span<const Ptr> buffers, absl::Span<const size_t> sizes,
+                                      const Run& run) {
   const size_t n = keys.size();
   std::vector<absl::Status> refused;  // empty until a refused buffer is seen
   std::vector<int> devices;           // empty until a device buffer is seen

@@ -35,8 +35,8 @@ void AddInline(const std::string& node, proto::InlineEntry entry, void* header, 
   group->keys.push_back(key);
 }
 
-void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
-             const std::vector<size_t>& sizes, const proto::PutStartReply& started,
+void PlanPut(absl::Span<const std::string> keys, absl::Span<const void* const> data,
+             absl::Span<const size_t> sizes, const proto::PutStartReply& started,
              PlanInputs* inputs, std::vector<AllocHeader>* headers, std::vector<absl::Status>* out,
              PutPlan* plan, const std::vector<int>* devices) {
   const size_t n = keys.size();
@@ -118,12 +118,31 @@ void AddToPush(size_t i, const std::string& node, const proto::ReplicaDesc& r, v
   g->keys.push_back(i);
 }
 
+// Which of `replicas` round `attempt` reads for batch index i: (attempt + i) % n, so retries
+// skip a dead node and a batch spreads over the replicas. With a tier preference the replicas
+// on that tier come first: the first round reads one of them (spread by i among them), later
+// rounds go on to the others.
+size_t ReplicaChoice(int attempt, size_t i, const std::vector<proto::ReplicaDesc>& replicas,
+                     PlanInputs* inputs, std::optional<bool> prefer_gpu) {
+  const size_t n = replicas.size();
+  if (!prefer_gpu.has_value() || n == 1) return (attempt + i) % n;
+  std::vector<size_t> order, others;  // order: the preferred tier's replicas, then the others
+  for (size_t r = 0; r < n; ++r) {
+    auto seg = inputs->Segment(replicas[r].segment_id);
+    (seg.ok() && (*seg)->gpu == *prefer_gpu ? order : others).push_back(r);
+  }
+  const size_t preferred = order.size();
+  order.insert(order.end(), others.begin(), others.end());
+  const size_t first = preferred == 0 ? i % n : i % preferred;
+  return order[(first + attempt) % n];
+}
+
 }  // namespace
 
-void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vector<size_t>& pending,
+void PlanGet(int attempt, absl::Span<const std::string> keys, absl::Span<const size_t> pending,
              const proto::GetReply& reply, const DestFn& dest, PlanInputs* inputs,
              std::vector<AllocHeader>* headers, std::vector<absl::StatusOr<size_t>>* out,
-             GetPlan* plan, const std::vector<int>* devices) {
+             GetPlan* plan, const std::vector<int>* devices, std::optional<bool> prefer_gpu) {
   const size_t n = keys.size();
   plan->gens.assign(n, 0);
   plan->lens.assign(n, 0);
@@ -145,7 +164,7 @@ void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vecto
       continue;
     }
     // Rotate through the replicas on retries, so a dead node is skipped.
-    const auto& r = res.replicas[(attempt + i) % res.replicas.size()];
+    const auto& r = res.replicas[ReplicaChoice(attempt, i, res.replicas, inputs, prefer_gpu)];
     auto seg = inputs->Segment(r.segment_id);
     if (!seg.ok()) {
       (*out)[i] = seg.status();

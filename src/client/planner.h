@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/registrations.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
@@ -80,8 +82,8 @@ struct PutPlan {
 // (the ops point into it, so it must outlive them). Cost: two ops per replica, one
 // registration lookup and one segment lookup per replica per key. devices (null: all host):
 // per key, the device whose memory data[i] is, or -1; the value ops carry it (RmaOp::device).
-void PlanPut(const std::vector<std::string>& keys, const std::vector<const void*>& data,
-             const std::vector<size_t>& sizes, const proto::PutStartReply& started,
+void PlanPut(absl::Span<const std::string> keys, absl::Span<const void* const> data,
+             absl::Span<const size_t> sizes, const proto::PutStartReply& started,
              PlanInputs* inputs, std::vector<proto::AllocHeader>* headers,
              std::vector<absl::Status>* out, PutPlan* plan,
              const std::vector<int>* devices = nullptr);
@@ -117,10 +119,12 @@ struct GetPlan {
 // value inline (Read) and pushes a larger one into a registered destination; otherwise
 // (and on every retry, which works against any node) the value is read one-sided. devices
 // (null: all host): per key, the device whose memory its destination is, or -1; such a key is
-// never pushed, and its value op carries the device (RmaOp::device).
-void PlanGet(int attempt, const std::vector<std::string>& keys, const std::vector<size_t>& pending,
+// never pushed, and its value op carries the device (RmaOp::device). prefer_gpu (GetOptions'
+// tier hint): the replicas on GPU (true) or host (false) segments are read first.
+void PlanGet(int attempt, absl::Span<const std::string> keys, absl::Span<const size_t> pending,
              const proto::GetReply& reply, const DestFn& dest, PlanInputs* inputs,
              std::vector<proto::AllocHeader>* headers, std::vector<absl::StatusOr<size_t>>* out,
-             GetPlan* plan, const std::vector<int>* devices = nullptr);
+             GetPlan* plan, const std::vector<int>* devices = nullptr,
+             std::optional<bool> prefer_gpu = std::nullopt);
 
 }  // namespace granary::client

@@ -261,7 +261,7 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
         absl::StrCat("probe write to ", remote->node_address, " failed: ", st.message()));
   }
   service_->PutEnd(probe_session_, kg);
-  auto got = service_->Get(probe_session_, proto::KeysRequest{{key}});
+  auto got = service_->Get(probe_session_, proto::GetRequest{{key}});
   st = got.results.empty() ? absl::InternalError("empty Get") : got.results[0].status.ToStatus();
   if (st.ok()) st = transfer(false);
   if (!got.results.empty()) kg.entries[0].lease_token = got.results[0].lease_token;

@@ -224,7 +224,7 @@ proto::BatchStatusReply MasterService::PutRevoke(SessionId sid, const proto::Key
       sid, [&](const std::string& tenant) { return objects_.PutRevoke(tenant, req); });
 }
 
-proto::GetReply MasterService::Get(SessionId sid, const proto::KeysRequest& req) {
+proto::GetReply MasterService::Get(SessionId sid, const proto::GetRequest& req) {
   return ForTenant<proto::GetReply>(
       sid, [&](const std::string& tenant) { return objects_.Get(tenant, req); });
 }

@@ -100,7 +100,7 @@ class MasterService {
   proto::PutStartReply PutStart(SessionId sid, const proto::PutStartRequest& req);
   proto::BatchStatusReply PutEnd(SessionId sid, const proto::KeyGenRequest& req);
   proto::BatchStatusReply PutRevoke(SessionId sid, const proto::KeyGenRequest& req);
-  proto::GetReply Get(SessionId sid, const proto::KeysRequest& req);
+  proto::GetReply Get(SessionId sid, const proto::GetRequest& req);
   proto::BatchStatusReply GetEnd(SessionId sid, const proto::KeyGenRequest& req);
   proto::BatchStatusReply Exist(SessionId sid, const proto::KeysRequest& req);
   proto::BatchStatusReply Remove(SessionId sid, const proto::RemoveRequest& req);

@@ -277,9 +277,14 @@ void ObjectStore::FreeInFlight(SessionId sid, const std::vector<std::string>& ta
   }
 }
 
-proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysRequest& req) {
+proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::GetRequest& req) {
   proto::GetReply rep;
   const int64_t now = clock_->NowMs();
+  // The lease the client asked for (GetOptions::lease_ms), at most kMaxReadLeaseMs; 0 (and
+  // every client older than protocol 14): the configured default.
+  const int64_t lease_ms =
+      req.lease_ms == 0 ? options_.kv_lease_ttl_ms
+                        : static_cast<int64_t>(std::min(req.lease_ms, proto::kMaxReadLeaseMs));
   rep.results.resize(req.keys.size());
   PrefetchBatch(tenant, req.keys.size(),
                 [&](size_t i) -> const std::string& { return req.keys[i]; });
@@ -304,10 +309,10 @@ proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::KeysReq
       }
       Object& o = it->second;
       o.last_access = shards_->NextAccess();
-      res.lease_token = static_cast<uint64_t>(TakeLease(o, now, now + options_.kv_lease_ttl_ms));
+      res.lease_token = static_cast<uint64_t>(TakeLease(o, now, now + lease_ms));
       res.size = o.size;
       res.generation = o.generation;
-      res.lease_ms = static_cast<uint32_t>(options_.kv_lease_ttl_ms);
+      res.lease_ms = static_cast<uint32_t>(lease_ms);
       ps = o.replicas;
     }
     res.replicas = segments_->Describe(ps);

@@ -40,7 +40,7 @@ class ObjectStore {
                                 const proto::PutStartRequest& req);
   proto::BatchStatusReply PutEnd(const std::string& tenant, const proto::KeyGenRequest& req);
   proto::BatchStatusReply PutRevoke(const std::string& tenant, const proto::KeyGenRequest& req);
-  proto::GetReply Get(const std::string& tenant, const proto::KeysRequest& req);
+  proto::GetReply Get(const std::string& tenant, const proto::GetRequest& req);
   proto::BatchStatusReply GetEnd(const std::string& tenant, const proto::KeyGenRequest& req);
   proto::BatchStatusReply Exist(const std::string& tenant, const proto::KeysRequest& req);
   proto::BatchStatusReply Remove(const std::string& tenant, const proto::RemoveRequest& req);

@@ -25,7 +25,7 @@
   X(PutStart, 5, PutStartRequest, PutStartReply, 1, kMaster)                        \
   X(PutEnd, 6, KeyGenRequest, BatchStatusReply, 1, kMaster)                         \
   X(PutRevoke, 7, KeyGenRequest, BatchStatusReply, 1, kMaster)                      \
-  X(Get, 8, KeysRequest, GetReply, 1, kMaster)                                      \
+  X(Get, 8, GetRequest, GetReply, 1, kMaster)                                       \
   X(GetEnd, 9, KeyGenRequest, BatchStatusReply, 1, kMaster)                         \
   X(Exist, 10, KeysRequest, BatchStatusReply, 1, kMaster)                           \
   X(Remove, 11, RemoveRequest, BatchStatusReply, 1, kMaster)                        \

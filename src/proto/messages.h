@@ -413,6 +413,21 @@ struct KeysRequest {
     v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
   }
 };
+// Get: the keys, and the read lease the client asks for, in ms (protocol 14; 0, and every
+// older client: the master's --default_kv_lease_ttl). The master grants at most
+// kMaxReadLeaseMs and answers the lease it granted in GetResult::lease_ms.
+inline constexpr uint32_t kMaxReadLeaseMs = 600'000;
+struct GetRequest {
+  std::vector<std::string> keys;
+  uint32_t lease_ms = 0;
+  template <class V>
+  static constexpr void Fields(V& v) {
+    using S = GetRequest;
+    v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
+    if (!v.Since(14)) return;
+    v(&S::lease_ms, "lease_ms");
+  }
+};
 // Remove. Without force, a key whose read lease is held (a Get in flight) is refused with
 // FAILED_PRECONDITION / ErrorReason::kHasLease; with force it is removed anyway (the reader's
 // header check then fails and it sees NOT_FOUND or retries, never wrong bytes). A put in

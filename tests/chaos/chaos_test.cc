@@ -119,8 +119,8 @@ std::string ExplainWrongRead(
     double last_good, double now, client::ClientImpl* client,
     const std::function<std::vector<std::tuple<std::string, uint64_t, double, bool>>()>& all_puts) {
   std::string out = absl::StrCat("at ", now, " s, ", got.size(), " bytes");
-  auto g = client->Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                             proto::KeysRequest{{key}});
+  auto g = client->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                            proto::GetRequest{{key}});
   if (g.ok() && g->results.size() == 1) {
     const auto& r = g->results[0];
     absl::StrAppend(&out, "; now generation ", r.generation, " size ", r.size, " on");
@@ -399,8 +399,8 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
         break;
       }
       default: {  // a read lease never released
-        auto g = (*raw)->Call<proto::KeysRequest, proto::GetReply>(
-            proto::MsgType::kGet, proto::KeysRequest{{absl::StrCat("w0-k", rng() % kKeys)}});
+        auto g = (*raw)->Call<proto::GetRequest, proto::GetReply>(
+            proto::MsgType::kGet, proto::GetRequest{{absl::StrCat("w0-k", rng() % kKeys)}});
         (void)g;
         count("GetEnd never sent", "");
       }

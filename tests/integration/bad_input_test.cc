@@ -119,7 +119,7 @@ TEST_F(BadInputTest, OversizedKeysBatchesAndValuesAreRefusedWithTheLimit) {
   proto::PutStartRequest big_key{{{std::string(proto::kMaxKeyBytes + 1, 'k'), 10}}, 1, 0};
   ExpectError(Send(Frame(MsgType::kPutStart, big_key)), absl::StatusCode::kInvalidArgument,
               "limit 4096");
-  proto::KeysRequest big_batch;
+  proto::GetRequest big_batch;
   big_batch.keys.assign(proto::kMaxBatch + 1, "k");
   ExpectError(Send(Frame(MsgType::kGet, big_batch)), absl::StatusCode::kInvalidArgument,
               "limit 16384");
@@ -138,7 +138,7 @@ TEST_F(BadInputTest, OversizedKeysBatchesAndValuesAreRefusedWithTheLimit) {
 
 TEST_F(BadInputTest, RequestsBeforeHelloAreRefused) {
   Reconnect(/*hello=*/false);
-  ExpectError(Send(Frame(MsgType::kGet, proto::KeysRequest{{"keep"}})),
+  ExpectError(Send(Frame(MsgType::kGet, proto::GetRequest{{"keep"}})),
               absl::StatusCode::kFailedPrecondition, "Hello");
 }
 

@@ -45,8 +45,8 @@ class EngineSupportTest : public ::testing::Test {
   }
   // Takes a read lease on `key` and never releases it, as a Get still in flight would.
   void HoldReadLease(const std::string& key) {
-    auto lease = client_->Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                                    proto::KeysRequest{{key}});
+    auto lease = client_->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                                   proto::GetRequest{{key}});
     ASSERT_TRUE(lease.ok()) << lease.status();
     ASSERT_EQ(lease->results.size(), 1u);
     ASSERT_TRUE(lease->results[0].status.ToStatus().ok()) << lease->results[0].status.message;

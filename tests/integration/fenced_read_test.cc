@@ -39,8 +39,8 @@ TEST_F(FencedReadTest, StaleReaderGetsRetryableErrorNotAnotherObjectsBytes) {
   constexpr size_t kSize = 256 << 10;
   const std::string x = MakeValue("x", 1, kSize), y = MakeValue("y", 1, kSize);
   ASSERT_TRUE(writer->Put("x", x).ok());
-  auto got = reader->Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                               proto::KeysRequest{{"x"}});
+  auto got = reader->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                              proto::GetRequest{{"x"}});
   ASSERT_TRUE(got.ok() && got->results[0].status.code == 0);
   const proto::GetResult stale = got->results[0];
   // The fresh descriptor reads fine.
@@ -50,8 +50,8 @@ TEST_F(FencedReadTest, StaleReaderGetsRetryableErrorNotAnotherObjectsBytes) {
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the lease runs out
   ASSERT_TRUE(writer->Remove("x").ok());
   ASSERT_TRUE(writer->Put("y", y).ok());
-  auto gy = writer->Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                              proto::KeysRequest{{"y"}});
+  auto gy = writer->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                             proto::GetRequest{{"y"}});
   ASSERT_TRUE(gy.ok() && gy->results[0].status.code == 0);
   ASSERT_EQ(gy->results[0].replicas[0].address, stale.replicas[0].address)
       << "the test needs y to reuse x's space";
@@ -97,8 +97,8 @@ TEST_F(FencedReadTest, NodeLossKeepsReplicatedObjectsAndCountsTheLostOnes) {
     }
   });
   // Kill the node that holds r1-0's only replica.
-  auto where = c1->Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                             proto::KeysRequest{{"r1-0"}});
+  auto where = c1->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                            proto::GetRequest{{"r1-0"}});
   ASSERT_TRUE(where.ok() && where->results[0].status.code == 0);
   std::string address;
   auto segments = c1->Segments();

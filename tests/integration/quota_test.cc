@@ -98,8 +98,8 @@ TEST_F(QuotaTest, FullTenantEvictsItsOwnOldestAndLeavesTheOtherTenantAlone) {
 
   // With every one of A's objects leased, nothing can be evicted: the write is refused.
   for (int i = 7; i < 10; ++i) {
-    auto lease = a->Call<proto::KeysRequest, proto::GetReply>(
-        proto::MsgType::kGet, proto::KeysRequest{{absl::StrCat("a-", i)}});
+    auto lease = a->Call<proto::GetRequest, proto::GetReply>(
+        proto::MsgType::kGet, proto::GetRequest{{absl::StrCat("a-", i)}});
     ASSERT_TRUE(lease.ok() && lease->results[0].status.code == 0);
   }
   absl::Status st = a->Put("a-over", MakeValue("a-over", 1, kMiB));

@@ -392,8 +392,8 @@ TEST_P(StoreTest, EvictionKeepsAFullStoreWritableAndSparesLeasedObjects) {
   const std::string leased_value = MakeValue("leased", 1, 1 << 20);
   ASSERT_TRUE(c.Put("leased", leased_value).ok());
   // Take a read lease and never release it (no GetEnd), as a slow reader would.
-  auto lease = c.Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet,
-                                                           proto::KeysRequest{{"leased"}});
+  auto lease = c.Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
+                                                          proto::GetRequest{{"leased"}});
   ASSERT_TRUE(lease.ok());
   ASSERT_TRUE(lease->results[0].status.ToStatus().ok());
   // Write three times the capacity.
@@ -514,7 +514,7 @@ void StoreAndLocate(client::ClientImpl& c, const std::string& key, Located* out)
   out->value = MakeValue(key, 3, 4096);
   ASSERT_TRUE(c.Put(key, out->value).ok());
   auto got =
-      c.Call<proto::KeysRequest, proto::GetReply>(proto::MsgType::kGet, proto::KeysRequest{{key}});
+      c.Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet, proto::GetRequest{{key}});
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->results.size(), 1u);
   ASSERT_EQ(got->results[0].replicas.size(), 1u);

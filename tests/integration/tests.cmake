@@ -71,3 +71,6 @@ add_dependencies(integration_netns_test granary_master granary_node put_start_ha
 granary_test(NAME integration_topology_test LABELS integration TIMEOUT 120
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/topology_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_topology_test granary_master granary_node granary)
+granary_test(NAME integration_options_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/options_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_options_test granary_master granary_node)

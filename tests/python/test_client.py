@@ -139,6 +139,38 @@ def test_batch_put_tier(client, key):
     assert client.batch_get([key + "/h", key + "/a"]) == [b"h", b"a"]
 
 
+def test_put_and_get_options_on_every_form(client, key):
+    """Pins and tier reach the buffer and scatter-list puts; lease and tier the gets."""
+    a = np.frombuffer(pattern(3000, 5), np.uint8).copy()
+    regions = [[a.ctypes.data, a.ctypes.data + 1000]], [[1000, 2000]]
+    for tier, ok in (("gpu", False), ("host", True)):
+        one = client.batch_put_from([key + "/b"], [a], tier=tier, hard_pin=True)
+        many = client.batch_put_from_regions([key + "/r"], *regions, tier=tier, soft_pin=True)
+        for res in (one, many):
+            if ok:
+                assert res == [None]
+            else:
+                assert isinstance(res[0], granary.ResourceExhausted) and "gpu tier" in str(res[0])
+        assert client.batch_exists([key + "/b", key + "/r"]) == [ok, ok]
+    assert client.batch_get([key + "/b", key + "/r"], lease_ms=30000, tier="host") == [
+        a.tobytes(), a.tobytes()]
+    dst = np.zeros(3000, np.uint8)
+    assert client.batch_get_into([key + "/b"], [dst], lease_ms=1, tier="gpu") == [3000]
+    assert dst.tobytes() == a.tobytes()
+    x, y = np.zeros(1500, np.uint8), np.zeros(1500, np.uint8)
+    got = client.batch_get_into_regions([key + "/r"], [[x.ctypes.data, y.ctypes.data]],
+                                        [[1500, 1500]], lease_ms=600000, tier="any")
+    assert got == [3000] and x.tobytes() + y.tobytes() == a.tobytes()
+    for bad in (-1, 600001):
+        with pytest.raises(ValueError, match=f"lease_ms={bad} is not in"):
+            client.batch_get([key + "/b"], lease_ms=bad)
+    with pytest.raises(ValueError, match="tier 'ssd' is not one of host, gpu, any"):
+        client.batch_get_into([key + "/b"], [dst], tier="ssd")
+    with pytest.raises(ValueError, match="tier 'nvme'"):
+        client.batch_put_from([key + "/n"], [a], tier="nvme")
+    assert client.batch_exists([key + "/n"]) == [False]
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_batch_put_from_get_into(client, key, kind):
     make, empty, read = KINDS[kind]

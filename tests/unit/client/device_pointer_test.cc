@@ -101,12 +101,12 @@ TEST_F(DevicePointerTest, ABatchRunsOnlyItsHostKeysInOrder) {
   const std::vector<const void*> bufs = {mem.data(), mem.data() + 1024, mem.data() + 2048};
   const std::vector<size_t> sizes = {1024, 1024, 1024};
   std::vector<std::string> ran;
-  auto out = client::WithBufferDevices<absl::StatusOr<size_t>>(
+  auto out = client::WithBufferDevices<absl::StatusOr<size_t>, const void*>(
       keys, bufs, sizes,
-      [&](const std::vector<std::string>& k, const std::vector<const void*>& b,
-          const std::vector<size_t>&, const std::vector<int>* devices) {
+      [&](absl::Span<const std::string> k, absl::Span<const void* const> b,
+          absl::Span<const size_t>, const std::vector<int>* devices) {
         EXPECT_EQ(devices, nullptr) << "host buffers only";
-        ran = k;
+        ran.assign(k.begin(), k.end());
         EXPECT_EQ(b[1], mem.data() + 2048);
         return std::vector<absl::StatusOr<size_t>>{size_t{1}, size_t{2}};
       });
@@ -117,9 +117,11 @@ TEST_F(DevicePointerTest, ABatchRunsOnlyItsHostKeysInOrder) {
   EXPECT_EQ(*out[2], 2u);
   // Every key refused: the batch never runs.
   bool called = false;
-  auto none = client::WithBufferDevices<absl::Status>(
-      {"dev"}, std::vector<const void*>{mem.data() + 1500}, {1},
-      [&](const auto&, const auto&, const auto&, const auto*) {
+  const std::vector<std::string> dev_key = {"dev"};
+  const std::vector<const void*> dev_buf = {mem.data() + 1500};
+  const std::vector<size_t> dev_size = {1};
+  auto none = client::WithBufferDevices<absl::Status, const void*>(
+      dev_key, dev_buf, dev_size, [&](const auto&, const auto&, const auto&, const auto*) {
         called = true;
         return std::vector<absl::Status>{};
       });

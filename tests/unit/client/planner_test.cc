@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -238,13 +239,15 @@ TEST_F(PlanPutTest, AValueAboveTheMessageLimitToANodeOnAnotherHostIsWrittenOneSi
 
 class PlanGetTest : public ::testing::Test {
  protected:
-  void Plan(int attempt, const std::vector<std::string>& keys) {
+  void Plan(int attempt, const std::vector<std::string>& keys,
+            std::optional<bool> prefer_gpu = std::nullopt) {
     std::vector<size_t> pending;
     for (size_t i = 0; i < keys.size(); ++i) pending.push_back(i);
     headers_.assign(keys.size(), {});
     out_.assign(keys.size(), absl::UnknownError("not attempted"));
     plan_ = GetPlan();
-    PlanGet(attempt, keys, pending, reply_, dest_, &inputs_, &headers_, &out_, &plan_);
+    PlanGet(attempt, keys, pending, reply_, dest_, &inputs_, &headers_, &out_, &plan_, nullptr,
+            prefer_gpu);
   }
   static proto::GetResult Result(uint64_t size, uint64_t gen,
                                  std::vector<proto::ReplicaDesc> replicas) {
@@ -295,6 +298,41 @@ TEST_F(PlanGetTest, RetriesRotateThroughTheReplicas) {
   Plan(1, {"a", "b"});
   EXPECT_EQ(plan_.ops[0].remote_addr, 200u);
   EXPECT_EQ(plan_.ops[2].remote_addr, 300u);
+}
+
+// GetOptions::tier: the first round reads a replica on the preferred tier for every key (spread
+// among them), a retry goes on to the others; without a replica on that tier, the usual order.
+TEST_F(PlanGetTest, ATierHintReadsThatTiersReplicasFirst) {
+  inputs_.AddSegment(1, "host:1");
+  inputs_.AddSegment(2, "gpu:1");
+  inputs_.AddSegment(3, "gpu:2");
+  inputs_.MakeGpu(2);
+  inputs_.MakeGpu(3);
+  reply_.results = {Result(16, 1, {Replica(1, 100), Replica(2, 200), Replica(3, 300)}),
+                    Result(16, 1, {Replica(1, 400), Replica(2, 500), Replica(3, 600)}),
+                    Result(16, 1, {Replica(1, 700), Replica(2, 800), Replica(3, 900)})};
+  Plan(0, {"a", "b", "c"}, /*prefer_gpu=*/true);
+  ASSERT_EQ(plan_.ops.size(), 6u);
+  EXPECT_EQ(plan_.ops[0].remote_addr, 200u);  // key 0: the first GPU replica
+  EXPECT_EQ(plan_.ops[2].remote_addr, 600u);  // key 1: the second
+  EXPECT_EQ(plan_.ops[4].remote_addr, 800u);  // key 2: the first again, never the host one
+  Plan(0, {"a", "b", "c"}, /*prefer_gpu=*/false);
+  EXPECT_EQ(plan_.ops[0].remote_addr, 100u);
+  EXPECT_EQ(plan_.ops[2].remote_addr, 400u);
+  EXPECT_EQ(plan_.ops[4].remote_addr, 700u);
+  // Retries rotate on from there, through every replica.
+  std::set<uint64_t> seen;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Plan(attempt, {"a"}, /*prefer_gpu=*/false);
+    seen.insert(plan_.ops[0].remote_addr);
+  }
+  EXPECT_EQ(seen, (std::set<uint64_t>{100, 200, 300}));
+  // No replica on the preferred tier: the master's order, as without a hint.
+  reply_.results = {Result(16, 1, {Replica(2, 200), Replica(3, 300)}),
+                    Result(16, 1, {Replica(2, 500), Replica(3, 600)})};
+  Plan(0, {"a", "b"}, /*prefer_gpu=*/false);
+  EXPECT_EQ(plan_.ops[0].remote_addr, 200u);
+  EXPECT_EQ(plan_.ops[2].remote_addr, 600u);
 }
 
 TEST_F(PlanGetTest, ATcpOnlyNodePushesLargeValuesIntoARegisteredBufferOnTheFirstRoundOnly) {

@@ -55,7 +55,7 @@ class EvictionTest : public ::testing::Test {
   }
   void Touch(SessionId s, const std::string& key) {
     clock_.AdvanceMs(1);
-    auto g = svc_->Get(s, proto::KeysRequest{{key}});
+    auto g = svc_->Get(s, proto::GetRequest{{key}});
     ASSERT_EQ(g.results[0].status.code, 0) << key;
     svc_->GetEnd(s,
                  proto::KeyGenRequest{{{key, g.results[0].generation, g.results[0].lease_token}}});

@@ -1323,7 +1323,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
             }
             break;
           case 4: {
-            proto::KeysRequest r;
+            proto::GetRequest r;
             r.keys.push_back(key());
             auto rep = s.Get(sid, r);
             if (rep.results.size() != 1) {

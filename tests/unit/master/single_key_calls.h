@@ -89,7 +89,7 @@ inline absl::Status PutCommitted(MasterService& svc, SessionId sid, const std::s
 }
 
 inline proto::GetResult Get(MasterService& svc, SessionId sid, const std::string& key) {
-  return OnlyResult(svc.Get(sid, proto::KeysRequest{{key}}));
+  return OnlyResult(svc.Get(sid, proto::GetRequest{{key}}));
 }
 
 // The lease token of each session's last Get of a key, which its GetEnd sends back, as a client

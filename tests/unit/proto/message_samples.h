@@ -206,6 +206,7 @@ inline void Sample(PutStartReply* m) { *m = SamplePutStartReply(); }
 inline void Sample(KeyGenRequest* m) { *m = SampleKeyGen(); }
 inline void Sample(BatchStatusReply* m) { *m = SampleBatchStatus(); }
 inline void Sample(KeysRequest* m) { *m = SampleKeys(); }
+inline void Sample(GetRequest* m) { *m = GetRequest{SampleKeys().keys, 12345}; }
 inline void Sample(RemoveRequest* m) { *m = SampleRemove(); }
 inline void Sample(GetReply* m) { *m = SampleGetReply(); }
 inline void Sample(ListRequest* m) { *m = SampleList(); }

@@ -39,9 +39,9 @@ FrameView View(const std::string& frame) {
 
 TEST(Serve, DecodesTheTablesRequestAndEncodesTheHandlersReply) {
   const std::string frame =
-      EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 7, KeysRequest{{"a", "b"}});
+      EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 7, GetRequest{{"a", "b"}});
   auto out = Serve<Server::kMaster>(View(frame),
-                                    Overloaded{[](Tag<MsgType::kGet>, const KeysRequest& req) {
+                                    Overloaded{[](Tag<MsgType::kGet>, const GetRequest& req) {
                                                  GetReply rep;
                                                  rep.results.resize(req.keys.size());
                                                  return rep;
@@ -70,7 +70,7 @@ TEST(Serve, EachMessageGoesToItsHandler) {
 
 TEST(Serve, AnotherServersMessageIsRefusedNamingWhoServesIt) {
   std::string seen;
-  ServeNode(View(EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 1, KeysRequest{})), &seen);
+  ServeNode(View(EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 1, GetRequest{})), &seen);
   EXPECT_EQ(seen, "Get is served by the master, not a node");
 }
 

@@ -112,7 +112,7 @@ TEST(Transcode, AFrameOfTheSameVersionIsUnchanged) {
 
 TEST(Transcode, OnlyVersionsThisBuildSpeaks) {
   const std::string frame =
-      EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 9, samples::Sample<KeysRequest>());
+      EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 9, samples::Sample<GetRequest>());
   for (uint16_t v : {static_cast<uint16_t>(kMinProtocolVersion - 1), kNext}) {
     absl::StatusOr<std::string> out = TranscodeFrame(frame, v);
     EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << v;
@@ -122,6 +122,28 @@ TEST(Transcode, OnlyVersionsThisBuildSpeaks) {
   std::memcpy(foreign.data() + 4, &v, 2);
   EXPECT_EQ(TranscodeFrame(foreign, kProtocolVersion).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Protocol 14 appended GetRequest::lease_ms: a protocol-13 master never sees it, and a
+// protocol-13 client's Get reaches a protocol-14 master with the default (0).
+TEST(Transcode, GetRequestsLeaseCrossesTheWindow) {
+  static_assert(kMinProtocolVersion <= 13 && kProtocolVersion >= 14);
+  const GetRequest asked{{"a", "bb"}, 9000};
+  const std::string v14 = EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 3, asked, 14);
+  absl::StatusOr<std::string> down = TranscodeFrame(v14, 13);
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_EQ(down->size(), v14.size() - 4) << "lease_ms (4 bytes) dropped";
+  absl::StatusOr<FrameView> f = DecodeFrame(*down);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->header.version, 13);
+  absl::StatusOr<GetRequest> old = DecodeBody<GetRequest>(f->body, 13);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->keys, asked.keys);
+  EXPECT_EQ(old->lease_ms, 0u);
+  // Up again: the keys survive, the lease is the default.
+  absl::StatusOr<std::string> up = TranscodeFrame(*down, 14);
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(*up, EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 3, GetRequest{asked.keys}, 14));
 }
 
 TEST(Transcode, MessageSinceIsTheTablesColumn) {

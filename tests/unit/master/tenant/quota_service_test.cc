@@ -863,7 +863,7 @@ TEST_F(QuotaServiceTest, ConcurrentRandomOperationsKeepChargesWithinQuotaAndExac
             break;
           }
           case 7: {
-            proto::KeysRequest r;
+            proto::GetRequest r;
             r.keys.push_back(key());
             auto rep = s.Get(sid, r);
             if (rep.results.size() == 1 && rep.results[0].status.code == 0) {
