@@ -1,7 +1,7 @@
 // Eviction order and the entry-count quota (docs/architecture.md sections 4 and 5): over-quota
 // tenants first, then tenants furthest above their fair share, then global LRU; leased and
 // hard-pinned objects never, soft-pinned last; max_entries evicts a tenant's own oldest and never
-// rejects.
+// rejects. Then a full segment: least recently used first, and the high watermark.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,10 +16,13 @@
 #include "master/master_service.h"
 #include "master/tenant/policy.h"
 #include "proto/alloc_header.h"
+#include "tests/unit/master/master_fixture.h"
 #include "tests/unit/master/single_key_calls.h"
 
 namespace granary::master {
 namespace {
+
+using test_calls::Code;
 
 constexpr uint64_t kObj = 64 * 1024 - proto::kAllocHeaderSize;  // allocates exactly 64 KiB
 
@@ -245,6 +248,144 @@ TEST_F(EvictionTest, AtItsCapsATenantEvictsARoundOfItsOldestNotOneEntryPerPut) {
   for (int i = 5; i <= 100; ++i) EXPECT_TRUE(Exists(b, absl::StrCat("b-", i))) << i;
   // Nobody else's objects were touched.
   for (int i = 0; i < 20; ++i) EXPECT_TRUE(Exists(o, absl::StrCat("o-", i))) << i;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A full segment: least recently used first, never what is leased or in flight, and the high
+// watermark (master_fixture.h's MasterFixture).
+
+class FullSegmentEvictionTest : public MasterFixture {
+ protected:
+  static constexpr uint64_t kObj = 64 * kKiB;  // allocation size; 16 fill the 1 MiB segment
+  static constexpr int kCount = 16;
+
+  void Fill(SessionId c) {
+    for (int i = 0; i < kCount; ++i) {
+      Put(c, absl::StrCat("obj", i), ValueFor(kObj));
+      clock_.AdvanceMs(10);
+    }
+    ASSERT_EQ(svc().GetStats().used, svc().GetStats().capacity);
+  }
+};
+
+TEST_F(FullSegmentEvictionTest, PutEvictsLeastRecentlyUsedFirst) {
+  opts_.eviction_ratio = 0.05;
+  NodeWith("n1", kMiB);
+  SessionId c = Client();
+  Fill(c);
+  // Touch the two oldest: obj2 becomes the least recently used.
+  for (int i : {0, 1}) {
+    auto g = Get(c, absl::StrCat("obj", i));
+    ASSERT_EQ(Code(g.status), absl::StatusCode::kOk);
+    ASSERT_EQ(Code(GetEnd(c, absl::StrCat("obj", i), g.generation)), absl::StatusCode::kOk);
+    clock_.AdvanceMs(10);
+  }
+  auto ps = PutStart(c, "new", ValueFor(kObj));
+  ASSERT_EQ(Code(ps.status), absl::StatusCode::kOk) << ps.status.message;
+  EXPECT_EQ(Code(Exist(c, "obj0")), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Exist(c, "obj1")), absl::StatusCode::kOk);
+  EXPECT_EQ(Code(Exist(c, "obj2")), absl::StatusCode::kNotFound);
+  for (int i = 3; i < kCount; ++i) {
+    EXPECT_EQ(Code(Exist(c, absl::StrCat("obj", i))), absl::StatusCode::kOk) << i;
+  }
+  EXPECT_EQ(svc().GetStats().objects, static_cast<uint64_t>(kCount));
+}
+
+TEST_F(FullSegmentEvictionTest, LargerPutEvictsSeveralOldestObjects) {
+  opts_.eviction_ratio = 0.01;
+  NodeWith("n1", kMiB);
+  SessionId c = Client();
+  Fill(c);
+  // Needs three adjacent 64 KiB blocks: obj0..obj2 are the oldest and adjacent.
+  auto ps = PutStart(c, "big", ValueFor(3 * kObj));
+  ASSERT_EQ(Code(ps.status), absl::StatusCode::kOk) << ps.status.message;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Code(Exist(c, absl::StrCat("obj", i))), absl::StatusCode::kNotFound) << i;
+  }
+  for (int i = 3; i < kCount; ++i) {
+    EXPECT_EQ(Code(Exist(c, absl::StrCat("obj", i))), absl::StatusCode::kOk) << i;
+  }
+}
+
+TEST_F(FullSegmentEvictionTest, LeasedObjectsAreNeverEvicted) {
+  NodeWith("n1", kMiB);
+  SessionId c = Client();
+  Fill(c);
+  std::vector<uint64_t> gens;
+  for (int i = 0; i < kCount; ++i) {
+    auto g = Get(c, absl::StrCat("obj", i));
+    ASSERT_EQ(Code(g.status), absl::StatusCode::kOk);
+    gens.push_back(g.generation);
+  }
+  auto ps = PutStart(c, "new", ValueFor(kObj));
+  EXPECT_EQ(Code(ps.status), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(svc().GetStats().objects, static_cast<uint64_t>(kCount));
+  // Watermark eviction respects leases too.
+  svc().Tick();
+  EXPECT_EQ(svc().GetStats().objects, static_cast<uint64_t>(kCount));
+
+  // Release the lease of obj7 only: that is the one that goes.
+  ASSERT_EQ(Code(GetEnd(c, "obj7", gens[7])), absl::StatusCode::kOk);
+  ps = PutStart(c, "new", ValueFor(kObj));
+  ASSERT_EQ(Code(ps.status), absl::StatusCode::kOk) << ps.status.message;
+  EXPECT_EQ(Code(Exist(c, "obj7")), absl::StatusCode::kNotFound);
+  for (int i = 0; i < kCount; ++i) {
+    if (i != 7) {
+      EXPECT_EQ(Code(Exist(c, absl::StrCat("obj", i))), absl::StatusCode::kOk) << i;
+    }
+  }
+}
+
+TEST_F(FullSegmentEvictionTest, InFlightPutsAreNeverEvicted) {
+  NodeWith("n1", kMiB);
+  SessionId c = Client();
+  for (int i = 0; i < kCount; ++i) {
+    ASSERT_EQ(Code(PutStart(c, absl::StrCat("obj", i), ValueFor(kObj)).status),
+              absl::StatusCode::kOk);
+  }
+  EXPECT_EQ(Code(PutStart(c, "new", ValueFor(kObj)).status), absl::StatusCode::kResourceExhausted);
+  svc().Tick();
+  EXPECT_EQ(svc().GetStats().processing, static_cast<uint64_t>(kCount));
+}
+
+TEST_F(FullSegmentEvictionTest, TickAboveHighWatermarkEvictsEvictionRatioOfCapacity) {
+  opts_.eviction_high_watermark_ratio = 0.9;
+  opts_.eviction_ratio = 0.05;
+  opts_.client_ttl_ms = 3'600'000;
+  NodeWith("n1", kMiB);
+  SessionId c = Client();
+  constexpr uint64_t kSmall = 4 * kKiB;
+  // 225 x 4 KiB = 87.9%: below the watermark, Tick evicts nothing.
+  int n = 0;
+  for (; n < 225; ++n) {
+    Put(c, absl::StrCat("s", n), ValueFor(kSmall));
+    clock_.AdvanceMs(1);
+  }
+  svc().Tick();
+  EXPECT_EQ(svc().GetStats().objects, 225u);
+  for (; n < 240; ++n) {  // 93.75%
+    Put(c, absl::StrCat("s", n), ValueFor(kSmall));
+    clock_.AdvanceMs(1);
+  }
+  const uint64_t cap = svc().GetStats().capacity;
+  const uint64_t before = svc().GetStats().used;
+  ASSERT_GT(static_cast<double>(before), 0.9 * cap);
+  svc().Tick();
+  const uint64_t after = svc().GetStats().used;
+  const uint64_t freed = before - after;
+  EXPECT_GE(freed, static_cast<uint64_t>(0.05 * cap));
+  EXPECT_LE(freed, static_cast<uint64_t>(0.05 * cap) + kSmall);
+  // The oldest went, the newest stayed.
+  const uint64_t evicted = freed / kSmall;
+  for (uint64_t i = 0; i < evicted; ++i) {
+    EXPECT_EQ(Code(Exist(c, absl::StrCat("s", i))), absl::StatusCode::kNotFound) << i;
+  }
+  for (int i = static_cast<int>(evicted); i < 240; ++i) {
+    EXPECT_EQ(Code(Exist(c, absl::StrCat("s", i))), absl::StatusCode::kOk) << i;
+  }
+  // Now below the watermark: another Tick leaves everything alone.
+  svc().Tick();
+  EXPECT_EQ(svc().GetStats().used, after);
 }
 
 }  // namespace

@@ -13,10 +13,13 @@
 #include "master/master_service.h"
 #include "master/tenant/policy.h"
 #include "proto/alloc_header.h"
+#include "tests/unit/master/master_fixture.h"
 #include "tests/unit/master/single_key_calls.h"
 
 namespace granary::master {
 namespace {
+
+using test_calls::Code;
 
 constexpr uint64_t kObj = 64 * 1024 - proto::kAllocHeaderSize;  // allocates exactly 64 KiB
 constexpr uint64_t kSlot = 64 * 1024;
@@ -228,6 +231,45 @@ TEST_F(PoolPlacementTest, ATenantWithoutAPoolIsUnaffectedByPoolSpill) {
   SessionId p = Client("pooled");
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(Put(p, absl::StrCat("k", i)).ok()) << i;
   EXPECT_EQ(Where(p, "k5"), std::vector<uint64_t>{shared_seg_});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Put on a pool, on master_fixture.h's MasterFixture: a `--pool=T` segment is tenant T's alone,
+// and no part of the capacity that Puts of everyone can fill.
+
+using PoolTest = MasterFixture;
+
+TEST_F(PoolTest, PutPlacesOnlyTheOwnersObjectsOnAPool) {
+  uint64_t pool_seg = 0;
+  NodeWith("acme-node", kMiB, &pool_seg, "acme");
+  SessionId acme = Client("acme");
+  auto own = PutStart(acme, "k", ValueFor(64 * kKiB));
+  ASSERT_EQ(Code(own.status), absl::StatusCode::kOk) << own.status.message;
+  ASSERT_EQ(own.replicas.size(), 1u);
+  EXPECT_EQ(own.replicas[0].segment_id, pool_seg);
+  // Another tenant finds no segment it may use.
+  EXPECT_EQ(Code(PutStart(Client("beta"), "k", ValueFor(64 * kKiB)).status),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(PoolTest, PoolSegmentsAreNotSharedCapacity) {
+  opts_.eviction_high_watermark_ratio = 0.9;
+  opts_.eviction_ratio = 0.05;
+  opts_.client_ttl_ms = 3'600'000;
+  NodeWith("shared", kMiB);
+  NodeWith("beta-node", 4 * kMiB, nullptr, "beta");
+  // Quotas scale against what Puts can fill: the shared megabyte.
+  EXPECT_EQ(svc().capacity(), kMiB);
+  EXPECT_EQ(svc().ledger()->capacity(), kMiB);
+  // 15 x 64 KiB = 93.75% of the shared segment: above the watermark, so a Tick evicts.
+  SessionId acme = Client("acme");
+  for (int i = 0; i < 15; ++i) {
+    Put(acme, absl::StrCat("k", i), ValueFor(64 * kKiB));
+    clock_.AdvanceMs(1);
+  }
+  svc().Tick();
+  EXPECT_EQ(Code(Exist(acme, "k0")), absl::StatusCode::kNotFound);
+  EXPECT_LT(svc().GetStats().objects, 15u);
 }
 
 }  // namespace

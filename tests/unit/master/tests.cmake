@@ -1,6 +1,14 @@
 granary_test(NAME master_offset_allocator_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/offset_allocator_test.cc LIBS granary::master_alloc)
-granary_test(NAME master_service_test LABELS unit tsan SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_service_test.cc LIBS granary::master)
+# The facade (master_service_test) and its parts on master_fixture.h; quota admission and
+# charges on quota_fixture.h.
+granary_test(NAME master_service_test LABELS unit tsan
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/master_service_test.cc LIBS granary::master)
+foreach(_part session_table segment_registry object_store copy_coordinator eviction_quota
+        object_store_charges)
+  granary_test(NAME master_${_part}_test LABELS unit tsan
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/${_part}_test.cc LIBS granary::master)
+endforeach()
 granary_test(NAME master_timer_wheel_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/timer_wheel_test.cc LIBS granary::master)
 granary_test(NAME master_eviction_test LABELS unit tsan
