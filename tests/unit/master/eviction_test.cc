@@ -34,7 +34,7 @@ class EvictionTest : public ::testing::Test {
     proto::HelloRequest h;
     h.role = proto::Role::kNode;
     h.client_id = "node";
-    ASSERT_EQ(svc_->Hello(1, h).status.code, 0);
+    ASSERT_EQ(Code(svc_->Hello(1, h).status), absl::StatusCode::kOk);
     proto::MountSegmentRequest m;
     m.name = "seg";
     m.node_id = "n1";
@@ -43,10 +43,11 @@ class EvictionTest : public ::testing::Test {
     m.size = segment_bytes;
     m.rkey = "r";
     m.worker_address = "w";
-    ASSERT_EQ(svc_->MountSegment(1, m).status.code, 0);
+    ASSERT_EQ(Code(svc_->MountSegment(1, m).status), absl::StatusCode::kOk);
   }
   SessionId Client(const std::string& tenant) {
-    EXPECT_EQ(test_calls::Hello(*svc_, next_, proto::Role::kClient, tenant).code, 0);
+    EXPECT_EQ(Code(test_calls::Hello(*svc_, next_, proto::Role::kClient, tenant)),
+              absl::StatusCode::kOk);
     return next_++;
   }
   absl::Status Put(SessionId s, const std::string& key, uint32_t flags = 0) {
@@ -54,12 +55,12 @@ class EvictionTest : public ::testing::Test {
     return test_calls::PutCommitted(*svc_, s, key, kObj, flags);
   }
   bool Exists(SessionId s, const std::string& key) {
-    return svc_->Exist(s, proto::KeysRequest{{key}}).results[0].code == 0;
+    return Code(svc_->Exist(s, proto::KeysRequest{{key}}).results[0]) == absl::StatusCode::kOk;
   }
   void Touch(SessionId s, const std::string& key) {
     clock_.AdvanceMs(1);
     auto g = svc_->Get(s, proto::GetRequest{{key}});
-    ASSERT_EQ(g.results[0].status.code, 0) << key;
+    ASSERT_EQ(Code(g.results[0].status), absl::StatusCode::kOk) << key;
     svc_->GetEnd(s,
                  proto::KeyGenRequest{{{key, g.results[0].generation, g.results[0].lease_token}}});
   }
@@ -160,7 +161,8 @@ TEST_F(EvictionTest, HardPinnedNeverAndSoftPinnedLast) {
   EXPECT_FALSE(Exists(a, "soft"));
   EXPECT_TRUE(Exists(a, "hard"));
   // Explicit Remove of a hard-pinned object still works.
-  EXPECT_EQ(svc_->Remove(a, proto::RemoveRequest{{"hard"}}).results[0].code, 0);
+  EXPECT_EQ(Code(svc_->Remove(a, proto::RemoveRequest{{"hard"}}).results[0]),
+            absl::StatusCode::kOk);
 }
 
 TEST_F(EvictionTest, OverQuotaTenantGoesBeforeEveryoneElse) {

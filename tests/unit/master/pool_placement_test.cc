@@ -43,7 +43,7 @@ class PoolPlacementTest : public ::testing::Test {
   }
   uint64_t Mount(const std::string& node, const std::string& pool, uint64_t size) {
     SessionId n = next_++;
-    EXPECT_EQ(test_calls::Hello(*svc_, n, proto::Role::kNode, node).code, 0);
+    EXPECT_EQ(Code(test_calls::Hello(*svc_, n, proto::Role::kNode, node)), absl::StatusCode::kOk);
     proto::MountSegmentRequest m;
     m.name = node + "-seg";
     m.node_id = node;
@@ -54,12 +54,13 @@ class PoolPlacementTest : public ::testing::Test {
     m.rkey = "r";
     m.worker_address = "w";
     auto rep = svc_->MountSegment(n, m);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
+    EXPECT_EQ(Code(rep.status), absl::StatusCode::kOk) << rep.status.message;
     node_sessions_.push_back(n);
     return rep.segment_id;
   }
   SessionId Client(const std::string& tenant) {
-    EXPECT_EQ(test_calls::Hello(*svc_, next_, proto::Role::kClient, tenant).code, 0);
+    EXPECT_EQ(Code(test_calls::Hello(*svc_, next_, proto::Role::kClient, tenant)),
+              absl::StatusCode::kOk);
     return next_++;
   }
   absl::Status Put(SessionId s, const std::string& key, uint32_t flags = 0) {
@@ -88,7 +89,7 @@ class PoolPlacementTest : public ::testing::Test {
     proto::CopyStartRequest req;
     req.entries.push_back({key, node});
     auto rep = svc_->CopyStart(s, req, move);
-    if (rep.status.code != 0) return rep.status.ToStatus();
+    if (Code(rep.status) != absl::StatusCode::kOk) return rep.status.ToStatus();
     return rep.results[0].status.ToStatus();
   }
 
