@@ -21,6 +21,7 @@
 #include "master/master_service.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
+#include "tests/text.h"
 #include "tests/unit/master/single_key_calls.h"
 
 namespace granary::master {
@@ -28,9 +29,7 @@ namespace granary::master {
 inline constexpr uint64_t kKiB = 1024;
 inline constexpr uint64_t kMiB = 1024 * kKiB;
 
-inline bool Has(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ::granary::testing::Has;
 
 // Value size whose allocation (64-byte header + value) is exactly `alloc` bytes.
 constexpr uint64_t ValueFor(uint64_t alloc) { return alloc - proto::kAllocHeaderSize; }

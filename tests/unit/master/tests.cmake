@@ -15,6 +15,11 @@ granary_test(NAME master_eviction_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/eviction_test.cc LIBS granary::master)
 granary_test(NAME master_admin_auth_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/admin_auth_test.cc LIBS granary::master_server)
+# The admin HTTP server on admin_http_fixture.h: the tenant quota API, and the read-only pages.
+foreach(_part admin_http admin_http_metrics)
+  granary_test(NAME master_${_part}_test LABELS unit tsan
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/${_part}_test.cc LIBS granary::master_server)
+endforeach()
 granary_test(NAME master_hello_token_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/hello_token_test.cc LIBS granary::master)
 granary_test(NAME master_object_table_test LABELS unit

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,29 +20,14 @@
 #include "master/tenant/policy.h"
 #include "master/tenant/policy_store.h"
 #include "master/tenant/quota_ledger.h"
+#include "tests/text.h"
 
 namespace granary::master::tenant {
 namespace {
 
-bool Has(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  // Through a rename, as an operator's editor or config management would, so that a
-  // concurrent reader never sees half a file.
-  std::string tmp = path + ".edit";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-  }
-  ASSERT_EQ(::rename(tmp.c_str(), path.c_str()), 0);
-}
+using ::granary::testing::Has;
+using ::granary::testing::ReadFile;
+using ::granary::testing::WriteFile;
 
 constexpr uint64_t kCapacity = 1ull << 40;  // large: effective == requested
 

@@ -5,6 +5,5 @@ granary_test(NAME master_tenant_policy_store_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/policy_store_test.cc
   LIBS granary::tenant_policy PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
 granary_test(NAME master_tenant_manager_test LABELS unit tsan SOURCES ${CMAKE_CURRENT_LIST_DIR}/tenant_manager_test.cc LIBS granary::master)
-granary_test(NAME master_admin_api_test LABELS unit tsan SOURCES ${CMAKE_CURRENT_LIST_DIR}/admin_api_test.cc LIBS granary::master_server)
 granary_test(NAME master_tenant_tokens_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/tenant_tokens_test.cc LIBS granary::tenant_policy)

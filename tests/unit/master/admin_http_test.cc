@@ -1,276 +1,23 @@
-// The tenant quota admin API (docs/architecture.md section 5) over real HTTP: an AdminHttp on
-// 127.0.0.1:0 in front of an in-process MasterService (FakeClock) and a TenantManager whose store
-// is a real file that the test can make fail to save or load.
+// The tenant quota admin API of the admin HTTP server (master/admin_http.h, docs/architecture.md
+// section 5) over real HTTP, on admin_http_fixture.h: GET, PUT and DELETE of tenants, the modes
+// and roles that refuse them, a save that fails, and effective quotas.
 
 #include <gtest/gtest.h>
-#include <httplib.h>
-#include <stdlib.h>
 
-#include <atomic>
 #include <cstdint>
-#include <fstream>
 #include <limits>
-#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/clock.h"
-#include "common/metrics.h"
-#include "master/admin_http.h"
-#include "master/master_service.h"
 #include "master/tenant/policy.h"
-#include "master/tenant/policy_store.h"
-#include "master/tenant/tenant_manager.h"
-#include "proto/alloc_header.h"
-#include "proto/messages.h"
+#include "tests/unit/master/admin_http_fixture.h"
 
 namespace granary::master {
 namespace {
 
-using nlohmann::json;
-using tenant::Policy;
-using tenant::PolicyStore;
-using tenant::TenantManager;
-
-constexpr uint64_t kMiB = 1024 * 1024;
-constexpr char kApi[] = "/api/v1/tenant_quotas";
-
-bool Has(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".edit";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-  }
-  ASSERT_EQ(::rename(tmp.c_str(), path.c_str()), 0);
-}
-
-// A real file store whose Save and Load can be made to fail (a full disk, an unreachable etcd).
-class FlakyStore : public PolicyStore {
- public:
-  FlakyStore(std::unique_ptr<PolicyStore> inner, std::atomic<bool>* fail_save,
-             std::atomic<bool>* fail_load)
-      : inner_(std::move(inner)), fail_save_(fail_save), fail_load_(fail_load) {}
-  absl::StatusOr<Policy> Load() override {
-    if (fail_load_->load()) return absl::UnavailableError("store unreachable (injected)");
-    return inner_->Load();
-  }
-  absl::Status Save(const Policy& policy) override {
-    ++saves_attempted;
-    if (fail_save_->load()) return absl::UnavailableError("disk full (injected)");
-    return inner_->Save(policy);
-  }
-  std::string Describe() const override { return inner_->Describe(); }
-  std::atomic<int> saves_attempted{0};
-
- private:
-  std::unique_ptr<PolicyStore> inner_;
-  std::atomic<bool>* fail_save_;
-  std::atomic<bool>* fail_load_;
-};
-
-struct Reply {
-  int status = 0;
-  json body;
-  std::string text;
-  // The error envelope's parts ("" if absent).
-  std::string code() const {
-    return body.is_object() && body.contains("error") ? body["error"].value("code", "") : "";
-  }
-  std::string message() const {
-    return body.is_object() && body.contains("error") ? body["error"].value("message", "") : "";
-  }
-};
-
-std::ostream& operator<<(std::ostream& os, const Reply& r) {
-  return os << "HTTP " << r.status << " " << r.text;
-}
-
-class AdminApiTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "granary_admin_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = dir_ + "/tenant_quotas.yaml";
-    WriteFile(path_, "version: 1\ntenants: []\n");
-    opts_.client_ttl_ms = 3'600'000;
-    opts_.put_start_timeout_ms = 600'000;
-  }
-  void TearDown() override {
-    http_.reset();  // stop serving before what the handlers use goes
-    manager_.reset();
-    svc_.reset();
-    ASSERT_EQ(system(("rm -rf '" + dir_ + "'").c_str()), 0);
-  }
-
-  // Starts everything: a service with one node of `capacity` bytes, the manager and the API.
-  void Start(bool multi_tenant = true, uint64_t capacity = kMiB) {
-    opts_.enable_multi_tenants = multi_tenant;
-    svc_ = std::make_unique<MasterService>(opts_, &clock_, &metrics_);
-    if (capacity > 0) AddNode("n1", capacity);
-    std::unique_ptr<PolicyStore> store;
-    if (multi_tenant) {
-      auto flaky =
-          std::make_unique<FlakyStore>(tenant::NewFilePolicyStore(path_), &fail_save_, &fail_load_);
-      store_ = flaky.get();
-      store = std::move(flaky);
-    }
-    MasterService* svc = svc_.get();
-    auto m = TenantManager::CreateWithStore(multi_tenant, std::move(store), svc_->ledger(),
-                                            [svc] { return svc->capacity(); });
-    ASSERT_TRUE(m.ok()) << m.status();
-    manager_ = std::move(*m);
-    svc_->SetTokenCheck(manager_->MakeTokenCheck(token_file_, false));  // as the server does
-    auto h = AdminHttp::Create("127.0.0.1", 0, svc_.get(), manager_.get(), &metrics_,
-                               [this] { return active_.load(); });
-    ASSERT_TRUE(h.ok()) << h.status();
-    http_ = std::move(*h);
-    ASSERT_NE(http_->port(), 0);
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
-    client_->set_connection_timeout(5);
-    client_->set_read_timeout(10);
-  }
-
-  SessionId AddNode(const std::string& node_id, uint64_t size, const std::string& pool = "") {
-    SessionId n = next_sid_++;
-    proto::HelloRequest h;
-    h.role = proto::Role::kNode;
-    h.client_id = node_id;
-    EXPECT_EQ(svc_->Hello(n, h).status.code, 0);
-    proto::MountSegmentRequest m;
-    m.name = node_id + "-seg0";
-    m.node_id = node_id;
-    m.node_address = node_id + ":7000";
-    m.base = 0x7f0000000000ull + n * 0x100000000ull;
-    m.size = size;
-    m.rkey = "rkey";
-    m.worker_address = "worker-" + node_id;
-    m.host_id = "host";
-    m.pool = pool;
-    auto rep = svc_->MountSegment(n, m);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
-    return n;
-  }
-
-  SessionId Client(const std::string& tenant) {
-    SessionId sid = next_sid_++;
-    proto::HelloRequest h;
-    h.role = proto::Role::kClient;
-    h.client_id = absl::StrCat("c", sid);
-    h.tenant_id = tenant;
-    auto rep = svc_->Hello(sid, h);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
-    return sid;
-  }
-  // PutStart; returns the generation (0 on failure, which fails the test).
-  uint64_t PutStart(SessionId sid, const std::string& key, uint64_t size) {
-    proto::PutStartRequest r;
-    r.entries.push_back({key, size});
-    r.replica_num = 1;
-    auto rep = svc_->PutStart(sid, r);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
-    if (rep.results.size() != 1) return 0;
-    EXPECT_EQ(rep.results[0].status.code, 0) << rep.results[0].status.message;
-    return rep.results[0].generation;
-  }
-  void PutEnd(SessionId sid, const std::string& key, uint64_t gen) {
-    proto::KeyGenRequest r;
-    r.entries.push_back({key, gen});
-    auto rep = svc_->PutEnd(sid, r);
-    ASSERT_EQ(rep.results.size(), 1u);
-    EXPECT_EQ(rep.results[0].code, 0) << rep.results[0].message;
-  }
-  void Put(SessionId sid, const std::string& key, uint64_t size) {
-    PutEnd(sid, key, PutStart(sid, key, size));
-  }
-  void Remove(SessionId sid, const std::string& key) {
-    proto::RemoveRequest r;
-    r.keys.push_back(key);
-    auto rep = svc_->Remove(sid, r);
-    ASSERT_EQ(rep.results.size(), 1u);
-    EXPECT_EQ(rep.results[0].code, 0) << rep.results[0].message;
-  }
-
-  static Reply ToReply(const httplib::Result& res) {
-    Reply r;
-    EXPECT_TRUE(res) << "HTTP request failed: " << httplib::to_string(res.error());
-    if (!res) return r;
-    r.status = res->status;
-    r.text = res->body;
-    r.body = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
-    return r;
-  }
-  Reply Get(const std::string& path) { return ToReply(client_->Get(path.c_str())); }
-  Reply Put(const std::string& path, const std::string& body) {
-    return ToReply(client_->Put(path.c_str(), body, "application/json"));
-  }
-  Reply Delete(const std::string& path) { return ToReply(client_->Delete(path.c_str())); }
-  static std::string Of(const std::string& tenant) {
-    return absl::StrCat(kApi, "?tenant_id=", tenant);
-  }
-  static std::string Quota(uint64_t bytes) {
-    return absl::StrCat("{\"requested_quota_bytes\": ", bytes, "}");
-  }
-  // PUT that must succeed.
-  json Upsert(const std::string& tenant, const std::string& body) {
-    Reply r = Put(Of(tenant), body);
-    EXPECT_EQ(r.status, 200) << r;
-    return r.body.is_object() ? r.body.value("data", json()) : json();
-  }
-  // GET one that must succeed; returns data.
-  json GetOne(const std::string& tenant) {
-    Reply r = Get(Of(tenant));
-    EXPECT_EQ(r.status, 200) << r;
-    EXPECT_EQ(r.body.value("success", false), true) << r;
-    return r.body.is_object() ? r.body.value("data", json()) : json();
-  }
-  Policy FilePolicy() {
-    auto p = tenant::ParsePolicy(ReadFile(path_));
-    EXPECT_TRUE(p.ok()) << p.status();
-    return p.ok() ? *p : Policy{};
-  }
-  // An error reply: HTTP status, success false, error code, and a message mentioning `mentions`.
-  static void ExpectError(const Reply& r, int status, const std::string& code,
-                          const std::string& mentions = "") {
-    EXPECT_EQ(r.status, status) << r;
-    ASSERT_TRUE(r.body.is_object()) << r;
-    EXPECT_EQ(r.body.value("success", true), false) << r;
-    EXPECT_EQ(r.code(), code) << r;
-    EXPECT_FALSE(r.message().empty()) << r;
-    if (!mentions.empty()) {
-      EXPECT_TRUE(Has(r.message(), mentions)) << "want '" << mentions << "': " << r;
-    }
-  }
-
-  MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
-  std::string dir_, path_;
-  std::atomic<bool> active_{true};
-  std::atomic<bool> fail_save_{false};
-  std::atomic<bool> fail_load_{false};
-  FlakyStore* store_ = nullptr;
-  tenant::TokenHashes token_file_;  // --tenant_tokens_file entries
-  std::unique_ptr<MasterService> svc_;
-  std::unique_ptr<TenantManager> manager_;
-  std::unique_ptr<AdminHttp> http_;
-  std::unique_ptr<httplib::Client> client_;
-  SessionId next_sid_ = 1;
-};
+using AdminHttpTest = AdminHttpFixture;
 
 const char* const kSnapshotFields[] = {"tenant_id",
                                        "requested_quota_bytes",
@@ -292,14 +39,14 @@ const char* const kSnapshotFields[] = {"tenant_id",
 // ---------------------------------------------------------------------------------------------
 // GET
 
-TEST_F(AdminApiTest, ListOfNoTenantsIsAnEmptyArray) {
+TEST_F(AdminHttpTest, ListOfNoTenantsIsAnEmptyArray) {
   Start();
   Reply r = Get(kApi);
   ASSERT_EQ(r.status, 200) << r;
   EXPECT_EQ(r.body, (json{{"success", true}, {"data", json::array()}})) << r;
 }
 
-TEST_F(AdminApiTest, ListReturnsEverySnapshotSortedByTenant) {
+TEST_F(AdminHttpTest, ListReturnsEverySnapshotSortedByTenant) {
   Start();
   Upsert("tenant-b", Quota(2000));
   Upsert("tenant-a", Quota(1000));
@@ -317,7 +64,7 @@ TEST_F(AdminApiTest, ListReturnsEverySnapshotSortedByTenant) {
   }
 }
 
-TEST_F(AdminApiTest, GetOneReturnsEverySnapshotField) {
+TEST_F(AdminHttpTest, GetOneReturnsEverySnapshotField) {
   Start();
   Upsert("tenant-a", R"({"requested_quota_bytes": 524288, "max_entries": 100})");
   SessionId c = Client("tenant-a");
@@ -343,7 +90,7 @@ TEST_F(AdminApiTest, GetOneReturnsEverySnapshotField) {
 
 // A tenant's token shows only as has_token; its hash never leaves the master. A quota change
 // through the API keeps the token in the stored policy.
-TEST_F(AdminApiTest, HasTokenIsShownAndTheHashIsNeverEchoed) {
+TEST_F(AdminHttpTest, HasTokenIsShownAndTheHashIsNeverEchoed) {
   const std::string hash = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
   WriteFile(path_, absl::StrCat("version: 1\ntenants:\n  - name: tenant-a\n    quota: 1000\n",
                                 "    token_sha256: ", hash, "\n  - name: tenant-b\n",
@@ -376,7 +123,7 @@ TEST_F(AdminApiTest, HasTokenIsShownAndTheHashIsNeverEchoed) {
   EXPECT_EQ(saved->token_sha256, hash);
 }
 
-TEST_F(AdminApiTest, GetShowsOverQuotaAfterTheQuotaIsLoweredBelowTheCharge) {
+TEST_F(AdminHttpTest, GetShowsOverQuotaAfterTheQuotaIsLoweredBelowTheCharge) {
   Start();
   Upsert("tenant-a", Quota(kMiB));
   SessionId c = Client("tenant-a");
@@ -386,7 +133,7 @@ TEST_F(AdminApiTest, GetShowsOverQuotaAfterTheQuotaIsLoweredBelowTheCharge) {
   EXPECT_EQ(GetOne("tenant-a")["over_quota"], true);
 }
 
-TEST_F(AdminApiTest, GetShowsAdmissionClosedForATenantDroppedWhileItHoldsData) {
+TEST_F(AdminHttpTest, GetShowsAdmissionClosedForATenantDroppedWhileItHoldsData) {
   Start();
   Upsert("tenant-a", Quota(kMiB));
   Upsert("tenant-b", Quota(kMiB));
@@ -402,7 +149,7 @@ TEST_F(AdminApiTest, GetShowsAdmissionClosedForATenantDroppedWhileItHoldsData) {
   ExpectError(Delete(Of("tenant-a")), 404, "TENANT_NOT_FOUND", "tenant-a");
 }
 
-TEST_F(AdminApiTest, GetOfAnUnknownTenantIs404TenantNotFound) {
+TEST_F(AdminHttpTest, GetOfAnUnknownTenantIs404TenantNotFound) {
   Start();
   Upsert("tenant-a", Quota(1000));
   ExpectError(Get(Of("tenant-x")), 404, "TENANT_NOT_FOUND", "tenant-x");
@@ -411,7 +158,7 @@ TEST_F(AdminApiTest, GetOfAnUnknownTenantIs404TenantNotFound) {
 // ---------------------------------------------------------------------------------------------
 // PUT
 
-TEST_F(AdminApiTest, PutCreatesATenantAndSavesItToTheFile) {
+TEST_F(AdminHttpTest, PutCreatesATenantAndSavesItToTheFile) {
   Start();
   Reply r = Put(Of("tenant-a"), R"({"requested_quota_bytes": 4096, "max_entries": 7})");
   ASSERT_EQ(r.status, 200) << r;
@@ -425,7 +172,7 @@ TEST_F(AdminApiTest, PutCreatesATenantAndSavesItToTheFile) {
   Put(Client("tenant-a"), "k", 100);
 }
 
-TEST_F(AdminApiTest, PutUpdatesAnExistingTenant) {
+TEST_F(AdminHttpTest, PutUpdatesAnExistingTenant) {
   Start();
   Upsert("tenant-a", R"({"requested_quota_bytes": 4096, "max_entries": 7})");
   json d = Upsert("tenant-a", R"({"requested_quota_bytes": 8192})");
@@ -438,7 +185,7 @@ TEST_F(AdminApiTest, PutUpdatesAnExistingTenant) {
   EXPECT_EQ(list.body["data"].size(), 1u) << list;
 }
 
-TEST_F(AdminApiTest, PutAcceptsTheLargestQuotaAndScalesItToCapacity) {
+TEST_F(AdminHttpTest, PutAcceptsTheLargestQuotaAndScalesItToCapacity) {
   Start();
   const uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   json d = Upsert("tenant-a", Quota(kMax));
@@ -447,7 +194,7 @@ TEST_F(AdminApiTest, PutAcceptsTheLargestQuotaAndScalesItToCapacity) {
   EXPECT_EQ(FilePolicy().tenants.at(0).quota_bytes, kMax);
 }
 
-TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
+TEST_F(AdminHttpTest, PutRejectsABadBodyNamingTheFieldOrValue) {
   Start();
   Upsert("tenant-a", Quota(1000));
   const std::string before = ReadFile(path_);
@@ -512,7 +259,7 @@ TEST_F(AdminApiTest, PutRejectsABadBodyNamingTheFieldOrValue) {
 
 // default_tier: set by PUT, saved to the policy file, kept by a PUT that leaves it out, shown by
 // GET, and applied to the ledger the master places puts by.
-TEST_F(AdminApiTest, PutSetsTheDefaultTier) {
+TEST_F(AdminHttpTest, PutSetsTheDefaultTier) {
   Start();
   EXPECT_EQ(Upsert("tenant-a", Quota(4096))["default_tier"], "host");  // a new tenant's
   json d = Upsert("tenant-a", R"({"requested_quota_bytes": 4096, "default_tier": "gpu"})");
@@ -529,7 +276,7 @@ TEST_F(AdminApiTest, PutSetsTheDefaultTier) {
 
 // pool_spill: set by PUT, saved to the policy file, kept by a PUT that leaves it out, shown by
 // GET with the tenant's pool (its capacity and usage) once a node mounts one.
-TEST_F(AdminApiTest, PutSetsPoolSpillAndGetShowsThePool) {
+TEST_F(AdminHttpTest, PutSetsPoolSpillAndGetShowsThePool) {
   Start();
   json d = Upsert("tenant-a", R"({"requested_quota_bytes": 4096, "pool_spill": true})");
   EXPECT_EQ(d["pool_spill"], true) << d;
@@ -574,14 +321,14 @@ TEST_F(AdminApiTest, PutSetsPoolSpillAndGetShowsThePool) {
   EXPECT_TRUE(Has(m->body, "granary_pool_used_bytes{tenant=\"tenant-a\"} 1088")) << m->body;
 }
 
-TEST_F(AdminApiTest, PutAndDeleteWithoutTenantIdAre400) {
+TEST_F(AdminHttpTest, PutAndDeleteWithoutTenantIdAre400) {
   Start();
   ExpectError(Put(kApi, Quota(100)), 400, "INVALID_ARGUMENT", "tenant_id");
   ExpectError(Delete(kApi), 400, "INVALID_ARGUMENT", "tenant_id");
   EXPECT_EQ(FilePolicy(), Policy{});
 }
 
-TEST_F(AdminApiTest, InvalidTenantIdsAre400InvalidTenantId) {
+TEST_F(AdminHttpTest, InvalidTenantIdsAre400InvalidTenantId) {
   Start();
   const std::vector<std::pair<std::string, std::string>> ids = {
       {"_probe", "_probe"},                         // reserved for the master
@@ -608,7 +355,7 @@ TEST_F(AdminApiTest, InvalidTenantIdsAre400InvalidTenantId) {
 
 // A tenant whose id is not UTF-8 that reached the ledger anyway (saved by an older master):
 // listings and /metrics show it escaped and stay valid, rather than failing for everyone.
-TEST_F(AdminApiTest, ListingsAndMetricsStayValidWithATenantIdThatIsNotUtf8) {
+TEST_F(AdminHttpTest, ListingsAndMetricsStayValidWithATenantIdThatIsNotUtf8) {
   Start();
   Policy old;
   old.tenants.push_back({.name = "old\xff", .quota_bytes = 4096});
@@ -628,12 +375,12 @@ TEST_F(AdminApiTest, ListingsAndMetricsStayValidWithATenantIdThatIsNotUtf8) {
 // ---------------------------------------------------------------------------------------------
 // DELETE
 
-TEST_F(AdminApiTest, DeleteOfAnUnknownTenantIs404TenantNotFound) {
+TEST_F(AdminHttpTest, DeleteOfAnUnknownTenantIs404TenantNotFound) {
   Start();
   ExpectError(Delete(Of("tenant-x")), 404, "TENANT_NOT_FOUND", "tenant-x");
 }
 
-TEST_F(AdminApiTest, DeleteOfATenantThatOwnsAnObjectIs409UntilItIsRemoved) {
+TEST_F(AdminHttpTest, DeleteOfATenantThatOwnsAnObjectIs409UntilItIsRemoved) {
   Start();
   Upsert("tenant-a", Quota(kMiB));
   Upsert("tenant-b", Quota(kMiB));
@@ -667,7 +414,7 @@ TEST_F(AdminApiTest, DeleteOfATenantThatOwnsAnObjectIs409UntilItIsRemoved) {
 // ---------------------------------------------------------------------------------------------
 // Modes and roles
 
-TEST_F(AdminApiTest, MultiTenantOffAnswers409UnavailableInCurrentMode) {
+TEST_F(AdminHttpTest, MultiTenantOffAnswers409UnavailableInCurrentMode) {
   Start(/*multi_tenant=*/false);
   ExpectError(Get(kApi), 409, "UNAVAILABLE_IN_CURRENT_MODE", "multi-tenant");
   ExpectError(Get(Of("tenant-a")), 409, "UNAVAILABLE_IN_CURRENT_MODE");
@@ -681,7 +428,7 @@ TEST_F(AdminApiTest, MultiTenantOffAnswers409UnavailableInCurrentMode) {
   EXPECT_EQ(health.body["policy_store"], "none") << health;
 }
 
-TEST_F(AdminApiTest, StandbyAnswers503OnEveryTenantCall) {
+TEST_F(AdminHttpTest, StandbyAnswers503OnEveryTenantCall) {
   Start();
   Upsert("tenant-a", Quota(1000));
   const std::string before = ReadFile(path_);
@@ -702,7 +449,7 @@ TEST_F(AdminApiTest, StandbyAnswers503OnEveryTenantCall) {
 // ---------------------------------------------------------------------------------------------
 // A failed save changes nothing
 
-TEST_F(AdminApiTest, FailedSaveIs503AndChangesNeitherPolicyNorLedgerNorFile) {
+TEST_F(AdminHttpTest, FailedSaveIs503AndChangesNeitherPolicyNorLedgerNorFile) {
   Start();
   Upsert("tenant-a", R"({"requested_quota_bytes": 1000, "max_entries": 3})");
   Put(Client("tenant-a"), "k", 100);
@@ -737,7 +484,7 @@ TEST_F(AdminApiTest, FailedSaveIs503AndChangesNeitherPolicyNorLedgerNorFile) {
 // ---------------------------------------------------------------------------------------------
 // Effective quota
 
-TEST_F(AdminApiTest, EffectiveQuotasAreLargestRemainderSharesOfCapacity) {
+TEST_F(AdminHttpTest, EffectiveQuotasAreLargestRemainderSharesOfCapacity) {
   Start(/*multi_tenant=*/true, /*capacity=*/kMiB);
   Upsert("tenant-a", Quota(kMiB / 2));
   EXPECT_EQ(GetOne("tenant-a")["effective_quota_bytes"], kMiB / 2);
@@ -763,109 +510,6 @@ TEST_F(AdminApiTest, EffectiveQuotasAreLargestRemainderSharesOfCapacity) {
   // More capacity: requests fit, effective == requested.
   AddNode("n2", 2 * kMiB);
   EXPECT_EQ(GetOne("tenant-c")["effective_quota_bytes"], kMiB);
-}
-
-// ---------------------------------------------------------------------------------------------
-// /get_all_segments (Mooncake's path; SGLang polls it)
-
-TEST_F(AdminApiTest, GetAllSegmentsListsOneMountedSegmentNamePerLine) {
-  Start(/*multi_tenant=*/false, /*capacity=*/0);
-  auto empty = client_->Get("/get_all_segments");
-  ASSERT_TRUE(empty);
-  EXPECT_EQ(empty->status, 200);
-  EXPECT_EQ(empty->body, "");  // nothing mounted: SGLang keeps waiting
-  SessionId n1 = AddNode("n1", kMiB);
-  AddNode("n2", kMiB);
-  auto two = client_->Get("/get_all_segments");
-  ASSERT_TRUE(two);
-  EXPECT_EQ(two->status, 200);
-  EXPECT_EQ(two->body, "n1-seg0\nn2-seg0\n");
-  svc_->SessionClosed(n1);  // the node goes: its segment is unmounted
-  auto one = client_->Get("/get_all_segments");
-  ASSERT_TRUE(one);
-  EXPECT_EQ(one->body, "n2-seg0\n");
-}
-
-// ---------------------------------------------------------------------------------------------
-// /metrics and /health
-
-TEST_F(AdminApiTest, MetricsShowPerTenantChargeAndPolicyStoreUp) {
-  Start();
-  Upsert("tenant-a", Quota(kMiB));
-  Put(Client("tenant-a"), "k", 1000);
-  auto res = client_->Get("/metrics");
-  ASSERT_TRUE(res);
-  ASSERT_EQ(res->status, 200);
-  const std::string& text = res->body;
-  EXPECT_TRUE(Has(text, "granary_tenant_quota_charged_bytes{tenant_id=\"tenant-a\"} 1088\n"))
-      << text;
-  EXPECT_TRUE(Has(text, "granary_tenant_quota_requested_bytes{tenant_id=\"tenant-a\"} 1048576\n"))
-      << text;
-  EXPECT_TRUE(Has(text, "granary_tenant_entries{tenant_id=\"tenant-a\"} 1\n")) << text;
-  EXPECT_TRUE(Has(text, "\ngranary_tenant_policy_store_up 1\n")) << text;
-}
-
-TEST_F(AdminApiTest, SnapshotsAndMetricsCountEvictionsPerTenant) {
-  Start();
-  Upsert("tenant-a", R"({"requested_quota_bytes": 1048576, "max_entries": 2})");
-  Upsert("tenant-b", Quota(kMiB / 4));
-  SessionId a = Client("tenant-a"), b = Client("tenant-b");
-  // Each object charges 1000 + 64 bytes, rounded up to 64: 1088. Past max_entries 2, the third
-  // and fourth puts each evict tenant-a's oldest.
-  for (int i = 0; i < 4; ++i) Put(a, absl::StrCat("k", i), 1000);
-  Put(b, "k", 1000);
-  Remove(b, "k");  // a remove is not an eviction
-  json snap = GetOne("tenant-a");
-  EXPECT_EQ(snap["entries"], 2u) << snap;
-  EXPECT_EQ(snap["evicted_objects"], 2u) << snap;
-  EXPECT_EQ(snap["evicted_bytes"], 2u * 1088) << snap;
-  EXPECT_EQ(GetOne("tenant-b")["evicted_objects"], 0u);
-  // The list carries the same fields.
-  Reply all = Get(kApi);
-  ASSERT_EQ(all.status, 200) << all;
-  ASSERT_EQ(all.body["data"].size(), 2u) << all;
-  EXPECT_EQ(all.body["data"][0]["evicted_objects"], 2u) << all;
-  EXPECT_EQ(all.body["data"][1]["evicted_bytes"], 0u) << all;
-
-  auto m = client_->Get("/metrics");
-  ASSERT_TRUE(m);
-  EXPECT_TRUE(Has(m->body, "granary_tenant_evicted_objects_total{tenant_id=\"tenant-a\"} 2\n"))
-      << m->body;
-  EXPECT_TRUE(Has(m->body, "granary_tenant_evicted_bytes_total{tenant_id=\"tenant-a\"} 2176\n"))
-      << m->body;
-  EXPECT_TRUE(Has(m->body, "granary_tenant_evicted_objects_total{tenant_id=\"tenant-b\"} 0\n"))
-      << m->body;
-}
-
-TEST_F(AdminApiTest, HealthAndMetricsReportThePolicyStoreState) {
-  Start();
-  Reply h = Get("/health");
-  ASSERT_EQ(h.status, 200) << h;
-  EXPECT_EQ(h.body["policy_store_ok"], true) << h;
-  EXPECT_EQ(h.body["status"], "ok") << h;
-  EXPECT_EQ(h.body["multi_tenant"], true) << h;
-  EXPECT_EQ(h.body["policy_store"], "file:" + path_) << h;
-  EXPECT_FALSE(h.body.contains("policy_store_error")) << h;
-
-  // The store becomes unreadable: the running policy stays, the state says so.
-  Upsert("tenant-a", Quota(1000));
-  fail_load_ = true;
-  ASSERT_FALSE(manager_->Reload().ok());
-  h = Get("/health");
-  EXPECT_EQ(h.body["policy_store_ok"], false) << h;
-  EXPECT_EQ(h.body["status"], "degraded") << h;
-  EXPECT_TRUE(Has(h.body.value("policy_store_error", ""), "unreachable")) << h;
-  auto m = client_->Get("/metrics");
-  ASSERT_TRUE(m);
-  EXPECT_TRUE(Has(m->body, "\ngranary_tenant_policy_store_up 0\n")) << m->body;
-  EXPECT_EQ(GetOne("tenant-a")["requested_quota_bytes"], 1000u);
-
-  fail_load_ = false;
-  ASSERT_TRUE(manager_->Reload().ok());
-  EXPECT_EQ(Get("/health").body["policy_store_ok"], true);
-  m = client_->Get("/metrics");
-  ASSERT_TRUE(m);
-  EXPECT_TRUE(Has(m->body, "\ngranary_tenant_policy_store_up 1\n")) << m->body;
 }
 
 }  // namespace
