@@ -10,6 +10,9 @@ target_link_libraries(put_start_hang PRIVATE granary::client)
 granary_test(NAME integration_store_test LABELS integration tsan TIMEOUT 600
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_store_test granary_master granary_node put_start_hang)
+granary_test(NAME integration_node_transfer_test LABELS integration tsan TIMEOUT 600
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/node_transfer_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_node_transfer_test granary_master granary_node)
 granary_test(NAME integration_cli_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cli_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_cli_test granary_master granary_node granary)
