@@ -697,52 +697,5 @@ TEST_F(InventoryRestoreTest, ATakeoverCreditsThePreviousLeadersFencingMargin) {
   EXPECT_EQ(m.svc.BecomeActive(5, -100), t1 + full);
 }
 
-// The rebuild rate (target: >= 1,000,000 objects/s; bench/ will carry the measurement). Run
-// by hand: master_inventory_restore_test --gtest_also_run_disabled_tests --gtest_filter=*Rate*
-TEST_F(InventoryRestoreTest, DISABLED_RebuildRate) {
-  constexpr uint64_t kObjects = 1'000'000;
-  constexpr uint64_t kLen = 1000;
-  Master m(opts_);
-  std::vector<std::pair<SessionId, uint64_t>> nodes;
-  for (int n = 1; n <= 2; ++n) {
-    SessionId sid = m.Hello(proto::Role::kNode);
-    proto::MountSegmentRequest seg;
-    seg.name = "seg0";
-    seg.node_id = absl::StrCat("node-", n);
-    seg.node_address = absl::StrCat("10.0.0.", n, ":7000");
-    seg.base = n * (uint64_t{1} << 40);
-    seg.size = kObjects * AllocBytes(kLen);
-    seg.rkey = "rkey";
-    seg.worker_address = "worker";
-    seg.resumed = true;
-    nodes.emplace_back(sid, m.svc.MountSegment(sid, seg).segment_id);
-  }
-  // Per node, its own records in batches, as each node sends them (built before the clock runs).
-  std::vector<std::vector<proto::InventoryReportRequest>> batches(nodes.size());
-  for (uint64_t j = 0; j < kObjects; ++j) {
-    auto& mine = batches[j % 2];
-    if (mine.empty() || mine.back().records.size() >= proto::kMaxInventoryBatch) {
-      mine.emplace_back();
-    }
-    InventoryRecord r = Record(j % 3 ? "tenant-a" : "tenant-b", absl::StrCat("key/", j),
-                               (j / 2) * AllocBytes(kLen), 1000 + j, kLen, 1000 + j);
-    r.segment_id = nodes[j % 2].second;
-    mine.back().records.push_back(std::move(r));
-  }
-  for (auto& mine : batches) {
-    mine.back().last = true;
-    for (auto& b : mine) b.total = kObjects / nodes.size();  // as a node tells its report's size
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  uint64_t restored = 0;
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    for (const auto& b : batches[n]) restored += m.svc.InventoryReport(nodes[n].first, b).restored;
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(restored, kObjects);
-  std::cerr << restored << " objects restored in " << s << " s: " << restored / s
-            << " objects/s (one thread, as the master's progress thread runs the reports)\n";
-}
-
 }  // namespace
 }  // namespace granary::master

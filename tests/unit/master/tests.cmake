@@ -35,3 +35,10 @@ target_compile_definitions(master_dashboard_test PRIVATE
   GRANARY_DASHBOARD_HTML="${PROJECT_SOURCE_DIR}/src/master/dashboard.html")
 granary_test(NAME master_inventory_restore_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/inventory_restore_test.cc LIBS granary::master)
+# The rebuild-rate benchmark (bench/restore_bench.cc, with GRANARY_BUILD_BENCH) in one small
+# round, so that it keeps building and restoring every object it reports.
+if(TARGET granary_restore_bench)
+  add_test(NAME master_restore_bench_smoke
+    COMMAND granary_restore_bench --objects=20000 --nodes=3 --rounds=1)
+  set_tests_properties(master_restore_bench_smoke PROPERTIES LABELS unit TIMEOUT 60)
+endif()
