@@ -41,7 +41,7 @@ TEST_F(FencedReadTest, StaleReaderGetsRetryableErrorNotAnotherObjectsBytes) {
   ASSERT_TRUE(writer->Put("x", x).ok());
   auto got = reader->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
                                                               proto::GetRequest{{"x"}});
-  ASSERT_TRUE(got.ok() && got->results[0].status.code == 0);
+  ASSERT_TRUE(got.ok() && got->results[0].status.ToStatus().ok());
   const proto::GetResult stale = got->results[0];
   // The fresh descriptor reads fine.
   auto fresh = reader->ReadReplica("x", stale.generation, stale.size, stale.replicas[0]);
@@ -52,7 +52,7 @@ TEST_F(FencedReadTest, StaleReaderGetsRetryableErrorNotAnotherObjectsBytes) {
   ASSERT_TRUE(writer->Put("y", y).ok());
   auto gy = writer->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
                                                              proto::GetRequest{{"y"}});
-  ASSERT_TRUE(gy.ok() && gy->results[0].status.code == 0);
+  ASSERT_TRUE(gy.ok() && gy->results[0].status.ToStatus().ok());
   ASSERT_EQ(gy->results[0].replicas[0].address, stale.replicas[0].address)
       << "the test needs y to reuse x's space";
   auto late = reader->ReadReplica("x", stale.generation, stale.size, stale.replicas[0]);
@@ -99,7 +99,7 @@ TEST_F(FencedReadTest, NodeLossKeepsReplicatedObjectsAndCountsTheLostOnes) {
   // Kill the node that holds r1-0's only replica.
   auto where = c1->Call<proto::GetRequest, proto::GetReply>(proto::MsgType::kGet,
                                                             proto::GetRequest{{"r1-0"}});
-  ASSERT_TRUE(where.ok() && where->results[0].status.code == 0);
+  ASSERT_TRUE(where.ok() && where->results[0].status.ToStatus().ok());
   std::string address;
   auto segments = c1->Segments();
   ASSERT_TRUE(segments.ok()) << segments.status();

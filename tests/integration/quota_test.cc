@@ -100,7 +100,7 @@ TEST_F(QuotaTest, FullTenantEvictsItsOwnOldestAndLeavesTheOtherTenantAlone) {
   for (int i = 7; i < 10; ++i) {
     auto lease = a->Call<proto::GetRequest, proto::GetReply>(
         proto::MsgType::kGet, proto::GetRequest{{absl::StrCat("a-", i)}});
-    ASSERT_TRUE(lease.ok() && lease->results[0].status.code == 0);
+    ASSERT_TRUE(lease.ok() && lease->results[0].status.ToStatus().ok());
   }
   absl::Status st = a->Put("a-over", MakeValue("a-over", 1, kMiB));
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;

@@ -139,7 +139,7 @@ class AdminHttpFixture : public ::testing::Test {
     proto::HelloRequest h;
     h.role = proto::Role::kNode;
     h.client_id = node_id;
-    EXPECT_EQ(svc_->Hello(n, h).status.code, 0);
+    EXPECT_EQ(svc_->Hello(n, h).status.ToStatus().code(), absl::StatusCode::kOk);
     proto::MountSegmentRequest m;
     m.name = node_id + "-seg0";
     m.node_id = node_id;
@@ -151,7 +151,7 @@ class AdminHttpFixture : public ::testing::Test {
     m.host_id = "host";
     m.pool = pool;
     auto rep = svc_->MountSegment(n, m);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
+    EXPECT_EQ(rep.status.ToStatus().code(), absl::StatusCode::kOk) << rep.status.message;
     return n;
   }
 
@@ -162,7 +162,7 @@ class AdminHttpFixture : public ::testing::Test {
     h.client_id = absl::StrCat("c", sid);
     h.tenant_id = tenant;
     auto rep = svc_->Hello(sid, h);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
+    EXPECT_EQ(rep.status.ToStatus().code(), absl::StatusCode::kOk) << rep.status.message;
     return sid;
   }
   // PutStart; returns the generation (0 on failure, which fails the test).
@@ -171,9 +171,10 @@ class AdminHttpFixture : public ::testing::Test {
     r.entries.push_back({key, size});
     r.replica_num = 1;
     auto rep = svc_->PutStart(sid, r);
-    EXPECT_EQ(rep.status.code, 0) << rep.status.message;
+    EXPECT_EQ(rep.status.ToStatus().code(), absl::StatusCode::kOk) << rep.status.message;
     if (rep.results.size() != 1) return 0;
-    EXPECT_EQ(rep.results[0].status.code, 0) << rep.results[0].status.message;
+    EXPECT_EQ(rep.results[0].status.ToStatus().code(), absl::StatusCode::kOk)
+        << rep.results[0].status.message;
     return rep.results[0].generation;
   }
   void PutEnd(SessionId sid, const std::string& key, uint64_t gen) {
@@ -181,7 +182,7 @@ class AdminHttpFixture : public ::testing::Test {
     r.entries.push_back({key, gen});
     auto rep = svc_->PutEnd(sid, r);
     ASSERT_EQ(rep.results.size(), 1u);
-    EXPECT_EQ(rep.results[0].code, 0) << rep.results[0].message;
+    EXPECT_EQ(rep.results[0].ToStatus().code(), absl::StatusCode::kOk) << rep.results[0].message;
   }
   void Put(SessionId sid, const std::string& key, uint64_t size) {
     PutEnd(sid, key, PutStart(sid, key, size));
@@ -191,7 +192,7 @@ class AdminHttpFixture : public ::testing::Test {
     r.keys.push_back(key);
     auto rep = svc_->Remove(sid, r);
     ASSERT_EQ(rep.results.size(), 1u);
-    EXPECT_EQ(rep.results[0].code, 0) << rep.results[0].message;
+    EXPECT_EQ(rep.results[0].ToStatus().code(), absl::StatusCode::kOk) << rep.results[0].message;
   }
 
   static Reply ToReply(const httplib::Result& res) {

@@ -101,12 +101,12 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
             r.entries.push_back({key(), 1 + rng() % (128 * kKiB)});
             r.replica_num = static_cast<uint8_t>(1 + rng() % 2);
             auto rep = s.PutStart(sid, r);
-            if (rep.status.code != 0 || rep.results.size() != 1) {
+            if (Code(rep.status) != absl::StatusCode::kOk || rep.results.size() != 1) {
               ++failures;
               break;
             }
             auto& res = rep.results[0];
-            if (res.status.code == 0) {
+            if (Code(res.status) == absl::StatusCode::kOk) {
               if (res.replicas.size() != r.replica_num) ++failures;
               puts.emplace_back(r.entries[0].key, res.generation);
             }
@@ -130,7 +130,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
               ++failures;
               break;
             }
-            if (rep.results[0].status.code == 0) {
+            if (Code(rep.results[0].status) == absl::StatusCode::kOk) {
               reads.push_back({r.keys[0], rep.results[0].generation, rep.results[0].lease_token});
             }
             break;
@@ -187,7 +187,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
   proto::ListRequest lr;
   lr.limit = proto::kMaxListLimit;
   auto all = s.List(admin, lr);
-  ASSERT_EQ(all.status.code, 0);
+  ASSERT_EQ(Code(all.status), absl::StatusCode::kOk);
   EXPECT_FALSE(all.more);
   // The counts /metrics reports, kept as objects change, agree with the table itself.
   uint64_t processing = 0;

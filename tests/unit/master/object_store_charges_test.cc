@@ -341,7 +341,7 @@ TEST_F(ObjectStoreChargesTest, ConcurrentRandomOperationsKeepChargesWithinQuotaA
     h.role = proto::Role::kClient;
     h.client_id = absl::StrCat("c", sid);
     h.tenant_id = tenant;
-    if (s.Hello(sid, h).status.code != 0) ++failures;
+    if (Code(s.Hello(sid, h).status) != absl::StatusCode::kOk) ++failures;
     return sid;
   };
 
@@ -383,13 +383,14 @@ TEST_F(ObjectStoreChargesTest, ConcurrentRandomOperationsKeepChargesWithinQuotaA
             if (rng() % 8 == 0) r.entries.push_back({key(), 1 + rng() % (16 * kKiB)});
             r.replica_num = static_cast<uint8_t>(1 + rng() % 2);
             auto rep = s.PutStart(sid, r);
-            if (rep.status.code != 0 || rep.results.size() != r.entries.size()) {
+            if (Code(rep.status) != absl::StatusCode::kOk ||
+                rep.results.size() != r.entries.size()) {
               ++failures;
               break;
             }
             for (size_t j = 0; j < rep.results.size(); ++j) {
               const auto& res = rep.results[j];
-              if (res.status.code == 0) {
+              if (Code(res.status) == absl::StatusCode::kOk) {
                 puts.emplace_back(r.entries[j].key, res.generation);
               } else if (res.status.ToStatus().code() != absl::StatusCode::kAlreadyExists &&
                          res.status.ToStatus().code() != absl::StatusCode::kResourceExhausted) {
@@ -426,7 +427,7 @@ TEST_F(ObjectStoreChargesTest, ConcurrentRandomOperationsKeepChargesWithinQuotaA
             proto::GetRequest r;
             r.keys.push_back(key());
             auto rep = s.Get(sid, r);
-            if (rep.results.size() == 1 && rep.results[0].status.code == 0) {
+            if (rep.results.size() == 1 && Code(rep.results[0].status) == absl::StatusCode::kOk) {
               reads.push_back({r.keys[0], rep.results[0].generation, rep.results[0].lease_token});
             }
             break;
@@ -476,7 +477,7 @@ TEST_F(ObjectStoreChargesTest, ConcurrentRandomOperationsKeepChargesWithinQuotaA
     proto::ListRequest lr;
     lr.limit = proto::kMaxListLimit;
     auto all = s.List(sid, lr);
-    ASSERT_EQ(all.status.code, 0) << all.status.message;
+    ASSERT_EQ(Code(all.status), absl::StatusCode::kOk) << all.status.message;
     ASSERT_FALSE(all.more);
     uint64_t bytes = 0, complete = 0;
     for (const auto& o : all.objects) {

@@ -68,7 +68,7 @@ class TierPlacementTest : public ::testing::Test {
     return g.replicas[0].segment_id;
   }
   bool Exists(SessionId s, const std::string& key) {
-    return svc_->Exist(s, proto::KeysRequest{{key}}).results[0].code == 0;
+    return svc_->Exist(s, proto::KeysRequest{{key}}).results[0].ToStatus().ok();
   }
 
   MasterOptions opts_;
