@@ -1,6 +1,6 @@
 #!/bin/bash
-# bench/gpu_bundle.sh [--no-build] DIR: the folder the device check runs from (../shared/GPU.md
-# section 7), made on the build machine from BUILD_DIR (default build, a CUDA build): stripped
+# bench/gpu_bundle.sh [--no-build] DIR: the folder the device check (bench/gpu_check.sh) runs
+# from, made on the build machine from BUILD_DIR (default build, a CUDA build): stripped
 # binaries (bin/: granary_master, granary_node, granary_gpu_check; tests/: the `gpu`-labelled test
 # binaries and the IPC helper), every shared library they need that is not the C library or the
 # CUDA driver (lib/, UCX's transport modules in lib/ucx), the list of `gpu` tests with the

@@ -1,6 +1,6 @@
-// granary_gpu_check: the measurements of the device check (bench/gpu_check.sh, ../shared/GPU.md
-// section 7), on the active device backend (the CUDA runtime on a GPU machine).
-//   --mode=refs    the references, in this process (the rows of GPU.md section 7): device-to-
+// granary_gpu_check: the measurements of the device check (bench/gpu_check.sh), on the active
+// device backend (the CUDA runtime on a GPU machine).
+//   --mode=refs    the references, in this process: device-to-
 //                  device copies (1), pinned (2) and pageable (3) host<->device copies,
 //                  HostRegister of mmap'ed and of SysV shared memory (its cost and the copy from
 //                  it, 4), both directions at once (5), the batched-copy kernel reading pinned
@@ -15,7 +15,7 @@
 //                  read back from its granary_client_gpu_transfers_total{path}.
 // Every figure is the median of --rounds timed rounds after one warm-up, as one JSON object per
 // line appended to --json: {"name", "bytes", "seconds", "GBps", "timing", ...}. Stream work is
-// timed as the device sees it (GPU.md section 7, after nvbandwidth): the stream is held while
+// timed as the device sees it (as nvbandwidth times it): the stream is held while
 // the round is enqueued (a host function waiting on a gate), so launch gaps are not timed, and
 // the time is taken between two marks on the stream: CUDA events with the cuda backend
 // ("cuda_events"), host functions on the others ("host_functions": the fake, in the dry run).

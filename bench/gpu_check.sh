@@ -1,6 +1,6 @@
 #!/bin/bash
-# bench/gpu_check.sh [--dry-run] OUTDIR: the device check (../shared/GPU.md section 7), run on a
-# GPU machine from the folder bench/gpu_bundle.sh made (this script is copied into it).
+# bench/gpu_check.sh [--dry-run] OUTDIR: the device check (the references of a GPU machine and
+# Granary's device paths against them), run on a GPU machine from the folder bench/gpu_bundle.sh made (this script is copied into it).
 # Everything it learns lands in OUTDIR: gpu.csv and nvidia-smi.txt (GPU, driver, PCIe link),
 # machine.txt, gpu_check.json (one record per measure: the references, timed with CUDA events,
 # then Granary's client paths against a master and a node started here on loopback, with the

@@ -367,7 +367,7 @@ class CudaBackendImpl final : public DeviceBackend {
   }
 
   // One cudaMemcpyAsync (cudaMemcpyDefault) per region on the copy engine. cudaMemcpyBatchAsync
-  // would take one call; it is left for when the device check (GPU.md section 7) measures it.
+  // would take one call; it is left for when the device check (bench/gpu_check.sh) measures it.
   absl::Status CopyRegions(const char* op, void* stream, const CopyRegion* regions, int n) {
     if (absl::Status s = internal::ValidateRegions(regions, n); !s.ok()) return s;
     ScopedDevice scope;

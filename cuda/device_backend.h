@@ -1,7 +1,7 @@
 #pragma once
 
 // The one interface every device operation of Granary goes through (docs/architecture.md
-// section 7, ../shared/GPU.md section 6). Three implementations:
+// section 7). Three implementations:
 //   cuda  the CUDA runtime (only in a build with GRANARY_HAVE_CUDA);
 //   none  nothing usable: every fallible call FAILED_PRECONDITION with the reason (kNoCudaMessage
 //         in a build without CUDA), Classify says host;

@@ -1,6 +1,6 @@
 #pragma once
 
-// The fake device backend (../shared/GPU.md section 6): what CI without a GPU runs every device
+// The fake device backend: what CI without a GPU runs every device
 // path against. Always compiled, also without CUDA. Chosen only explicitly
 // (GRANARY_DEVICE_BACKEND=fake, or SetBackendForTesting with an instance made here).
 //

@@ -32,7 +32,8 @@ struct ClientOptions {
   // `token_sha256` or --tenant_tokens_file) refuses the session unless sha256(token) matches.
   // A secret: never logged. It crosses the control connection in clear (docs/security.md).
   std::string tenant_token;
-  // "ucx" (the only data plane); UCX_TLS picks the transports (`protocol`, GRANARY_PROTOCOL).
+  // The data plane is always UCX (`protocol`, GRANARY_PROTOCOL): "tcp" limits it to tcp
+  // (UCX_TLS=tcp); "ucx" and "rdma" leave UCX_TLS (from the environment, else UCX's choice).
   std::string protocol = "ucx";
   // Network device(s) for the data path, as UCX_NET_DEVICES names them ("mlx5_0:1", "eth0";
   // `device_name` or `rdma_devices`, GRANARY_DEVICE_NAME). Empty: UCX_NET_DEVICES from the

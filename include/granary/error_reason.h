@@ -34,8 +34,10 @@ enum class ErrorReason : uint8_t {
   // without force is refused. Retry after the read, or remove with force (the reader then sees
   // a removed object, never wrong bytes: reads are fenced by allocation headers).
   kHasLease = 9,
-  // INVALID_ARGUMENT: a CUDA device (or managed) pointer given to a call that has no GPU path
-  // yet (RegisterBuffer, PutFrom, GetInto and their batch forms). No byte of it was touched.
+  // INVALID_ARGUMENT: CUDA device (or managed) memory that this process's device backend
+  // cannot copy (the `none` backend, or a buffer whose first and last bytes lie in different
+  // memory), given to RegisterBuffer, PutFrom, GetInto, the region calls or their batch forms.
+  // No byte of it was touched.
   kDevicePointer = 10,
   // UNAVAILABLE: this master does not lead (a standby, or a leader that fenced itself); the
   // message names the active master's RPC address when it is known. Connect there and retry.

@@ -5,7 +5,7 @@
     store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", "127.0.0.1:50051")
     store.put("k", b"v"); store.get("k")  # b"v"
 
-The contract is /work/shared/ENGINE_API.md (docs/engines.md for users): Mooncake's names,
+The contract is Mooncake's own API (docs/engines.md for users): Mooncake's names,
 argument order, defaults and positional-only parameters; status methods return 0 or a negative
 Mooncake code, size methods a byte count or a negative code, batch methods exactly len(keys)
 entries. Only wrong argument types raise (TypeError), plus put_parts' RuntimeError for parts

@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
       "staging)",
       {{"path", "bounce"}});
   if (c->ctx_->SupportsCudaMemory()) {
-    // The thin branch of GPU.md section 1: device buffers and GPU segments this process cannot
+    // Where UCX handles CUDA memory: device buffers and GPU segments this process cannot
     // map move through UCX itself, instead of staging and the node bounce.
     c->ucx_transfers_ = c->metrics_.Counter(
         "granary_client_gpu_transfers_total",
@@ -425,9 +425,9 @@ std::vector<absl::Status> ClientImpl::FinishPut(absl::Span<const std::string> ke
                                                               plan.revoke);
   }
   proto::KeyGenRequest& commit = plan.commit;
-  // The write window (HA.md section 4): a master that restarts or takes over keeps space no
-  // node reported out of allocation for the window (plus a margin) only, so this client must
-  // not write what it was granted past PutStart + window. Writes still running then are
+  // The write window (MasterOptions::write_window_ms): a master that restarts or takes over keeps
+  // space no node reported out of allocation for the window (plus a margin) only, so this client
+  // must not write what it was granted past PutStart + window. Writes still running then are
   // cancelled, and the put fails with UNAVAILABLE (retry it).
   const int64_t window_ms = session_->write_window_ms();
   int64_t timeout_ms = options_.transfer_timeout_ms;

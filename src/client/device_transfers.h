@@ -1,6 +1,6 @@
 #pragma once
 
-// The client's paths for its own device buffers (../shared/GPU.md section 5): GetInto, PutFrom
+// The client's paths for its own device buffers: GetInto, PutFrom
 // and their batch forms given a CUDA device (or managed) pointer. Such a buffer is never touched
 // by a CPU copy and never handed to a UCX without CUDA support (Debian's). Per op, after the GPU
 // segments (client/gpu_segments.h, which copy device to device through IPC) have taken theirs:

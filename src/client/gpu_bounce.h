@@ -1,6 +1,6 @@
 #pragma once
 
-// The client's side of the node bounce (../shared/GPU.md section 4): transfers to and from a
+// The client's side of the node bounce (node/gpu_bounce.h): transfers to and from a
 // node's GPU segment that this process cannot map (the segment is on another host, no local
 // device has its UUID, or opening its IPC handle failed). The node stages them through its own
 // pinned slots (node/gpu_bounce.h); this client hands it two slots of its own, registered with

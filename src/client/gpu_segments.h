@@ -1,6 +1,6 @@
 #pragma once
 
-// The client's same-host path to the nodes' GPU segments (../shared/GPU.md section 4): device
+// The client's same-host path to the nodes' GPU segments (CUDA IPC): device
 // memory a node allocated and exported through its device backend. Such a segment is never
 // handed to UCX and never touched by a CPU copy: this opens the node's IPC handle once per
 // segment, through the process's device backend (cuda/device_backend.h: cuda, or the CPU-only

@@ -40,11 +40,6 @@ class PlanInputs {
 
 // ----- Put -----
 
-// One batch of writes: the one-sided transfers to run (value and header of every replica of
-// every key that got a place) and the keys to commit or give back afterwards. The transfers
-// run through RmaEngine::CopyMapped first, which copies the ops whose segment is mapped into
-// this process (same host) and leaves the rest to one-sided RMA: that choice depends on what
-// the engine has mapped when they run, so it is made there, not here.
 // Small values for one node reached over tcp alone, in one message (proto::WriteRequest or
 // proto::ReadRequest, at most proto::kMaxInlineMessage value bytes; a node gets several when
 // the batch is larger). headers[j] is the 64-byte header of entries[j] (written before, or
@@ -69,6 +64,11 @@ bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_
 void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
                size_t key, std::vector<InlineGroup>* groups, bool other_host = false);
 
+// One batch of writes: the one-sided transfers to run (value and header of every replica of
+// every key that got a place) and the keys to commit or give back afterwards. The transfers
+// run through RmaEngine::CopyMapped first, which copies the ops whose segment is mapped into
+// this process (same host) and leaves the rest to one-sided RMA: that choice depends on what
+// the engine has mapped when they run, so it is made there, not here.
 struct PutPlan {
   std::vector<transport::RmaOp> ops;
   std::vector<InlineGroup> writes;  // nodes over tcp: small values in Write messages
@@ -103,7 +103,7 @@ struct PushGroup {
 
 // One round of reads: for each key, which replica, and which path.
 struct GetPlan {
-  std::vector<transport::RmaOp> ops;  // one-sided (or mapped same-host copies, see PutPlan)
+  std::vector<transport::RmaOp> ops;  // one-sided, or mapped same-host copies (as PutPlan)
   std::vector<PushGroup> pushes;      // node pushes over tcp, one per (node, buffer)
   std::vector<InlineGroup> reads;     // nodes over tcp: small values in Read replies
   std::vector<size_t> fetched;        // keys read by ops or pushes, in order

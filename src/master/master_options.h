@@ -30,7 +30,7 @@ struct MasterOptions {
   int64_t client_ttl_ms = 10'000;         // a session silent this long is dead
   int64_t put_start_timeout_ms = 30'000;  // an allocation not committed by then is freed
   int64_t kv_lease_ttl_ms = 5'000;        // read lease granted by Get
-  // The write window W (../shared/HA.md section 4): a client writes the allocations a PutStart
+  // The write window W: a client writes the allocations a PutStart
   // granted only until it sent that PutStart + W (its writes past then are cancelled and the put
   // fails with UNAVAILABLE, to be retried). Sent to clients in the hello. 0: the default,
   // min(2 s, put_start_timeout_ms); otherwise 100 ms..put_start_timeout_ms. 2 s is about 5 GB

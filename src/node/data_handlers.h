@@ -18,7 +18,9 @@
 namespace granary::node {
 
 // The requests a node serves on its RPC port, through one dispatch table (as the master's):
-//   Fetch  reads a replica one-sided from another node into this node's segment (Copy, Move);
+//   Fetch  reads bytes one-sided from another segment into this node's memory: a replica from
+//          another node (a client's Copy or Move), or a client's staged slot into a GPU
+//          segment (the client's side of the bounce, through GpuBounce);
 //   Push   writes values into a client's registered buffer and answers with their headers;
 //   Read   copies values and then their headers into the reply (tcp peers, small values);
 //   Write  copies each value and then its header into place, and answers.

@@ -1,6 +1,6 @@
 #pragma once
 
-// The node bounce (../shared/GPU.md section 4): Push out of and Fetch into this node's GPU
+// The node bounce: Push out of and Fetch into this node's GPU
 // segments for clients that cannot open a segment's IPC handle (another host, or an open that
 // failed). Device memory is never handed to UCX and never touched by a CPU copy: a job copies
 // between the segment and two pinned host slots registered with UCX, and moves the slots' bytes

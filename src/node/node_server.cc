@@ -80,8 +80,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
 }
 
 absl::Status NodeServer::StartRpc() {
-  // Clients connect here for Fetch (copy/move), Push, Read and Write; one-sided reads and
-  // writes need no request.
+  // Clients connect here for the requests DataHandlers serves (Fetch, Push, Read, Write);
+  // one-sided reads and writes need no request.
   rma_ = std::make_unique<transport::RmaEngine>(worker_.get());
   rma_->set_refusal_counter(counters_->peer_refusals);
   transport::RmaEngine* rma = rma_.get();

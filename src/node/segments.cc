@@ -183,7 +183,7 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
   span.gpu_uuid.assign(reinterpret_cast<const char*>(seg.gpu->uuid().data()),
                        seg.gpu->uuid().size());
   PlaceSpan(&span, device);
-  // Mapped with UCX only where UCX supports CUDA memory (the thin branch of GPU.md section 1):
+  // Mapped with UCX only where UCX supports CUDA memory (Context::SupportsCudaMemory):
   // then clients that cannot open the IPC handle move its bytes through UCX. Debian's UCX has no
   // CUDA support and would touch device memory from the CPU: never mapped there (no rkey), and
   // such clients go through the node bounce.

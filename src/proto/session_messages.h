@@ -38,7 +38,8 @@ struct HelloReply {
   // With HA, the epoch this master leads in (the create_revision of master_view); 0 without
   // HA. Peers keep the highest epoch seen.
   uint64_t epoch = 0;
-  // How long after sending a PutStart the client may write what it granted (HA.md section 4);
+  // How long after sending a PutStart the client may write what it granted (the write window,
+  // master::MasterOptions::write_window_ms);
   // the client cancels its writes past then. 0: no window (a test master).
   uint32_t write_window_ms = 0;
   template <class V>

@@ -150,9 +150,9 @@ class RmaEngine {
   // Called with a segment's local address and size just before its mapping goes away (the node
   // was dropped), with the mapping lock held exclusively: a client unregisters memory it pinned
   // there (client/device_transfers.h). Set once, before the first transfer.
-  // Where UCX supports CUDA memory (Context::SupportsCudaMemory, the thin branch of GPU.md
-  // section 1): Execute then moves ops with device >= 0 (UCX detects and handles the device
-  // memory itself); otherwise it refuses them. Set once, before the first transfer.
+  // Where UCX supports CUDA memory (Context::SupportsCudaMemory): Execute then moves ops with
+  // device >= 0 (UCX detects and handles the device memory itself); otherwise it refuses them.
+  // Set once, before the first transfer.
   void set_device_memory(bool allowed) { device_memory_ = allowed; }
   void set_unmap_hook(std::function<void(void* local, uint64_t size)> hook) {
     unmap_hook_ = std::move(hook);

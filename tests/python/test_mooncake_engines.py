@@ -1,4 +1,4 @@
-"""Each engine's call sequence as ENGINE_API.md §6 describes it, replayed against Granary's
+"""Each engine's call sequence (as its Mooncake connector makes it), replayed against Granary's
 class: vLLM's MooncakeStoreConnector, SGLang's HiCache `mooncake` backend (with its TypeError
 retry loop), LMCache's `mooncakestore` connector and MooncakeBackend. Host memory only (CPU
 tensors); device pointers are tested in test_mooncake_store.py."""

@@ -1,6 +1,6 @@
 """granary.mooncake.MooncakeDistributedStore method by method against a real master and node:
 byte-exact with numpy arrays and torch CPU tensors, Mooncake's return conventions, bad input,
-before setup and after close (ENGINE_API.md §2-§4, §7, §9)."""
+before setup and after close."""
 
 import asyncio
 import ctypes

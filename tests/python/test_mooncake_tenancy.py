@@ -1,6 +1,6 @@
 """Tenancy and space through the Mooncake layer: -1700 when a tenant is at quota, -1701 for an
 unregistered tenant in strict mode, two tenants' same key as two objects, and -200 from a full
-store (ENGINE_API.md §2.1, §8.3, §8.8)."""
+store (docs/engines.md section 5)."""
 
 import uuid
 

@@ -10,7 +10,7 @@
 
 namespace granary::etcd {
 
-// How nodes and clients find the active master with HA (../shared/HA.md section 2): a master
+// How nodes and clients find the active master with HA (master/ha/leader_election.h): a master
 // address written `etcd://h1:2379;h2:2379` names etcd, and the active master's RPC address is
 // the "rpc" field of granary/<cluster_id>/master_view, whose create_revision is the epoch.
 

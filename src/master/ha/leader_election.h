@@ -1,6 +1,6 @@
 #pragma once
 
-// Master election on etcd (docs/architecture.md, "High availability"; /work HA.md §2): one
+// Master election on etcd (docs/architecture.md, "High availability"): one
 // txn creates granary/<cluster_id>/master_view under this master's lease and bumps `term`; the
 // txn's revision (the view's create_revision) is the epoch. The leader keeps the lease alive
 // every TTL/3 and may admit a mutating request only while now < t_valid, where

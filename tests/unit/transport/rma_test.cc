@@ -308,7 +308,7 @@ TEST_F(TransportTest, UnmappingWaitsForCopiesInFlight) {
   EXPECT_GT(copied.load(), 0);
 }
 
-// The gates of the thin branch for a UCX with CUDA (GPU.md section 1). Device memory is never
+// The gates of the path for a UCX with CUDA (Context::SupportsCudaMemory). Device memory is never
 // registered with a UCX that cannot handle it: on Debian's UCX (no CUDA memory type) a CUDA
 // registration is refused up front, naming what to install. An op that says its local side
 // is device memory is refused by the engine unless set_device_memory(true) (a CUDA UCX); with
