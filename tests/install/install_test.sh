@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the build tree into a temporary prefix, builds tests/install/consumer against it with
-# find_package(granary), starts the installed granary_master and granary_node on loopback, and
-# runs the consumer's put and get. Usage: install_test.sh BUILD_DIR SOURCE_DIR
+# Installs the build tree into a temporary prefix, builds tests/install/consumer (and the
+# README's C++ example) against it with find_package(granary), starts the installed
+# granary_master and granary_node on loopback, and runs the consumer's put and get.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 BUILD=$1
 SRC=$2
@@ -24,7 +25,12 @@ if find "$WORK/prefix/include" -mindepth 1 -maxdepth 1 ! -name granary | grep -q
   find "$WORK/prefix/include" -mindepth 1 -maxdepth 1 >&2
   exit 1
 fi
+# The README's C++ example (its first ```cpp block) is built with the consumer, warnings as
+# errors: a call whose [[nodiscard]] Status it drops fails the build.
+awk '/^```cpp$/ {on = 1; next} on && /^```$/ {exit} on' "$SRC/README.md" >"$WORK/readme_example.cc"
+[[ -s "$WORK/readme_example.cc" ]] || { echo "README.md has no \`\`\`cpp example" >&2; exit 1; }
 cmake -S "$SRC/tests/install/consumer" -B "$WORK/consumer" -DCMAKE_PREFIX_PATH="$WORK/prefix" \
+  -DGRANARY_README_EXAMPLE="$WORK/readme_example.cc" \
   >"$WORK/configure.log" || { cat "$WORK/configure.log" >&2; exit 1; }
 cmake --build "$WORK/consumer" >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log" >&2; exit 1; }
 # The consumer links the installed library, not the build tree's.
