@@ -14,3 +14,12 @@ add_test(NAME lint_check_sizes_selftest
   COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_sizes_test.py)
 set_tests_properties(lint_source_sizes lint_check_sizes_selftest PROPERTIES LABELS unit
   TIMEOUT 60 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
+# The repository's own checks, in /usr/bin/python3 with the standard library only (label unit):
+# no file refers to a path outside the repository, and the checker flags what it should.
+add_test(NAME lint_repo_paths
+  COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/repo_paths_check.py
+    ${PROJECT_SOURCE_DIR})
+add_test(NAME lint_repo_paths_self_test
+  COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/repo_paths_check_test.py)
+set_tests_properties(lint_repo_paths lint_repo_paths_self_test PROPERTIES LABELS unit TIMEOUT 60)
