@@ -11,49 +11,63 @@
 
 #include "common/log.h"
 #include "common/mutex.h"
+#include "master/master_options.h"
 #include "master/master_server.h"
 
-DEFINE_uint32(rpc_port, 50051, "RPC port for clients and nodes (0 = any free port)");
-DEFINE_string(rpc_host, "0.0.0.0",
+using granary::master::MasterOptions;
+
+// Every default is MasterOptions' own (master_options.h), converted where the flag's unit
+// differs; docs/flags.md lists them as --helpfull prints them.
+DEFINE_uint32(rpc_port, MasterOptions{}.rpc_port,
+              "RPC port for clients and nodes (0 = any free port)");
+DEFINE_string(rpc_host, MasterOptions{}.rpc_host,
               "Interface the RPC port binds (127.0.0.1: this host only; :: for IPv6)");
-DEFINE_uint32(metrics_port, 9003, "HTTP port for /metrics, /health and /api/v1 (0 = any)");
-DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
-DEFINE_string(cluster_id, "granary_cluster", "Cluster name (etcd key prefix)");
-DEFINE_double(client_ttl, 10, "Seconds without a heartbeat after which a session is dead");
-DEFINE_int64(write_window_ms, 0,
+DEFINE_uint32(metrics_port, MasterOptions{}.metrics_port,
+              "HTTP port for /metrics, /health and /api/v1 (0 = any)");
+DEFINE_string(metrics_host, MasterOptions{}.metrics_host, "HTTP bind address");
+DEFINE_string(cluster_id, MasterOptions{}.cluster_id, "Cluster name (etcd key prefix)");
+DEFINE_double(client_ttl, MasterOptions{}.client_ttl_ms / 1000.0,
+              "Seconds without a heartbeat after which a session is dead");
+DEFINE_int64(write_window_ms, MasterOptions{}.write_window_ms,
              "How long after its PutStart a client may write the granted space (then it cancels "
              "and the put fails UNAVAILABLE); 0: min(2000, put_start_timeout_sec)");
-DEFINE_int64(restart_quarantine_margin_ms, 500,
+DEFINE_int64(restart_quarantine_margin_ms, MasterOptions{}.restart_quarantine_margin_ms,
              "After a restart or takeover, unreported space of re-mounted segments stays unused "
              "for the write window plus this margin (late writers of the previous master)");
-DEFINE_int64(aborted_put_hold_ms, -1,
+DEFINE_int64(aborted_put_hold_ms, MasterOptions{}.aborted_put_hold_ms,
              "How long the space of a put aborted before its commit stays unused (cancelled tcp "
              "writes may still land); -1: 2 x client_ttl + restart_quarantine_margin_ms");
-DEFINE_double(put_start_timeout_sec, 30,
+DEFINE_double(put_start_timeout_sec, MasterOptions{}.put_start_timeout_ms / 1000.0,
               "Seconds an allocation may stay uncommitted before it is freed");
-DEFINE_uint64(default_kv_lease_ttl, 5000, "Read lease granted by Get, in milliseconds");
-DEFINE_double(eviction_high_watermark_ratio, 0.9, "Evict when used/capacity exceeds this");
-DEFINE_double(eviction_ratio, 0.05, "Fraction of capacity one eviction round frees");
-DEFINE_bool(enable_multi_tenants, false, "Enforce per-tenant byte quota at allocation time");
-DEFINE_string(tenant_quota_connector_type, "file", "Where the quota policy lives: file or etcd");
-DEFINE_string(tenant_quota_connector_uri, "",
+DEFINE_uint64(default_kv_lease_ttl, static_cast<uint64_t>(MasterOptions{}.kv_lease_ttl_ms),
+              "Read lease granted by Get, in milliseconds");
+DEFINE_double(eviction_high_watermark_ratio, MasterOptions{}.eviction_high_watermark_ratio,
+              "Evict when used/capacity exceeds this");
+DEFINE_double(eviction_ratio, MasterOptions{}.eviction_ratio,
+              "Fraction of capacity one eviction round frees");
+DEFINE_bool(enable_multi_tenants, MasterOptions{}.enable_multi_tenants,
+            "Enforce per-tenant byte quota at allocation time");
+DEFINE_string(tenant_quota_connector_type, MasterOptions{}.tenant_quota_connector_type,
+              "Where the quota policy lives: file or etcd");
+DEFINE_string(tenant_quota_connector_uri, MasterOptions{}.tenant_quota_connector_uri,
               "Policy file path (file) or etcd endpoints host:port[,host:port] (etcd)");
-DEFINE_string(admin_token_file, "",
+DEFINE_string(admin_token_file, MasterOptions{}.admin_token_file,
               "File holding a bearer token that every mutating admin endpoint requires");
-DEFINE_string(tenant_tokens_file, "",
+DEFINE_string(tenant_tokens_file, MasterOptions{}.tenant_tokens_file,
               "File of '<tenant> <sha256hex>' lines: a client hello for such a tenant must carry "
               "a token whose SHA-256 matches (overrides the policy's token_sha256)");
-DEFINE_bool(require_tenant_tokens, false,
+DEFINE_bool(require_tenant_tokens, MasterOptions{}.require_tenant_tokens,
             "Refuse a client hello for a tenant that has no token hash (file or policy)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
-DEFINE_bool(enable_ha, false,
+DEFINE_bool(enable_ha, MasterOptions{}.enable_ha,
             "Campaign for leadership on etcd (--etcd_endpoints); only the elected master admits "
             "mutating requests, the others stand by and take over when it goes");
-DEFINE_string(etcd_endpoints, "", "etcd endpoints for --enable_ha: host:port[,host:port...]");
-DEFINE_int64(ha_lease_ttl_sec, 5,
+DEFINE_string(etcd_endpoints, MasterOptions{}.etcd_endpoints,
+              "etcd endpoints for --enable_ha: host:port[,host:port...]");
+DEFINE_int64(ha_lease_ttl_sec, MasterOptions{}.ha_lease_ttl_sec,
              "The leader's etcd lease TTL; a standby takes over at most about this long after "
              "the leader dies (at once on a graceful stop)");
-DEFINE_string(ha_advertise_host, "",
+DEFINE_string(ha_advertise_host, MasterOptions{}.ha_advertise_host,
               "Host written into the master view with the RPC and admin ports (default: "
               "--metrics_host unless 0.0.0.0, else the host name)");
 
@@ -75,7 +89,7 @@ int main(int argc, char** argv) {
             FLAGS_rpc_port, FLAGS_metrics_port);
     return 2;
   }
-  granary::master::MasterOptions o;
+  MasterOptions o;
   o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
   o.rpc_host = FLAGS_rpc_host;
   o.metrics_port = static_cast<uint16_t>(FLAGS_metrics_port);

@@ -18,28 +18,34 @@
 #include "common/mutex.h"
 #include "common/size.h"
 #include "node/cgroup.h"
+#include "node/node_options.h"
 #include "node/node_server.h"
 
-DEFINE_string(master, "127.0.0.1:50051",
+using granary::node::NodeOptions;
+
+// The defaults of the flags that fill NodeOptions are its own (node_options.h); a size is
+// written as ParseSize reads it. docs/flags.md lists them as --helpfull prints them.
+DEFINE_string(master, NodeOptions{}.master,
               "Master address host:port, or etcd://h1:2379;h2:2379 to follow the active master "
               "of --cluster_id (masters started with --enable_ha)");
-DEFINE_string(cluster_id, "granary_cluster", "Cluster name, with an etcd:// --master");
-DEFINE_string(host_segment_size, "1GB",
+DEFINE_string(cluster_id, NodeOptions{}.cluster_id, "Cluster name, with an etcd:// --master");
+DEFINE_string(host_segment_size, granary::FormatSize(NodeOptions{}.host_segment_size),
               "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
-DEFINE_string(gpu_segment_size, "0",
+DEFINE_string(gpu_segment_size, granary::FormatSize(NodeOptions{}.gpu_segment_size),
               "GPU memory to contribute on each --gpu_device (needs a device backend with GPUs)");
 DEFINE_string(gpu_device, "",
               "Device of a GPU segment; repeat the flag (or list them: 0,1) for one segment per "
               "device (default 0)");
-DEFINE_uint32(rpc_port, 0, "RPC port clients connect to (0 = any free port)");
-DEFINE_string(rpc_host, "0.0.0.0",
+DEFINE_uint32(rpc_port, NodeOptions{}.rpc_port, "RPC port clients connect to (0 = any free port)");
+DEFINE_string(rpc_host, NodeOptions{}.rpc_host,
               "Interface the RPC port binds (127.0.0.1: this host only; :: for IPv6)");
-DEFINE_string(local_hostname, "",
+DEFINE_string(local_hostname, NodeOptions{}.local_hostname,
               "Address clients reach this node at (default: the local "
               "address of the connection to the master)");
-DEFINE_uint32(metrics_port, 9103, "HTTP port for /metrics and /health (0 = any)");
-DEFINE_string(metrics_host, "0.0.0.0", "HTTP bind address");
-DEFINE_string(pool, "", "Dedicate this node's segments to one tenant");
+DEFINE_uint32(metrics_port, NodeOptions{}.metrics_port,
+              "HTTP port for /metrics and /health (0 = any)");
+DEFINE_string(metrics_host, NodeOptions{}.metrics_host, "HTTP bind address");
+DEFINE_string(pool, NodeOptions{}.pool, "Dedicate this node's segments to one tenant");
 DEFINE_string(cgroup, "",
               "Run in this memory cgroup (v1 or v2), created under the node's own cgroup "
               "before anything else starts; needs --memory_limit");
@@ -49,18 +55,19 @@ DEFINE_string(memory_limit, "",
 DEFINE_string(memory_reserve, "",
               "Room under --memory_limit for UCX, threads, page tables and heap (default: "
               "64 MB or 3% of the segments, whichever is more)");
-DEFINE_bool(virtual_segments, false, "Register address space only (metadata benchmarks)");
-DEFINE_bool(huge_pages, true, "Try 2 MiB pages for mmap host segments");
-DEFINE_string(segment_memory, "ucx",
+DEFINE_bool(virtual_segments, NodeOptions{}.virtual_segments,
+            "Register address space only (metadata benchmarks)");
+DEFINE_bool(huge_pages, NodeOptions{}.use_huge_pages, "Try 2 MiB pages for mmap host segments");
+DEFINE_string(segment_memory, NodeOptions{}.segment_memory,
               "Who allocates host segments: ucx (shared memory that same-host clients copy "
               "with loads and stores; mmap when UCX cannot) or mmap (anonymous, 2 MiB pages)");
-DEFINE_string(device_name, "",
+DEFINE_string(device_name, NodeOptions{}.device_name,
               "NIC port for the data path, as UCX_NET_DEVICES names it (mlx5_0:1, eth0); "
               "default: UCX_NET_DEVICES, else the NIC nearest the first --gpu_device, else UCX's "
               "choice");
-DEFINE_int32(numa_node, -1,
-             "NUMA node to bind host segments to (default -1: the chosen NIC's node, if any)");
-DEFINE_string(sysfs_root, "/sys", "Where the host topology is read (tests)");
+DEFINE_int32(numa_node, NodeOptions{}.numa_node,
+             "NUMA node to bind host segments to (-1: the chosen NIC's node, if any)");
+DEFINE_string(sysfs_root, NodeOptions{}.sysfs_root, "Where the host topology is read (tests)");
 DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 namespace {
@@ -122,7 +129,7 @@ int main(int argc, char** argv) {
                   std::string(st.message()));
     }
   }
-  granary::node::NodeOptions o;
+  NodeOptions o;
   o.master = FLAGS_master;
   o.cluster_id = FLAGS_cluster_id;
   auto host = granary::ParseSize(FLAGS_host_segment_size);

@@ -23,3 +23,15 @@ add_test(NAME lint_repo_paths
 add_test(NAME lint_repo_paths_self_test
   COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/repo_paths_check_test.py)
 set_tests_properties(lint_repo_paths lint_repo_paths_self_test PROPERTIES LABELS unit TIMEOUT 60)
+
+# docs/flags.md against what the programs print (scripts/flags_doc.py --check): a flag, default
+# or help text changed without regenerating the page fails here (label unit).
+set(_granary_flag_programs $<TARGET_FILE:granary_master> $<TARGET_FILE:granary_node>
+  $<TARGET_FILE:granary>)
+if(TARGET granary_bench)
+  list(APPEND _granary_flag_programs $<TARGET_FILE:granary_bench>)
+endif()
+add_test(NAME docs_flags
+  COMMAND ${GRANARY_LINT_PYTHON} ${PROJECT_SOURCE_DIR}/scripts/flags_doc.py --check
+    ${PROJECT_SOURCE_DIR}/docs/flags.md ${_granary_flag_programs})
+set_tests_properties(docs_flags PROPERTIES LABELS unit TIMEOUT 60)
