@@ -1,11 +1,10 @@
 add_library(granary_test_cluster STATIC ${CMAKE_CURRENT_LIST_DIR}/cluster.cc
   ${CMAKE_CURRENT_LIST_DIR}/netns.cc)
-target_include_directories(granary_test_cluster PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(granary_test_cluster PUBLIC granary::client granary::http GTest::gtest
+target_link_libraries(granary_test_cluster PUBLIC granary::internal granary::client granary::http GTest::gtest
   granary_test_etcd)
 
 add_executable(put_start_hang ${PROJECT_SOURCE_DIR}/tests/tools/put_start_hang.cc)
-target_link_libraries(put_start_hang PRIVATE granary::client)
+target_link_libraries(put_start_hang PRIVATE granary::client granary::internal)
 
 granary_test(NAME integration_store_test LABELS integration tsan TIMEOUT 600
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.cc LIBS granary_test_cluster)

@@ -1,8 +1,7 @@
 # A real single-member etcd child process for tests (skipped without /usr/bin/etcd).
 add_library(granary_test_etcd STATIC ${CMAKE_CURRENT_LIST_DIR}/etcd_server.cc)
-target_include_directories(granary_test_etcd PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(granary_test_etcd
-  PUBLIC absl::status absl::statusor
+  PUBLIC granary::internal absl::status absl::statusor
   PRIVATE absl::strings PkgConfig::HTTPLIB nlohmann_json::nlohmann_json)
 
 # The etcd policy store against a real etcd child process (skipped without /usr/bin/etcd).

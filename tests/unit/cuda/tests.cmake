@@ -11,8 +11,7 @@ set_tests_properties(cuda_kv_layout_fake_test PROPERTIES LABELS "unit" TIMEOUT 3
 
 # The second process of the backend tests (IPC, the backend choice from the environment).
 add_executable(cuda_backend_ipc_helper ${CMAKE_CURRENT_LIST_DIR}/backend_ipc_helper.cc)
-target_link_libraries(cuda_backend_ipc_helper PRIVATE granary::cuda absl::strings)
-target_include_directories(cuda_backend_ipc_helper PRIVATE ${PROJECT_SOURCE_DIR})
+target_link_libraries(cuda_backend_ipc_helper PRIVATE granary::cuda granary::internal absl::strings)
 set_target_properties(cuda_backend_ipc_helper PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
