@@ -102,11 +102,11 @@ DeviceBackend& ChosenFromEnvironment() {
     DeviceBackend* backend =
         &internal::ChooseBackend(std::getenv("GRANARY_DEVICE_BACKEND"), &detail);
     if (absl::StartsWith(detail, "refused")) {
-      LOG_ERROR << "device backend: " << detail;
+      GRANARY_LOG_ERROR << "device backend: " << detail;
     } else if (backend->Name() == "fake") {
-      LOG_WARN << "device backend: " << detail << " (not a GPU: CPU-only test memory)";
+      GRANARY_LOG_WARN << "device backend: " << detail << " (not a GPU: CPU-only test memory)";
     } else {
-      LOG_INFO << "device backend: " << detail;
+      GRANARY_LOG_INFO << "device backend: " << detail;
     }
     return backend;
   }();

@@ -116,8 +116,8 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   GRANARY_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<ClientImpl> c(new ClientImpl(options));
   ScopedLogRoute route(&c->log_route_);
-  LOG_DEBUG << "client of tenant '" << options.tenant_id << "': connecting to the master at "
-            << options.master_server_address;
+  GRANARY_LOG_DEBUG << "client of tenant '" << options.tenant_id
+                    << "': connecting to the master at " << options.master_server_address;
   std::vector<std::pair<std::string, std::string>> ucx;
   if (options.protocol == "tcp") ucx.emplace_back("TLS", "tcp");
   GRANARY_ASSIGN_OR_RETURN(const transport::Topology topo, transport::Topology::Read());
@@ -174,8 +174,9 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
         {{"path", "ucx"}});
     c->rma_->set_device_memory(true);
     c->device_->set_direct_ucx(c->ucx_transfers_);
-    LOG_INFO << "this UCX supports CUDA memory: device buffers, and GPU segments this process "
-                "cannot map, move through UCX";
+    GRANARY_LOG_INFO
+        << "this UCX supports CUDA memory: device buffers, and GPU segments this process "
+           "cannot map, move through UCX";
   }
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
@@ -199,8 +200,9 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
                                         absl::StartsWith(r, "rocm") || absl::StartsWith(r, "gdr");
                                });
   if (c->messages_between_hosts_) {
-    LOG_DEBUG << "UCX opened no network transport but tcp: values to nodes on other hosts move "
-                 "in Read and Write messages";
+    GRANARY_LOG_DEBUG
+        << "UCX opened no network transport but tcp: values to nodes on other hosts move "
+           "in Read and Write messages";
   }
   for (int op = 0; op < 2; ++op) {
     c->inline_values_[op] = c->metrics_.Counter(

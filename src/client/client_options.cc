@@ -170,7 +170,7 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
           "Mooncake's config), e.g. \"master_server_address\": \"10.0.0.1:50051\""));
     }
     if (f == nullptr || f->kind == Kind::kRemoved) {
-      if (f != nullptr) LOG_WARN << RemovedWarning(where, *f);
+      if (f != nullptr) GRANARY_LOG_WARN << RemovedWarning(where, *f);
       if (f == nullptr) unused.push_back(k);
       o.unknown_keys.push_back(k);
       continue;
@@ -180,8 +180,8 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
     if (!st.ok()) return wrap(absl::Status(st.code(), absl::StrCat(k, " ", st.message())));
   }
   if (!unused.empty()) {
-    LOG_WARN << where
-             << ": ignoring keys this version does not use: " << absl::StrJoin(unused, ", ");
+    GRANARY_LOG_WARN << where << ": ignoring keys this version does not use: "
+                     << absl::StrJoin(unused, ", ");
   }
   absl::Status st = o.Validate();
   if (!st.ok()) return wrap(st);
@@ -197,7 +197,7 @@ absl::StatusOr<ClientOptions> ClientOptions::FromEnvironment() {
     const char* v = std::getenv(f.env);
     if (v == nullptr || *v == '\0') continue;
     if (f.kind == Kind::kRemoved) {
-      LOG_WARN << RemovedWarning(absl::StrCat("environment variable ", f.env), f);
+      GRANARY_LOG_WARN << RemovedWarning(absl::StrCat("environment variable ", f.env), f);
       continue;
     }
     absl::Status st = f.set(&o, v);

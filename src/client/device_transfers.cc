@@ -79,7 +79,8 @@ void DeviceTransfers::Unmapped(void* local, uint64_t size) {
   for (auto& [start, piece] : gone) {
     if (piece.backend == nullptr) continue;  // a piece that failed to pin
     if (absl::Status st = piece.backend->HostUnregister(reinterpret_cast<void*>(start)); !st.ok()) {
-      LOG_WARN << "unpinning node memory at " << reinterpret_cast<void*>(start) << ": " << st;
+      GRANARY_LOG_WARN << "unpinning node memory at " << reinterpret_cast<void*>(start) << ": "
+                       << st;
     }
   }
 }
@@ -181,8 +182,9 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
       if (!pst.ok()) {
         // Remembered, so a piece that cannot be pinned is not tried on every copy.
         pin_failures_->Inc();
-        LOG_WARN << "pinning " << bytes << " bytes of node memory for device copies failed (the "
-                 << "copies read pageable memory, slower): " << pst;
+        GRANARY_LOG_WARN << "pinning " << bytes
+                         << " bytes of node memory for device copies failed (the "
+                         << "copies read pageable memory, slower): " << pst;
         pinned_bytes_ -= bytes;
         pinned_gauge_->Set(static_cast<double>(pinned_bytes_));
         continue;

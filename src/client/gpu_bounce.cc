@@ -94,7 +94,7 @@ void GpuBounce::ReturnSlot(Slot s) {
 
 void GpuBounce::FreeSlot(Slot s) {
   if (absl::Status st = registrations_->Unregister(s.data); !st.ok()) {
-    LOG_WARN << "unregistering a bounce slot failed: " << st;
+    GRANARY_LOG_WARN << "unregistering a bounce slot failed: " << st;
   }
   if (s.pinned) {
     cuda::ActiveBackend().HostFreePinned(s.data);
@@ -191,8 +191,8 @@ absl::Status GpuBounce::Run(std::vector<transport::RmaOp> ops, uint32_t node_tim
     // resumes runs the requests it had queued): never reuse it. Kept registered, and never
     // freed while this client lives.
     retired_->Inc();
-    LOG_WARN << "retiring a " << kSlotBytes
-             << "-byte GPU bounce slot after a failed transfer: " << st;
+    GRANARY_LOG_WARN << "retiring a " << kSlotBytes
+                     << "-byte GPU bounce slot after a failed transfer: " << st;
     granary::MutexLock lock(&mu_);
     retired_slots_.push_back(job.slots[i]);
   }

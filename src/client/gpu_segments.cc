@@ -21,7 +21,7 @@ struct GpuSegments::Mapping {
   unsigned char* base = nullptr;
   ~Mapping() {
     if (absl::Status st = backend->CloseIpc(base); !st.ok()) {
-      LOG_WARN << "closing a GPU segment's IPC mapping failed: " << st;
+      GRANARY_LOG_WARN << "closing a GPU segment's IPC mapping failed: " << st;
     }
   }
 };
@@ -129,8 +129,8 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
     absl::Status failed =
         absl::UnavailableError(absl::StrCat(where, ": opening its IPC handle on device ", device,
                                             " failed: ", base.status().message()));
-    LOG_WARN << failed << "; the node stages its transfers instead until "
-             << absl::FormatDuration(kRetryOpenAfter) << " from now";
+    GRANARY_LOG_WARN << failed << "; the node stages its transfers instead until "
+                     << absl::FormatDuration(kRetryOpenAfter) << " from now";
     granary::MutexLock lock(&mu_);
     failed_[key] =
         Failed{seg.gpu_ipc, absl::Now() + kRetryOpenAfter, std::string(base.status().message())};
@@ -142,7 +142,7 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
   m->ipc = seg.gpu_ipc;
   m->base = static_cast<unsigned char*>(*base);
   opened_->Inc();
-  LOG_DEBUG << "mapped " << where << " (" << seg.size << " bytes) on device " << device;
+  GRANARY_LOG_DEBUG << "mapped " << where << " (" << seg.size << " bytes) on device " << device;
   granary::MutexLock lock(&mu_);  // destroyed before `m`: a losing `m` closes unlocked
   failed_.erase(key);
   auto [it, fresh] = mapped_.try_emplace(key, m);

@@ -519,9 +519,10 @@ void HttpServer::Count(absl::string_view reason, const std::string& peer) {
   if (it != refused_.end()) it->second->Inc();
   MutexLock lock(&log_mu_);
   if (logged_peers_.size() >= kMaxLoggedPeers || !logged_peers_.insert(peer).second) return;
-  LOG_WARN << "HTTP port " << port_ << ": refused a connection from " << peer << " (" << reason
-           << "); further refusals of this peer are only counted "
-              "(granary_http_connections_refused_total)";
+  GRANARY_LOG_WARN << "HTTP port " << port_ << ": refused a connection from " << peer << " ("
+                   << reason
+                   << "); further refusals of this peer are only counted "
+                      "(granary_http_connections_refused_total)";
 }
 
 void HttpServer::Work(Lane* lane) {

@@ -75,16 +75,16 @@ struct Voidify {
 }  // namespace granary
 
 #define GRANARY_LOG_ENABLED(level) (::granary::LogEnabled(::granary::LogLevel::level))
-#define LOG_AT(level)                                                                       \
+#define GRANARY_LOG_AT(level)                                                               \
   !GRANARY_LOG_ENABLED(level)                                                               \
       ? (void)0                                                                             \
       : ::granary::internal::Voidify() &                                                    \
             ::granary::internal::LogMessage(::granary::LogLevel::level, __FILE__, __LINE__) \
                 .stream()
-#define LOG_DEBUG LOG_AT(kDebug)
-#define LOG_INFO LOG_AT(kInfo)
-#define LOG_WARN LOG_AT(kWarning)
-#define LOG_ERROR LOG_AT(kError)
+#define GRANARY_LOG_DEBUG GRANARY_LOG_AT(kDebug)
+#define GRANARY_LOG_INFO GRANARY_LOG_AT(kInfo)
+#define GRANARY_LOG_WARN GRANARY_LOG_AT(kWarning)
+#define GRANARY_LOG_ERROR GRANARY_LOG_AT(kError)
 
 // CHECK: a broken internal invariant crashes loudly. Never use it on user input.
 #define GRANARY_CHECK(cond)                                                                     \

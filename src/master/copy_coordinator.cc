@@ -159,7 +159,7 @@ bool CopyCoordinator::AbortCopy(const std::string& tk, uint64_t generation, cons
   segments_->FreeAfter({pc.dest}, clock_->NowMs(), options_.AbortedPutHoldMs());
   ledger_->Refund(TenantOfKey(tk), pc.dest.size);
   ReleaseLease(tk, pc.object_generation, pc.lease_until);
-  LOG_DEBUG << "copy aborted (" << why << ")";
+  GRANARY_LOG_DEBUG << "copy aborted (" << why << ")";
   return true;
 }
 

@@ -382,9 +382,10 @@ uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::st
   if (count > 0) {
     counters_->evicted->Inc(count);
     counters_->evicted_bytes->Inc(freed);
-    LOG_INFO << "evicted " << count << " object(s), " << FormatSize(freed) << " (" << reason
-             << (only_tenant != nullptr ? ", tenant " + *only_tenant : std::string()) << ") in "
-             << (MonotonicUs() - started_us) / 1000.0 << " ms, " << scanned << " object(s) scanned";
+    GRANARY_LOG_INFO << "evicted " << count << " object(s), " << FormatSize(freed) << " (" << reason
+                     << (only_tenant != nullptr ? ", tenant " + *only_tenant : std::string())
+                     << ") in " << (MonotonicUs() - started_us) / 1000.0 << " ms, " << scanned
+                     << " object(s) scanned";
   }
   return freed;
 }

@@ -333,8 +333,8 @@ proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
   restored_->Inc(rep.restored);
   rejected_->Inc(rep.rejected);
   if (!first_error.ok()) {
-    LOG_WARN << "inventory report of node session " << session << ": " << rep.rejected
-             << " record(s) refused; the first: " << first_error;
+    GRANARY_LOG_WARN << "inventory report of node session " << session << ": " << rep.rejected
+                     << " record(s) refused; the first: " << first_error;
   }
   if (req.last) {
     uint64_t quarantined = 0;
@@ -342,8 +342,8 @@ proto::InventoryReportReply InventoryRestore::Report(uint64_t session,
       quarantined += segments_->FinishRestore(id, now);
     }
     quarantined_->Inc(quarantined);
-    LOG_INFO << "inventory of node session " << session << " restored; " << FormatSize(quarantined)
-             << " of unreported space quarantined";
+    GRANARY_LOG_INFO << "inventory of node session " << session << " restored; "
+                     << FormatSize(quarantined) << " of unreported space quarantined";
   }
   return rep;
 }

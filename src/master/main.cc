@@ -133,10 +133,11 @@ int main(int argc, char** argv) {
       sigwait(&set, &sig);
       if (sig == SIGHUP) {
         absl::Status st = s->ReloadPolicy();
-        LOG_INFO << "SIGHUP: tenant quota policy reload: " << (st.ok() ? "OK" : st.ToString());
+        GRANARY_LOG_INFO << "SIGHUP: tenant quota policy reload: "
+                         << (st.ok() ? "OK" : st.ToString());
         continue;
       }
-      LOG_INFO << "signal " << sig << ": shutting down";
+      GRANARY_LOG_INFO << "signal " << sig << ": shutting down";
       s->Shutdown();
       return;
     }
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
     // HA: this master led and was fenced; its tables are stale. Start over as a fresh standby
     // (same flags), which rebuilds from the nodes if it is elected. Everything it held (UCX,
     // sockets) was closed by the reset; close_range covers anything left.
-    LOG_INFO << "HA: restarting as a fresh standby";
+    GRANARY_LOG_INFO << "HA: restarting as a fresh standby";
     std::vector<char*> exec_argv;
     for (std::string& a : args) exec_argv.push_back(a.data());
     exec_argv.push_back(nullptr);

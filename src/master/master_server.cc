@@ -23,8 +23,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   GRANARY_ASSIGN_OR_RETURN(tenant::TokenHashes token_file,
                            tenant::LoadTokensFile(options.tenant_tokens_file));
   if (!options.tenant_tokens_file.empty()) {
-    LOG_INFO << "tenant tokens: " << token_file.size() << " tenant(s) from "
-             << options.tenant_tokens_file;
+    GRANARY_LOG_INFO << "tenant tokens: " << token_file.size() << " tenant(s) from "
+                     << options.tenant_tokens_file;
   }
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->options_ = options;
@@ -43,9 +43,9 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
         raw->election_->Fence("a guarded policy write found another epoch");
       };
     } else {
-      LOG_WARN << "HA: the quota policy's etcd (" << options.tenant_quota_connector_uri
-               << ") is not --etcd_endpoints (" << options.etcd_endpoints
-               << "): policy writes are not guarded by the epoch";
+      GRANARY_LOG_WARN << "HA: the quota policy's etcd (" << options.tenant_quota_connector_uri
+                       << ") is not --etcd_endpoints (" << options.etcd_endpoints
+                       << "): policy writes are not guarded by the epoch";
     }
   }
   GRANARY_ASSIGN_OR_RETURN(s->tenants_,
@@ -115,12 +115,12 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
     const nlohmann::json view = {{"rpc", absl::StrCat(host, ":", s->rpc_port())},
                                  {"admin", absl::StrCat(host, ":", s->http_port())},
                                  {"fence_margin_ms", options.ha_margin_ms}};
-    LOG_INFO << "HA: standing by, campaigning for " << s->election_->view_key() << " on "
-             << s->etcd_->Describe() << " (lease " << options.ha_lease_ttl_sec << " s)";
+    GRANARY_LOG_INFO << "HA: standing by, campaigning for " << s->election_->view_key() << " on "
+                     << s->etcd_->Describe() << " (lease " << options.ha_lease_ttl_sec << " s)";
     s->election_->Start(view.dump());
   }
-  LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http " << options.metrics_host
-           << ":" << s->http_port();
+  GRANARY_LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http "
+                   << options.metrics_host << ":" << s->http_port();
   return s;
 }
 
@@ -155,15 +155,15 @@ absl::Status MasterServer::SetUpElection() {
     // leader's clients, the policy as stored now. Nodes re-mount and report their inventories.
     service_->BecomeActive(term, ha::FenceMarginOfView(previous_view));
     if (absl::Status st = tenants_->Reload(); !st.ok() && tenants_->enabled()) {
-      LOG_WARN << "HA: elected at epoch " << epoch << " but re-reading the policy failed "
-               << "(the last one read stays): " << st;
+      GRANARY_LOG_WARN << "HA: elected at epoch " << epoch << " but re-reading the policy failed "
+                       << "(the last one read stays): " << st;
     }
     was_active_.store(true);
   };
   cb.may_campaign = [this] {
     if (!was_active_.load()) return true;
-    LOG_WARN << "HA: this master led before and was fenced; its tables are stale, so it "
-                "restarts as a fresh standby instead of campaigning again";
+    GRANARY_LOG_WARN << "HA: this master led before and was fenced; its tables are stale, so it "
+                        "restarts as a fresh standby instead of campaigning again";
     restart_requested_.store(true);
     NotifyStopped();
     return false;
@@ -349,7 +349,7 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
   const uint64_t id = f.header.request_id;
   auto fail = [&](const absl::Status& st) {
     bad_requests_->Inc();
-    LOG_DEBUG << "bad " << proto::MsgTypeName(f.header.type) << " request: " << st;
+    GRANARY_LOG_DEBUG << "bad " << proto::MsgTypeName(f.header.type) << " request: " << st;
     return proto::EncodeFrame(reply_type, id, proto::StatusReply{proto::WireStatus::From(st)});
   };
   // HA: a master that does not lead (or whose lease may have run out) admits nothing, and a

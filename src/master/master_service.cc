@@ -84,8 +84,8 @@ void MasterService::SessionClosed(SessionId sid) {
   if (!s->in_flight.empty()) {
     std::vector<std::string> keys(s->in_flight.begin(), s->in_flight.end());
     objects_.FreeInFlight(sid, keys);
-    LOG_INFO << "session " << sid << " closed: freed " << keys.size()
-             << " allocation(s) it had in flight";
+    GRANARY_LOG_INFO << "session " << sid << " closed: freed " << keys.size()
+                     << " allocation(s) it had in flight";
   }
   if (s->role == proto::Role::kNode) {
     restore_.Forget(sid);
@@ -97,7 +97,8 @@ void MasterService::SessionClosed(SessionId sid) {
     }
     auto held = std::make_shared<absl::flat_hash_set<uint64_t>>();
     if (!ids.empty()) {
-      LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size() << " segment(s)";
+      GRANARY_LOG_INFO << "node session " << sid << " closed: unmounting " << ids.size()
+                       << " segment(s)";
       *held = DropSegments(ids);
     }
     granary::MutexLock lock(&dropped_mu_);
@@ -171,9 +172,9 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   }
   rep.segment_id = *id;
   RescaleQuotas();
-  LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id << " at "
-           << req.node_address << ": " << FormatSize(req.size)
-           << (req.resumed ? " (resumed: its inventory follows)" : "");
+  GRANARY_LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id
+                   << " at " << req.node_address << ": " << FormatSize(req.size)
+                   << (req.resumed ? " (resumed: its inventory follows)" : "");
   return rep;
 }
 
@@ -205,7 +206,7 @@ proto::StatusReply MasterService::UnmountSegment(SessionId sid,
     return rep;
   }
   DropSegments({req.segment_id});
-  LOG_INFO << "unmounted segment " << req.segment_id;
+  GRANARY_LOG_INFO << "unmounted segment " << req.segment_id;
   return rep;
 }
 
@@ -293,14 +294,15 @@ std::vector<SessionId> MasterService::Tick() {
   }
   std::vector<SessionId> dead = sessions_.Expired(now);
   for (SessionId sid : dead) {
-    LOG_WARN << "session " << sid << " sent nothing for more than " << options_.client_ttl_ms
-             << " ms: declaring it dead";
+    GRANARY_LOG_WARN << "session " << sid << " sent nothing for more than "
+                     << options_.client_ttl_ms << " ms: declaring it dead";
     counters_.sessions_expired->Inc();
     SessionClosed(sid);
   }
   if (uint64_t released = segments_.Expire(now); released > 0) {
-    LOG_INFO << FormatSize(released)
-             << " of quarantined or held space is allocatable again (its late writes are past)";
+    GRANARY_LOG_INFO
+        << FormatSize(released)
+        << " of quarantined or held space is allocatable again (its late writes are past)";
   }
   quarantined_bytes_->Set(static_cast<double>(segments_.totals().quarantined));
   evictor_.EvictAboveWatermark();
@@ -317,9 +319,10 @@ int64_t MasterService::BecomeActive(uint64_t term, int64_t credit_ms) {
   const int64_t full = options_.WriteWindowMs() + options_.restart_quarantine_margin_ms;
   const int64_t until = now + full - std::clamp<int64_t>(credit_ms, 0, full);
   segments_.SetQuarantineUntil(until);
-  LOG_INFO << "HA: unreported space stays quarantined for " << until - now << " ms (write window "
-           << options_.WriteWindowMs() << " + margin " << options_.restart_quarantine_margin_ms
-           << " - the previous leader's fencing margin " << credit_ms << ")";
+  GRANARY_LOG_INFO << "HA: unreported space stays quarantined for " << until - now
+                   << " ms (write window " << options_.WriteWindowMs() << " + margin "
+                   << options_.restart_quarantine_margin_ms
+                   << " - the previous leader's fencing margin " << credit_ms << ")";
   return until;
 }
 

@@ -236,7 +236,7 @@ bool ObjectStore::AbortPut(const std::string& tk, uint64_t generation, const cha
   segments_->FreeAfter(freed, clock_->NowMs(), options_.AbortedPutHoldMs());
   ledger_->Refund(TenantOfKey(tk), PlacedBytes(freed));
   sessions_->ForgetInFlight(writer, tk);
-  LOG_DEBUG << "put aborted (" << why << "), generation " << generation;
+  GRANARY_LOG_DEBUG << "put aborted (" << why << "), generation " << generation;
   return true;
 }
 
@@ -527,7 +527,7 @@ absl::flat_hash_set<uint64_t> ObjectStore::DropSegments(const std::vector<uint64
   }
   if (lost > 0) {
     counters_->lost->Inc(lost);
-    LOG_WARN << lost << " object(s) lost with their only replica(s)";
+    GRANARY_LOG_WARN << lost << " object(s) lost with their only replica(s)";
   }
   return held;
 }

@@ -42,8 +42,8 @@ proto::HelloReply SessionTable::Hello(SessionId sid, const proto::HelloRequest& 
     st = token_check_.Check(req.tenant_id, req.token);
     if (!st.ok()) {
       counters_->hello_rejects_token->Inc();
-      LOG_WARN << "session " << sid << " hello refused: " << st.message() << " (client "
-               << req.client_id << ")";
+      GRANARY_LOG_WARN << "session " << sid << " hello refused: " << st.message() << " (client "
+                       << req.client_id << ")";
       rep.status = Err(st);
       return rep;
     }
@@ -63,8 +63,8 @@ proto::HelloReply SessionTable::Hello(SessionId sid, const proto::HelloRequest& 
       static_cast<uint32_t>(std::max<int64_t>(options_.client_ttl_ms / 4, 50));
   rep.master_id = master_id;
   rep.write_window_ms = static_cast<uint32_t>(options_.WriteWindowMs());
-  LOG_DEBUG << "session " << sid << " hello: role=" << static_cast<int>(req.role)
-            << " tenant=" << req.tenant_id << " client=" << req.client_id;
+  GRANARY_LOG_DEBUG << "session " << sid << " hello: role=" << static_cast<int>(req.role)
+                    << " tenant=" << req.tenant_id << " client=" << req.client_id;
   return rep;
 }
 

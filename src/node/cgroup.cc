@@ -85,7 +85,7 @@ void WriteIfPresent(const std::string& path, const std::string& value) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return;
   if (int err = WriteRaw(path, value); err != 0) {
-    LOG_WARN << "writing '" << value << "' to " << path << ": " << std::strerror(err);
+    GRANARY_LOG_WARN << "writing '" << value << "' to " << path << ": " << std::strerror(err);
   }
 }
 
@@ -199,10 +199,11 @@ absl::StatusOr<std::unique_ptr<NodeCgroup>> NodeCgroup::Enter(const CgroupPaths&
           pids.size() > 1 ? absl::StrCat(" and ", pids.size() - 1, " more") : "",
           ": another node runs under --cgroup=", name, "; give each node its own name"));
     }
-    LOG_INFO << "cgroup " << dir << " exists and is empty: reusing it (in use "
-             << FormatSize(ReadNumber(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"))
-                               .value_or(0))
-             << " already: shared memory a previous run left mapped stays charged)";
+    GRANARY_LOG_INFO
+        << "cgroup " << dir << " exists and is empty: reusing it (in use "
+        << FormatSize(
+               ReadNumber(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current")).value_or(0))
+        << " already: shared memory a previous run left mapped stays charged)";
   }
   std::unique_ptr<NodeCgroup> cg(new NodeCgroup(*layout, dir, pid));
   const std::string value = std::to_string(limit);
@@ -233,8 +234,8 @@ absl::StatusOr<std::unique_ptr<NodeCgroup>> NodeCgroup::Enter(const CgroupPaths&
     WriteIfPresent(dir + "/memory.swap.max", "0");
     WriteIfPresent(dir + "/memory.oom.group", "1");
   }
-  LOG_INFO << "running in memory cgroup " << dir << " (" << cg->version_name() << "), limit "
-           << FormatSize(limit);
+  GRANARY_LOG_INFO << "running in memory cgroup " << dir << " (" << cg->version_name()
+                   << "), limit " << FormatSize(limit);
   return cg;
 }
 
@@ -310,13 +311,14 @@ void NodeCgroup::Leave() {
   if (left_) return;
   left_ = true;
   if (layout_.version == CgroupVersion::kV2) {
-    LOG_INFO << "leaving cgroup " << dir_ << " in place (cgroup v2: the next start reuses it)";
+    GRANARY_LOG_INFO << "leaving cgroup " << dir_
+                     << " in place (cgroup v2: the next start reuses it)";
     return;
   }
   if (!WriteFile(Parent(dir_) + "/cgroup.procs", std::to_string(pid_)).ok() ||
       rmdir(dir_.c_str()) != 0) {
-    LOG_WARN << "cgroup " << dir_ << " not removed (" << std::strerror(errno)
-             << "): a process is still in it";
+    GRANARY_LOG_WARN << "cgroup " << dir_ << " not removed (" << std::strerror(errno)
+                     << "): a process is still in it";
   }
 }
 

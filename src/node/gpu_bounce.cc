@@ -210,8 +210,9 @@ absl::Status GpuBounce::Remote(std::vector<transport::RmaOp> ops,
       stopping = stopping_;
     }
     if (stopping || std::chrono::steady_clock::now() > deadline + std::chrono::seconds(1)) {
-      LOG_WARN << "abandoning the GPU bounce slots: a transfer with " << slot_bytes_
-               << "-byte slots did not complete" << (stopping ? " before the node stopped" : "");
+      GRANARY_LOG_WARN << "abandoning the GPU bounce slots: a transfer with " << slot_bytes_
+                       << "-byte slots did not complete"
+                       << (stopping ? " before the node stopped" : "");
       for (Slot& s : slots_) {
         (void)s.region.release();  // leaked with their memory: UCX may still touch them
         s.data = nullptr;

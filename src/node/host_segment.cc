@@ -77,8 +77,9 @@ absl::StatusOr<std::unique_ptr<HostSegment>> HostSegment::Create(const Options& 
     if (mlock(s->data_, o.size) == 0) {
       s->locked_ = true;
     } else {
-      LOG_WARN << "mlock of " << FormatSize(o.size) << " failed (" << std::strerror(errno)
-               << "): the segment may be swapped; raise RLIMIT_MEMLOCK (LimitMEMLOCK=infinity)";
+      GRANARY_LOG_WARN
+          << "mlock of " << FormatSize(o.size) << " failed (" << std::strerror(errno)
+          << "): the segment may be swapped; raise RLIMIT_MEMLOCK (LimitMEMLOCK=infinity)";
     }
   }
   return s;

@@ -165,7 +165,8 @@ int main(int argc, char** argv) {
   if (cgroup != nullptr) {
     // hugetlb pages are charged to the hugetlb controller, not to the memory limit: under a
     // limit they would escape it. Unlocked pages could be reclaimed behind the check.
-    if (o.use_huge_pages) LOG_INFO << "--cgroup: 2 MiB hugetlb pages off (not memory-limited)";
+    if (o.use_huge_pages)
+      GRANARY_LOG_INFO << "--cgroup: 2 MiB hugetlb pages off (not memory-limited)";
     o.use_huge_pages = false;
     o.require_mlock = true;
     auto f = cgroup->Read();
@@ -185,7 +186,7 @@ int main(int argc, char** argv) {
   }
   if (cgroup != nullptr) {
     if (auto warning = cgroup->CheckCharged(usage_before, o.host_segment_size)) {
-      LOG_WARN << *warning;
+      GRANARY_LOG_WARN << *warning;
     }
     granary::node::ExportCgroupMetrics(cgroup.get(), &(*node)->metrics());
     (*node)->SetCgroup(cgroup.get());
@@ -193,7 +194,7 @@ int main(int argc, char** argv) {
   std::thread([&set, n = node->get()] {
     int sig = 0;
     sigwait(&set, &sig);
-    LOG_INFO << "signal " << sig << ": unmounting and shutting down";
+    GRANARY_LOG_INFO << "signal " << sig << ": unmounting and shutting down";
     n->Shutdown();
   }).detach();
   (*node)->Run();

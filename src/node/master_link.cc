@@ -93,8 +93,8 @@ absl::Status MasterLink::ConnectAndMount() {
                                  proto::MsgType::kMountSegment,
                                  p_.service->MountRequest(i, who, resumed), kRpcTimeout)));
     p_.service->SetMounted(i, mr.segment_id);
-    LOG_INFO << "mounted " << p_.service->segments()[i].name << " at master " << address
-             << " as segment " << mr.segment_id << ", reachable at " << who.node_address;
+    GRANARY_LOG_INFO << "mounted " << p_.service->segments()[i].name << " at master " << address
+                     << " as segment " << mr.segment_id << ", reachable at " << who.node_address;
   }
   if (resumed) GRANARY_RETURN_IF_ERROR(ReportInventory());
   p_.metrics->mounts->Inc();
@@ -170,11 +170,12 @@ absl::Status MasterLink::ReportInventory() {
   p_.metrics->mismatches->Inc(dropped);
   p_.metrics->records_reported->Inc(sent);
   p_.metrics->inventory_entries->Set(static_cast<double>(p_.inventory->size()));
-  LOG_INFO << "reported " << sent << " inventory entr" << (sent == 1 ? "y" : "ies") << " to master "
-           << p_.options->master << " in " << batches << " batch" << (batches == 1 ? "" : "es")
-           << " and " << (MonotonicUs() - t0) / 1000 << " ms (" << build_us / 1000
-           << " ms of it building them): " << restored << " restored, " << rejected << " refused; "
-           << dropped << " dropped here (header mismatch)";
+  GRANARY_LOG_INFO << "reported " << sent << " inventory entr" << (sent == 1 ? "y" : "ies")
+                   << " to master " << p_.options->master << " in " << batches << " batch"
+                   << (batches == 1 ? "" : "es") << " and " << (MonotonicUs() - t0) / 1000
+                   << " ms (" << build_us / 1000 << " ms of it building them): " << restored
+                   << " restored, " << rejected << " refused; " << dropped
+                   << " dropped here (header mismatch)";
   return absl::OkStatus();
 }
 
@@ -205,7 +206,7 @@ void MasterLink::SyncLoop() {
     if (!rep.ok()) {
       // The session thread notices a broken connection and reconnects; records of the session
       // that broke are moot (its master dropped these segments, or is gone).
-      LOG_DEBUG << "inventory poll failed: " << rep.status();
+      GRANARY_LOG_DEBUG << "inventory poll failed: " << rep.status();
       // NOT_LEADER: the master lost the lead, or its reply carried a deposed epoch.
       if (m->broken() || ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) {
         granary::MutexLock lock(&mu_);
@@ -277,9 +278,9 @@ void MasterLink::Run() {
         p_.metrics->connect_failures->Inc();
         const int64_t wait = backoff.NextMs();
         if (backoff.failures() == 1) {
-          LOG_WARN << "cannot register with master " << p_.options->master << ": " << st
-                   << "; retrying with back-off (up to " << p_.options->reconnect_backoff_max_ms
-                   << " ms apart)";
+          GRANARY_LOG_WARN << "cannot register with master " << p_.options->master << ": " << st
+                           << "; retrying with back-off (up to "
+                           << p_.options->reconnect_backoff_max_ms << " ms apart)";
         }
         master_.reset();
         SleepUntilMasterMoves(wait);
@@ -299,7 +300,7 @@ void MasterLink::Run() {
       auto hb = master_->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
           proto::MsgType::kHeartbeat, MakeHeartbeat(), kRpcTimeout);
       if (!hb.ok()) {
-        LOG_WARN << "heartbeat to master failed: " << hb.status() << "; reconnecting";
+        GRANARY_LOG_WARN << "heartbeat to master failed: " << hb.status() << "; reconnecting";
         master_.reset();
       }
     }
@@ -314,7 +315,7 @@ proto::HeartbeatRequest MasterLink::MakeHeartbeat() const {
   if (cgroup_ == nullptr) return req;
   absl::StatusOr<CgroupFigures> f = cgroup_->Read();
   if (!f.ok()) {
-    LOG_DEBUG << "cgroup figures for the heartbeat: " << f.status();
+    GRANARY_LOG_DEBUG << "cgroup figures for the heartbeat: " << f.status();
     return req;
   }
   req.has_cgroup = true;
@@ -330,9 +331,9 @@ void MasterLink::UnmountAll() {
     auto rep = master_->Invoke<proto::UnmountSegmentRequest, proto::StatusReply>(
         proto::MsgType::kUnmountSegment, proto::UnmountSegmentRequest{id}, absl::Seconds(2));
     if (rep.ok()) {
-      LOG_INFO << "unmounted segment " << id;
+      GRANARY_LOG_INFO << "unmounted segment " << id;
     } else {
-      LOG_WARN << "unmount of segment " << id << " failed: " << rep.status();
+      GRANARY_LOG_WARN << "unmount of segment " << id << " failed: " << rep.status();
     }
   }
 }

@@ -66,8 +66,8 @@ void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t gen
                            0};
     if (absl::Status st = cuda::ActiveBackend().CompareExchange64(s.gpu, &op, 1); !st.ok()) {
       ++gpu_errors_;
-      LOG_WARN << "inventory: invalidating the header at offset " << offset << " of GPU segment '"
-               << s.name << "' failed: " << st;
+      GRANARY_LOG_WARN << "inventory: invalidating the header at offset " << offset
+                       << " of GPU segment '" << s.name << "' failed: " << st;
     }
     return;
   }
@@ -181,8 +181,9 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
         for (size_t i = 0; i < gpu_n; ++i) offsets[i] = v[gpu_from + i].offset;
         gpu = ReadGpuHeaders(index, offsets, gpu_n);
         if (!gpu.ok()) {
-          LOG_WARN << "inventory: reading " << gpu_n << " header(s) of GPU segment '"
-                   << (*segments_)[index].name << "' failed, not reporting them: " << gpu.status();
+          GRANARY_LOG_WARN << "inventory: reading " << gpu_n << " header(s) of GPU segment '"
+                           << (*segments_)[index].name
+                           << "' failed, not reporting them: " << gpu.status();
         }
       }
       const bool read = !on_gpu || gpu.ok();

@@ -74,8 +74,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   if (options.serve_http) {
     GRANARY_RETURN_IF_ERROR(n->http_.Start(options.metrics_host, options.metrics_port));
   }
-  LOG_INFO << "granary_node " << n->node_id_ << " listening on port " << n->listen_port()
-           << ", http port " << n->http_port();
+  GRANARY_LOG_INFO << "granary_node " << n->node_id_ << " listening on port " << n->listen_port()
+                   << ", http port " << n->http_port();
   return n;
 }
 

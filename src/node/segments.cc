@@ -94,8 +94,9 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
       GRANARY_RETURN_IF_ERROR(
           CheckHostSegmentFits("host segment " + name, options.host_segment_size, *machine));
     } else {
-      LOG_WARN << "host segment " << name << ": its size is not checked against the machine's "
-               << "memory: " << machine.status().message();
+      GRANARY_LOG_WARN << "host segment " << name
+                       << ": its size is not checked against the machine's "
+                       << "memory: " << machine.status().message();
     }
   }
   Segment seg;
@@ -119,16 +120,16 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
                          "(LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK"));
       }
       if (!locked) {
-        LOG_WARN << "host segment " << name << ": mlock failed (" << strerror(errno)
-                 << "); the memory may be swapped";
+        GRANARY_LOG_WARN << "host segment " << name << ": mlock failed (" << strerror(errno)
+                         << "); the memory may be swapped";
       }
       seg.region = std::move(*region);
-      LOG_INFO << "host segment " << name << ": " << FormatSize(options.host_segment_size)
-               << ", allocated by UCX (shared memory for same-host peers)"
-               << (locked ? ", locked" : ", not locked") << NumaText(host_numa_node_);
+      GRANARY_LOG_INFO << "host segment " << name << ": " << FormatSize(options.host_segment_size)
+                       << ", allocated by UCX (shared memory for same-host peers)"
+                       << (locked ? ", locked" : ", not locked") << NumaText(host_numa_node_);
     } else {
-      LOG_WARN << "host segment " << name << ": UCX could not allocate it ("
-               << region.status().message() << "); falling back to mmap";
+      GRANARY_LOG_WARN << "host segment " << name << ": UCX could not allocate it ("
+                       << region.status().message() << "); falling back to mmap";
     }
   }
   if (seg.region == nullptr) {
@@ -147,11 +148,11 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
     }
     GRANARY_ASSIGN_OR_RETURN(
         seg.region, transport::MemoryRegion::Create(ctx, seg.memory->data(), seg.memory->size()));
-    LOG_INFO << "host segment " << name << ": " << FormatSize(ho.size)
-             << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
-             << (seg.memory->locked() ? ", locked" : ", not locked")
-             << (options.virtual_segments ? ", virtual (no data)" : "")
-             << (options.virtual_segments ? "" : NumaText(host_numa_node_));
+    GRANARY_LOG_INFO << "host segment " << name << ": " << FormatSize(ho.size)
+                     << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
+                     << (seg.memory->locked() ? ", locked" : ", not locked")
+                     << (options.virtual_segments ? ", virtual (no data)" : "")
+                     << (options.virtual_segments ? "" : NumaText(host_numa_node_));
   }
   SegmentSpan span;
   span.name = name;
@@ -207,9 +208,10 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
                          rkey.status().message(), "): other hosts go through the node bounce");
     }
   }
-  LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device " << device
-           << " (" << cuda::ActiveBackendName() << " backend, UUID "
-           << absl::BytesToHexString(span.gpu_uuid) << "), exported for same-host IPC; " << ucx;
+  GRANARY_LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device "
+                   << device << " (" << cuda::ActiveBackendName() << " backend, UUID "
+                   << absl::BytesToHexString(span.gpu_uuid) << "), exported for same-host IPC; "
+                   << ucx;
   spans->push_back(std::move(span));
   segments_.push_back(std::move(seg));
   return absl::OkStatus();

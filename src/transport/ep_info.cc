@@ -49,7 +49,7 @@ EndpointTransports QueryTransports(ucp_ep_h ep) {
   fclose(f);
   std::string text(buf, size);
   free(buf);
-  LOG_DEBUG << "ucp_ep_print_info:\n" << text;
+  GRANARY_LOG_DEBUG << "ucp_ep_print_info:\n" << text;
   return ParseEpInfo(text);
 }
 

@@ -460,8 +460,8 @@ absl::Status RmaEngine::ExecuteWithin(std::vector<RmaOp> ops, absl::Duration tim
   if (ready_within(timeout)) return f.get();
   if (on_timeout) on_timeout();
   if (!ready_within(grace)) {
-    LOG_WARN << "abandoning a transfer to " << first_node
-             << " that UCX did not complete when its endpoint closed";
+    GRANARY_LOG_WARN << "abandoning a transfer to " << first_node
+                     << " that UCX did not complete when its endpoint closed";
   }
   return absl::DeadlineExceededError(
       absl::StrCat("transfer did not finish within ", absl::FormatDuration(timeout)));

@@ -172,7 +172,7 @@ void RpcListener::Loop() {
   while (!stop_.load()) {
     const int n = epoll_wait(epoll_fd_, events, 64, TimeoutMs());
     if (n < 0 && errno != EINTR) {
-      LOG_ERROR << options_.name << " listener: epoll_wait: " << strerror(errno);
+      GRANARY_LOG_ERROR << options_.name << " listener: epoll_wait: " << strerror(errno);
       return;
     }
     for (int i = 0; i < n && !stop_.load(); ++i) {
@@ -207,8 +207,8 @@ void RpcListener::Accept() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        LOG_WARN << options_.name << " listener: cannot accept (" << strerror(errno)
-                 << "); pausing for " << kAcceptPause;
+        GRANARY_LOG_WARN << options_.name << " listener: cannot accept (" << strerror(errno)
+                         << "); pausing for " << kAcceptPause;
         accept_paused_until_ = absl::Now() + kAcceptPause;
         epoll_event ev = {};
         ev.data.fd = listen_fd_;
@@ -254,8 +254,8 @@ void RpcListener::OnReadable(Socket* s) {
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   const LinkId id = s->id;
   if (n > 0) {
-    LOG_WARN << options_.name << " listener: " << s->peer
-             << " sent data after its handshake; closing the connection";
+    GRANARY_LOG_WARN << options_.name << " listener: " << s->peer
+                     << " sent data after its handshake; closing the connection";
   }
   Close(s);
   callbacks_.on_closed(id);
@@ -328,12 +328,12 @@ void RpcListener::Drop(Socket* s, absl::string_view result, absl::string_view wh
   const std::string host = HostOf(s->peer);
   if (logged_peers_.size() >= kMaxLoggedPeers) logged_peers_.clear();
   if (logged_peers_.insert(host).second) {
-    LOG_WARN << options_.name << " listener: dropped a connection from " << s->peer << " ("
-             << result << "): " << why << " (further drops from " << host
-             << " are counted in granary_rpc_handshakes_total, not logged)";
+    GRANARY_LOG_WARN << options_.name << " listener: dropped a connection from " << s->peer << " ("
+                     << result << "): " << why << " (further drops from " << host
+                     << " are counted in granary_rpc_handshakes_total, not logged)";
   } else {
-    LOG_DEBUG << options_.name << " listener: dropped " << s->peer << " (" << result
-              << "): " << why;
+    GRANARY_LOG_DEBUG << options_.name << " listener: dropped " << s->peer << " (" << result
+                      << "): " << why;
   }
   Close(s);
 }

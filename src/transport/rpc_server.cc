@@ -96,8 +96,8 @@ proto::HandshakeReply RpcServer::OnHandshake(RpcListener::LinkId link,
   if (tcp_only) rep.flags = proto::kHandshakeFlagTcpOnly;
   rep.version = proto::NegotiateVersion(req.version);
   if (rep.version != proto::kProtocolVersion) {
-    LOG_INFO << peer << " speaks protocol " << req.version << ": its connection uses "
-             << rep.version;
+    GRANARY_LOG_INFO << peer << " speaks protocol " << req.version << ": its connection uses "
+                     << rep.version;
   }
   granary::MutexLock lock(&offers_mu_);
   offers_[rep.nonce] = Offer{link, tcp_only, peer, rep.version};
@@ -175,7 +175,7 @@ void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f, uint16_t 
       conns_[id] = Conn{own, reply_ep, offer->link, offer->version};
       by_link_[offer->link] = id;
       by_ep_[reply_ep] = id;
-      LOG_DEBUG << "accepted connection " << id << " from " << offer->peer;
+      GRANARY_LOG_DEBUG << "accepted connection " << id << " from " << offer->peer;
     }
   }
   std::string frame = proto::EncodeFrame(static_cast<uint16_t>(f.header.type | proto::kReplyBit),
@@ -186,7 +186,7 @@ void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f, uint16_t 
   refused.ep = reply_ep;
   refused.peer = "an unattached endpoint";
   if (own == nullptr) {
-    LOG_WARN << "refused an Attach: " << rep.status.message;
+    GRANARY_LOG_WARN << "refused an Attach: " << rep.status.message;
     // Its link (if any) has no connection to end: close it so the client hears at once.
     if (offer.has_value() && listener_) listener_->CloseLink(offer->link);
   }
@@ -201,8 +201,8 @@ void RpcServer::SendReply(Endpoint* ep, std::string frame, uint16_t version) {
       frame = std::move(*down);
     } else {
       // A reply of ours that the peer's version cannot carry: a bug here, answered as one.
-      LOG_ERROR << "reply to " << ep->peer << " not sent in protocol " << version << ": "
-                << down.status();
+      GRANARY_LOG_ERROR << "reply to " << ep->peer << " not sent in protocol " << version << ": "
+                        << down.status();
       auto f = proto::DecodeFrame(frame);
       const proto::StatusReply r{proto::WireStatus::From(absl::InternalError(absl::StrCat(
           "the reply could not be put in protocol ", version, ": ", down.status().message())))};
@@ -211,7 +211,7 @@ void RpcServer::SendReply(Endpoint* ep, std::string frame, uint16_t version) {
     }
   }
   absl::Status st = worker_->SendFrame(ep, std::move(frame), false);
-  if (!st.ok()) LOG_DEBUG << "reply dropped: " << st;
+  if (!st.ok()) GRANARY_LOG_DEBUG << "reply dropped: " << st;
 }
 
 void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
@@ -235,7 +235,7 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
       OnAttach(reply_ep, *frame, version);
       return;
     }
-    LOG_WARN << "request frame from an unknown endpoint dropped";
+    GRANARY_LOG_WARN << "request frame from an unknown endpoint dropped";
     return;
   }
   const ConnId id = it->second;
@@ -250,7 +250,7 @@ void RpcServer::OnFrame(ucp_ep_h reply_ep, absl::string_view data) {
       std::memcpy(&type, data.data() + 6, 2);
       std::memcpy(&request_id, data.data() + 12, 8);
     }
-    LOG_WARN << "malformed frame from " << ep->peer << ": " << frame.status();
+    GRANARY_LOG_WARN << "malformed frame from " << ep->peer << ": " << frame.status();
     proto::StatusReply r{proto::WireStatus::From(frame.status())};
     reply = proto::EncodeFrame(static_cast<uint16_t>(type | proto::kReplyBit), request_id, r);
   } else if (frame->header.type == static_cast<uint16_t>(proto::MsgType::kAttach)) {

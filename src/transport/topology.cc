@@ -314,7 +314,7 @@ absl::StatusOr<NetDeviceChoice> ChooseNetDevice(const Topology& t, const std::st
 void LogTopologyFallbackOnce(const std::string& reason) {
   static std::atomic<bool> said{false};
   if (said.exchange(true)) return;
-  LOG_INFO << "topology: " << reason;
+  GRANARY_LOG_INFO << "topology: " << reason;
 }
 
 void LogNetDeviceChoice(const NetDeviceChoice& choice, const Context& ctx, MetricsRegistry* metrics,
@@ -322,11 +322,11 @@ void LogNetDeviceChoice(const NetDeviceChoice& choice, const Context& ctx, Metri
   const std::string opened = absl::StrJoin(ctx.NetResources(), ", ");
   if (choice.fallback) {
     LogTopologyFallbackOnce(choice.why);
-    LOG_DEBUG << "UCX network resources: " << opened;
+    GRANARY_LOG_DEBUG << "UCX network resources: " << opened;
   } else {
-    LOG_INFO << "network device "
-             << (choice.device.empty() ? std::string("chosen by UCX") : choice.device) << " ("
-             << choice.why << "); UCX opened: " << opened;
+    GRANARY_LOG_INFO << "network device "
+                     << (choice.device.empty() ? std::string("chosen by UCX") : choice.device)
+                     << " (" << choice.why << "); UCX opened: " << opened;
   }
   metrics
       ->Gauge(metric,

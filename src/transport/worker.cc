@@ -355,8 +355,8 @@ ucs_status_t Worker::OnAm(void* arg, const void* header, size_t header_length, v
   auto* self = static_cast<Worker*>(arg);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     // Control frames are always sent eager; a rendezvous one is not ours.
-    LOG_WARN << self->name_ << ": dropping a rendezvous active message of " << length
-             << " bytes (control frames are eager)";
+    GRANARY_LOG_WARN << self->name_ << ": dropping a rendezvous active message of " << length
+                     << " bytes (control frames are eager)";
     return UCS_OK;
   }
   ucp_ep_h reply_ep =
@@ -390,7 +390,7 @@ void Worker::OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   Endpoint* e = it->second.get();
   if (e->broken.exchange(true)) return;
   e->error = status;
-  LOG_DEBUG << "endpoint to " << e->peer << " failed: " << ucs_status_string(status);
+  GRANARY_LOG_DEBUG << "endpoint to " << e->peer << " failed: " << ucs_status_string(status);
   if (e->on_error) e->on_error(status);
 }
 
@@ -483,11 +483,13 @@ void Worker::NoteTransport(Endpoint* e, bool data_path) {
   if (e->transport_logged || e->ep == nullptr) return;
   e->transport_logged = true;
   EndpointTransports t = QueryTransports(e->ep);
-  LOG_INFO << name_ << ": endpoint to " << e->peer << " uses rma=" << t.rma << " am=" << t.am;
+  GRANARY_LOG_INFO << name_ << ": endpoint to " << e->peer << " uses rma=" << t.rma
+                   << " am=" << t.am;
   if (data_path && t.IsSlowFallback()) {
-    LOG_WARN << name_ << ": endpoint to " << e->peer << " moves data over " << t.rma
-             << " only (no RDMA or shared memory: the kernel copies every byte on both sides)."
-                " Check UCX_TLS and the NICs if this is unexpected.";
+    GRANARY_LOG_WARN
+        << name_ << ": endpoint to " << e->peer << " moves data over " << t.rma
+        << " only (no RDMA or shared memory: the kernel copies every byte on both sides)."
+           " Check UCX_TLS and the NICs if this is unexpected.";
   }
   if (metrics_ != nullptr) {
     metrics_

@@ -77,7 +77,7 @@ void LeaderElection::LogOnce(const absl::Status& st, const char* doing) {
   std::string msg = absl::StrCat(doing, ": ", st.message());
   if (msg == last_error_) return;
   last_error_ = msg;
-  LOG_WARN << "HA: " << msg;
+  GRANARY_LOG_WARN << "HA: " << msg;
 }
 
 bool LeaderElection::Sleep(int64_t ms) {
@@ -96,8 +96,8 @@ void LeaderElection::Fence(const std::string& why) {
     if (view_.epoch == epoch_.load()) view_ = ViewInfo{};
   }
   if (was) {
-    LOG_WARN << "HA: fenced at epoch " << epoch_.load() << ": " << why
-             << "; no more mutating requests are admitted";
+    GRANARY_LOG_WARN << "HA: fenced at epoch " << epoch_.load() << ": " << why
+                     << "; no more mutating requests are admitted";
     if (callbacks_.on_fenced) callbacks_.on_fenced(why);
   }
 }
@@ -113,9 +113,10 @@ void LeaderElection::Stop() {
     WaitOutAdmissions();
     absl::Status st = client_->LeaseRevoke(lease);
     if (st.ok()) {
-      LOG_INFO << "HA: lease revoked: a standby can take over at once";
+      GRANARY_LOG_INFO << "HA: lease revoked: a standby can take over at once";
     } else {
-      LOG_WARN << "HA: revoking the lease failed (a standby takes over after the TTL): " << st;
+      GRANARY_LOG_WARN << "HA: revoking the lease failed (a standby takes over after the TTL): "
+                       << st;
     }
   }
   watch_cancel_.Cancel();
@@ -197,8 +198,8 @@ bool LeaderElection::Campaign() {
       valid_until_ns_.store(
           t_send + options_.lease_ttl_sec * 1'000'000'000 - options_.margin_ms * 1'000'000,
           std::memory_order_release);
-      LOG_INFO << "HA: elected: active master at epoch " << epoch << ", term " << t + 1 << " ("
-               << view_key_ << " = " << view_value_ << ")";
+      GRANARY_LOG_INFO << "HA: elected: active master at epoch " << epoch << ", term " << t + 1
+                       << " (" << view_key_ << " = " << view_value_ << ")";
       return true;
     }
     if (!txn->ranges.empty() && !txn->ranges[0].kvs.empty()) {
@@ -295,7 +296,7 @@ void LeaderElection::StandBy() {
     if (again.ok() && again->kvs.empty()) break;
     if (again.ok()) next = std::max(next, again->revision + 1);
   }
-  LOG_INFO << "HA: the master view is gone: campaigning";
+  GRANARY_LOG_INFO << "HA: the master view is gone: campaigning";
 }
 
 }  // namespace granary::master::ha

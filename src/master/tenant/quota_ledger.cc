@@ -96,12 +96,12 @@ void QuotaLedger::RecomputeEffectiveLocked() {
     const bool clamped = requested.contains(name) && capacity_bytes_ > 0 &&
                          account->requested_quota_bytes > capacity_bytes_;
     if (clamped && !account->quota_clamped) {
-      LOG_WARN << "tenant " << Quoted(name) << " requests a quota of "
-               << account->requested_quota_bytes
-               << " bytes, above the cluster's shared capacity of " << capacity_bytes_
-               << " bytes: it counts as " << capacity_bytes_
-               << " bytes when quotas are shared out (effective quota "
-               << account->effective_quota_bytes << " bytes)";
+      GRANARY_LOG_WARN << "tenant " << Quoted(name) << " requests a quota of "
+                       << account->requested_quota_bytes
+                       << " bytes, above the cluster's shared capacity of " << capacity_bytes_
+                       << " bytes: it counts as " << capacity_bytes_
+                       << " bytes when quotas are shared out (effective quota "
+                       << account->effective_quota_bytes << " bytes)";
     }
     account->quota_clamped = clamped;
     // Its own pool bounds it, and it takes no shared space: its request stands as it is.

@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::CreateWithStore(
   granary::MutexLock lock(&m->mu_);
   m->policy_ = *p;
   ledger->ApplyPolicy(*p, m->capacity_());
-  LOG_INFO << "tenant quota policy from " << m->store_->Describe() << ": " << p->tenants.size()
-           << " tenant(s)";
+  GRANARY_LOG_INFO << "tenant quota policy from " << m->store_->Describe() << ": "
+                   << p->tenants.size() << " tenant(s)";
   return m;
 }
 
@@ -83,18 +83,19 @@ absl::Status TenantManager::Reload() {
   if (writes_ != writes_before) return absl::OkStatus();
   if (!p.ok()) {
     if (store_status_.ok() || store_status_.message() != p.status().message()) {
-      LOG_ERROR << "tenant quota policy from " << store_->Describe()
-                << " not applied, keeping the running one: " << p.status();
+      GRANARY_LOG_ERROR << "tenant quota policy from " << store_->Describe()
+                        << " not applied, keeping the running one: " << p.status();
     }
     store_status_ = p.status();
     return p.status();
   }
-  if (!store_status_.ok()) LOG_INFO << "tenant quota store " << store_->Describe() << " is back";
+  if (!store_status_.ok())
+    GRANARY_LOG_INFO << "tenant quota store " << store_->Describe() << " is back";
   store_status_ = absl::OkStatus();
   if (*p == policy_) return absl::OkStatus();
   policy_ = *p;
   ledger_->ApplyPolicy(*p, capacity_());
-  LOG_INFO << "tenant quota policy reloaded: " << p->tenants.size() << " tenant(s)";
+  GRANARY_LOG_INFO << "tenant quota policy reloaded: " << p->tenants.size() << " tenant(s)";
   return absl::OkStatus();
 }
 
@@ -129,8 +130,8 @@ absl::Status TenantManager::RefreshBeforeWrite() {
   ++writes_;
   policy_ = *p;
   ledger_->ApplyPolicy(*p, capacity_());
-  LOG_INFO << "tenant quota policy changed in " << store_->Describe() << ": " << p->tenants.size()
-           << " tenant(s)";
+  GRANARY_LOG_INFO << "tenant quota policy changed in " << store_->Describe() << ": "
+                   << p->tenants.size() << " tenant(s)";
   return absl::OkStatus();
 }
 
@@ -170,7 +171,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   if (default_tier.has_value()) t->default_tier = *default_tier;
   absl::Status st = SaveAndApply(next);
   if (st.ok()) {
-    LOG_INFO << "tenant '" << tenant << "' quota set to " << FormatSize(quota_bytes);
+    GRANARY_LOG_INFO << "tenant '" << tenant << "' quota set to " << FormatSize(quota_bytes);
   }
   return st;
 }
@@ -197,7 +198,7 @@ absl::Status TenantManager::Delete(const std::string& tenant) {
                                     [&](const TenantPolicy& t) { return t.name == tenant; }),
                      next.tenants.end());
   absl::Status st = SaveAndApply(next);
-  if (st.ok()) LOG_INFO << "tenant '" << tenant << "' removed from the policy";
+  if (st.ok()) GRANARY_LOG_INFO << "tenant '" << tenant << "' removed from the policy";
   return st;
 }
 

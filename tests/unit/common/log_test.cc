@@ -30,9 +30,9 @@ TEST(LogTest, ARouteSendsTheThreadsLinesToItsSinkAtItsLevel) {
   {
     ScopedLogRoute scope(&route);
     formatted = 0;
-    LOG_INFO << "dropped " << Counted();
+    GRANARY_LOG_INFO << "dropped " << Counted();
     EXPECT_EQ(formatted, 0) << "a line below the level was formatted";
-    LOG_WARN << "kept " << Counted();
+    GRANARY_LOG_WARN << "kept " << Counted();
     EXPECT_EQ(formatted, 1);
   }
   ASSERT_EQ(sink.lines.size(), 1u);
@@ -41,7 +41,7 @@ TEST(LogTest, ARouteSendsTheThreadsLinesToItsSinkAtItsLevel) {
   EXPECT_NE(sink.lines[0].find("log_test.cc"), std::string::npos);
   EXPECT_NE(sink.lines[0].find("] kept 1\n"), std::string::npos);
   // Out of the scope, lines go to the default again (stderr), not to the sink.
-  LOG_ERROR << "to stderr";
+  GRANARY_LOG_ERROR << "to stderr";
   EXPECT_EQ(sink.lines.size(), 1u);
 }
 
@@ -51,8 +51,8 @@ TEST(LogTest, ARouteWithoutALevelFollowsTheProcessThreshold) {
   ScopedLogRoute scope(&route);
   const LogLevel before = GetLogLevel();
   SetLogLevel(LogLevel::kError);
-  LOG_WARN << "dropped";
-  LOG_ERROR << "kept";
+  GRANARY_LOG_WARN << "dropped";
+  GRANARY_LOG_ERROR << "kept";
   SetLogLevel(before);
   ASSERT_EQ(sink.lines.size(), 1u);
   EXPECT_NE(sink.lines[0].find("kept"), std::string::npos);
