@@ -86,69 +86,69 @@ std::vector<std::string> GpuDeviceValues(int argc, char** argv) {
   return values;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::vector<std::string> gpu_device_values = GpuDeviceValues(argc, argv);
-  gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
-  granary::ConfigureMutexDeadlockDetection();
-  auto fail = [](const std::string& msg) {
-    fprintf(stderr, "granary_node: %s\n", msg.c_str());
-    return 2;
-  };
-  granary::LogLevel level;
-  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
-    return fail("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
-  }
-  granary::SetLogLevel(level);
-  // The cgroup first, before UCX or any thread: what the node allocates from here on is
-  // charged to it.
-  std::unique_ptr<granary::node::NodeCgroup> cgroup;
+// The cgroup of --cgroup/--memory_limit (null without them), entered before UCX or any thread,
+// so that what the node allocates from here on is charged to it; or why the node must not start.
+absl::StatusOr<std::unique_ptr<granary::node::NodeCgroup>> EnterCgroup() {
   if (FLAGS_cgroup.empty() != FLAGS_memory_limit.empty()) {
-    return fail(FLAGS_cgroup.empty() ? "--memory_limit '" + FLAGS_memory_limit +
-                                           "' needs --cgroup=NAME (the cgroup it limits)"
-                                     : "--cgroup '" + FLAGS_cgroup + "' needs --memory_limit=SIZE");
+    return absl::InvalidArgumentError(
+        FLAGS_cgroup.empty() ? "--memory_limit '" + FLAGS_memory_limit +
+                                   "' needs --cgroup=NAME (the cgroup it limits)"
+                             : "--cgroup '" + FLAGS_cgroup + "' needs --memory_limit=SIZE");
   }
   auto host_size = granary::ParseSize(FLAGS_host_segment_size);
-  if (!FLAGS_cgroup.empty() && host_size.ok()) {
-    auto limit = granary::ParsePositiveSize(FLAGS_memory_limit);
-    if (!limit.ok()) return fail("--memory_limit: " + std::string(limit.status().message()));
-    uint64_t reserve = std::max<uint64_t>(64ull << 20, *host_size / 100 * 3);
-    if (!FLAGS_memory_reserve.empty()) {
-      auto r = granary::ParseSize(FLAGS_memory_reserve);
-      if (!r.ok()) return fail("--memory_reserve: " + std::string(r.status().message()));
-      reserve = *r;
-    }
-    auto cg = granary::node::NodeCgroup::Enter(granary::node::CgroupPaths{}, FLAGS_cgroup, *limit,
-                                               getpid());
-    if (!cg.ok()) return fail(std::string(cg.status().message()));
-    cgroup = std::move(*cg);
-    if (absl::Status st = cgroup->CheckRoom(*host_size, reserve); !st.ok()) {
-      return fail("refusing to start in cgroup " + cgroup->dir() + ": " +
-                  std::string(st.message()));
-    }
+  if (FLAGS_cgroup.empty() || !host_size.ok()) return nullptr;
+  auto limit = granary::ParsePositiveSize(FLAGS_memory_limit);
+  if (!limit.ok()) {
+    return absl::InvalidArgumentError("--memory_limit: " + std::string(limit.status().message()));
   }
+  uint64_t reserve = std::max<uint64_t>(64ull << 20, *host_size / 100 * 3);
+  if (!FLAGS_memory_reserve.empty()) {
+    auto r = granary::ParseSize(FLAGS_memory_reserve);
+    if (!r.ok()) {
+      return absl::InvalidArgumentError("--memory_reserve: " + std::string(r.status().message()));
+    }
+    reserve = *r;
+  }
+  auto cg = granary::node::NodeCgroup::Enter(granary::node::CgroupPaths{}, FLAGS_cgroup, *limit,
+                                             getpid());
+  if (!cg.ok()) return cg.status();
+  if (absl::Status st = (*cg)->CheckRoom(*host_size, reserve); !st.ok()) {
+    return absl::FailedPreconditionError("refusing to start in cgroup " + (*cg)->dir() + ": " +
+                                         std::string(st.message()));
+  }
+  return std::move(*cg);
+}
+
+// NodeOptions from the flags (gpu_device_values: every --gpu_device given), or the bad flag.
+absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu_device_values) {
   NodeOptions o;
   o.master = FLAGS_master;
   o.cluster_id = FLAGS_cluster_id;
   auto host = granary::ParseSize(FLAGS_host_segment_size);
-  if (!host.ok()) return fail("--host_segment_size: " + std::string(host.status().message()));
+  if (!host.ok()) {
+    return absl::InvalidArgumentError("--host_segment_size: " +
+                                      std::string(host.status().message()));
+  }
   o.host_segment_size = *host;
   auto gpu = granary::ParseSize(FLAGS_gpu_segment_size);
-  if (!gpu.ok()) return fail("--gpu_segment_size: " + std::string(gpu.status().message()));
+  if (!gpu.ok()) {
+    return absl::InvalidArgumentError("--gpu_segment_size: " + std::string(gpu.status().message()));
+  }
   o.gpu_segment_size = *gpu;
   o.gpu_segment_size_flag = FLAGS_gpu_segment_size;
   for (const std::string& value : gpu_device_values) {
     for (absl::string_view d : absl::StrSplit(value, ',')) {
       int device = 0;
       if (!absl::SimpleAtoi(d, &device)) {
-        return fail("--gpu_device='" + std::string(d) + "' is not a device number");
+        return absl::InvalidArgumentError("--gpu_device='" + std::string(d) +
+                                          "' is not a device number");
       }
       o.gpu_devices.push_back(device);
     }
   }
-  if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) return fail("ports must be 0..65535");
+  if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) {
+    return absl::InvalidArgumentError("ports must be 0..65535");
+  }
   o.rpc_port = static_cast<uint16_t>(FLAGS_rpc_port);
   o.rpc_host = FLAGS_rpc_host;
   o.local_hostname = FLAGS_local_hostname;
@@ -161,6 +161,32 @@ int main(int argc, char** argv) {
   o.device_name = FLAGS_device_name;
   o.numa_node = FLAGS_numa_node;
   o.sysfs_root = FLAGS_sysfs_root;
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> gpu_device_values = GpuDeviceValues(argc, argv);
+  gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  granary::ConfigureMutexDeadlockDetection();
+  auto fail = [](absl::string_view msg) {
+    fprintf(stderr, "granary_node: %.*s\n", static_cast<int>(msg.size()), msg.data());
+    return 2;
+  };
+  granary::LogLevel level;
+  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+    return fail("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
+  }
+  granary::SetLogLevel(level);
+  // The cgroup first, before UCX or any thread.
+  auto entered = EnterCgroup();
+  if (!entered.ok()) return fail(entered.status().message());
+  std::unique_ptr<granary::node::NodeCgroup> cgroup = std::move(*entered);
+  auto options = OptionsFromFlags(gpu_device_values);
+  if (!options.ok()) return fail(options.status().message());
+  NodeOptions& o = *options;
   uint64_t usage_before = 0;
   if (cgroup != nullptr) {
     // hugetlb pages are charged to the hugetlb controller, not to the memory limit: under a
