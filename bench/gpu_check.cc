@@ -69,7 +69,8 @@ DEFINE_string(scale, "full", "full, or small (every size shrunk: the dry run on 
 namespace {
 
 using granary::cuda::CopyKind;
-using granary::cuda::DeviceBackend;
+using granary::cuda::DeviceRuntime;
+using granary::cuda::KvKernels;
 
 [[noreturn]] void Die(const std::string& what) {
   std::cerr << "granary_gpu_check: " << what << "\n";
@@ -137,7 +138,7 @@ class StreamTimer {
 
 class HostFunctionTimer : public StreamTimer {
  public:
-  explicit HostFunctionTimer(DeviceBackend& b) : b_(b) {}
+  explicit HostFunctionTimer(DeviceRuntime& b) : b_(b) {}
   void Start(void* stream) override { Mark(stream, &t0_); }
   void Stop(void* stream) override { Mark(stream, &t1_); }
   double Seconds() override { return std::chrono::duration<double>(t1_ - t0_).count(); }
@@ -147,7 +148,7 @@ class HostFunctionTimer : public StreamTimer {
   void Mark(void* stream, std::chrono::steady_clock::time_point* at) {
     Ok(b_.LaunchHostFunc(stream, [at] { *at = std::chrono::steady_clock::now(); }), "mark");
   }
-  DeviceBackend& b_;
+  DeviceRuntime& b_;
   std::chrono::steady_clock::time_point t0_, t1_;
 };
 
@@ -184,7 +185,7 @@ class CudaEventTimer : public StreamTimer {
 };
 #endif
 
-std::unique_ptr<StreamTimer> MakeTimer(DeviceBackend& b) {
+std::unique_ptr<StreamTimer> MakeTimer(DeviceRuntime& b) {
 #ifdef GRANARY_HAVE_CUDA
   if (b.Name() == "cuda") return std::make_unique<CudaEventTimer>();
 #endif
@@ -194,7 +195,7 @@ std::unique_ptr<StreamTimer> MakeTimer(DeviceBackend& b) {
 // Holds a stream (a host function waiting on it) while a round is enqueued.
 class Gate {
  public:
-  explicit Gate(DeviceBackend& b) : b_(b) {}
+  explicit Gate(DeviceRuntime& b) : b_(b) {}
   void Hold(void* stream) {
     open_.store(false);
     Ok(b_.LaunchHostFunc(stream,
@@ -206,14 +207,14 @@ class Gate {
   void Open() { open_.store(true); }
 
  private:
-  DeviceBackend& b_;
+  DeviceRuntime& b_;
   std::atomic<bool> open_{true};
 };
 
 // One warm-up, then --rounds timed rounds of `enqueue` on `stream` (held while it enqueues when
 // `gated`; pageable copies are not, as the driver may wait for the stream to stage them); the
 // median of the device's time. `bytes` per round.
-void MeasureStream(DeviceBackend& b, const std::string& name, size_t bytes, void* stream,
+void MeasureStream(DeviceRuntime& b, const std::string& name, size_t bytes, void* stream,
                    const std::function<void()>& enqueue, bool gated = true,
                    nlohmann::json extra = nlohmann::json::object()) {
   std::unique_ptr<StreamTimer> timer = MakeTimer(b);
@@ -252,7 +253,7 @@ void Fill(unsigned char* p, size_t n, uint64_t seed) {
 }
 
 // Device bytes checked against host bytes through a pinned bounce.
-void CheckDevice(DeviceBackend& b, const void* dev, const unsigned char* want, size_t n,
+void CheckDevice(DeviceRuntime& b, const void* dev, const unsigned char* want, size_t n,
                  const std::string& what) {
   std::vector<unsigned char> got(n);
   Ok(b.Copy(FLAGS_device, got.data(), dev, n, CopyKind::kDeviceToHost), what + ": read back");
@@ -269,7 +270,8 @@ std::string SizeName(size_t n) {
 
 // Row 6: the batched-copy kernel reading pinned host memory through UVA (one launch for every
 // region) against a copy per region and one contiguous copy of the same bytes.
-void UvaRows(DeviceBackend& b, void* stream, unsigned char* pinned, void* dev, size_t bytes) {
+void UvaRows(DeviceRuntime& b, KvKernels& kernels, void* stream, unsigned char* pinned, void* dev,
+             size_t bytes) {
   const int dv = FLAGS_device;
   for (size_t region : {size_t{32} << 10, size_t{64} << 10}) {
     const int n = static_cast<int>(bytes / region);
@@ -282,7 +284,7 @@ void UvaRows(DeviceBackend& b, void* stream, unsigned char* pinned, void* dev, s
     const nlohmann::json shape = {{"regions", n}, {"region_bytes", region}};
     MeasureStream(
         b, "uva/batch_copy_kernel/" + SizeName(region), bytes, stream,
-        [&] { Ok(b.BatchCopy(dv, regions.data(), n, stream), "BatchCopy"); }, true, shape);
+        [&] { Ok(kernels.BatchCopy(dv, regions.data(), n, stream), "BatchCopy"); }, true, shape);
     MeasureStream(
         b, "uva/copy_per_region/" + SizeName(region), bytes, stream,
         [&] { Ok(b.BatchCopyAsync(stream, regions.data(), n), "BatchCopyAsync"); }, true, shape);
@@ -294,7 +296,7 @@ void UvaRows(DeviceBackend& b, void* stream, unsigned char* pinned, void* dev, s
 // Row 7: a value in ordinary host memory to the device through `slots` pinned slots of `slot`
 // bytes: the CPU copies chunk k into slot k % slots once the copy that last used it is done,
 // then the slot goes host to device. Host-driven, so timed on the host clock.
-void PipelineRows(DeviceBackend& b, void* stream, void* dev, size_t total) {
+void PipelineRows(DeviceRuntime& b, void* stream, void* dev, size_t total) {
   const int dv = FLAGS_device;
   std::vector<unsigned char> src(total);
   Fill(src.data(), total, 9);
@@ -327,7 +329,7 @@ void PipelineRows(DeviceBackend& b, void* stream, void* dev, size_t total) {
   CheckDevice(b, dev, src.data(), total, "pipeline/h2d");
 }
 
-void Refs(DeviceBackend& b) {
+void Refs(DeviceRuntime& b, KvKernels& kernels) {
   const int dev = FLAGS_device;
   void* stream = Ok(b.CreateStream(dev), "CreateStream");
   // 1. Device to device, 4 copies of 1 GiB per round.
@@ -446,7 +448,7 @@ void Refs(DeviceBackend& b) {
     Record({{"name", "host_register/shmat/1GiB"}, {"error", std::strerror(errno)}});
   }
   // 6. Kernels reading pinned host memory through UVA.
-  UvaRows(b, stream, pinned, d0, host_bytes);
+  UvaRows(b, kernels, stream, pinned, d0, host_bytes);
   // 7. The staged pipeline.
   PipelineRows(b, stream, d1, big);
   // Paged KV: gather and scatter of 4096 of 8192 blocks (block 16 tokens x 8 heads x 128, bf16:
@@ -478,11 +480,15 @@ void Refs(DeviceBackend& b) {
                 [&] { Ok(b.CopyAsync(stream, out, k, gathered), "d2d"); });
   MeasureStream(
       b, "gather/paged_kv", gathered, stream,
-      [&] { Ok(b.GatherBlocks(dev, layout, k, v, ids.data(), n, out, stream), "GatherBlocks"); },
+      [&] {
+        Ok(kernels.GatherBlocks(dev, layout, k, v, ids.data(), n, out, stream), "GatherBlocks");
+      },
       true, shape);
   MeasureStream(
       b, "scatter/paged_kv", gathered, stream,
-      [&] { Ok(b.ScatterBlocks(dev, layout, out, ids.data(), n, k, v, stream), "ScatterBlocks"); },
+      [&] {
+        Ok(kernels.ScatterBlocks(dev, layout, out, ids.data(), n, k, v, stream), "ScatterBlocks");
+      },
       true, shape);
   // The kernels against the CPU reference, once, on a small layout.
   {
@@ -503,7 +509,7 @@ void Refs(DeviceBackend& b) {
                                       static_cast<int>(sid.size()), want.data()),
        "GatherBlocksCpu");
     void* so = Ok(b.Alloc(dev, g), "Alloc");
-    Ok(b.GatherBlocks(dev, s, sk, sv, sid.data(), static_cast<int>(sid.size()), so, nullptr),
+    Ok(kernels.GatherBlocks(dev, s, sk, sv, sid.data(), static_cast<int>(sid.size()), so, nullptr),
        "GatherBlocks");
     CheckDevice(b, so, want.data(), g, "gather_vs_cpu_reference");
     b.Free(dev, sk);
@@ -532,7 +538,7 @@ std::string PathCounts(granary::Client& c) {
   return out;
 }
 
-void ClientPaths(DeviceBackend& b) {
+void ClientPaths(DeviceRuntime& b) {
   const int dev = FLAGS_device;
   granary::ClientOptions o;
   o.master_server_address = FLAGS_master;
@@ -625,13 +631,13 @@ void ClientPaths(DeviceBackend& b) {
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  DeviceBackend& b = granary::cuda::ActiveBackend();
+  DeviceRuntime& b = granary::cuda::ActiveRuntime();
   if (b.DeviceCount() <= FLAGS_device) {
     Die(absl::StrCat("no device ", FLAGS_device, " on the ", b.Name(), " backend"));
   }
   Record({{"name", "backend"}, {"backend", std::string(b.Name())}, {"devices", b.DeviceCount()}});
   if (FLAGS_mode == "refs") {
-    Refs(b);
+    Refs(b, granary::cuda::ActiveKernels());
   } else if (FLAGS_mode == "client") {
     ClientPaths(b);
   } else {

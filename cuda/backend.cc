@@ -1,4 +1,4 @@
-// Choosing the active device backend (device_backend.h), and the `none` backend.
+// Choosing the active device backend (device_backend.h).
 
 #include <atomic>
 #include <cstdlib>
@@ -16,59 +16,10 @@
 #include "cuda/device_backend.h"
 #include "cuda/driver_api.h"
 #include "cuda/fake_backend.h"
+#include "cuda/none_backend.h"
 
 namespace granary::cuda {
 namespace {
-
-// Every fallible call returns `reason`; Classify says host. Stateless, so thread-safe.
-class NoneBackendImpl final : public DeviceBackend {
- public:
-  explicit NoneBackendImpl(absl::Status reason) : reason_(std::move(reason)) {}
-
-  absl::string_view Name() const override { return "none"; }
-  int DeviceCount() override { return 0; }
-  absl::StatusOr<void*> Alloc(int, size_t) override { return reason_; }
-  absl::StatusOr<void*> AllocManaged(int, size_t) override { return reason_; }
-  void Free(int, void*) override {}
-  absl::StatusOr<void*> HostAllocPinned(size_t) override { return reason_; }
-  void HostFreePinned(void*) override {}
-  absl::Status HostRegister(void*, size_t) override { return reason_; }
-  absl::Status HostUnregister(void*) override { return reason_; }
-  PointerInfo Classify(const void*) override { return {}; }
-  absl::Status Copy(int, void*, const void*, size_t, CopyKind) override { return reason_; }
-  absl::Status Memset(int, void*, int, size_t) override { return reason_; }
-  absl::StatusOr<void*> CreateStream(int) override { return reason_; }
-  void DestroyStream(void*) override {}
-  absl::Status SynchronizeStream(void*) override { return reason_; }
-  absl::Status BatchCopyAsync(void*, const CopyRegion*, int) override { return reason_; }
-  absl::Status GatherBlocks(int, const PagedKvLayout&, const void*, const void*, const int32_t*,
-                            int, void*, void*) override {
-    return reason_;
-  }
-  absl::Status ScatterBlocks(int, const PagedKvLayout&, const void*, const int32_t*, int, void*,
-                             void*, void*) override {
-    return reason_;
-  }
-  absl::Status BatchCopy(int, const CopyRegion*, int, void*) override { return reason_; }
-  absl::Status BatchChecksum(int, const ChecksumRegion*, int, uint64_t*, void*) override {
-    return reason_;
-  }
-  absl::Status LaunchHostFunc(void*, std::function<void()>) override { return reason_; }
-  absl::StatusOr<void*> CreateEvent(int) override { return reason_; }
-  void DestroyEvent(void*) override {}
-  absl::Status RecordEvent(void*, void*) override { return reason_; }
-  absl::StatusOr<bool> EventDone(void*) override { return reason_; }
-  absl::Status WaitEvent(void*) override { return reason_; }
-  absl::Status StreamWaitEvent(void*, void*) override { return reason_; }
-  absl::StatusOr<std::string> ExportIpc(const void*) override { return reason_; }
-  absl::StatusOr<void*> OpenIpc(int, absl::string_view) override { return reason_; }
-  absl::Status CloseIpc(void*) override { return reason_; }
-  absl::StatusOr<DeviceUuid> DeviceUuidOf(int) override { return reason_; }
-  absl::Status CompareExchange64(int, const CasOp64*, int) override { return reason_; }
-
- private:
-  const absl::Status reason_;
-};
 
 // The none backend for a refused GRANARY_DEVICE_BACKEND value, one per value, kept for the
 // process (a handful at most: the environment is read once, tests ask for a few more).
@@ -78,7 +29,7 @@ DeviceBackend& RefusedBackend(const std::string& value) {
   MutexLock lock(&mu);
   std::unique_ptr<DeviceBackend>& backend = (*refused)[value];
   if (backend == nullptr) {
-    backend = std::make_unique<NoneBackendImpl>(absl::InvalidArgumentError(
+    backend = internal::MakeNoneBackend(absl::InvalidArgumentError(
         absl::StrCat("GRANARY_DEVICE_BACKEND='", value, "' is not one of cuda, fake, none")));
   }
   return *backend;
@@ -103,7 +54,7 @@ DeviceBackend& ChosenFromEnvironment() {
         &internal::ChooseBackend(std::getenv("GRANARY_DEVICE_BACKEND"), &detail);
     if (absl::StartsWith(detail, "refused")) {
       GRANARY_LOG_ERROR << "device backend: " << detail;
-    } else if (backend->Name() == "fake") {
+    } else if (backend->runtime().Name() == "fake") {
       GRANARY_LOG_WARN << "device backend: " << detail << " (not a GPU: CPU-only test memory)";
     } else {
       GRANARY_LOG_INFO << "device backend: " << detail;
@@ -130,11 +81,13 @@ absl::string_view MemoryKindName(MemoryKind kind) {
 }
 
 DeviceBackend& NoneBackend() {
-  static DeviceBackend* const none = new NoneBackendImpl([] {
-    absl::Status reason = internal::CudaUnavailableReason();
-    return reason.ok() ? absl::FailedPreconditionError("the none device backend was chosen")
-                       : reason;
-  }());
+  static DeviceBackend* const none =
+      internal::MakeNoneBackend([] {
+        absl::Status reason = internal::CudaUnavailableReason();
+        return reason.ok() ? absl::FailedPreconditionError("the none device backend was chosen")
+                           : reason;
+      }())
+          .release();
   return *none;
 }
 
@@ -178,7 +131,11 @@ DeviceBackend& ActiveBackend() {
   return ChosenFromEnvironment();
 }
 
-absl::string_view ActiveBackendName() { return ActiveBackend().Name(); }
+DeviceRuntime& ActiveRuntime() { return ActiveBackend().runtime(); }
+
+KvKernels& ActiveKernels() { return ActiveBackend().kernels(); }
+
+absl::string_view ActiveBackendName() { return ActiveRuntime().Name(); }
 
 DeviceBackend* SetBackendForTesting(DeviceBackend* backend) {
   return g_testing_backend.exchange(backend, std::memory_order_acq_rel);

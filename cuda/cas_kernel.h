@@ -1,7 +1,7 @@
 #pragma once
 
 // Private to cuda/: the launcher of the 64-bit compare-and-swap kernel (cas_kernel.cu) behind
-// DeviceBackend::CompareExchange64 of the cuda backend. Free of absl, so nvcc never parses it.
+// KvKernels::CompareExchange64 of the cuda backend. Free of absl, so nvcc never parses it.
 
 #include <cuda_runtime_api.h>
 

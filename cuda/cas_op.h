@@ -1,6 +1,6 @@
 #pragma once
 
-// One compare-and-swap of DeviceBackend::CompareExchange64. Free of absl and CUDA, so that the
+// One compare-and-swap of KvKernels::CompareExchange64. Free of absl and CUDA, so that the
 // kernel (cas_kernel.cu) and CUDA-free callers share it.
 
 #include <cstdint>

@@ -15,7 +15,7 @@
 // 2^-64); the length is mixed in, so appended zero bytes change it. Not cryptographic: it finds
 // corruption, not tampering.
 //
-// The CPU reference here is the oracle: the cuda backend's kernel (DeviceBackend::BatchChecksum)
+// The CPU reference here is the oracle: the cuda backend's kernel (KvKernels::BatchChecksum)
 // and the fake's must give the same values. Cost on the CPU: per 8-byte word one unaligned load,
 // three multiplies and a few shifts and xors, no allocation (measured by the unit test's
 // throughput line; a few GB/s per core).

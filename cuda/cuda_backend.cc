@@ -1,5 +1,6 @@
-// The cuda device backend (device_backend.h) over the CUDA runtime. Host C++; links CUDA::cudart.
-// Streams are cudaStream_t and events cudaEvent_t, passed as void*.
+// The cuda device backend (device_backend.h): its runtime over the CUDA runtime, and its kernels
+// (cuda_kernels.h). Host C++; links CUDA::cudart. Streams are cudaStream_t and events cudaEvent_t,
+// passed as void*.
 
 #include <cuda_runtime_api.h>
 
@@ -11,11 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
-#include "cuda/cas_kernel.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda/device_backend.h"
 #include "cuda/driver_api.h"
-#include "cuda/kv_layout_cuda.h"
 #include "cuda/kv_regions.h"
 
 namespace granary::cuda {
@@ -99,7 +99,7 @@ void CUDART_CB RunHostFunc(void* data) {
   delete fn;
 }
 
-class CudaBackendImpl final : public DeviceBackend {
+class CudaRuntime final : public DeviceRuntime {
  public:
   absl::string_view Name() const override { return "cuda"; }
   int DeviceCount() override { return internal::CudaDeviceCount(); }
@@ -222,31 +222,6 @@ class CudaBackendImpl final : public DeviceBackend {
     return CopyRegions("BatchCopyAsync", stream, regions, n);
   }
 
-  absl::Status GatherBlocks(int device, const PagedKvLayout& layout, const void* k_cache,
-                            const void* v_cache, const int32_t* block_ids, int n, void* out,
-                            void* stream) override {
-    return internal::GatherBlocksCuda(device, layout, k_cache, v_cache, block_ids, n, out, stream);
-  }
-
-  absl::Status ScatterBlocks(int device, const PagedKvLayout& layout, const void* in,
-                             const int32_t* block_ids, int n, void* k_cache, void* v_cache,
-                             void* stream) override {
-    return internal::ScatterBlocksCuda(device, layout, in, block_ids, n, k_cache, v_cache, stream);
-  }
-
-  absl::Status BatchCopy(int device, const CopyRegion* regions, int n, void* stream) override {
-    return internal::BatchCopyCuda(device, regions, n, stream);
-  }
-
-  absl::Status BatchChecksum(int device, const ChecksumRegion* regions, int n, uint64_t* out,
-                             void* stream) override {
-    if (n > 0 && out != nullptr && Classify(out).kind == MemoryKind::kDevice) {
-      return absl::InvalidArgumentError(absl::StrCat("BatchChecksum: out ", Addr(out),
-                                                     " is device memory; it must be host memory"));
-    }
-    return internal::BatchChecksumCuda(device, regions, n, out, stream);
-  }
-
   absl::Status LaunchHostFunc(void* stream, std::function<void()> fn) override {
     if (!fn) return absl::InvalidArgumentError("LaunchHostFunc: fn is empty");
     auto* owned = new std::function<void()>(std::move(fn));
@@ -321,33 +296,6 @@ class CudaBackendImpl final : public DeviceBackend {
     return uuid;
   }
 
-  absl::Status CompareExchange64(int device, const CasOp64* ops, int n) override {
-    constexpr const char* kOp = "CompareExchange64";
-    if (n < 0 || (n > 0 && ops == nullptr)) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": ", n, " ops"));
-    }
-    for (int i = 0; i < n; ++i) {
-      const PointerInfo info = Classify(ops[i].p);
-      if (reinterpret_cast<uintptr_t>(ops[i].p) % 8 != 0 ||
-          (info.kind != MemoryKind::kDevice && info.kind != MemoryKind::kManaged)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(kOp, ": ops[", i, "].p ", reinterpret_cast<uintptr_t>(ops[i].p),
-                         " is not 8-byte aligned device memory (", MemoryKindName(info.kind), ")"));
-      }
-    }
-    if (n == 0) return absl::OkStatus();
-    ScopedDevice scope;
-    if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-    // The legacy default stream of `device`, then a wait: a free is rare next to reads, and the
-    // caller needs the header gone before it goes on.
-    if (absl::Status s =
-            CudaStatus(internal::LaunchCompareExchange64(ops, n, nullptr), "CompareExchange64");
-        !s.ok()) {
-      return s;
-    }
-    return CudaStatus(cudaStreamSynchronize(nullptr), "CompareExchange64: cudaStreamSynchronize");
-  }
-
  private:
   template <typename F>
   absl::StatusOr<void*> AllocWith(const char* what, int device, size_t bytes, F alloc) {
@@ -397,7 +345,7 @@ class CudaBackendImpl final : public DeviceBackend {
   std::map<uintptr_t, Opened> opened_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::StatusOr<std::string> CudaBackendImpl::ExportIpc(const void* p) {
+absl::StatusOr<std::string> CudaRuntime::ExportIpc(const void* p) {
   const PointerInfo info = Classify(p);
   if (info.kind != MemoryKind::kDevice) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -424,7 +372,7 @@ absl::StatusOr<std::string> CudaBackendImpl::ExportIpc(const void* p) {
   return std::string(reinterpret_cast<const char*>(&wire), sizeof(wire));
 }
 
-absl::StatusOr<void*> CudaBackendImpl::OpenIpc(int device, absl::string_view blob) {
+absl::StatusOr<void*> CudaRuntime::OpenIpc(int device, absl::string_view blob) {
   IpcWire wire;
   if (blob.size() != sizeof(wire)) {
     return absl::InvalidArgumentError(
@@ -452,7 +400,7 @@ absl::StatusOr<void*> CudaBackendImpl::OpenIpc(int device, absl::string_view blo
   return mapped;
 }
 
-absl::Status CudaBackendImpl::CloseIpc(void* mapped) {
+absl::Status CudaRuntime::CloseIpc(void* mapped) {
   void* base = nullptr;
   {
     MutexLock lock(&mu_);
@@ -467,6 +415,15 @@ absl::Status CudaBackendImpl::CloseIpc(void* mapped) {
   // One close per open: CUDA unmaps at the last one.
   return CudaStatus(cudaIpcCloseMemHandle(base), "cudaIpcCloseMemHandle");
 }
+
+class CudaBackendImpl final : public DeviceBackend {
+ public:
+  DeviceRuntime& runtime() override { return runtime_; }
+  KvKernels& kernels() override { return internal::CudaKernels(); }
+
+ private:
+  CudaRuntime runtime_;
+};
 
 }  // namespace
 

@@ -1,5 +1,5 @@
 // The CUDA-less build: there is no cuda backend, and the none backend says why. Compiled instead
-// of cuda_runtime.cc, cuda_backend.cc, kv_layout_gpu.cc and kernels.cu when GRANARY_HAVE_CUDA is
+// of cuda_runtime.cc, cuda_backend.cc, cuda_kernels.cc and kernels.cu when GRANARY_HAVE_CUDA is
 // OFF.
 
 #include "cuda/cuda_probe.h"

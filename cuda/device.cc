@@ -9,43 +9,43 @@
 #include "cuda/kv_layout.h"
 
 namespace granary::cuda {
-int DeviceCount() { return ActiveBackend().DeviceCount(); }
+int DeviceCount() { return ActiveRuntime().DeviceCount(); }
 
 bool Available() { return DeviceCount() > 0; }
 
 absl::StatusOr<void*> DeviceAlloc(int device, size_t bytes) {
-  return ActiveBackend().Alloc(device, bytes);
+  return ActiveRuntime().Alloc(device, bytes);
 }
 
-void DeviceFree(int device, void* p) { ActiveBackend().Free(device, p); }
+void DeviceFree(int device, void* p) { ActiveRuntime().Free(device, p); }
 
 absl::Status CopyHostToDevice(int device, void* dst, const void* src, size_t n) {
-  return ActiveBackend().Copy(device, dst, src, n, CopyKind::kHostToDevice);
+  return ActiveRuntime().Copy(device, dst, src, n, CopyKind::kHostToDevice);
 }
 
 absl::Status CopyDeviceToHost(int device, void* dst, const void* src, size_t n) {
-  return ActiveBackend().Copy(device, dst, src, n, CopyKind::kDeviceToHost);
+  return ActiveRuntime().Copy(device, dst, src, n, CopyKind::kDeviceToHost);
 }
 
 absl::Status Memset(int device, void* p, int value, size_t n) {
-  return ActiveBackend().Memset(device, p, value, n);
+  return ActiveRuntime().Memset(device, p, value, n);
 }
 
 bool IsDevicePointer(const void* p) {
   if (p == nullptr) return false;
-  const MemoryKind kind = ActiveBackend().Classify(p).kind;
+  const MemoryKind kind = ActiveRuntime().Classify(p).kind;
   return kind == MemoryKind::kDevice || kind == MemoryKind::kManaged;
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Create(int device, size_t bytes) {
-  DeviceBackend* backend = &ActiveBackend();
-  absl::StatusOr<void*> p = backend->Alloc(device, bytes);
+  DeviceRuntime* runtime = &ActiveRuntime();
+  absl::StatusOr<void*> p = runtime->Alloc(device, bytes);
   if (!p.ok()) return p.status();
-  return DeviceBuffer(backend, device, *p, bytes);
+  return DeviceBuffer(runtime, device, *p, bytes);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : backend_(std::exchange(other.backend_, nullptr)),
+    : runtime_(std::exchange(other.runtime_, nullptr)),
       device_(std::exchange(other.device_, -1)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)) {}
@@ -53,7 +53,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
     Reset();
-    backend_ = std::exchange(other.backend_, nullptr);
+    runtime_ = std::exchange(other.runtime_, nullptr);
     device_ = std::exchange(other.device_, -1);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
@@ -64,29 +64,29 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 DeviceBuffer::~DeviceBuffer() { Reset(); }
 
 void DeviceBuffer::Reset() {
-  if (data_ != nullptr) backend_->Free(device_, data_);
-  backend_ = nullptr;
+  if (data_ != nullptr) runtime_->Free(device_, data_);
+  runtime_ = nullptr;
   device_ = -1;
   data_ = nullptr;
   size_ = 0;
 }
 
 absl::StatusOr<Stream> Stream::Create(int device) {
-  DeviceBackend* backend = &ActiveBackend();
-  absl::StatusOr<void*> handle = backend->CreateStream(device);
+  DeviceRuntime* runtime = &ActiveRuntime();
+  absl::StatusOr<void*> handle = runtime->CreateStream(device);
   if (!handle.ok()) return handle.status();
-  return Stream(backend, device, *handle);
+  return Stream(runtime, device, *handle);
 }
 
 Stream::Stream(Stream&& other) noexcept
-    : backend_(std::exchange(other.backend_, nullptr)),
+    : runtime_(std::exchange(other.runtime_, nullptr)),
       device_(std::exchange(other.device_, -1)),
       handle_(std::exchange(other.handle_, nullptr)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
     Reset();
-    backend_ = std::exchange(other.backend_, nullptr);
+    runtime_ = std::exchange(other.runtime_, nullptr);
     device_ = std::exchange(other.device_, -1);
     handle_ = std::exchange(other.handle_, nullptr);
   }
@@ -97,12 +97,12 @@ Stream::~Stream() { Reset(); }
 
 absl::Status Stream::Synchronize() const {
   if (handle_ == nullptr) return absl::FailedPreconditionError("Synchronize on an empty Stream");
-  return backend_->SynchronizeStream(handle_);
+  return runtime_->SynchronizeStream(handle_);
 }
 
 void Stream::Reset() {
-  if (handle_ != nullptr) backend_->DestroyStream(handle_);
-  backend_ = nullptr;
+  if (handle_ != nullptr) runtime_->DestroyStream(handle_);
+  runtime_ = nullptr;
   device_ = -1;
   handle_ = nullptr;
 }
@@ -110,17 +110,17 @@ void Stream::Reset() {
 absl::Status GatherBlocksGpu(int device, const PagedKvLayout& layout, const void* k_cache,
                              const void* v_cache, const int32_t* block_ids, int n, void* out,
                              void* stream) {
-  return ActiveBackend().GatherBlocks(device, layout, k_cache, v_cache, block_ids, n, out, stream);
+  return ActiveKernels().GatherBlocks(device, layout, k_cache, v_cache, block_ids, n, out, stream);
 }
 
 absl::Status ScatterBlocksGpu(int device, const PagedKvLayout& layout, const void* in,
                               const int32_t* block_ids, int n, void* k_cache, void* v_cache,
                               void* stream) {
-  return ActiveBackend().ScatterBlocks(device, layout, in, block_ids, n, k_cache, v_cache, stream);
+  return ActiveKernels().ScatterBlocks(device, layout, in, block_ids, n, k_cache, v_cache, stream);
 }
 
 absl::Status BatchCopyGpu(int device, const CopyRegion* regions, int n, void* stream) {
-  return ActiveBackend().BatchCopy(device, regions, n, stream);
+  return ActiveKernels().BatchCopy(device, regions, n, stream);
 }
 
 }  // namespace granary::cuda

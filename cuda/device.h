@@ -24,7 +24,7 @@
 
 namespace granary::cuda {
 
-class DeviceBackend;
+class DeviceRuntime;
 
 // True when this library was compiled with CUDA (the real runtime, not the stub).
 bool BuiltWithCuda();
@@ -54,7 +54,7 @@ void DeviceFree(int device, void* p);
 [[nodiscard]] absl::Status Memset(int device, void* p, int value, size_t n);
 
 // True when `p` points into device memory (cudaMemoryTypeDevice or managed memory). False for
-// host memory, null, and always for the none backend. (DeviceBackend::Classify tells the kinds
+// host memory, null, and always for the none backend. (DeviceRuntime::Classify tells the kinds
 // apart.)
 bool IsDevicePointer(const void* p);
 
@@ -78,18 +78,18 @@ class DeviceBuffer {
   int device() const { return device_; }
 
  private:
-  DeviceBuffer(DeviceBackend* backend, int device, void* data, size_t size)
-      : backend_(backend), device_(device), data_(data), size_(size) {}
+  DeviceBuffer(DeviceRuntime* runtime, int device, void* data, size_t size)
+      : runtime_(runtime), device_(device), data_(data), size_(size) {}
   void Reset();
 
-  DeviceBackend* backend_ = nullptr;
+  DeviceRuntime* runtime_ = nullptr;
   int device_ = -1;
   void* data_ = nullptr;
   size_t size_ = 0;
 };
 
 // An owned stream of the active backend (for cuda: a cudaStreamNonBlocking cudaStream_t) on one
-// device, for the `stream` argument of the kv_layout.h GPU calls and DeviceBackend's calls.
+// device, for the `stream` argument of the kv_layout.h GPU calls and the backend's calls.
 // Move-only; the destructor destroys the stream without waiting for it (work already enqueued still
 // completes; the fake backend waits for it). Not thread-safe as an object; the stream itself may be
 // used from any thread.
@@ -112,11 +112,11 @@ class Stream {
   [[nodiscard]] absl::Status Synchronize() const;
 
  private:
-  Stream(DeviceBackend* backend, int device, void* handle)
-      : backend_(backend), device_(device), handle_(handle) {}
+  Stream(DeviceRuntime* runtime, int device, void* handle)
+      : runtime_(runtime), device_(device), handle_(handle) {}
   void Reset();
 
-  DeviceBackend* backend_ = nullptr;
+  DeviceRuntime* runtime_ = nullptr;
   int device_ = -1;
   void* handle_ = nullptr;
 };

@@ -12,7 +12,7 @@
 // driver's cuPointerGetAttributes does neither. Before anything in the process initialized the
 // driver it answers CUDA_ERROR_NOT_INITIALIZED, and then no device memory can exist here.
 
-#include "cuda/device_backend.h"
+#include "cuda/device_runtime.h"
 
 namespace granary::cuda::internal {
 

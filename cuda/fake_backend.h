@@ -20,7 +20,11 @@
 // read the exporter's /proc/<pid>/fd (same user, same PID namespace).
 //
 // Kernels: GatherBlocks, ScatterBlocks, BatchCopy and BatchChecksum run the CPU references on
-// the alias views.
+// the alias views; CompareExchange64 swaps with std::atomic_ref there.
+//
+// Files: fake_runtime.h (the runtime: fake_runtime.cc memory, fake_streams.cc streams and events,
+// fake_ipc.cc IPC), fake_kernels.h (the kernels), fake_memory.h (the mappings and the IPC handle),
+// fake_stream.h (the stream workers).
 //
 // Differences from CUDA a caller may see: DestroyStream waits for the stream's queued work (CUDA
 // returns at once); a stream or event handle of another backend is refused (INVALID_ARGUMENT)

@@ -1,7 +1,7 @@
 #pragma once
 
 // Private to cuda/: the kernel launchers in kernels.cu. Free of absl so that nvcc never parses
-// it; the host code in kv_layout_gpu.cc turns the cudaError_t into a Status.
+// it; the host code in cuda_kernels.cc turns the cudaError_t into a Status.
 
 #include <cuda_runtime_api.h>
 

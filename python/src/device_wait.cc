@@ -79,8 +79,8 @@ void BindEngineStreamHooks(py::module_& m) {
   m.def(
       "_testing_engine_write",
       [](uintptr_t stream, uintptr_t dst, uintptr_t src, size_t size) {
-        Ok(Fake().CopyAsync(reinterpret_cast<void*>(stream), reinterpret_cast<void*>(dst),
-                            reinterpret_cast<const void*>(src), size));
+        Ok(Fake().runtime().CopyAsync(reinterpret_cast<void*>(stream), reinterpret_cast<void*>(dst),
+                                      reinterpret_cast<const void*>(src), size));
       },
       py::arg("stream"), py::arg("dst"), py::arg("src"), py::arg("size"),
       "Test hook (fake backend): enqueue a copy on the stream (src must stay alive until the "
@@ -88,16 +88,18 @@ void BindEngineStreamHooks(py::module_& m) {
   m.def(
       "_testing_engine_event",
       [](uintptr_t stream) {
-        absl::StatusOr<void*> e = Fake().CreateEvent(0);
+        absl::StatusOr<void*> e = Fake().runtime().CreateEvent(0);
         Ok(e.status());
-        Ok(Fake().RecordEvent(*e, reinterpret_cast<void*>(stream)));
+        Ok(Fake().runtime().RecordEvent(*e, reinterpret_cast<void*>(stream)));
         return reinterpret_cast<uintptr_t>(*e);
       },
       py::arg("stream"),
       "Test hook (fake backend): a new event, recorded on the stream (never destroyed).");
   m.def(
       "_testing_stream_synchronize",
-      [](uintptr_t stream) { Ok(Fake().SynchronizeStream(reinterpret_cast<void*>(stream))); },
+      [](uintptr_t stream) {
+        Ok(Fake().runtime().SynchronizeStream(reinterpret_cast<void*>(stream)));
+      },
       py::arg("stream"), "Test hook (fake backend): synchronize the stream.");
 }
 

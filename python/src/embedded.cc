@@ -136,7 +136,7 @@ void BindEmbedded(py::module_& m) {
   m.def(
       "_testing_device_alloc",
       [](size_t size) {
-        absl::StatusOr<void*> p = cuda::ActiveBackend().Alloc(0, size);
+        absl::StatusOr<void*> p = cuda::ActiveRuntime().Alloc(0, size);
         if (!p.ok()) throw py::value_error(std::string(p.status().message()));
         return reinterpret_cast<uintptr_t>(*p);
       },
@@ -145,12 +145,12 @@ void BindEmbedded(py::module_& m) {
       "GRANARY_DEVICE_BACKEND=fake, which the CPU cannot touch), as an address.");
   m.def(
       "_testing_device_free",
-      [](uintptr_t addr) { cuda::ActiveBackend().Free(0, reinterpret_cast<void*>(addr)); },
+      [](uintptr_t addr) { cuda::ActiveRuntime().Free(0, reinterpret_cast<void*>(addr)); },
       py::arg("addr"), "Test hook: frees what _testing_device_alloc returned.");
   m.def(
       "_testing_device_copy",
       [](uintptr_t dst, uintptr_t src, size_t size) {
-        absl::Status st = cuda::ActiveBackend().Copy(0, reinterpret_cast<void*>(dst),
+        absl::Status st = cuda::ActiveRuntime().Copy(0, reinterpret_cast<void*>(dst),
                                                      reinterpret_cast<const void*>(src), size,
                                                      cuda::CopyKind::kDefault);
         if (!st.ok()) throw py::value_error(std::string(st.message()));

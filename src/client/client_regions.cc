@@ -42,7 +42,7 @@ class Scratch {
       data_ = host_.data();
       return absl::OkStatus();
     }
-    absl::StatusOr<StagingPool::Buffer> b = pool_->Take(&cuda::ActiveBackend(), device, bytes);
+    absl::StatusOr<StagingPool::Buffer> b = pool_->Take(&cuda::ActiveRuntime(), device, bytes);
     if (!b.ok()) return b.status();
     device_ = *b;
     data_ = device_.data;
@@ -64,10 +64,10 @@ class Scratch {
 absl::Status OnStream(StreamPool* streams, int device,
                       absl::FunctionRef<absl::Status(cuda::DeviceBackend&, void*)> enqueue) {
   cuda::DeviceBackend& b = cuda::ActiveBackend();
-  absl::StatusOr<StreamPool::Stream> stream = streams->Take(&b, device);
+  absl::StatusOr<StreamPool::Stream> stream = streams->Take(&b.runtime(), device);
   if (!stream.ok()) return stream.status();
   absl::Status st = enqueue(b, stream->handle);
-  absl::Status synced = b.SynchronizeStream(stream->handle);
+  absl::Status synced = b.runtime().SynchronizeStream(stream->handle);
   if (st.ok()) st = synced;
   streams->Return(*stream, st.ok());
   return st;
@@ -83,7 +83,7 @@ absl::Status CopyAll(StreamPool* streams, int device,
     return absl::OkStatus();
   }
   absl::Status st = OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
-    return b.BatchCopyAsync(stream, regions.data(), static_cast<int>(regions.size()));
+    return b.runtime().BatchCopyAsync(stream, regions.data(), static_cast<int>(regions.size()));
   });
   if (!st.ok()) {
     return absl::InternalError(
@@ -257,7 +257,7 @@ absl::Status RunCopyKernel(StreamPool* streams, int device,
   const int n = static_cast<int>(regions.size());
   if (device < 0) return cuda::BatchCopyCpu(regions.data(), n);
   return OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
-    return b.BatchCopy(device, regions.data(), n, stream);
+    return b.kernels().BatchCopy(device, regions.data(), n, stream);
   });
 }
 
@@ -320,11 +320,12 @@ absl::StatusOr<std::vector<uint64_t>> KvChecksums(StreamPool* streams, int devic
   for (size_t j : slots) regions.push_back({staging + sl.offsets[j], sl.payloads[j]});
   std::vector<uint64_t> sums(regions.size());
   const int n = static_cast<int>(regions.size());
-  absl::Status st = device < 0
-                        ? cuda::BatchChecksumCpu(regions.data(), n, sums.data())
-                        : OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
-                            return b.BatchChecksum(device, regions.data(), n, sums.data(), stream);
-                          });
+  absl::Status st =
+      device < 0
+          ? cuda::BatchChecksumCpu(regions.data(), n, sums.data())
+          : OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+              return b.kernels().BatchChecksum(device, regions.data(), n, sums.data(), stream);
+            });
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("checksumming the blocks: ", st.message()));
   }

@@ -26,7 +26,7 @@ absl::Status CheckHostMemory(const void* p, size_t n) {
 
 absl::StatusOr<int> BufferDevice(const void* p, size_t n) {
   if (n == 0) return -1;
-  cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
   if (backend.Name() != "none") {
     const cuda::PointerInfo first = backend.Classify(p);
     if (first.kind == cuda::MemoryKind::kDevice || first.kind == cuda::MemoryKind::kManaged) {

@@ -42,7 +42,7 @@ bool IsDevicePointer(const void* p, size_t n) {
   const uintptr_t end = n > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + n;
   if (Fakes().any.load(std::memory_order_acquire) && OverlapsFake(begin, end)) return true;
   const void* last = reinterpret_cast<const void*>(end - 1);
-  cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
   // With no usable backend in this process (a build without CUDA, or none chosen) the memory may
   // still be the engine's own CUDA memory, so the driver is asked directly (initializing nothing).
   const bool none = backend.Name() == "none";

@@ -85,7 +85,7 @@ void DeviceTransfers::Unmapped(void* local, uint64_t size) {
   }
 }
 
-absl::StatusOr<DeviceTransfers::Slots> DeviceTransfers::TakeSlots(cuda::DeviceBackend* backend) {
+absl::StatusOr<DeviceTransfers::Slots> DeviceTransfers::TakeSlots(cuda::DeviceRuntime* backend) {
   {
     granary::MutexLock lock(&mu_);
     for (size_t i = 0; i < idle_slots_.size(); ++i) {
@@ -151,7 +151,7 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
     std::memcpy(h.op.local, h.mapped, h.op.length);
   }
   if (values.empty()) return absl::OkStatus();
-  cuda::DeviceBackend* backend = &cuda::ActiveBackend();
+  cuda::DeviceRuntime* backend = &cuda::ActiveRuntime();
   // Pin the pieces of node memory the values touch, lazily, under the cap.
   for (const transport::MappedOp& m : values) {
     const auto base = reinterpret_cast<uintptr_t>(m.mapped_base);
@@ -237,7 +237,7 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   for (const transport::RmaOp& op : ops) lengths.push_back(op.length);
   const std::vector<std::vector<SlotPart>> chunks = PackIntoSlots(lengths, kSlotBytes);
   if (chunks.empty()) return absl::OkStatus();
-  cuda::DeviceBackend* backend = &cuda::ActiveBackend();
+  cuda::DeviceRuntime* backend = &cuda::ActiveRuntime();
   const int device = ops.front().device;
   GRANARY_ASSIGN_OR_RETURN(Slots slots, TakeSlots(backend));
   absl::StatusOr<StreamPool::Stream> stream = streams_.Take(backend, device);

@@ -83,7 +83,7 @@ class DeviceTransfers {
 
  private:
   struct Slots {
-    cuda::DeviceBackend* backend = nullptr;
+    cuda::DeviceRuntime* backend = nullptr;
     unsigned char* slot[2] = {nullptr, nullptr};
   };
   [[nodiscard]] absl::Status RunMapped(std::vector<transport::MappedOp>& values,
@@ -91,7 +91,7 @@ class DeviceTransfers {
                                        EngineOrder* order);
   [[nodiscard]] absl::Status RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
                                        const RemoteFn& remote, EngineOrder* order);
-  [[nodiscard]] absl::StatusOr<Slots> TakeSlots(cuda::DeviceBackend* backend);
+  [[nodiscard]] absl::StatusOr<Slots> TakeSlots(cuda::DeviceRuntime* backend);
   void ReturnSlots(Slots s);
 
   transport::RmaEngine* rma_;
@@ -102,7 +102,7 @@ class DeviceTransfers {
   // pending pieces count in pinned_bytes_.
   struct Piece {
     uint64_t bytes = 0;
-    cuda::DeviceBackend* backend = nullptr;
+    cuda::DeviceRuntime* backend = nullptr;
     bool pending = false;
   };
   std::map<uintptr_t, Piece> pinned_ ABSL_GUARDED_BY(mu_);

@@ -15,7 +15,7 @@ namespace granary::client {
 
 // One segment's IPC mapping in this process; closed when the last batch using it lets go.
 struct GpuSegments::Mapping {
-  cuda::DeviceBackend* backend = nullptr;
+  cuda::DeviceRuntime* backend = nullptr;
   int device = -1;
   std::string ipc;  // the handle it was opened from
   unsigned char* base = nullptr;
@@ -70,7 +70,7 @@ bool GpuSegments::AnyGpu(const std::vector<transport::RmaOp>& ops) {
   return false;
 }
 
-absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceBackend& backend,
+absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceRuntime& backend,
                                              const std::string& uuid) {
   // Devices are matched by UUID: CUDA_VISIBLE_DEVICES may number them differently here.
   const int n = backend.DeviceCount();
@@ -87,7 +87,7 @@ absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceBackend& backend,
 
 absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
     const transport::RemoteSegment& seg, int buffer_device) {
-  cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
   const Key key{seg.segment_id, buffer_device};
   const std::string where =
       absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
@@ -213,7 +213,7 @@ absl::Status GpuSegments::RunOnDevice(
   for (const transport::RmaOp& op : gpu) get_headers += !op.is_put && op.header ? 1 : 0;
   again.resize(get_headers);
   size_t fenced = 0;
-  cuda::DeviceBackend* backend = nullptr;
+  cuda::DeviceRuntime* backend = nullptr;
   for (const transport::RmaOp& op : gpu) {
     const transport::RemoteSegment& seg = *op.segment;
     std::shared_ptr<Mapping>& m = held[&seg];

@@ -88,7 +88,7 @@ class GpuSegments {
   // The mapping of `seg` for buffers on `buffer_device` (-1: host buffers).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg,
                                                               int buffer_device);
-  [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceBackend& backend,
+  [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceRuntime& backend,
                                                 const std::string& uuid);
 
   granary::Mutex mu_;

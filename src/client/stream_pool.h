@@ -18,7 +18,7 @@ namespace granary::client {
 class StreamPool {
  public:
   struct Stream {
-    cuda::DeviceBackend* backend = nullptr;
+    cuda::DeviceRuntime* backend = nullptr;
     int device = -1;
     void* handle = nullptr;
   };
@@ -30,7 +30,7 @@ class StreamPool {
   StreamPool& operator=(const StreamPool&) = delete;
 
   // An idle stream of (backend, device), or a new one.
-  [[nodiscard]] absl::StatusOr<Stream> Take(cuda::DeviceBackend* backend, int device) {
+  [[nodiscard]] absl::StatusOr<Stream> Take(cuda::DeviceRuntime* backend, int device) {
     {
       granary::MutexLock lock(&mu_);
       for (size_t i = 0; i < idle_.size(); ++i) {

@@ -22,7 +22,7 @@ struct GpuBounce::Job {
   FetchDone fetch_done;
 };
 
-absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(cuda::DeviceBackend* backend,
+absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(cuda::DeviceRuntime* backend,
                                                              transport::Context* ctx,
                                                              transport::RmaEngine* rma,
                                                              MetricsRegistry* metrics,
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(cuda::DeviceBackend
   return b;
 }
 
-GpuBounce::GpuBounce(cuda::DeviceBackend* backend, transport::Context* ctx,
+GpuBounce::GpuBounce(cuda::DeviceRuntime* backend, transport::Context* ctx,
                      transport::RmaEngine* rma, MetricsRegistry* metrics, size_t slot_bytes)
     : backend_(backend),
       ctx_(ctx),

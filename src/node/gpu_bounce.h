@@ -73,7 +73,7 @@ class GpuBounce {
 
   // Allocates and registers the two slots. Errors: the backend's (pinned memory) or UCX's.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuBounce>> Create(
-      cuda::DeviceBackend* backend, transport::Context* ctx, transport::RmaEngine* rma,
+      cuda::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
       MetricsRegistry* metrics, size_t slot_bytes = kDefaultSlotBytes);
   ~GpuBounce();
   GpuBounce(const GpuBounce&) = delete;
@@ -92,7 +92,7 @@ class GpuBounce {
     std::unique_ptr<transport::MemoryRegion> region;
   };
   struct Job;
-  GpuBounce(cuda::DeviceBackend* backend, transport::Context* ctx, transport::RmaEngine* rma,
+  GpuBounce(cuda::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
             MetricsRegistry* metrics, size_t slot_bytes);
   [[nodiscard]] absl::Status AllocateSlots();
   void FreeSlots();
@@ -108,7 +108,7 @@ class GpuBounce {
   [[nodiscard]] absl::Status Remote(std::vector<transport::RmaOp> ops,
                                     std::chrono::steady_clock::time_point deadline);
 
-  cuda::DeviceBackend* const backend_;
+  cuda::DeviceRuntime* const backend_;
   transport::Context* const ctx_;
   transport::RmaEngine* const rma_;
   const size_t slot_bytes_;

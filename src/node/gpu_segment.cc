@@ -4,7 +4,7 @@
 
 namespace granary::node {
 
-absl::StatusOr<std::unique_ptr<GpuSegment>> GpuSegment::Create(cuda::DeviceBackend* backend,
+absl::StatusOr<std::unique_ptr<GpuSegment>> GpuSegment::Create(cuda::DeviceRuntime* backend,
                                                                int device, uint64_t size,
                                                                const std::string& flag_size) {
   const std::string what =

@@ -22,7 +22,7 @@ class GpuSegment {
   // without CUDA, or GRANARY_DEVICE_BACKEND=none), no device, or not this device; the
   // allocation's own error (RESOURCE_EXHAUSTED when the device is full) otherwise.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuSegment>> Create(
-      cuda::DeviceBackend* backend, int device, uint64_t size, const std::string& flag_size);
+      cuda::DeviceRuntime* backend, int device, uint64_t size, const std::string& flag_size);
   ~GpuSegment();
   GpuSegment(const GpuSegment&) = delete;
   GpuSegment& operator=(const GpuSegment&) = delete;
@@ -30,12 +30,12 @@ class GpuSegment {
   void* base() const { return base_; }
   uint64_t size() const { return size_; }
   int device() const { return device_; }
-  const std::string& ipc() const { return ipc_; }  // DeviceBackend::ExportIpc(base)
+  const std::string& ipc() const { return ipc_; }  // DeviceRuntime::ExportIpc(base)
   const cuda::DeviceUuid& uuid() const { return uuid_; }
 
  private:
   GpuSegment() = default;
-  cuda::DeviceBackend* backend_ = nullptr;
+  cuda::DeviceRuntime* backend_ = nullptr;
   int device_ = -1;
   void* base_ = nullptr;
   uint64_t size_ = 0;

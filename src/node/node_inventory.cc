@@ -19,14 +19,14 @@ uint64_t* WordAt(const SegmentSpan& s, uint64_t offset, size_t word) {
 
 NodeInventory::~NodeInventory() {
   granary::MutexLock lock(&mu_);
-  if (gpu_headers_ != nullptr) cuda::ActiveBackend().HostFreePinned(gpu_headers_);
+  if (gpu_headers_ != nullptr) cuda::ActiveRuntime().HostFreePinned(gpu_headers_);
 }
 
 absl::StatusOr<const proto::AllocHeader*> NodeInventory::ReadGpuHeaders(size_t index,
                                                                         const uint64_t* offsets,
                                                                         size_t n) {
   const SegmentSpan& s = (*segments_)[index];
-  cuda::DeviceBackend& backend = cuda::ActiveBackend();
+  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
   if (gpu_headers_ == nullptr && gpu_headers_fallback_.empty()) {
     absl::StatusOr<void*> pinned =
         backend.HostAllocPinned(kGpuHeaderChunk * sizeof(proto::AllocHeader));
@@ -64,7 +64,7 @@ void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t gen
   if (s.tier == proto::Tier::kGpu) {
     const cuda::CasOp64 op{reinterpret_cast<void*>(s.base + offset + sizeof(uint64_t)), generation,
                            0};
-    if (absl::Status st = cuda::ActiveBackend().CompareExchange64(s.gpu, &op, 1); !st.ok()) {
+    if (absl::Status st = cuda::ActiveKernels().CompareExchange64(s.gpu, &op, 1); !st.ok()) {
       ++gpu_errors_;
       GRANARY_LOG_WARN << "inventory: invalidating the header at offset " << offset
                        << " of GPU segment '" << s.name << "' failed: " << st;

@@ -89,7 +89,7 @@ absl::Status NodeServer::StartRpc() {
       [rma](const std::vector<std::string>& peers) { rma->MarkUnreachable(peers); });
   if (options_.gpu_segment_size > 0) {
     GRANARY_ASSIGN_OR_RETURN(bounce_,
-                             GpuBounce::Create(&cuda::ActiveBackend(), ctx_.get(), rma, &metrics_));
+                             GpuBounce::Create(&cuda::ActiveRuntime(), ctx_.get(), rma, &metrics_));
   }
   DataHandlers::Parts parts;
   parts.service = service_.get();

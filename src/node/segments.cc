@@ -174,7 +174,7 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
                                : options_.gpu_segment_size_flag;
   Segment seg;
   GRANARY_ASSIGN_OR_RETURN(
-      seg.gpu, GpuSegment::Create(&cuda::ActiveBackend(), device, options_.gpu_segment_size, flag));
+      seg.gpu, GpuSegment::Create(&cuda::ActiveRuntime(), device, options_.gpu_segment_size, flag));
   SegmentSpan span;
   span.name = name;
   span.base = reinterpret_cast<uint64_t>(seg.gpu->base());

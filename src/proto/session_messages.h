@@ -117,7 +117,7 @@ struct MountSegmentRequest {
   // clients. The master allocates nothing in it until the report is done.
   bool resumed = false;
   // Tier kGpu only (empty otherwise): the segment's device memory exported by the node's device
-  // backend (DeviceBackend::ExportIpc of byte 0, at most kMaxGpuIpcBytes), which same-host
+  // backend (DeviceRuntime::ExportIpc of byte 0, at most kMaxGpuIpcBytes), which same-host
   // clients open once per segment, and the 16-byte UUID of its device. A GPU segment has no
   // rkey on a UCX without CUDA support: device memory is never handed to such a UCX.
   std::string gpu_ipc;

@@ -401,16 +401,16 @@ class EngineStreamTest : public GpuTierTest {
     auto engine = fake_->CreateEngineStream(0, absl::Seconds(60));
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *engine;
-    auto event = fake_->CreateEvent(0);
+    auto event = fake_->runtime().CreateEvent(0);
     ASSERT_TRUE(event.ok()) << event.status();
     event_ = *event;
   }
   void TearDown() override {
     if (engine_ != nullptr) {
-      EXPECT_TRUE(backend_->SynchronizeStream(engine_).ok());
-      backend_->DestroyStream(engine_);
+      EXPECT_TRUE(backend_->runtime().SynchronizeStream(engine_).ok());
+      backend_->runtime().DestroyStream(engine_);
     }
-    if (event_ != nullptr) backend_->DestroyEvent(event_);
+    if (event_ != nullptr) backend_->runtime().DestroyEvent(event_);
     GpuTierTest::TearDown();
   }
   // Device memory at `at` holds `old` (the value `tag` had before), and the engine's stream has
@@ -420,10 +420,11 @@ class EngineStreamTest : public GpuTierTest {
   };
   Write EngineWrites(char* at, const std::string& tag, size_t n) {
     Write w{MakeValue(tag + "/old", 1, n), MakeValue(tag + "/fresh", 2, n)};
-    EXPECT_TRUE(backend_->SynchronizeStream(engine_).ok());  // the last test's write first
+    EXPECT_TRUE(
+        backend_->runtime().SynchronizeStream(engine_).ok());  // the last test's write first
     ToDevice(at, w.old);
     sources_.push_back(std::make_unique<std::string>(w.fresh));
-    EXPECT_TRUE(backend_->CopyAsync(engine_, at, sources_.back()->data(), n).ok());
+    EXPECT_TRUE(backend_->runtime().CopyAsync(engine_, at, sources_.back()->data(), n).ok());
     return w;
   }
   std::string Stored(const std::string& key) {
@@ -434,7 +435,7 @@ class EngineStreamTest : public GpuTierTest {
   DeviceWait OnStream() const { return DeviceWait{engine_, nullptr}; }
   // An event recorded on the engine's stream after its write.
   DeviceWait OnEvent() {
-    EXPECT_TRUE(backend_->RecordEvent(event_, engine_).ok());
+    EXPECT_TRUE(backend_->runtime().RecordEvent(event_, engine_).ok());
     return DeviceWait{nullptr, event_};
   }
   // PutFrom of a device buffer, without and with the contract.

@@ -46,7 +46,7 @@ class GpuTierFixture : public ::testing::Test {
   void SetUp() override {
     if (OnCuda()) {
       cuda::DeviceBackend* cuda_backend = cuda::CudaBackend();
-      if (cuda_backend == nullptr || cuda_backend->DeviceCount() == 0) {
+      if (cuda_backend == nullptr || cuda_backend->runtime().DeviceCount() == 0) {
         GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
       }
       backend_ = cuda_backend;
@@ -94,24 +94,25 @@ class GpuTierFixture : public ::testing::Test {
     if (HasFailure() && cluster_) cluster_->DumpLogs();
     client_.reset();
     cluster_.reset();
-    for (void* d : device_buffers_) backend_->Free(0, d);
+    for (void* d : device_buffers_) backend_->runtime().Free(0, d);
     cuda::SetBackendForTesting(nullptr);
     unsetenv("UCX_TLS");
   }
   // Device memory of the test's backend, freed at TearDown.
   char* DeviceAlloc(size_t n) {
-    auto d = backend_->Alloc(0, n);
+    auto d = backend_->runtime().Alloc(0, n);
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return nullptr;
     device_buffers_.push_back(*d);
     return static_cast<char*>(*d);
   }
   void ToDevice(char* d, const std::string& v) {
-    ASSERT_TRUE(backend_->Copy(0, d, v.data(), v.size(), cuda::CopyKind::kHostToDevice).ok());
+    ASSERT_TRUE(
+        backend_->runtime().Copy(0, d, v.data(), v.size(), cuda::CopyKind::kHostToDevice).ok());
   }
   std::string FromDevice(const char* d, size_t n) {
     std::string v(n, '\0');
-    EXPECT_TRUE(backend_->Copy(0, v.data(), d, n, cuda::CopyKind::kDeviceToHost).ok());
+    EXPECT_TRUE(backend_->runtime().Copy(0, v.data(), d, n, cuda::CopyKind::kDeviceToHost).ok());
     return v;
   }
   // A sample of this process's client metrics, 0 when absent.

@@ -254,21 +254,21 @@ TEST_F(GpuTierTest, GpuPutsLandOnTheGpuSegmentAndReadBackByteExactThroughIpc) {
   EXPECT_EQ(Metric("granary_master_objects"), keys.size() + 2);
 
   // The headers in device memory, read through a mapping of this process's own (device to host).
-  auto mapped = backend_->OpenIpc(0, gpu[0].gpu_ipc);
+  auto mapped = backend_->runtime().OpenIpc(0, gpu[0].gpu_ipc);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   for (size_t i = 0; i < keys.size(); ++i) {
     auto r = ReplicasOf(keys[i]);
     ASSERT_EQ(r.size(), 1u);
     proto::AllocHeader h;
     const uint64_t at = r[0].address;  // List gives the allocation's offset in the segment
-    ASSERT_TRUE(backend_
-                    ->Copy(0, &h, static_cast<char*>(*mapped) + at, sizeof(h),
-                           cuda::CopyKind::kDeviceToHost)
-                    .ok());
+    ASSERT_TRUE(
+        backend_->runtime()
+            .Copy(0, &h, static_cast<char*>(*mapped) + at, sizeof(h), cuda::CopyKind::kDeviceToHost)
+            .ok());
     EXPECT_EQ(h.magic, proto::AllocHeader::kMagic) << keys[i];
     EXPECT_EQ(h.value_length, sizes[i]) << keys[i];
   }
-  ASSERT_TRUE(backend_->CloseIpc(*mapped).ok());
+  ASSERT_TRUE(backend_->runtime().CloseIpc(*mapped).ok());
   EXPECT_EQ(client_->Remove(keys[0]).code(), absl::StatusCode::kOk);
   EXPECT_EQ(client_->Get(keys[0]).status().code(), absl::StatusCode::kNotFound);
 }
@@ -483,13 +483,14 @@ TEST_F(GpuTierTest, AGpuSegmentIsMappedOnlyOnTheDeviceOfTheBuffer) {
   PutOptions on_gpu;
   on_gpu.tier = StorageTier::kGpu;
   const std::string value = MakeValue("d1", 1, 70000);
-  auto src = backend_->Alloc(1, value.size());
-  auto dst = backend_->Alloc(1, value.size());
+  auto src = backend_->runtime().Alloc(1, value.size());
+  auto dst = backend_->runtime().Alloc(1, value.size());
   ASSERT_TRUE(src.ok() && dst.ok());
   device_buffers_.push_back(*src);
   device_buffers_.push_back(*dst);
-  ASSERT_TRUE(
-      backend_->Copy(1, *src, value.data(), value.size(), cuda::CopyKind::kHostToDevice).ok());
+  ASSERT_TRUE(backend_->runtime()
+                  .Copy(1, *src, value.data(), value.size(), cuda::CopyKind::kHostToDevice)
+                  .ok());
   ASSERT_TRUE(client_
                   ->BatchPutWith({"d1"},
                                  {absl::string_view(static_cast<char*>(*src), value.size())},
@@ -498,8 +499,9 @@ TEST_F(GpuTierTest, AGpuSegmentIsMappedOnlyOnTheDeviceOfTheBuffer) {
   auto n = client_->GetInto("d1", *dst, value.size());
   ASSERT_TRUE(n.ok()) << n.status();
   std::string back(value.size(), '\0');
-  ASSERT_TRUE(
-      backend_->Copy(1, back.data(), *dst, back.size(), cuda::CopyKind::kDeviceToHost).ok());
+  ASSERT_TRUE(backend_->runtime()
+                  .Copy(1, back.data(), *dst, back.size(), cuda::CopyKind::kDeviceToHost)
+                  .ok());
   EXPECT_TRUE(back == value);
   EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"ipc\"}"), 2);
   EXPECT_EQ(fake_->ContextsCreated(0), 0) << "the segment was mapped on another device";

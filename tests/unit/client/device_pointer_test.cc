@@ -39,9 +39,9 @@ TEST_F(DevicePointerTest, TheFakeBackendsDeviceAndManagedMemoryAreDevicePinnedIs
   cuda::DeviceBackend* previous = cuda::SetBackendForTesting(fake->get());
   std::vector<char> heap(1 << 20);
   EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));  // before any fake memory exists
-  auto dev = (*fake)->Alloc(0, 1 << 20);
-  auto managed = (*fake)->AllocManaged(0, 4096);
-  auto pinned = (*fake)->HostAllocPinned(4096);
+  auto dev = (*fake)->runtime().Alloc(0, 1 << 20);
+  auto managed = (*fake)->runtime().AllocManaged(0, 4096);
+  auto pinned = (*fake)->runtime().HostAllocPinned(4096);
   ASSERT_TRUE(dev.ok() && managed.ok() && pinned.ok());
   char* d = static_cast<char*>(*dev);
   EXPECT_TRUE(IsDevicePointer(d, 1 << 20));
@@ -59,9 +59,9 @@ TEST_F(DevicePointerTest, TheFakeBackendsDeviceAndManagedMemoryAreDevicePinnedIs
   EXPECT_EQ(*client::BufferDevice(heap.data(), heap.size()), -1);
   EXPECT_EQ(ErrorReasonOf(client::BufferDevice(d + (1 << 20) - 8, 4096).status()),
             ErrorReason::kDevicePointer);
-  (*fake)->Free(0, d);
-  (*fake)->Free(0, *managed);
-  (*fake)->HostFreePinned(*pinned);
+  (*fake)->runtime().Free(0, d);
+  (*fake)->runtime().Free(0, *managed);
+  (*fake)->runtime().HostFreePinned(*pinned);
   EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));
   cuda::SetBackendForTesting(previous);
 }

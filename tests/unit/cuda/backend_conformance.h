@@ -47,20 +47,21 @@ class BackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_ = Traits::Make(&owned_);
-    if (backend_ == nullptr || backend_->DeviceCount() == 0) {
+    if (backend_ == nullptr || backend_->runtime().DeviceCount() == 0) {
       GTEST_SKIP() << "the " << Traits::kName << " backend has no usable device here";
     }
   }
 
   void TearDown() override {
     if (backend_ == nullptr) return;
-    for (void* s : streams_) backend_->DestroyStream(s);
-    for (void* e : events_) backend_->DestroyEvent(e);
-    for (void* p : device_) backend_->Free(0, p);
-    for (void* p : pinned_) backend_->HostFreePinned(p);
+    for (void* s : streams_) backend_->runtime().DestroyStream(s);
+    for (void* e : events_) backend_->runtime().DestroyEvent(e);
+    for (void* p : device_) backend_->runtime().Free(0, p);
+    for (void* p : pinned_) backend_->runtime().HostFreePinned(p);
   }
 
-  DeviceBackend& b() { return *backend_; }
+  DeviceRuntime& b() { return backend_->runtime(); }
+  KvKernels& k() { return backend_->kernels(); }
 
   // Device memory on device 0 holding `content`, freed at TearDown.
   void* Upload(const Bytes& content) {
@@ -131,7 +132,7 @@ class Gate {
 TYPED_TEST_SUITE_P(BackendTest);
 
 TYPED_TEST_P(BackendTest, ClassifiesEveryKindOfMemory) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   int on_stack = 0;
   std::vector<unsigned char> heap(1 << 16);
   EXPECT_EQ(b.Classify(&on_stack).kind, MemoryKind::kHost);
@@ -167,7 +168,7 @@ TYPED_TEST_P(BackendTest, ClassifiesEveryKindOfMemory) {
 }
 
 TYPED_TEST_P(BackendTest, AsyncCopiesRoundTripInEveryDirection) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   constexpr size_t kN = 3 * 4096 + 17;
   const Bytes src = testing::Pattern(kN, 1);
   void* dev_a = this->Upload(Bytes(kN, 0));
@@ -202,7 +203,7 @@ TYPED_TEST_P(BackendTest, AsyncCopiesRoundTripInEveryDirection) {
 }
 
 TYPED_TEST_P(BackendTest, ReadingBeforeTheEventSeesTheOldBytes) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   constexpr size_t kN = 8192;
   const Bytes fresh = testing::Pattern(kN, 2);
   void* dev = this->Upload(fresh);
@@ -231,7 +232,8 @@ TYPED_TEST_P(BackendTest, ReadingBeforeTheEventSeesTheOldBytes) {
 // cudaErrorNotReady there, and a kernel launch's status is read from it. A backend must clear the
 // slot before it launches, or a healthy launch after a poll on the same thread fails.
 TYPED_TEST_P(BackendTest, APollOfAnUnfinishedEventFailsNoLaterLaunch) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
+  KvKernels& kernels = this->k();
   constexpr size_t kN = 4096;
   const Bytes fresh = testing::Pattern(kN, 5);
   auto* dev = static_cast<unsigned char*>(this->Upload(fresh));
@@ -249,17 +251,17 @@ TYPED_TEST_P(BackendTest, APollOfAnUnfinishedEventFailsNoLaterLaunch) {
   };
   const CopyRegion region{dev, dst, kN};
   ASSERT_NO_FATAL_FAILURE(poll());
-  absl::Status s = b.BatchCopy(0, &region, 1, nullptr);
+  absl::Status s = kernels.BatchCopy(0, &region, 1, nullptr);
   EXPECT_TRUE(s.ok()) << s;
   ASSERT_NO_FATAL_FAILURE(poll());
   uint64_t sum = 0;
   const ChecksumRegion whole{dev, kN};
-  s = b.BatchChecksum(0, &whole, 1, &sum, nullptr);
+  s = kernels.BatchChecksum(0, &whole, 1, &sum, nullptr);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(sum, ChecksumCpu(fresh.data(), kN));
   ASSERT_NO_FATAL_FAILURE(poll());
   const CasOp64 op{dst, 0, 1};
-  s = b.CompareExchange64(0, &op, 1);
+  s = kernels.CompareExchange64(0, &op, 1);
   EXPECT_TRUE(s.ok()) << s;
   gate.Open();
   ASSERT_TRUE(b.SynchronizeStream(stream).ok());
@@ -267,7 +269,7 @@ TYPED_TEST_P(BackendTest, APollOfAnUnfinishedEventFailsNoLaterLaunch) {
 }
 
 TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   constexpr size_t kN = 4096;
   const Bytes fresh = testing::Pattern(kN, 3);
   void* dev = this->Upload(Bytes(kN, 0));
@@ -300,7 +302,7 @@ TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
 }
 
 TYPED_TEST_P(BackendTest, HostFunctionsRunInStreamOrder) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   constexpr size_t kN = 2048;
   const Bytes fresh = testing::Pattern(kN, 4);
   void* dev = this->Upload(fresh);
@@ -330,7 +332,8 @@ TYPED_TEST_P(BackendTest, HostFunctionsRunInStreamOrder) {
 }
 
 TYPED_TEST_P(BackendTest, BatchCopyAsyncMatchesTheCpuReference) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
+  KvKernels& kernels = this->k();
   std::mt19937_64 rng(7);
   constexpr size_t kN = 64 * 1024;
   Bytes src_host(kN);
@@ -355,10 +358,10 @@ TYPED_TEST_P(BackendTest, BatchCopyAsyncMatchesTheCpuReference) {
   void* dst2 = this->Upload(Bytes(kN, 0));
   for (auto& r : regions)
     r.dst = static_cast<char*>(dst2) + (static_cast<char*>(r.dst) - static_cast<char*>(dst));
-  ASSERT_TRUE(b.BatchCopy(0, regions.data(), static_cast<int>(regions.size()), nullptr).ok());
+  ASSERT_TRUE(kernels.BatchCopy(0, regions.data(), static_cast<int>(regions.size()), nullptr).ok());
   EXPECT_EQ(this->Download(dst2, kN), expected);
   ASSERT_TRUE(b.Memset(0, dst2, 0, kN).ok());
-  ASSERT_TRUE(b.BatchCopy(0, regions.data(), static_cast<int>(regions.size()), stream).ok());
+  ASSERT_TRUE(kernels.BatchCopy(0, regions.data(), static_cast<int>(regions.size()), stream).ok());
   ASSERT_TRUE(b.SynchronizeStream(stream).ok());
   EXPECT_EQ(this->Download(dst2, kN), expected);
   CopyRegion bad{nullptr, dst, 8};
@@ -366,7 +369,8 @@ TYPED_TEST_P(BackendTest, BatchCopyAsyncMatchesTheCpuReference) {
 }
 
 TYPED_TEST_P(BackendTest, GatherAndScatterMatchTheCpuReference) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
+  KvKernels& kernels = this->k();
   std::mt19937_64 rng(11);
   PagedKvLayout l;
   l.num_blocks = 16;
@@ -388,7 +392,7 @@ TYPED_TEST_P(BackendTest, GatherAndScatterMatchTheCpuReference) {
   void* dk = dkv;
   void* dv = static_cast<char*>(dkv) + l.BlockBytes();
   void* dout = this->Upload(Bytes(expected.size(), 0));
-  ASSERT_TRUE(b.GatherBlocks(0, l, dk, dv, ids.data(), n, dout, nullptr).ok());
+  ASSERT_TRUE(kernels.GatherBlocks(0, l, dk, dv, ids.data(), n, dout, nullptr).ok());
   EXPECT_EQ(this->Download(dout, expected.size()), expected);
 
   // Scatter other bytes back on a stream; compare the whole cache with the CPU scatter.
@@ -400,17 +404,18 @@ TYPED_TEST_P(BackendTest, GatherAndScatterMatchTheCpuReference) {
                                kv_expected.data() + l.BlockBytes())
                   .ok());
   void* stream = this->NewStream();
-  ASSERT_TRUE(b.ScatterBlocks(0, l, din, ids.data(), n, dk, dv, stream).ok());
+  ASSERT_TRUE(kernels.ScatterBlocks(0, l, din, ids.data(), n, dk, dv, stream).ok());
   ASSERT_TRUE(b.SynchronizeStream(stream).ok());
   EXPECT_EQ(this->Download(dkv, kv.size()), kv_expected);
 
   const std::vector<int32_t> twice = {1, 1};
-  EXPECT_EQ(b.ScatterBlocks(0, l, din, twice.data(), 2, dk, dv, stream).code(),
+  EXPECT_EQ(kernels.ScatterBlocks(0, l, din, twice.data(), 2, dk, dv, stream).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TYPED_TEST_P(BackendTest, BatchChecksumMatchesTheCpuReference) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
+  KvKernels& kernels = this->k();
   std::mt19937_64 rng(13);
   constexpr size_t kN = (1 << 20) + 64;
   Bytes host(kN);
@@ -430,7 +435,7 @@ TYPED_TEST_P(BackendTest, BatchChecksumMatchesTheCpuReference) {
   std::vector<uint64_t> expected(regions.size());
   ASSERT_TRUE(BatchChecksumCpu(cpu.data(), n, expected.data()).ok());
   std::vector<uint64_t> got(regions.size(), 0);
-  absl::Status s = b.BatchChecksum(0, regions.data(), n, got.data(), nullptr);
+  absl::Status s = kernels.BatchChecksum(0, regions.data(), n, got.data(), nullptr);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(got, expected);
 
@@ -441,7 +446,7 @@ TYPED_TEST_P(BackendTest, BatchChecksumMatchesTheCpuReference) {
   ASSERT_NE(out, nullptr);
   Gate gate;
   ASSERT_TRUE(b.LaunchHostFunc(stream, gate.Wait()).ok());
-  s = b.BatchChecksum(0, regions.data(), n, out, stream);
+  s = kernels.BatchChecksum(0, regions.data(), n, out, stream);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(out[0], 0xEEEEEEEEEEEEEEEEull) << "the checksum ran before the work ahead of it";
   gate.Open();
@@ -451,35 +456,35 @@ TYPED_TEST_P(BackendTest, BatchChecksumMatchesTheCpuReference) {
   // One changed byte in device memory changes that region's checksum only.
   const unsigned char flipped = host[5 + 1000] ^ 0x01;
   ASSERT_TRUE(b.Copy(0, dev + 5 + 1000, &flipped, 1, CopyKind::kHostToDevice).ok());
-  ASSERT_TRUE(b.BatchChecksum(0, regions.data(), n, got.data(), nullptr).ok());
+  ASSERT_TRUE(kernels.BatchChecksum(0, regions.data(), n, got.data(), nullptr).ok());
   for (size_t i = 0; i < spans.size(); ++i) {
     const bool covers = spans[i].first <= 1005 && 1005 < spans[i].first + spans[i].second;
     EXPECT_EQ(got[i] != expected[i], covers) << "region " << i;
   }
 
   // Bad arguments, named; n == 0 is a no-op.
-  EXPECT_TRUE(b.BatchChecksum(0, nullptr, 0, nullptr, nullptr).ok());
-  absl::Status negative = b.BatchChecksum(0, regions.data(), -1, got.data(), nullptr);
+  EXPECT_TRUE(kernels.BatchChecksum(0, nullptr, 0, nullptr, nullptr).ok());
+  absl::Status negative = kernels.BatchChecksum(0, regions.data(), -1, got.data(), nullptr);
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
   EXPECT_TRUE(absl::StrContains(negative.message(), "-1")) << negative;
   const ChecksumRegion null_data[] = {{dev, 8}, {nullptr, 8}};
-  absl::Status bad = b.BatchChecksum(0, null_data, 2, got.data(), nullptr);
+  absl::Status bad = kernels.BatchChecksum(0, null_data, 2, got.data(), nullptr);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
   EXPECT_TRUE(absl::StrContains(bad.message(), "regions[1]")) << bad;
-  absl::Status no_out = b.BatchChecksum(0, regions.data(), 1, nullptr, nullptr);
+  absl::Status no_out = kernels.BatchChecksum(0, regions.data(), 1, nullptr, nullptr);
   EXPECT_EQ(no_out.code(), absl::StatusCode::kInvalidArgument) << no_out;
   absl::Status device_out =
-      b.BatchChecksum(0, regions.data(), 1, reinterpret_cast<uint64_t*>(dev), nullptr);
+      kernels.BatchChecksum(0, regions.data(), 1, reinterpret_cast<uint64_t*>(dev), nullptr);
   EXPECT_EQ(device_out.code(), absl::StatusCode::kInvalidArgument) << device_out;
   EXPECT_TRUE(absl::StrContains(device_out.message(), "device memory")) << device_out;
   const int count = b.DeviceCount();
-  absl::Status bad_device = b.BatchChecksum(count, regions.data(), 1, got.data(), nullptr);
+  absl::Status bad_device = kernels.BatchChecksum(count, regions.data(), 1, got.data(), nullptr);
   EXPECT_EQ(bad_device.code(), absl::StatusCode::kInvalidArgument) << bad_device;
   EXPECT_TRUE(absl::StrContains(bad_device.message(), std::to_string(count))) << bad_device;
 }
 
 TYPED_TEST_P(BackendTest, IpcMapsTheSameBytesInAnotherProcess) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   constexpr size_t kN = 3 * 4096 + 5;
   constexpr size_t kOffset = 4096 + 64;
   const Bytes outer = testing::Pattern(kN, 20);
@@ -506,7 +511,7 @@ TYPED_TEST_P(BackendTest, IpcMapsTheSameBytesInAnotherProcess) {
 // so two users of one handle in a process (a segment re-mounted under a new id, two clients)
 // each close their own open.
 TYPED_TEST_P(BackendTest, OpeningAHandleTwiceSharesOneCountedMapping) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   constexpr size_t kN = 5000;
   testing::Child exporter({IpcHelper(), "export", TypeParam::kName, std::to_string(kN), "70"});
   ASSERT_TRUE(exporter.ok());
@@ -530,7 +535,7 @@ TYPED_TEST_P(BackendTest, OpeningAHandleTwiceSharesOneCountedMapping) {
 }
 
 TYPED_TEST_P(BackendTest, RejectsBadArgumentsNamingThem) {
-  DeviceBackend& b = this->b();
+  DeviceRuntime& b = this->b();
   absl::StatusOr<void*> zero = b.Alloc(0, 0);
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
   const int count = b.DeviceCount();
@@ -562,27 +567,27 @@ TYPED_TEST_P(BackendTest, DeviceUuidIsStableAndNotZero) {
 // CompareExchange64 swaps exactly the words that hold their expected value, in one call; a
 // host or unaligned pointer is refused, naming the op.
 TYPED_TEST_P(BackendTest, CompareExchange64SwapsOnlyMatchingWords) {
-  DeviceBackend& b = this->b();
+  KvKernels& kernels = this->k();
   std::vector<uint64_t> words = {10, 20, 30, 40};
   Bytes content(words.size() * 8);
   std::memcpy(content.data(), words.data(), content.size());
   auto* d = static_cast<unsigned char*>(this->Upload(content));
   ASSERT_NE(d, nullptr);
   const CasOp64 ops[] = {{d, 10, 0}, {d + 8, 99, 0}, {d + 24, 40, 7}};
-  ASSERT_TRUE(b.CompareExchange64(0, ops, 3).ok());
+  ASSERT_TRUE(kernels.CompareExchange64(0, ops, 3).ok());
   const Bytes after = this->Download(d, content.size());
   std::vector<uint64_t> got(words.size());
   std::memcpy(got.data(), after.data(), after.size());
   EXPECT_EQ(got, (std::vector<uint64_t>{0, 20, 30, 7}));
-  EXPECT_TRUE(b.CompareExchange64(0, nullptr, 0).ok());
+  EXPECT_TRUE(kernels.CompareExchange64(0, nullptr, 0).ok());
   uint64_t host = 5;
   const CasOp64 on_host[] = {{d, 0, 1}, {&host, 5, 6}};
-  absl::Status st = b.CompareExchange64(0, on_host, 2);
+  absl::Status st = kernels.CompareExchange64(0, on_host, 2);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "ops[1]")) << st;
   EXPECT_EQ(host, 5u);
   const CasOp64 unaligned[] = {{d + 4, 0, 1}};
-  st = b.CompareExchange64(0, unaligned, 1);
+  st = kernels.CompareExchange64(0, unaligned, 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_TRUE(absl::StrContains(st.message(), "ops[0]")) << st;
 }

@@ -66,15 +66,15 @@ void CpuCopyFromDevicePointer(const void* device_ptr) {
 TEST(FakeBackendDeathTest, ACpuTouchOfDeviceMemoryCrashes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::unique_ptr<FakeBackend> fake = NewFake();
-  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> dev = fake->runtime().Alloc(0, 4096);
   ASSERT_TRUE(dev.ok()) << dev.status();
   // The backend itself reads it fine through its alias...
   std::vector<unsigned char> out(64);
-  ASSERT_TRUE(fake->Copy(0, out.data(), *dev, 64, CopyKind::kDeviceToHost).ok());
+  ASSERT_TRUE(fake->runtime().Copy(0, out.data(), *dev, 64, CopyKind::kDeviceToHost).ok());
   // ...and so does its checksum...
   uint64_t sum = 0;
   const ChecksumRegion region{*dev, 64};
-  ASSERT_TRUE(fake->BatchChecksum(0, &region, 1, &sum, nullptr).ok());
+  ASSERT_TRUE(fake->kernels().BatchChecksum(0, &region, 1, &sum, nullptr).ok());
   EXPECT_EQ(sum, ChecksumCpu(out.data(), 64));
   // ...and the CPU faults on the device pointer, a memcpy or the CPU checksum alike.
   const auto cpu_checksum = [p = *dev] {
@@ -89,32 +89,33 @@ TEST(FakeBackendDeathTest, ACpuTouchOfDeviceMemoryCrashes) {
   EXPECT_EXIT(CpuCopyFromDevicePointer(*dev), ::testing::KilledBySignal(SIGSEGV), "");
   EXPECT_EXIT(cpu_checksum(), ::testing::KilledBySignal(SIGSEGV), "");
 #endif
-  fake->Free(0, *dev);
+  fake->runtime().Free(0, *dev);
 }
 
 TEST(FakeBackend, TheDelayKnobKeepsAnEventPending) {
   std::unique_ptr<FakeBackend> fake = NewFake();
   fake->SetOpDelay(absl::Milliseconds(200));
-  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
-  absl::StatusOr<void*> stream = fake->CreateStream(0);
-  absl::StatusOr<void*> event = fake->CreateEvent(0);
+  absl::StatusOr<void*> dev = fake->runtime().Alloc(0, 4096);
+  absl::StatusOr<void*> stream = fake->runtime().CreateStream(0);
+  absl::StatusOr<void*> event = fake->runtime().CreateEvent(0);
   ASSERT_TRUE(dev.ok() && stream.ok() && event.ok());
   const std::vector<unsigned char> fresh = testing::Pattern(4096, 5);
-  ASSERT_TRUE(fake->CopyAsync(*stream, *dev, fresh.data(), fresh.size()).ok());
-  ASSERT_TRUE(fake->RecordEvent(*event, *stream).ok());
-  absl::StatusOr<bool> done = fake->EventDone(*event);
+  ASSERT_TRUE(fake->runtime().CopyAsync(*stream, *dev, fresh.data(), fresh.size()).ok());
+  ASSERT_TRUE(fake->runtime().RecordEvent(*event, *stream).ok());
+  absl::StatusOr<bool> done = fake->runtime().EventDone(*event);
   ASSERT_TRUE(done.ok());
   EXPECT_FALSE(*done) << "a 200 ms delay elapsed between two calls";
-  ASSERT_TRUE(fake->WaitEvent(*event).ok());
-  done = fake->EventDone(*event);
+  ASSERT_TRUE(fake->runtime().WaitEvent(*event).ok());
+  done = fake->runtime().EventDone(*event);
   ASSERT_TRUE(done.ok());
   EXPECT_TRUE(*done);
   std::vector<unsigned char> back(4096);
-  ASSERT_TRUE(fake->Copy(0, back.data(), *dev, back.size(), CopyKind::kDeviceToHost).ok());
+  ASSERT_TRUE(
+      fake->runtime().Copy(0, back.data(), *dev, back.size(), CopyKind::kDeviceToHost).ok());
   EXPECT_EQ(back, fresh);
-  fake->DestroyEvent(*event);
-  fake->DestroyStream(*stream);
-  fake->Free(0, *dev);
+  fake->runtime().DestroyEvent(*event);
+  fake->runtime().DestroyStream(*stream);
+  fake->runtime().Free(0, *dev);
 }
 
 // The engine stream (FakeBackend::CreateEngineStream): a write enqueued on it stays invisible
@@ -122,134 +123,137 @@ TEST(FakeBackend, TheDelayKnobKeepsAnEventPending) {
 // another stream), or its hold passes.
 TEST(FakeBackend, AnEngineStreamsWritesLandOnlyWhenWaitedFor) {
   std::unique_ptr<FakeBackend> fake = NewFake();
-  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> dev = fake->runtime().Alloc(0, 4096);
   absl::StatusOr<void*> engine = fake->CreateEngineStream(0, absl::Seconds(60));
-  absl::StatusOr<void*> ours = fake->CreateStream(0);
-  absl::StatusOr<void*> event = fake->CreateEvent(0);
+  absl::StatusOr<void*> ours = fake->runtime().CreateStream(0);
+  absl::StatusOr<void*> event = fake->runtime().CreateEvent(0);
   ASSERT_TRUE(dev.ok() && engine.ok() && ours.ok() && event.ok());
   const std::vector<unsigned char> old(4096, 0x11);
-  ASSERT_TRUE(fake->Copy(0, *dev, old.data(), old.size(), CopyKind::kHostToDevice).ok());
+  ASSERT_TRUE(fake->runtime().Copy(0, *dev, old.data(), old.size(), CopyKind::kHostToDevice).ok());
   std::vector<unsigned char> back(4096);
   const auto read = [&] {
-    EXPECT_TRUE(fake->Copy(0, back.data(), *dev, back.size(), CopyKind::kDeviceToHost).ok());
+    EXPECT_TRUE(
+        fake->runtime().Copy(0, back.data(), *dev, back.size(), CopyKind::kDeviceToHost).ok());
     return back;
   };
   // Synchronizing the engine stream releases its write.
   const std::vector<unsigned char> one = testing::Pattern(4096, 1);
-  ASSERT_TRUE(fake->CopyAsync(*engine, *dev, one.data(), one.size()).ok());
+  ASSERT_TRUE(fake->runtime().CopyAsync(*engine, *dev, one.data(), one.size()).ok());
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(read(), old) << "a held write landed before anyone waited for it";
-  ASSERT_TRUE(fake->SynchronizeStream(*engine).ok());
+  ASSERT_TRUE(fake->runtime().SynchronizeStream(*engine).ok());
   EXPECT_EQ(read(), one);
   // Another stream waiting for an event recorded on it releases the write before its copy.
   const std::vector<unsigned char> two = testing::Pattern(4096, 2);
-  ASSERT_TRUE(fake->CopyAsync(*engine, *dev, two.data(), two.size()).ok());
-  ASSERT_TRUE(fake->RecordEvent(*event, *engine).ok());
-  absl::StatusOr<bool> done = fake->EventDone(*event);
+  ASSERT_TRUE(fake->runtime().CopyAsync(*engine, *dev, two.data(), two.size()).ok());
+  ASSERT_TRUE(fake->runtime().RecordEvent(*event, *engine).ok());
+  absl::StatusOr<bool> done = fake->runtime().EventDone(*event);
   ASSERT_TRUE(done.ok());
   EXPECT_FALSE(*done) << "querying the event must not release the engine's work";
   std::vector<unsigned char> seen(4096);
-  ASSERT_TRUE(fake->StreamWaitEvent(*ours, *event).ok());
-  ASSERT_TRUE(fake->CopyAsync(*ours, seen.data(), *dev, seen.size()).ok());
-  ASSERT_TRUE(fake->SynchronizeStream(*ours).ok());
+  ASSERT_TRUE(fake->runtime().StreamWaitEvent(*ours, *event).ok());
+  ASSERT_TRUE(fake->runtime().CopyAsync(*ours, seen.data(), *dev, seen.size()).ok());
+  ASSERT_TRUE(fake->runtime().SynchronizeStream(*ours).ok());
   EXPECT_EQ(seen, two);
   // A host wait for the event does the same.
   const std::vector<unsigned char> three = testing::Pattern(4096, 3);
-  ASSERT_TRUE(fake->CopyAsync(*engine, *dev, three.data(), three.size()).ok());
-  ASSERT_TRUE(fake->RecordEvent(*event, *engine).ok());
-  ASSERT_TRUE(fake->WaitEvent(*event).ok());
+  ASSERT_TRUE(fake->runtime().CopyAsync(*engine, *dev, three.data(), three.size()).ok());
+  ASSERT_TRUE(fake->runtime().RecordEvent(*event, *engine).ok());
+  ASSERT_TRUE(fake->runtime().WaitEvent(*event).ok());
   EXPECT_EQ(read(), three);
-  fake->DestroyStream(*engine);
+  fake->runtime().DestroyStream(*engine);
   // Unwaited, a write lands once its hold has passed.
   absl::StatusOr<void*> quick = fake->CreateEngineStream(0, absl::Milliseconds(100));
   ASSERT_TRUE(quick.ok());
   const std::vector<unsigned char> four = testing::Pattern(4096, 4);
-  ASSERT_TRUE(fake->CopyAsync(*quick, *dev, four.data(), four.size()).ok());
+  ASSERT_TRUE(fake->runtime().CopyAsync(*quick, *dev, four.data(), four.size()).ok());
   EXPECT_EQ(read(), three);
   absl::SleepFor(absl::Milliseconds(400));
   EXPECT_EQ(read(), four);
   EXPECT_FALSE(fake->CreateEngineStream(0, absl::Milliseconds(-1)).ok());
-  fake->DestroyStream(*quick);
-  fake->DestroyStream(*ours);
-  fake->DestroyEvent(*event);
-  fake->Free(0, *dev);
+  fake->runtime().DestroyStream(*quick);
+  fake->runtime().DestroyStream(*ours);
+  fake->runtime().DestroyEvent(*event);
+  fake->runtime().Free(0, *dev);
 }
 
 TEST(FakeBackend, StrictPinnedModeRefusesPageableMemoryOnStreams) {
   FakeOptions options;
   options.strict_pinned = true;
   std::unique_ptr<FakeBackend> fake = NewFake(options);
-  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
-  absl::StatusOr<void*> stream = fake->CreateStream(0);
-  absl::StatusOr<void*> pinned = fake->HostAllocPinned(4096);
+  absl::StatusOr<void*> dev = fake->runtime().Alloc(0, 4096);
+  absl::StatusOr<void*> stream = fake->runtime().CreateStream(0);
+  absl::StatusOr<void*> pinned = fake->runtime().HostAllocPinned(4096);
   ASSERT_TRUE(dev.ok() && stream.ok() && pinned.ok());
   std::vector<unsigned char> pageable(4096, 1);
-  absl::Status refused = fake->CopyAsync(*stream, *dev, pageable.data(), 4096);
+  absl::Status refused = fake->runtime().CopyAsync(*stream, *dev, pageable.data(), 4096);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "pageable")) << refused;
-  EXPECT_EQ(fake->CopyAsync(*stream, pageable.data(), *dev, 4096).code(),
+  EXPECT_EQ(fake->runtime().CopyAsync(*stream, pageable.data(), *dev, 4096).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, *pinned, 4096).ok());
+  EXPECT_TRUE(fake->runtime().CopyAsync(*stream, *dev, *pinned, 4096).ok());
   // Partly registered memory is still pageable where it matters.
-  ASSERT_TRUE(fake->HostRegister(pageable.data(), 2048).ok());
-  EXPECT_EQ(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).code(),
+  ASSERT_TRUE(fake->runtime().HostRegister(pageable.data(), 2048).ok());
+  EXPECT_EQ(fake->runtime().CopyAsync(*stream, *dev, pageable.data(), 4096).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 2048).ok());
-  ASSERT_TRUE(fake->HostUnregister(pageable.data()).ok());
-  ASSERT_TRUE(fake->HostRegister(pageable.data(), pageable.size()).ok());
-  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
-  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
-  ASSERT_TRUE(fake->HostUnregister(pageable.data()).ok());
+  EXPECT_TRUE(fake->runtime().CopyAsync(*stream, *dev, pageable.data(), 2048).ok());
+  ASSERT_TRUE(fake->runtime().HostUnregister(pageable.data()).ok());
+  ASSERT_TRUE(fake->runtime().HostRegister(pageable.data(), pageable.size()).ok());
+  EXPECT_TRUE(fake->runtime().CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
+  ASSERT_TRUE(fake->runtime().SynchronizeStream(*stream).ok());
+  ASSERT_TRUE(fake->runtime().HostUnregister(pageable.data()).ok());
   // The synchronous setup copies keep accepting pageable memory.
-  EXPECT_TRUE(fake->Copy(0, *dev, pageable.data(), 4096, CopyKind::kHostToDevice).ok());
+  EXPECT_TRUE(fake->runtime().Copy(0, *dev, pageable.data(), 4096, CopyKind::kHostToDevice).ok());
   fake->SetStrictPinned(false);
-  EXPECT_TRUE(fake->CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
-  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
-  fake->DestroyStream(*stream);
-  fake->HostFreePinned(*pinned);
-  fake->Free(0, *dev);
+  EXPECT_TRUE(fake->runtime().CopyAsync(*stream, *dev, pageable.data(), 4096).ok());
+  ASSERT_TRUE(fake->runtime().SynchronizeStream(*stream).ok());
+  fake->runtime().DestroyStream(*stream);
+  fake->runtime().HostFreePinned(*pinned);
+  fake->runtime().Free(0, *dev);
 }
 
 TEST(FakeBackend, TheNthAllocationFails) {
   std::unique_ptr<FakeBackend> fake = NewFake();
   fake->FailNthAllocation(2);
-  absl::StatusOr<void*> first = fake->Alloc(0, 64);
-  absl::StatusOr<void*> second = fake->AllocManaged(0, 64);
-  absl::StatusOr<void*> third = fake->Alloc(0, 64);
+  absl::StatusOr<void*> first = fake->runtime().Alloc(0, 64);
+  absl::StatusOr<void*> second = fake->runtime().AllocManaged(0, 64);
+  absl::StatusOr<void*> third = fake->runtime().Alloc(0, 64);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
   ASSERT_TRUE(third.ok()) << third.status();
-  fake->Free(0, *first);
-  fake->Free(0, *third);
+  fake->runtime().Free(0, *first);
+  fake->runtime().Free(0, *third);
 }
 
 TEST(FakeBackend, AStickyCopyErrorBreaksEveryLaterCopy) {
   std::unique_ptr<FakeBackend> fake = NewFake();
-  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
-  absl::StatusOr<void*> stream = fake->CreateStream(0);
+  absl::StatusOr<void*> dev = fake->runtime().Alloc(0, 4096);
+  absl::StatusOr<void*> stream = fake->runtime().CreateStream(0);
   ASSERT_TRUE(dev.ok() && stream.ok());
   std::vector<unsigned char> host(4096, 3);
-  ASSERT_TRUE(fake->CopyAsync(*stream, *dev, host.data(), 4096).ok());
-  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
+  ASSERT_TRUE(fake->runtime().CopyAsync(*stream, *dev, host.data(), 4096).ok());
+  ASSERT_TRUE(fake->runtime().SynchronizeStream(*stream).ok());
   fake->InjectStickyCopyError();
   // Like an illegal address: the enqueue succeeds, the error shows at the synchronize...
-  ASSERT_TRUE(fake->CopyAsync(*stream, *dev, host.data(), 4096).ok());
-  absl::Status sync = fake->SynchronizeStream(*stream);
+  ASSERT_TRUE(fake->runtime().CopyAsync(*stream, *dev, host.data(), 4096).ok());
+  absl::Status sync = fake->runtime().SynchronizeStream(*stream);
   EXPECT_EQ(sync.code(), absl::StatusCode::kInternal) << sync;
   EXPECT_TRUE(absl::StrContains(sync.message(), "illegal memory access")) << sync;
   // ...and then everywhere, for good.
-  EXPECT_EQ(fake->CopyAsync(*stream, *dev, host.data(), 4096).code(), absl::StatusCode::kInternal);
-  EXPECT_EQ(fake->Copy(0, host.data(), *dev, 4096, CopyKind::kDeviceToHost).code(),
+  EXPECT_EQ(fake->runtime().CopyAsync(*stream, *dev, host.data(), 4096).code(),
             absl::StatusCode::kInternal);
-  EXPECT_EQ(fake->SynchronizeStream(*stream).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(fake->runtime().Copy(0, host.data(), *dev, 4096, CopyKind::kDeviceToHost).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(fake->runtime().SynchronizeStream(*stream).code(), absl::StatusCode::kInternal);
   const int32_t id = 0;
   PagedKvLayout l;
   l.num_blocks = l.block_size = l.num_heads = l.head_dim = l.elem_bytes = 1;
-  EXPECT_EQ(
-      fake->GatherBlocks(0, l, *dev, *dev, &id, 1, static_cast<char*>(*dev) + 8, nullptr).code(),
-      absl::StatusCode::kInternal);
-  fake->DestroyStream(*stream);
-  fake->Free(0, *dev);
+  EXPECT_EQ(fake->kernels()
+                .GatherBlocks(0, l, *dev, *dev, &id, 1, static_cast<char*>(*dev) + 8, nullptr)
+                .code(),
+            absl::StatusCode::kInternal);
+  fake->runtime().DestroyStream(*stream);
+  fake->runtime().Free(0, *dev);
 }
 
 TEST(FakeBackend, AnInjectedIpcOpenFailureFailsOnce) {
@@ -257,22 +261,24 @@ TEST(FakeBackend, AnInjectedIpcOpenFailureFailsOnce) {
   Exporter exporter(5000, 40);
   ASSERT_FALSE(exporter.blob.empty());
   fake->FailNextIpcOpen();
-  absl::StatusOr<void*> failed = fake->OpenIpc(0, exporter.blob);
+  absl::StatusOr<void*> failed = fake->runtime().OpenIpc(0, exporter.blob);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal) << failed.status();
   EXPECT_TRUE(absl::StrContains(failed.status().message(), "injected")) << failed.status();
-  absl::StatusOr<void*> mapped = fake->OpenIpc(0, exporter.blob);
+  absl::StatusOr<void*> mapped = fake->runtime().OpenIpc(0, exporter.blob);
   ASSERT_TRUE(mapped.ok()) << mapped.status();
-  EXPECT_EQ(fake->Classify(*mapped).kind, MemoryKind::kDevice);
+  EXPECT_EQ(fake->runtime().Classify(*mapped).kind, MemoryKind::kDevice);
   std::vector<unsigned char> got(5000);
-  ASSERT_TRUE(fake->Copy(0, got.data(), *mapped, got.size(), CopyKind::kDeviceToHost).ok());
+  ASSERT_TRUE(
+      fake->runtime().Copy(0, got.data(), *mapped, got.size(), CopyKind::kDeviceToHost).ok());
   EXPECT_EQ(got, testing::Pattern(5000, 40));
   // Writes through the mapping reach the exporter.
   const std::vector<unsigned char> next = testing::Pattern(5000, 41);
-  ASSERT_TRUE(fake->Copy(0, *mapped, next.data(), next.size(), CopyKind::kHostToDevice).ok());
+  ASSERT_TRUE(
+      fake->runtime().Copy(0, *mapped, next.data(), next.size(), CopyKind::kHostToDevice).ok());
   exporter.child.WriteLine("check 41");
   EXPECT_EQ(exporter.child.ReadLine(), "ok");
-  ASSERT_TRUE(fake->CloseIpc(*mapped).ok());
-  EXPECT_EQ(fake->CloseIpc(*mapped).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(fake->runtime().CloseIpc(*mapped).ok());
+  EXPECT_EQ(fake->runtime().CloseIpc(*mapped).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(FakeBackend, OpeningTheHandleOfADeadExporterFails) {
@@ -285,7 +291,7 @@ TEST(FakeBackend, OpeningTheHandleOfADeadExporterFails) {
     ASSERT_EQ(exporter.child.Wait(), 0);
   }
   ASSERT_FALSE(blob.empty());
-  absl::StatusOr<void*> mapped = fake->OpenIpc(0, blob);
+  absl::StatusOr<void*> mapped = fake->runtime().OpenIpc(0, blob);
   EXPECT_EQ(mapped.status().code(), absl::StatusCode::kUnavailable) << mapped.status();
   EXPECT_TRUE(absl::StrContains(mapped.status().message(), "has exited")) << mapped.status();
 }
@@ -296,34 +302,34 @@ TEST(FakeBackend, OpeningTheHandleOfAFreedAllocationFails) {
   ASSERT_FALSE(exporter.blob.empty());
   exporter.child.WriteLine("free");
   ASSERT_EQ(exporter.child.ReadLine(), "freed");
-  absl::StatusOr<void*> mapped = fake->OpenIpc(0, exporter.blob);
+  absl::StatusOr<void*> mapped = fake->runtime().OpenIpc(0, exporter.blob);
   EXPECT_EQ(mapped.status().code(), absl::StatusCode::kUnavailable) << mapped.status();
   EXPECT_TRUE(absl::StrContains(mapped.status().message(), "freed")) << mapped.status();
 }
 
 TEST(FakeBackend, AProcessCannotOpenItsOwnExport) {
   std::unique_ptr<FakeBackend> fake = NewFake();
-  absl::StatusOr<void*> dev = fake->Alloc(0, 4096);
+  absl::StatusOr<void*> dev = fake->runtime().Alloc(0, 4096);
   ASSERT_TRUE(dev.ok());
-  absl::StatusOr<std::string> blob = fake->ExportIpc(*dev);
+  absl::StatusOr<std::string> blob = fake->runtime().ExportIpc(*dev);
   ASSERT_TRUE(blob.ok()) << blob.status();
-  EXPECT_EQ(fake->OpenIpc(0, *blob).status().code(), absl::StatusCode::kInvalidArgument);
-  fake->Free(0, *dev);
+  EXPECT_EQ(fake->runtime().OpenIpc(0, *blob).status().code(), absl::StatusCode::kInvalidArgument);
+  fake->runtime().Free(0, *dev);
 }
 
 TEST(FakeBackend, DevicesHaveTheirOwnUuidsAndOptionsAreChecked) {
   FakeOptions options;
   options.device_count = 3;
   std::unique_ptr<FakeBackend> fake = NewFake(options);
-  EXPECT_EQ(fake->DeviceCount(), 3);
-  absl::StatusOr<DeviceUuid> a = fake->DeviceUuidOf(0);
-  absl::StatusOr<DeviceUuid> c = fake->DeviceUuidOf(2);
+  EXPECT_EQ(fake->runtime().DeviceCount(), 3);
+  absl::StatusOr<DeviceUuid> a = fake->runtime().DeviceUuidOf(0);
+  absl::StatusOr<DeviceUuid> c = fake->runtime().DeviceUuidOf(2);
   ASSERT_TRUE(a.ok() && c.ok());
   EXPECT_NE(*a, *c);
-  absl::StatusOr<void*> on_two = fake->Alloc(2, 64);
+  absl::StatusOr<void*> on_two = fake->runtime().Alloc(2, 64);
   ASSERT_TRUE(on_two.ok());
-  EXPECT_EQ(fake->Classify(*on_two).device, 2);
-  fake->Free(2, *on_two);
+  EXPECT_EQ(fake->runtime().Classify(*on_two).device, 2);
+  fake->runtime().Free(2, *on_two);
   options.device_count = 0;
   absl::StatusOr<std::unique_ptr<FakeBackend>> bad = FakeBackend::Create(options);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -362,45 +368,47 @@ TEST(FakeBackend, TheFacadeRunsOnTheActiveBackend) {
 // would take cudaErrorNotReady for its own failure.
 TEST(FakeBackend, APollOfAnUnfinishedEventLeavesNoErrorBehind) {
   std::unique_ptr<FakeBackend> fake = NewFake();
-  absl::StatusOr<void*> stream = fake->CreateStream(0);
-  absl::StatusOr<void*> event = fake->CreateEvent(0);
+  absl::StatusOr<void*> stream = fake->runtime().CreateStream(0);
+  absl::StatusOr<void*> event = fake->runtime().CreateEvent(0);
   ASSERT_TRUE(stream.ok() && event.ok());
   granary::Notification open;
-  ASSERT_TRUE(fake->LaunchHostFunc(*stream, [&open] { open.WaitForNotification(); }).ok());
-  ASSERT_TRUE(fake->RecordEvent(*event, *stream).ok());
-  absl::StatusOr<bool> done = fake->EventDone(*event);
+  ASSERT_TRUE(
+      fake->runtime().LaunchHostFunc(*stream, [&open] { open.WaitForNotification(); }).ok());
+  ASSERT_TRUE(fake->runtime().RecordEvent(*event, *stream).ok());
+  absl::StatusOr<bool> done = fake->runtime().EventDone(*event);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_FALSE(*done);
   EXPECT_TRUE(FakeBackend::PeekAtLastError().ok()) << FakeBackend::PeekAtLastError();
   open.Notify();
-  ASSERT_TRUE(fake->SynchronizeStream(*stream).ok());
-  fake->DestroyEvent(*event);
-  fake->DestroyStream(*stream);
+  ASSERT_TRUE(fake->runtime().SynchronizeStream(*stream).ok());
+  fake->runtime().DestroyEvent(*event);
+  fake->runtime().DestroyStream(*stream);
 }
 
 TEST(BackendChoice, FollowsTheEnvironmentValue) {
   std::string detail;
-  EXPECT_EQ(internal::ChooseBackend("fake", &detail).Name(), "fake");
+  EXPECT_EQ(internal::ChooseBackend("fake", &detail).runtime().Name(), "fake");
   EXPECT_TRUE(absl::StrContains(detail, "GRANARY_DEVICE_BACKEND=fake")) << detail;
-  EXPECT_EQ(internal::ChooseBackend("none", &detail).Name(), "none");
+  EXPECT_EQ(internal::ChooseBackend("none", &detail).runtime().Name(), "none");
   // Without the driver, neither the default nor "cuda" is ever the fake.
   const bool cuda_usable = CudaBackend() != nullptr && internal::DriverPresent();
-  EXPECT_EQ(internal::ChooseBackend(nullptr, &detail).Name(), cuda_usable ? "cuda" : "none")
+  EXPECT_EQ(internal::ChooseBackend(nullptr, &detail).runtime().Name(),
+            cuda_usable ? "cuda" : "none")
       << detail;
-  EXPECT_EQ(internal::ChooseBackend("", &detail).Name(), cuda_usable ? "cuda" : "none");
+  EXPECT_EQ(internal::ChooseBackend("", &detail).runtime().Name(), cuda_usable ? "cuda" : "none");
   DeviceBackend& cuda = internal::ChooseBackend("cuda", &detail);
-  EXPECT_EQ(cuda.Name(), cuda_usable ? "cuda" : "none");
+  EXPECT_EQ(cuda.runtime().Name(), cuda_usable ? "cuda" : "none");
   if (!cuda_usable) {
-    EXPECT_EQ(cuda.Alloc(0, 64).status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(cuda.runtime().Alloc(0, 64).status().code(), absl::StatusCode::kFailedPrecondition);
   }
 
   DeviceBackend& refused = internal::ChooseBackend("gpu", &detail);
   EXPECT_TRUE(absl::StrContains(detail, "'gpu'")) << detail;
-  absl::StatusOr<void*> p = refused.Alloc(0, 64);
+  absl::StatusOr<void*> p = refused.runtime().Alloc(0, 64);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
   EXPECT_TRUE(absl::StrContains(p.status().message(), "GRANARY_DEVICE_BACKEND='gpu'"))
       << p.status();
-  absl::StatusOr<void*> other = internal::ChooseBackend("Fake", &detail).Alloc(0, 64);
+  absl::StatusOr<void*> other = internal::ChooseBackend("Fake", &detail).runtime().Alloc(0, 64);
   EXPECT_TRUE(absl::StrContains(other.status().message(), "'Fake'")) << other.status();
 }
 
@@ -440,7 +448,7 @@ TEST(BackendChoice, AFreshProcessReadsAndLogsTheVariable) {
     std::string alloc;  // a substring of Alloc(0, 64)'s status
     std::string log;    // a substring of stderr
   };
-  const bool cuda_usable = CudaBackend() != nullptr && CudaBackend()->DeviceCount() > 0;
+  const bool cuda_usable = CudaBackend() != nullptr && CudaBackend()->runtime().DeviceCount() > 0;
   const std::vector<Case> cases = {
       {{"GRANARY_DEVICE_BACKEND=fake"}, "fake", "OK", "device backend: fake"},
       {{"GRANARY_DEVICE_BACKEND=bogus"},

@@ -51,10 +51,11 @@ int Open(DeviceBackend& backend, int device, const std::string& blob_hex, size_t
   if (!testing::FromHex(blob_hex, &blob)) {
     return Fail("open", absl::InvalidArgumentError("blob is not hex"));
   }
-  absl::StatusOr<void*> mapped = backend.OpenIpc(device, blob);
+  absl::StatusOr<void*> mapped = backend.runtime().OpenIpc(device, blob);
   if (!mapped.ok()) return Fail("OpenIpc", mapped.status());
   std::vector<unsigned char> got(bytes);
-  if (absl::Status s = backend.Copy(device, got.data(), *mapped, bytes, CopyKind::kDeviceToHost);
+  if (absl::Status s =
+          backend.runtime().Copy(device, got.data(), *mapped, bytes, CopyKind::kDeviceToHost);
       !s.ok()) {
     return Fail("copy out of the mapping", s);
   }
@@ -62,23 +63,25 @@ int Open(DeviceBackend& backend, int device, const std::string& blob_hex, size_t
     return Fail("open", absl::DataLossError("the mapping does not hold the exported bytes"));
   }
   const std::vector<unsigned char> next = testing::Pattern(bytes, seed + 1);
-  if (absl::Status s = backend.Copy(device, *mapped, next.data(), bytes, CopyKind::kHostToDevice);
+  if (absl::Status s =
+          backend.runtime().Copy(device, *mapped, next.data(), bytes, CopyKind::kHostToDevice);
       !s.ok()) {
     return Fail("copy into the mapping", s);
   }
-  if (absl::Status s = backend.CloseIpc(*mapped); !s.ok()) return Fail("CloseIpc", s);
+  if (absl::Status s = backend.runtime().CloseIpc(*mapped); !s.ok()) return Fail("CloseIpc", s);
   return 0;
 }
 
 int Export(DeviceBackend& backend, size_t bytes, uint8_t seed) {
-  absl::StatusOr<void*> p = backend.Alloc(0, bytes);
+  absl::StatusOr<void*> p = backend.runtime().Alloc(0, bytes);
   if (!p.ok()) return Fail("Alloc", p.status());
   const std::vector<unsigned char> pattern = testing::Pattern(bytes, seed);
-  if (absl::Status s = backend.Copy(0, *p, pattern.data(), bytes, CopyKind::kHostToDevice);
+  if (absl::Status s =
+          backend.runtime().Copy(0, *p, pattern.data(), bytes, CopyKind::kHostToDevice);
       !s.ok()) {
     return Fail("fill", s);
   }
-  absl::StatusOr<std::string> blob = backend.ExportIpc(*p);
+  absl::StatusOr<std::string> blob = backend.runtime().ExportIpc(*p);
   if (!blob.ok()) return Fail("ExportIpc", blob.status());
   std::cout << absl::BytesToHexString(*blob) << std::endl;
   std::string command;
@@ -87,11 +90,12 @@ int Export(DeviceBackend& backend, size_t bytes, uint8_t seed) {
       int seed2 = 0;
       std::cin >> seed2;
       std::vector<unsigned char> got(bytes);
-      const bool ok = backend.Copy(0, got.data(), *p, bytes, CopyKind::kDeviceToHost).ok() &&
-                      got == testing::Pattern(bytes, static_cast<uint8_t>(seed2));
+      const bool ok =
+          backend.runtime().Copy(0, got.data(), *p, bytes, CopyKind::kDeviceToHost).ok() &&
+          got == testing::Pattern(bytes, static_cast<uint8_t>(seed2));
       std::cout << (ok ? "ok" : "bad") << std::endl;
     } else if (command == "free") {
-      backend.Free(0, *p);
+      backend.runtime().Free(0, *p);
       std::cout << "freed" << std::endl;
     }
   }
@@ -101,15 +105,16 @@ int Export(DeviceBackend& backend, size_t bytes, uint8_t seed) {
 int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "active") {
-    std::cout << ActiveBackendName() << "\n" << ActiveBackend().Alloc(0, 64).status() << std::endl;
+    std::cout << ActiveBackendName() << "\n"
+              << ActiveBackend().runtime().Alloc(0, 64).status() << std::endl;
     return 0;
   }
   if (args.size() == 1 && args[0] == "classify") {
     int on_stack = 0;
     const std::vector<unsigned char> heap(4096);
     std::cout << ActiveBackendName() << "\n"
-              << MemoryKindName(ActiveBackend().Classify(&on_stack).kind) << "\n"
-              << MemoryKindName(ActiveBackend().Classify(heap.data()).kind) << std::endl;
+              << MemoryKindName(ActiveBackend().runtime().Classify(&on_stack).kind) << "\n"
+              << MemoryKindName(ActiveBackend().runtime().Classify(heap.data()).kind) << std::endl;
     return 0;
   }
   std::unique_ptr<FakeBackend> owned;

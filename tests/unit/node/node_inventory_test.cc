@@ -227,7 +227,7 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
   absl::StatusOr<std::unique_ptr<cuda::FakeBackend>> fake = cuda::FakeBackend::Create({});
   ASSERT_TRUE(fake.ok()) << fake.status();
   cuda::SetBackendForTesting(fake->get());
-  cuda::DeviceBackend& b = **fake;
+  cuda::DeviceRuntime& b = (*fake)->runtime();
   const uint64_t n = NodeInventory::kGpuHeaderChunk + 100;  // two header reads
   const uint64_t bytes = n * 1088;
   absl::StatusOr<void*> mem = b.Alloc(0, bytes);
