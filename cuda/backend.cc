@@ -15,35 +15,32 @@
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
 #include "cuda/driver_api.h"
-#include "cuda/fake_backend.h"
 #include "cuda/none_backend.h"
 
 namespace granary::cuda {
 namespace {
 
-// The none backend for a refused GRANARY_DEVICE_BACKEND value, one per value, kept for the
-// process (a handful at most: the environment is read once, tests ask for a few more).
-DeviceBackend& RefusedBackend(const std::string& value) {
+// The none backend for a refused GRANARY_DEVICE_BACKEND value, failing with `reason`, one per
+// value, kept for the process (a handful at most: the environment is read once, tests ask for a
+// few more).
+DeviceBackend& RefusedBackend(const std::string& value, const absl::Status& reason) {
   static Mutex mu;
   static auto* const refused = new std::map<std::string, std::unique_ptr<DeviceBackend>>();
   MutexLock lock(&mu);
   std::unique_ptr<DeviceBackend>& backend = (*refused)[value];
-  if (backend == nullptr) {
-    backend = internal::MakeNoneBackend(absl::InvalidArgumentError(
-        absl::StrCat("GRANARY_DEVICE_BACKEND='", value, "' is not one of cuda, fake, none")));
-  }
+  if (backend == nullptr) backend = internal::MakeNoneBackend(reason);
   return *backend;
 }
 
-DeviceBackend& ProcessFake() {
-  // Leaked on purpose: handles may be in use while other statics are destroyed.
-  static DeviceBackend* const fake = [] {
-    absl::StatusOr<std::unique_ptr<FakeBackend>> made = FakeBackend::Create(FakeOptions{});
-    GRANARY_CHECK(made.ok()) << made.status();
-    return made->release();
-  }();
-  return *fake;
-}
+// What the fake's library registered (RegisterFakeBackend); null in a binary without it.
+// Constant-initialized, so registering from another file's static initializer is safe.
+std::atomic<internal::FakeBackendFactory> g_process_fake{nullptr};
+
+// Why GRANARY_DEVICE_BACKEND=fake fails in a binary without the fake.
+constexpr char kNoFake[] =
+    "the fake device backend (test code) is not built into this binary: configure with "
+    "-DGRANARY_DEVICE_FAKE=ON (scripts/test.sh does) for a granary_node, Python module and "
+    "granary_gpu_check that carry it, or link a test program with granary::cuda_fake";
 
 std::atomic<DeviceBackend*> g_testing_backend{nullptr};
 
@@ -96,8 +93,14 @@ namespace internal {
 DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
   const std::string value = env_value == nullptr ? "" : env_value;
   if (value == "fake") {
-    *detail = "fake (GRANARY_DEVICE_BACKEND=fake)";
-    return ProcessFake();
+    if (FakeBackendFactory process_fake = g_process_fake.load(std::memory_order_acquire)) {
+      *detail = "fake (GRANARY_DEVICE_BACKEND=fake)";
+      return process_fake();
+    }
+    *detail = absl::StrCat("refused GRANARY_DEVICE_BACKEND='fake': ", kNoFake,
+                           "; every device call fails until it is fixed");
+    return RefusedBackend(value, absl::FailedPreconditionError(
+                                     absl::StrCat("GRANARY_DEVICE_BACKEND='fake': ", kNoFake)));
   }
   if (value == "none") {
     *detail = "none (GRANARY_DEVICE_BACKEND=none)";
@@ -106,7 +109,9 @@ DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
   if (!value.empty() && value != "cuda") {
     *detail = absl::StrCat("refused GRANARY_DEVICE_BACKEND='", value,
                            "' (use cuda, fake or none): every device call fails until it is fixed");
-    return RefusedBackend(value);
+    return RefusedBackend(
+        value, absl::InvalidArgumentError(absl::StrCat("GRANARY_DEVICE_BACKEND='", value,
+                                                       "' is not one of cuda, fake, none")));
   }
   // Neither the choice nor Classify initializes CUDA (no cuInit, no runtime call, no context):
   // a process that never sees device memory never does, so a child it forks can still use CUDA.
@@ -122,6 +127,10 @@ DeviceBackend& ChooseBackend(const char* env_value, std::string* detail) {
       absl::StrCat("none (", value.empty() ? "the default" : "GRANARY_DEVICE_BACKEND=cuda, but",
                    ": ", internal::CudaUnavailableReason().message(), ")");
   return NoneBackend();
+}
+
+void RegisterFakeBackend(FakeBackendFactory process_fake) {
+  g_process_fake.store(process_fake, std::memory_order_release);
 }
 
 }  // namespace internal

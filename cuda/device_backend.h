@@ -9,8 +9,9 @@
 //   none  nothing usable: every fallible call FAILED_PRECONDITION with the reason (kNoCudaMessage
 //         in a build without CUDA), Classify says host;
 //   fake  CPU-only "device memory" the CPU cannot touch, asynchronous streams on threads, IPC
-//         between processes, and fault injection (cuda/fake_backend.h), for machines without a
-//         GPU. Chosen only explicitly.
+//         between processes, and fault injection (cuda/fake/fake_backend.h), for machines
+//         without a GPU. Test code in a library of its own (granary::cuda_fake), present only in
+//         the binaries that link it; chosen only explicitly.
 // The free functions of device.h and the GPU calls of kv_layout.h are a facade over the active
 // backend (ActiveRuntime(), ActiveKernels()).
 //
@@ -41,7 +42,10 @@ class DeviceBackend {
 //                   (never fake);
 //   cuda            the CUDA runtime; none with the reason when it is not built in or the
 //                   driver is absent;
-//   fake            a fake with FakeOptions' defaults;
+//   fake            a fake with FakeOptions' defaults, where this binary links the fake
+//                   (internal::RegisterFakeBackend); where it does not, refused as below but
+//                   FAILED_PRECONDITION, the message naming the value and the build option
+//                   (GRANARY_DEVICE_FAKE) that links it in;
 //   none            none;
 //   anything else   refused: a none backend whose every call returns INVALID_ARGUMENT naming
 //                   the value, logged at error (a typo must not silently run without a GPU).
@@ -72,6 +76,12 @@ namespace internal {
 // The choice ActiveBackend makes for an environment value (nullptr: unset), without logging or
 // caching; the fake it may return is process-wide too. `detail` gets a line for the log.
 DeviceBackend& ChooseBackend(const char* env_value, std::string* detail);
+
+// Makes GRANARY_DEVICE_BACKEND=fake choose `process_fake()` (a process-wide fake that lives for
+// the process). Called once, before main, by the fake's library (cuda/fake/fake_backend.cc) in
+// every binary that links it; nothing else calls it.
+using FakeBackendFactory = DeviceBackend& (*)();
+void RegisterFakeBackend(FakeBackendFactory process_fake);
 }  // namespace internal
 
 }  // namespace granary::cuda

@@ -1,7 +1,8 @@
 #pragma once
 
-// Private to cuda/: the validation and chunking of batched-copy region lists, which is how the GPU
-// versions run gathers and scatters (kv_layout.h's Append...Regions, one batched-copy launch).
+// Private to cuda/ and cuda/fake/: the validation and chunking of batched-copy region lists, which
+// is how the GPU versions run gathers and scatters (kv_layout.h's Append...Regions, one
+// batched-copy launch).
 
 #include <cstdint>
 #include <vector>

@@ -1,7 +1,8 @@
 #pragma once
 
-// Private to cuda/: the status of a kernel launch, read the way CUDA reports it. Free of absl and
-// of CUDA headers, so that kernels.cu (through nvcc) and the fake backend share it.
+// Private to cuda/ and cuda/fake/: the status of a kernel launch, read the way CUDA reports it.
+// Free of absl and of CUDA headers, so that kernels.cu (through nvcc) and the fake backend share
+// it.
 
 namespace granary::cuda::internal {
 

@@ -23,7 +23,9 @@ echo "== format check (clang-format --dry-run)"
 bash scripts/format.sh --check
 
 GRANARY_WERROR_FLAG="-DGRANARY_WERROR=${GRANARY_WERROR:-ON}"
-bash scripts/build.sh "$GRANARY_WERROR_FLAG"
+# The fake device backend (test code) in granary_node, the Python module and granary_gpu_check:
+# the GPU-tier, Python and gpu_check tests start them on it (CMakeLists.txt, GRANARY_DEVICE_FAKE).
+bash scripts/build.sh "$GRANARY_WERROR_FLAG" -DGRANARY_DEVICE_FAKE=ON
 # The Python module, installed for /usr/bin/python3 (the python tests use the build tree's).
 bash scripts/install_python.sh
 BUILD_DIR="${GRANARY_BUILD_DIR:-build}"
@@ -33,6 +35,7 @@ JOBS="${GRANARY_JOBS:-$(nproc)}"
 # No Python module in the sanitizer trees: an instrumented extension cannot load into Debian's
 # uninstrumented python3.
 SANITIZER_CMAKE=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRANARY_WITH_CUDA=OFF -DGRANARY_BUILD_PYTHON=OFF
+  -DGRANARY_DEVICE_FAKE=ON
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 if command -v ccache >/dev/null 2>&1; then
   # As in build.sh: paths relative to the checkout, so another clone reuses the objects.

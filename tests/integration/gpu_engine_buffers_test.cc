@@ -25,7 +25,7 @@
 #include "client/paged_kv_trailer.h"
 #include "cuda/checksum.h"
 #include "cuda/device_backend.h"
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 #include "granary/device_pointer.h"
 #include "granary/error_reason.h"
 #include "node/node_server.h"

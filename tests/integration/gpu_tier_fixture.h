@@ -1,7 +1,7 @@
 #pragma once
 
 // The fixture of the GPU tier's integration tests (gpu_tier_test, gpu_engine_buffers_test,
-// gpu_bounce_test): the fake device backend (cuda/fake_backend.h) between real processes. The
+// gpu_bounce_test): the fake device backend (cuda/fake/fake_backend.h) between real processes. The
 // master and the nodes are child processes with GRANARY_DEVICE_BACKEND=fake; this process's
 // client runs on a FakeBackend of its own (SetBackendForTesting), whose fake device memory the
 // CPU cannot touch (a stray memcpy faults) and which opens the nodes' fake IPC handles through
@@ -24,7 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "client/client_impl.h"
 #include "cuda/device_backend.h"
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 #include "proto/messages.h"
 #include "tests/integration/cluster.h"
 

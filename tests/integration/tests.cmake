@@ -58,17 +58,20 @@ granary_test(NAME integration_restart_test LABELS integration tsan TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/restart_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_restart_test granary_master granary_node)
 # The GPU tier on the fake device backend (master and nodes with GRANARY_DEVICE_BACKEND=fake),
-# on gpu_tier_fixture.h; each binary has a twin running the same bodies on the CUDA runtime
+# on gpu_tier_fixture.h: only where granary_node carries the fake (GRANARY_DEVICE_FAKE, the
+# top-level CMakeLists.txt). Each binary has a twin running the same bodies on the CUDA runtime
 # (label gpu; they skip without a device, and the fault-injection cases skip there too).
-foreach(_part gpu_tier gpu_engine_buffers gpu_bounce)
-  granary_test(NAME integration_${_part}_test LABELS integration tsan TIMEOUT 120
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/${_part}_test.cc
-    LIBS granary_test_cluster granary::cuda granary::node)
-  add_dependencies(integration_${_part}_test granary_master granary_node)
-  add_test(NAME integration_${_part}_cuda_test COMMAND integration_${_part}_test)
-  set_tests_properties(integration_${_part}_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 150
-    ENVIRONMENT "GRANARY_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRANARY_TEST_DEVICE_BACKEND=cuda")
-endforeach()
+if(GRANARY_DEVICE_FAKE)
+  foreach(_part gpu_tier gpu_engine_buffers gpu_bounce)
+    granary_test(NAME integration_${_part}_test LABELS integration tsan TIMEOUT 120
+      SOURCES ${CMAKE_CURRENT_LIST_DIR}/${_part}_test.cc
+      LIBS granary_test_cluster granary::cuda granary::cuda_fake granary::node)
+    add_dependencies(integration_${_part}_test granary_master granary_node)
+    add_test(NAME integration_${_part}_cuda_test COMMAND integration_${_part}_test)
+    set_tests_properties(integration_${_part}_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 150
+      ENVIRONMENT "GRANARY_BIN_DIR=${CMAKE_BINARY_DIR}/bin;GRANARY_TEST_DEVICE_BACKEND=cuda")
+  endforeach()
+endif()
 # Separate hosts in network namespaces (tests/integration/netns.h); root only, else it skips.
 granary_test(NAME integration_netns_test LABELS integration netns TIMEOUT 180
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/netns_test.cc LIBS granary_test_cluster)

@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "client/device_check.h"
 #include "cuda/device_backend.h"
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 #include "granary/error_reason.h"
 
 namespace granary {

@@ -9,6 +9,7 @@ granary_test(NAME client_planner_test LABELS unit
 granary_test(NAME client_log_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_log_test.cc LIBS granary::client)
 granary_test(NAME client_device_pointer_test LABELS unit tsan
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/device_pointer_test.cc LIBS granary::client granary::cuda)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/device_pointer_test.cc
+  LIBS granary::client granary::cuda granary::cuda_fake)
 granary_test(NAME client_topology_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/client_topology_test.cc LIBS granary::client)

@@ -19,7 +19,7 @@
 #include "cuda/device.h"
 #include "cuda/device_backend.h"
 #include "cuda/driver_api.h"
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 #include "tests/unit/cuda/backend_conformance.h"
 #include "tests/unit/cuda/backend_pattern.h"
 

@@ -26,7 +26,7 @@
 
 #include "absl/strings/escaping.h"
 #include "cuda/device_backend.h"
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 #include "tests/unit/cuda/backend_pattern.h"
 
 namespace granary::cuda {

@@ -3,7 +3,7 @@ granary_test(NAME cuda_checksum_test LABELS unit
 # The `gpu` tests' TIMEOUTs are also bench/gpu_check.sh's limits on a lent GPU machine, whose
 # whole check must stay under 8 minutes: keep them tight.
 granary_test(NAME cuda_kv_layout_test LABELS unit gpu TIMEOUT 60
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_layout_test.cc LIBS granary::cuda)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_layout_test.cc LIBS granary::cuda granary::cuda_fake)
 # The same binary with the facade on the fake backend: the GPU half runs on CPU-only machines.
 add_test(NAME cuda_kv_layout_fake_test COMMAND cuda_kv_layout_test)
 set_tests_properties(cuda_kv_layout_fake_test PROPERTIES LABELS "unit" TIMEOUT 300
@@ -11,7 +11,8 @@ set_tests_properties(cuda_kv_layout_fake_test PROPERTIES LABELS "unit" TIMEOUT 3
 
 # The second process of the backend tests (IPC, the backend choice from the environment).
 add_executable(cuda_backend_ipc_helper ${CMAKE_CURRENT_LIST_DIR}/backend_ipc_helper.cc)
-target_link_libraries(cuda_backend_ipc_helper PRIVATE granary::cuda granary::internal absl::strings)
+target_link_libraries(cuda_backend_ipc_helper PRIVATE granary::cuda granary::cuda_fake
+  granary::internal absl::strings)
 set_target_properties(cuda_backend_ipc_helper PROPERTIES
   RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 
@@ -20,12 +21,14 @@ set_target_properties(cuda_backend_ipc_helper PROPERTIES
 foreach(_backend fake cuda)
   if(_backend STREQUAL "fake")
     set(_labels unit tsan)
+    set(_libs granary::cuda_fake)
   else()
     set(_labels gpu)
+    set(_libs "")
   endif()
   granary_test(NAME cuda_backend_${_backend}_test LABELS ${_labels}
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/backend_${_backend}_test.cc
-    LIBS granary::cuda granary::common absl::strings)
+    LIBS granary::cuda ${_libs} granary::common absl::strings)
   target_compile_definitions(cuda_backend_${_backend}_test PRIVATE
     GRANARY_BACKEND_IPC_HELPER="$<TARGET_FILE:cuda_backend_ipc_helper>")
   add_dependencies(cuda_backend_${_backend}_test cuda_backend_ipc_helper)
@@ -41,3 +44,20 @@ set_target_properties(granary_stub_libcuda PROPERTIES OUTPUT_NAME cuda SUFFIX .s
 add_dependencies(cuda_backend_fake_test granary_stub_libcuda)
 target_compile_definitions(cuda_backend_fake_test PRIVATE
   GRANARY_STUB_LIBCUDA_DIR="${CMAKE_BINARY_DIR}/tests/stub_libcuda")
+
+# The backend choice in a binary without the fake: GRANARY_DEVICE_BACKEND=fake is refused, naming
+# the value and the build option that links it in.
+granary_test(NAME cuda_backend_choice_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/backend_choice_test.cc LIBS granary::cuda)
+
+# The fake is test code: never in libgranary.so, and in granary_node (and the Python module) only
+# with GRANARY_DEVICE_FAKE.
+set(_granary_fake_linkage $<TARGET_FILE:granary_client_shared> never
+  $<TARGET_FILE:granary_node> $<IF:$<BOOL:${GRANARY_DEVICE_FAKE}>,always,never>)
+if(TARGET granary_python)
+  list(APPEND _granary_fake_linkage $<TARGET_FILE:granary_python>
+    $<IF:$<BOOL:${GRANARY_DEVICE_FAKE}>,always,never>)
+endif()
+add_test(NAME cuda_fake_linkage_test
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fake_linkage_test.sh ${_granary_fake_linkage})
+set_tests_properties(cuda_fake_linkage_test PROPERTIES LABELS "unit" TIMEOUT 60)

@@ -13,7 +13,7 @@
 
 #include "common/util.h"
 #include "cuda/device_backend.h"
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 

@@ -1,13 +1,16 @@
 // The fake device backend (fake_backend.h): its runtime (fake_runtime.h) and kernels
-// (fake_kernels.h) under one FakeBackend, whose knobs go to the runtime.
+// (fake_kernels.h) under one FakeBackend, whose knobs go to the runtime; and the process-wide
+// fake that GRANARY_DEVICE_BACKEND=fake chooses, registered before main in every binary that
+// links this library.
 
-#include "cuda/fake_backend.h"
+#include "cuda/fake/fake_backend.h"
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/fake_kernels.h"
-#include "cuda/fake_runtime.h"
+#include "common/log.h"
+#include "cuda/fake/fake_kernels.h"
+#include "cuda/fake/fake_runtime.h"
 
 namespace granary::cuda {
 namespace {
@@ -35,6 +38,20 @@ class FakeBackendImpl final : public FakeBackend {
   internal::FakeRuntime runtime_;
   internal::FakeKernels kernels_;  // after runtime_, which it uses
 };
+
+DeviceBackend& ProcessFake() {
+  // Leaked on purpose: handles may be in use while other statics are destroyed.
+  static DeviceBackend* const fake = [] {
+    absl::StatusOr<std::unique_ptr<FakeBackend>> made = FakeBackend::Create(FakeOptions{});
+    GRANARY_CHECK(made.ok()) << made.status();
+    return made->release();
+  }();
+  return *fake;
+}
+
+// The library is an OBJECT library (cuda/fake/CMakeLists.txt), so this file, and with it this
+// initializer, is in every binary that links it, whether or not the binary names the fake.
+[[maybe_unused]] const bool kRegistered = (internal::RegisterFakeBackend(&ProcessFake), true);
 
 }  // namespace
 

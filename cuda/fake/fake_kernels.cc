@@ -1,6 +1,6 @@
 // The fake backend's kernels (fake_kernels.h).
 
-#include "cuda/fake_kernels.h"
+#include "cuda/fake/fake_kernels.h"
 
 #include <atomic>
 #include <string>

@@ -1,6 +1,6 @@
 // The fake backend's memfd mappings and IPC handle (fake_memory.h).
 
-#include "cuda/fake_memory.h"
+#include "cuda/fake/fake_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

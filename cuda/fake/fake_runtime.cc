@@ -2,7 +2,7 @@
 // copies, the knobs, and the translation to the alias views that the stream work and the
 // kernels run on. Streams and events are in fake_streams.cc, IPC in fake_ipc.cc.
 
-#include "cuda/fake_runtime.h"
+#include "cuda/fake/fake_runtime.h"
 
 #include <sys/mman.h>
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// Private to cuda/: the mappings and the IPC handle of the fake backend (fake_backend.h).
+// Private to the fake backend (fake_backend.h): its mappings and its IPC handle.
 
 #include <sys/types.h>
 

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/fake_runtime.h"
+#include "cuda/fake/fake_runtime.h"
 
 namespace granary::cuda::internal {
 

@@ -19,9 +19,9 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "cuda/device_runtime.h"
-#include "cuda/fake_backend.h"
-#include "cuda/fake_memory.h"
-#include "cuda/fake_stream.h"
+#include "cuda/fake/fake_backend.h"
+#include "cuda/fake/fake_memory.h"
+#include "cuda/fake/fake_stream.h"
 
 namespace granary::cuda::internal {
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// Private to cuda/: the fake backend's streams and events (fake_backend.h).
+// Private to the fake backend (fake_backend.h): its streams and events.
 
 #include <cstdint>
 #include <deque>

@@ -1,6 +1,6 @@
 // The fake backend's streams and events (fake_stream.h).
 
-#include "cuda/fake_stream.h"
+#include "cuda/fake/fake_stream.h"
 
 #include <utility>
 

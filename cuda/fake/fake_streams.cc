@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cuda/fake_runtime.h"
+#include "cuda/fake/fake_runtime.h"
 #include "cuda/kv_layout.h"
 #include "cuda/kv_regions.h"
 

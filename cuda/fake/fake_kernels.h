@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "cuda/fake_runtime.h"
+#include "cuda/fake/fake_runtime.h"
 #include "cuda/kv_kernels.h"
 
 namespace granary::cuda::internal {
