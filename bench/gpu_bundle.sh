@@ -29,7 +29,7 @@ mapfile -t test_bins < <(python3 -c '
 import json, os, sys
 for t in json.loads(sys.stdin.read())["tests"]:
     print(os.path.basename(t["command"][0]))' <<<"$tests_json" | sort -u)
-test_bins+=(cuda_backend_ipc_helper)
+test_bins+=(device_backend_ipc_helper)
 if (( build_first )); then
   ninja -C "$build" "${bins[@]}" "${test_bins[@]}" >/dev/null
 fi

@@ -46,7 +46,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "granary/client.h"
 #include "granary/client_options.h"
 #include "nlohmann/json.hpp"
@@ -68,9 +68,9 @@ DEFINE_string(scale, "full", "full, or small (every size shrunk: the dry run on 
 
 namespace {
 
-using granary::cuda::CopyKind;
-using granary::cuda::DeviceRuntime;
-using granary::cuda::KvKernels;
+using granary::device::CopyKind;
+using granary::device::DeviceRuntime;
+using granary::device::KvKernels;
 
 [[noreturn]] void Die(const std::string& what) {
   std::cerr << "granary_gpu_check: " << what << "\n";
@@ -275,7 +275,7 @@ void UvaRows(DeviceRuntime& b, KvKernels& kernels, void* stream, unsigned char* 
   const int dv = FLAGS_device;
   for (size_t region : {size_t{32} << 10, size_t{64} << 10}) {
     const int n = static_cast<int>(bytes / region);
-    std::vector<granary::cuda::CopyRegion> regions;
+    std::vector<granary::device::CopyRegion> regions;
     for (int i = 0; i < n; ++i) {  // scattered destinations: every other region, reversed
       const size_t at = static_cast<size_t>((n - 1 - i) ^ 1) % static_cast<size_t>(n);
       regions.push_back({pinned + static_cast<size_t>(i) * region,
@@ -453,7 +453,7 @@ void Refs(DeviceRuntime& b, KvKernels& kernels) {
   PipelineRows(b, stream, d1, big);
   // Paged KV: gather and scatter of 4096 of 8192 blocks (block 16 tokens x 8 heads x 128, bf16:
   // 32 KiB for K and for V), against one device-to-device copy of the same bytes.
-  granary::cuda::PagedKvLayout layout;
+  granary::device::PagedKvLayout layout;
   layout.num_blocks = Small() ? 256 : 8192;
   layout.block_size = 16;
   layout.num_heads = 8;
@@ -492,7 +492,7 @@ void Refs(DeviceRuntime& b, KvKernels& kernels) {
       true, shape);
   // The kernels against the CPU reference, once, on a small layout.
   {
-    granary::cuda::PagedKvLayout s = layout;
+    granary::device::PagedKvLayout s = layout;
     s.num_blocks = 64;
     const size_t c = s.num_blocks * s.BlockStride();
     std::vector<unsigned char> hk(c), hv(c);
@@ -505,8 +505,8 @@ void Refs(DeviceRuntime& b, KvKernels& kernels) {
     std::vector<int32_t> sid = {5, 63, 0, 17, 42, 8};
     const size_t g = s.GatheredBytes(static_cast<int>(sid.size()));
     std::vector<unsigned char> want(g);
-    Ok(granary::cuda::GatherBlocksCpu(s, hk.data(), hv.data(), sid.data(),
-                                      static_cast<int>(sid.size()), want.data()),
+    Ok(granary::device::GatherBlocksCpu(s, hk.data(), hv.data(), sid.data(),
+                                        static_cast<int>(sid.size()), want.data()),
        "GatherBlocksCpu");
     void* so = Ok(b.Alloc(dev, g), "Alloc");
     Ok(kernels.GatherBlocks(dev, s, sk, sv, sid.data(), static_cast<int>(sid.size()), so, nullptr),
@@ -631,13 +631,13 @@ void ClientPaths(DeviceRuntime& b) {
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  DeviceRuntime& b = granary::cuda::ActiveRuntime();
+  DeviceRuntime& b = granary::device::ActiveRuntime();
   if (b.DeviceCount() <= FLAGS_device) {
     Die(absl::StrCat("no device ", FLAGS_device, " on the ", b.Name(), " backend"));
   }
   Record({{"name", "backend"}, {"backend", std::string(b.Name())}, {"devices", b.DeviceCount()}});
   if (FLAGS_mode == "refs") {
-    Refs(b, granary::cuda::ActiveKernels());
+    Refs(b, granary::device::ActiveKernels());
   } else if (FLAGS_mode == "client") {
     ClientPaths(b);
   } else {

@@ -47,7 +47,7 @@ cd "$here" || exit 2
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export UCX_MODULE_DIR="$here/lib/ucx"
 # The IPC tests' second process: the bundle's copy (never a path dug out of a binary).
-export GRANARY_BACKEND_IPC_HELPER="$here/tests/cuda_backend_ipc_helper"
+export GRANARY_BACKEND_IPC_HELPER="$here/tests/device_backend_ipc_helper"
 budget=${GPU_CHECK_BUDGET_S:-450}
 PY=python3
 if ((dry)); then

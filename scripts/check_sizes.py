@@ -4,8 +4,8 @@
 Rules, and whether a breach fails the check:
   tests/: no test source (.cc, .h, .cu, .cuh, .py) over 800 lines          fails
   tests/: no disabled gtest (a suite or test name starting DISABLED_)       fails
-  src/, cuda/, device/, python/: no source file over 600 lines              reported only
-  src/, cuda/, device/, python/: no C++ function over 100 lines             reported only
+  src/, device/, python/: no source file over 600 lines              reported only
+  src/, device/, python/: no C++ function over 100 lines             reported only
 With --strict the reported rules fail too (for when the source splits have landed).
 
 With --ctest and --build-dir it also checks that the label list in tests/CMakeLists.txt (the
@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 TEST_DIRS = ("tests",)
-SOURCE_DIRS = ("src", "cuda", "device", "python")
+SOURCE_DIRS = ("src", "device", "python")
 CODE_EXTENSIONS = (".cc", ".h", ".cu", ".cuh", ".py")
 CPP_EXTENSIONS = (".cc", ".h", ".cu", ".cuh")
 SKIPPED_DIRS = {"node_modules", "__pycache__"}

@@ -8,7 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "bindings.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "errors.h"
 #include "granary/device_pointer.h"
 #include "granary/embedded_node.h"
@@ -131,12 +131,12 @@ void BindEmbedded(py::module_& m) {
       "check: the CUDA driver when loaded, and the test hook's fake ranges). For layers above "
       "the client that copy with the CPU themselves.");
   m.def(
-      "_device_backend", [] { return std::string(cuda::ActiveBackendName()); },
+      "_device_backend", [] { return std::string(device::ActiveBackendName()); },
       "The device backend this process uses: cuda, none or fake (GRANARY_DEVICE_BACKEND).");
   m.def(
       "_testing_device_alloc",
       [](size_t size) {
-        absl::StatusOr<void*> p = cuda::ActiveRuntime().Alloc(0, size);
+        absl::StatusOr<void*> p = device::ActiveRuntime().Alloc(0, size);
         if (!p.ok()) throw py::value_error(std::string(p.status().message()));
         return reinterpret_cast<uintptr_t>(*p);
       },
@@ -145,14 +145,14 @@ void BindEmbedded(py::module_& m) {
       "GRANARY_DEVICE_BACKEND=fake, which the CPU cannot touch), as an address.");
   m.def(
       "_testing_device_free",
-      [](uintptr_t addr) { cuda::ActiveRuntime().Free(0, reinterpret_cast<void*>(addr)); },
+      [](uintptr_t addr) { device::ActiveRuntime().Free(0, reinterpret_cast<void*>(addr)); },
       py::arg("addr"), "Test hook: frees what _testing_device_alloc returned.");
   m.def(
       "_testing_device_copy",
       [](uintptr_t dst, uintptr_t src, size_t size) {
-        absl::Status st = cuda::ActiveRuntime().Copy(0, reinterpret_cast<void*>(dst),
-                                                     reinterpret_cast<const void*>(src), size,
-                                                     cuda::CopyKind::kDefault);
+        absl::Status st = device::ActiveRuntime().Copy(0, reinterpret_cast<void*>(dst),
+                                                       reinterpret_cast<const void*>(src), size,
+                                                       device::CopyKind::kDefault);
         if (!st.ok()) throw py::value_error(std::string(st.message()));
       },
       py::arg("dst"), py::arg("src"), py::arg("size"),

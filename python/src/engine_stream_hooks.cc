@@ -7,19 +7,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "bindings.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 
 namespace granary::python {
 namespace py = pybind11;
 
 namespace {
 
-cuda::FakeBackend& Fake() {
-  auto* fake = dynamic_cast<cuda::FakeBackend*>(&cuda::ActiveBackend());
+device::FakeBackend& Fake() {
+  auto* fake = dynamic_cast<device::FakeBackend*>(&device::ActiveBackend());
   if (fake == nullptr) {
     throw py::value_error(absl::StrCat("the engine stream needs the fake device backend, not ",
-                                       cuda::ActiveBackendName()));
+                                       device::ActiveBackendName()));
   }
   return *fake;
 }

@@ -17,9 +17,9 @@
 #include "client/staging_pool.h"
 #include "client/stream_pool.h"
 #include "common/quote.h"
-#include "cuda/checksum.h"
-#include "cuda/device_backend.h"
-#include "cuda/kv_layout.h"
+#include "device/checksum.h"
+#include "device/device_backend.h"
+#include "device/kv_layout.h"
 
 namespace granary::client {
 
@@ -42,7 +42,7 @@ class Scratch {
       data_ = host_.data();
       return absl::OkStatus();
     }
-    absl::StatusOr<StagingPool::Buffer> b = pool_->Take(&cuda::ActiveRuntime(), device, bytes);
+    absl::StatusOr<StagingPool::Buffer> b = pool_->Take(&device::ActiveRuntime(), device, bytes);
     if (!b.ok()) return b.status();
     device_ = *b;
     data_ = device_.data;
@@ -62,8 +62,8 @@ class Scratch {
 // engine's queued work on blocking streams, make its later work wait, break an engine capturing
 // a CUDA graph, and run on the calling thread's current device.
 absl::Status OnStream(StreamPool* streams, int device,
-                      absl::FunctionRef<absl::Status(cuda::DeviceBackend&, void*)> enqueue) {
-  cuda::DeviceBackend& b = cuda::ActiveBackend();
+                      absl::FunctionRef<absl::Status(device::DeviceBackend&, void*)> enqueue) {
+  device::DeviceBackend& b = device::ActiveBackend();
   absl::StatusOr<StreamPool::Stream> stream = streams->Take(&b.runtime(), device);
   if (!stream.ok()) return stream.status();
   absl::Status st = enqueue(b, stream->handle);
@@ -76,13 +76,13 @@ absl::Status OnStream(StreamPool* streams, int device,
 // Copies the regions: memcpy when both sides are host memory (device < 0), else on the
 // backend's copy engine (the direction from the pointers), complete on return.
 absl::Status CopyAll(StreamPool* streams, int device,
-                     const std::vector<cuda::CopyRegion>& regions) {
+                     const std::vector<device::CopyRegion>& regions) {
   if (regions.empty()) return absl::OkStatus();
   if (device < 0) {
-    for (const cuda::CopyRegion& r : regions) std::memcpy(r.dst, r.src, r.bytes);
+    for (const device::CopyRegion& r : regions) std::memcpy(r.dst, r.src, r.bytes);
     return absl::OkStatus();
   }
-  absl::Status st = OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+  absl::Status st = OnStream(streams, device, [&](device::DeviceBackend& b, void* stream) {
     return b.runtime().BatchCopyAsync(stream, regions.data(), static_cast<int>(regions.size()));
   });
   if (!st.ok()) {
@@ -151,8 +151,8 @@ absl::StatusOr<absl::flat_hash_map<int, std::unique_ptr<Scratch>>> AllocateStagi
   return scratch;
 }
 
-cuda::PagedKvLayout LayoutOf(const PagedKvCache& c) {
-  cuda::PagedKvLayout l;
+device::PagedKvLayout LayoutOf(const PagedKvCache& c) {
+  device::PagedKvLayout l;
   l.num_blocks = c.num_blocks;
   l.block_size = c.block_size;
   l.num_heads = c.num_heads;
@@ -177,7 +177,7 @@ absl::StatusOr<int> CheckPagedKv(absl::Span<const std::string> keys, const Paged
         absl::StrCat("PagedKvCache.elem_bytes must be 1, 2 or 4 (fp8, fp16/bf16, fp32), got ",
                      cache.elem_bytes));
   }
-  const cuda::PagedKvLayout layout = LayoutOf(cache);
+  const device::PagedKvLayout layout = LayoutOf(cache);
   if (absl::Status st = layout.Validate(); !st.ok()) return st;
   if (cache.k_cache == nullptr || cache.v_cache == nullptr) {
     return absl::InvalidArgumentError("PagedKvCache: k_cache and v_cache must be set");
@@ -201,8 +201,8 @@ absl::StatusOr<int> CheckPagedKv(absl::Span<const std::string> keys, const Paged
           absl::StrCat("key ", QuotedKey(keys[i]), ": an empty block list"));
       continue;
     }
-    absl::Status st =
-        cuda::ValidateBlockIds(layout, ids.data(), static_cast<int>(ids.size()), reject_duplicates);
+    absl::Status st = device::ValidateBlockIds(layout, ids.data(), static_cast<int>(ids.size()),
+                                               reject_duplicates);
     if (!st.ok()) {
       (*out)[i] =
           absl::Status(st.code(), absl::StrCat("key ", QuotedKey(keys[i]), ": ", st.message()));
@@ -234,7 +234,7 @@ struct KvSlices {
   size_t value(size_t j) const { return payloads[j] + trailer; }
   size_t staging_bytes() const { return total + which.size() * trailer; }
 };
-KvSlices SliceKv(const cuda::PagedKvLayout& layout,
+KvSlices SliceKv(const device::PagedKvLayout& layout,
                  absl::Span<const std::vector<int32_t>> block_ids,
                  const std::vector<absl::Status>& out, size_t trailer) {
   KvSlices k;
@@ -252,30 +252,30 @@ KvSlices SliceKv(const cuda::PagedKvLayout& layout,
 // Runs the regions as one batched-copy launch on `device` (BatchCopyCpu for host memory,
 // device < 0), complete on return.
 absl::Status RunCopyKernel(StreamPool* streams, int device,
-                           const std::vector<cuda::CopyRegion>& regions) {
+                           const std::vector<device::CopyRegion>& regions) {
   if (regions.empty()) return absl::OkStatus();
   const int n = static_cast<int>(regions.size());
-  if (device < 0) return cuda::BatchCopyCpu(regions.data(), n);
-  return OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+  if (device < 0) return device::BatchCopyCpu(regions.data(), n);
+  return OnStream(streams, device, [&](device::DeviceBackend& b, void* stream) {
     return b.kernels().BatchCopy(device, regions.data(), n, stream);
   });
 }
 
 // Gathers (or scatters, `scatter`) the blocks of the keys at positions `slots` of `sl` between
 // the caches and their slices of `staging`: one launch.
-absl::Status MoveKvBlocks(StreamPool* streams, int device, const cuda::PagedKvLayout& layout,
+absl::Status MoveKvBlocks(StreamPool* streams, int device, const device::PagedKvLayout& layout,
                           const PagedKvCache& cache,
                           absl::Span<const std::vector<int32_t>> block_ids, const KvSlices& sl,
                           absl::Span<const size_t> slots, unsigned char* staging, bool scatter) {
-  std::vector<cuda::CopyRegion> regions;
+  std::vector<device::CopyRegion> regions;
   for (size_t j : slots) {
     const auto& ids = block_ids[sl.which[j]];
     const int n = static_cast<int>(ids.size());
     unsigned char* slice = staging + sl.offsets[j];
-    absl::Status st = scatter ? cuda::AppendScatterRegions(layout, slice, ids.data(), n,
-                                                           cache.k_cache, cache.v_cache, &regions)
-                              : cuda::AppendGatherRegions(layout, cache.k_cache, cache.v_cache,
-                                                          ids.data(), n, slice, &regions);
+    absl::Status st = scatter ? device::AppendScatterRegions(layout, slice, ids.data(), n,
+                                                             cache.k_cache, cache.v_cache, &regions)
+                              : device::AppendGatherRegions(layout, cache.k_cache, cache.v_cache,
+                                                            ids.data(), n, slice, &regions);
     if (!st.ok()) return st;
   }
   absl::Status st = RunCopyKernel(streams, device, regions);
@@ -291,15 +291,15 @@ absl::Status MoveKvTrailers(StreamPool* streams, int device, const KvSlices& sl,
                             absl::Span<const size_t> slots, unsigned char* staging,
                             unsigned char* host, bool to_slices) {
   unsigned char* area = staging + sl.total;
-  const std::vector<cuda::CopyRegion> bulk = {
-      to_slices ? cuda::CopyRegion{host, area, slots.size() * kKvTrailerBytes}
-                : cuda::CopyRegion{area, host, slots.size() * kKvTrailerBytes}};
-  std::vector<cuda::CopyRegion> spread;
+  const std::vector<device::CopyRegion> bulk = {
+      to_slices ? device::CopyRegion{host, area, slots.size() * kKvTrailerBytes}
+                : device::CopyRegion{area, host, slots.size() * kKvTrailerBytes}};
+  std::vector<device::CopyRegion> spread;
   for (size_t q = 0; q < slots.size(); ++q) {
     unsigned char* slot = staging + sl.offsets[slots[q]] + sl.payloads[slots[q]];
     unsigned char* parked = area + q * kKvTrailerBytes;
-    spread.push_back(to_slices ? cuda::CopyRegion{parked, slot, kKvTrailerBytes}
-                               : cuda::CopyRegion{slot, parked, kKvTrailerBytes});
+    spread.push_back(to_slices ? device::CopyRegion{parked, slot, kKvTrailerBytes}
+                               : device::CopyRegion{slot, parked, kKvTrailerBytes});
   }
   absl::Status st =
       to_slices ? CopyAll(streams, device, bulk) : RunCopyKernel(streams, device, spread);
@@ -316,14 +316,14 @@ absl::StatusOr<std::vector<uint64_t>> KvChecksums(StreamPool* streams, int devic
                                                   const KvSlices& sl,
                                                   absl::Span<const size_t> slots,
                                                   const unsigned char* staging) {
-  std::vector<cuda::ChecksumRegion> regions;
+  std::vector<device::ChecksumRegion> regions;
   for (size_t j : slots) regions.push_back({staging + sl.offsets[j], sl.payloads[j]});
   std::vector<uint64_t> sums(regions.size());
   const int n = static_cast<int>(regions.size());
   absl::Status st =
       device < 0
-          ? cuda::BatchChecksumCpu(regions.data(), n, sums.data())
-          : OnStream(streams, device, [&](cuda::DeviceBackend& b, void* stream) {
+          ? device::BatchChecksumCpu(regions.data(), n, sums.data())
+          : OnStream(streams, device, [&](device::DeviceBackend& b, void* stream) {
               return b.kernels().BatchChecksum(device, regions.data(), n, sums.data(), stream);
             });
   if (!st.ok()) {
@@ -402,7 +402,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFromRegions(
   if (!scratch.ok()) {
     for (const Staged& s : staged) out[s.key] = scratch.status();
   }
-  absl::flat_hash_map<int, std::vector<cuda::CopyRegion>> gathers;
+  absl::flat_hash_map<int, std::vector<device::CopyRegion>> gathers;
   std::vector<size_t> index(n, SIZE_MAX);  // key -> position in `staged`
   for (size_t j = 0; j < staged.size() && scratch.ok(); ++j) {
     const Staged& s = staged[j];
@@ -481,7 +481,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetIntoRegions(
     which.push_back(i);
   }
   std::vector<absl::StatusOr<size_t>> res = BatchGetInto(k, ptrs, caps, options);
-  absl::flat_hash_map<int, std::vector<cuda::CopyRegion>> scatters;
+  absl::flat_hash_map<int, std::vector<device::CopyRegion>> scatters;
   for (size_t j = 0; j < which.size() && j < res.size(); ++j) {
     const size_t i = which[j];
     out[i] = std::move(res[j]);
@@ -518,7 +518,7 @@ std::vector<absl::Status> ClientImpl::PutPagedKv(absl::Span<const std::string> k
     out.assign(n, device.status());
     return out;
   }
-  const cuda::PagedKvLayout layout = LayoutOf(cache);
+  const device::PagedKvLayout layout = LayoutOf(cache);
   // One gather for the batch, each key's blocks into its slice (then its trailer).
   const KvSlices sl = SliceKv(layout, block_ids, out, options.checksum ? kKvTrailerBytes : 0);
   if (sl.which.empty()) return out;
@@ -576,7 +576,7 @@ std::vector<absl::Status> ClientImpl::GetPagedKv(absl::Span<const std::string> k
     out.assign(n, device.status());
     return out;
   }
-  const cuda::PagedKvLayout layout = LayoutOf(cache);
+  const device::PagedKvLayout layout = LayoutOf(cache);
   // Room for a trailer either way, so that a value of the other kind is recognised, not cut.
   const KvSlices sl = SliceKv(layout, block_ids, out, kKvTrailerBytes);
   absl::Span<const size_t> which = sl.which;

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "granary/device_pointer.h"
 
 namespace granary::client {
@@ -14,7 +14,7 @@ absl::Status DevicePointerError(const void* p, size_t n) {
       absl::InvalidArgumentError(absl::StrCat(
           "buffer 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)), " (", n,
           " bytes) is CUDA device memory that this process's device backend (",
-          cuda::ActiveBackendName(),
+          device::ActiveBackendName(),
           ") cannot copy, so it is refused untouched (pass host memory, or run where the cuda "
           "backend is usable)")),
       ErrorReason::kDevicePointer);
@@ -26,11 +26,11 @@ absl::Status CheckHostMemory(const void* p, size_t n) {
 
 absl::StatusOr<int> BufferDevice(const void* p, size_t n) {
   if (n == 0) return -1;
-  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
+  device::DeviceRuntime& backend = device::ActiveRuntime();
   if (backend.Name() != "none") {
-    const cuda::PointerInfo first = backend.Classify(p);
-    if (first.kind == cuda::MemoryKind::kDevice || first.kind == cuda::MemoryKind::kManaged) {
-      const cuda::PointerInfo last = backend.Classify(static_cast<const char*>(p) + (n - 1));
+    const device::PointerInfo first = backend.Classify(p);
+    if (first.kind == device::MemoryKind::kDevice || first.kind == device::MemoryKind::kManaged) {
+      const device::PointerInfo last = backend.Classify(static_cast<const char*>(p) + (n - 1));
       if (last.kind != first.kind || last.device != first.device) return DevicePointerError(p, n);
       return first.device >= 0 ? first.device : 0;
     }

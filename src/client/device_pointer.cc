@@ -1,4 +1,4 @@
-// granary::IsDevicePointer: the active device backend's Classify (cuda/device_backend.h), the
+// granary::IsDevicePointer: the active device backend's Classify (device/device_backend.h), the
 // CUDA driver through dlopen when that backend is `none`, plus the tests' fake ranges.
 #include "granary/device_pointer.h"
 
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "cuda/device_backend.h"
-#include "cuda/driver_api.h"
+#include "device/device_backend.h"
+#include "device/driver_api.h"
 
 namespace granary {
 
@@ -42,14 +42,14 @@ bool IsDevicePointer(const void* p, size_t n) {
   const uintptr_t end = n > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + n;
   if (Fakes().any.load(std::memory_order_acquire) && OverlapsFake(begin, end)) return true;
   const void* last = reinterpret_cast<const void*>(end - 1);
-  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
+  device::DeviceRuntime& backend = device::ActiveRuntime();
   // With no usable backend in this process (a build without CUDA, or none chosen) the memory may
   // still be the engine's own CUDA memory, so the driver is asked directly (initializing nothing).
   const bool none = backend.Name() == "none";
   auto device = [&backend, none](const void* q) {
-    const cuda::MemoryKind kind =
-        none ? cuda::internal::ClassifyWithDriver(q).kind : backend.Classify(q).kind;
-    return kind == cuda::MemoryKind::kDevice || kind == cuda::MemoryKind::kManaged;
+    const device::MemoryKind kind =
+        none ? device::internal::ClassifyWithDriver(q).kind : backend.Classify(q).kind;
+    return kind == device::MemoryKind::kDevice || kind == device::MemoryKind::kManaged;
   };
   return device(p) || (n > 1 && device(last));
 }

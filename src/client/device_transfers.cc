@@ -85,7 +85,7 @@ void DeviceTransfers::Unmapped(void* local, uint64_t size) {
   }
 }
 
-absl::StatusOr<DeviceTransfers::Slots> DeviceTransfers::TakeSlots(cuda::DeviceRuntime* backend) {
+absl::StatusOr<DeviceTransfers::Slots> DeviceTransfers::TakeSlots(device::DeviceRuntime* backend) {
   {
     granary::MutexLock lock(&mu_);
     for (size_t i = 0; i < idle_slots_.size(); ++i) {
@@ -151,7 +151,7 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
     std::memcpy(h.op.local, h.mapped, h.op.length);
   }
   if (values.empty()) return absl::OkStatus();
-  cuda::DeviceRuntime* backend = &cuda::ActiveRuntime();
+  device::DeviceRuntime* backend = &device::ActiveRuntime();
   // Pin the pieces of node memory the values touch, lazily, under the cap.
   for (const transport::MappedOp& m : values) {
     const auto base = reinterpret_cast<uintptr_t>(m.mapped_base);
@@ -193,7 +193,7 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
       pinned_gauge_->Set(static_cast<double>(pinned_bytes_));
     }
   }
-  std::vector<cuda::CopyRegion> regions;
+  std::vector<device::CopyRegion> regions;
   regions.reserve(values.size());
   for (const transport::MappedOp& m : values) {
     if (m.op.is_put) {
@@ -237,7 +237,7 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   for (const transport::RmaOp& op : ops) lengths.push_back(op.length);
   const std::vector<std::vector<SlotPart>> chunks = PackIntoSlots(lengths, kSlotBytes);
   if (chunks.empty()) return absl::OkStatus();
-  cuda::DeviceRuntime* backend = &cuda::ActiveRuntime();
+  device::DeviceRuntime* backend = &device::ActiveRuntime();
   const int device = ops.front().device;
   GRANARY_ASSIGN_OR_RETURN(Slots slots, TakeSlots(backend));
   absl::StatusOr<StreamPool::Stream> stream = streams_.Take(backend, device);
@@ -265,7 +265,7 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   // The device side of chunk k's parts, as copy regions (to the slot for a put, from it for a
   // get), and its one-sided ops against the slot.
   auto regions_of = [&](size_t k, bool to_slot) {
-    std::vector<cuda::CopyRegion> r;
+    std::vector<device::CopyRegion> r;
     unsigned char* slot = slots.slot[k % 2];
     for (const SlotPart& p : chunks[k]) {
       auto* dev = static_cast<unsigned char*>(ops[p.item].local) + p.offset;
@@ -294,7 +294,7 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   const bool is_put = ops.front().is_put;
   bool device_error = false;
   auto enqueue = [&](size_t k, bool to_slot) -> absl::Status {
-    std::vector<cuda::CopyRegion> r = regions_of(k, to_slot);
+    std::vector<device::CopyRegion> r = regions_of(k, to_slot);
     absl::Status s = backend->BatchCopyAsync(stream->handle, r.data(), static_cast<int>(r.size()));
     if (s.ok()) s = backend->RecordEvent(events[k % 2], stream->handle);
     if (!s.ok()) device_error = true;

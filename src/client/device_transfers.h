@@ -33,7 +33,7 @@
 #include "client/stream_pool.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "transport/rma.h"
 
 namespace granary::client {
@@ -83,7 +83,7 @@ class DeviceTransfers {
 
  private:
   struct Slots {
-    cuda::DeviceRuntime* backend = nullptr;
+    device::DeviceRuntime* backend = nullptr;
     unsigned char* slot[2] = {nullptr, nullptr};
   };
   [[nodiscard]] absl::Status RunMapped(std::vector<transport::MappedOp>& values,
@@ -91,7 +91,7 @@ class DeviceTransfers {
                                        EngineOrder* order);
   [[nodiscard]] absl::Status RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
                                        const RemoteFn& remote, EngineOrder* order);
-  [[nodiscard]] absl::StatusOr<Slots> TakeSlots(cuda::DeviceRuntime* backend);
+  [[nodiscard]] absl::StatusOr<Slots> TakeSlots(device::DeviceRuntime* backend);
   void ReturnSlots(Slots s);
 
   transport::RmaEngine* rma_;
@@ -102,7 +102,7 @@ class DeviceTransfers {
   // pending pieces count in pinned_bytes_.
   struct Piece {
     uint64_t bytes = 0;
-    cuda::DeviceRuntime* backend = nullptr;
+    device::DeviceRuntime* backend = nullptr;
     bool pending = false;
   };
   std::map<uintptr_t, Piece> pinned_ ABSL_GUARDED_BY(mu_);

@@ -8,7 +8,7 @@ namespace granary::client {
 
 absl::StatusOr<std::unique_ptr<EngineOrder>> EngineOrder::Create(const DeviceWait& wait,
                                                                  int device) {
-  std::unique_ptr<EngineOrder> order(new EngineOrder(&cuda::ActiveRuntime()));
+  std::unique_ptr<EngineOrder> order(new EngineOrder(&device::ActiveRuntime()));
   order->caller_event_ = wait.event;
   if (wait.stream == nullptr) return order;
   if (device >= 0) {

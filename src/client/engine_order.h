@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "granary/client.h"
 
 namespace granary::client {
@@ -39,10 +39,10 @@ class EngineOrder {
   [[nodiscard]] absl::Status OnHost();
 
  private:
-  explicit EngineOrder(cuda::DeviceRuntime* backend) : backend_(backend) {}
+  explicit EngineOrder(device::DeviceRuntime* backend) : backend_(backend) {}
   [[nodiscard]] absl::Status Named(const absl::Status& st, const char* what) const;
 
-  cuda::DeviceRuntime* const backend_;
+  device::DeviceRuntime* const backend_;
   void* caller_event_ = nullptr;  // DeviceWait::event
   void* own_event_ = nullptr;     // recorded on DeviceWait::stream at Create
   void* sync_stream_ = nullptr;   // DeviceWait::stream, synchronized on the host instead

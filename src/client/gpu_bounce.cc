@@ -10,7 +10,7 @@
 #include "common/log.h"
 #include "common/slot_chunks.h"
 #include "common/status_macros.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "proto/alloc_header.h"
 
 namespace granary::client {
@@ -23,7 +23,7 @@ absl::Status CopyLocal(int device, void* dst, const void* src, size_t n) {
     std::memcpy(dst, src, n);
     return absl::OkStatus();
   }
-  absl::Status st = cuda::ActiveRuntime().Copy(device, dst, src, n, cuda::CopyKind::kDefault);
+  absl::Status st = device::ActiveRuntime().Copy(device, dst, src, n, device::CopyKind::kDefault);
   if (st.ok()) return st;
   return absl::InternalError(
       absl::StrCat("a device copy (device ", device,
@@ -65,7 +65,7 @@ absl::StatusOr<GpuBounce::Slot> GpuBounce::TakeSlot() {
   }
   Slot s;
   // Pinned when a device backend can pin (faster device copies), else plain host memory.
-  absl::StatusOr<void*> pinned = cuda::ActiveRuntime().HostAllocPinned(kSlotBytes);
+  absl::StatusOr<void*> pinned = device::ActiveRuntime().HostAllocPinned(kSlotBytes);
   if (pinned.ok()) {
     s.data = static_cast<unsigned char*>(*pinned);
     s.pinned = true;
@@ -78,7 +78,7 @@ absl::StatusOr<GpuBounce::Slot> GpuBounce::TakeSlot() {
   }
   if (absl::Status st = registrations_->Register(s.data, kSlotBytes); !st.ok()) {
     if (s.pinned) {
-      cuda::ActiveRuntime().HostFreePinned(s.data);
+      device::ActiveRuntime().HostFreePinned(s.data);
     } else {
       std::free(s.data);
     }
@@ -97,7 +97,7 @@ void GpuBounce::FreeSlot(Slot s) {
     GRANARY_LOG_WARN << "unregistering a bounce slot failed: " << st;
   }
   if (s.pinned) {
-    cuda::ActiveRuntime().HostFreePinned(s.data);
+    device::ActiveRuntime().HostFreePinned(s.data);
   } else {
     std::free(s.data);
   }

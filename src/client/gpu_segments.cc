@@ -15,7 +15,7 @@ namespace granary::client {
 
 // One segment's IPC mapping in this process; closed when the last batch using it lets go.
 struct GpuSegments::Mapping {
-  cuda::DeviceRuntime* backend = nullptr;
+  device::DeviceRuntime* backend = nullptr;
   int device = -1;
   std::string ipc;  // the handle it was opened from
   unsigned char* base = nullptr;
@@ -70,12 +70,12 @@ bool GpuSegments::AnyGpu(const std::vector<transport::RmaOp>& ops) {
   return false;
 }
 
-absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceRuntime& backend,
+absl::StatusOr<int> GpuSegments::LocalDevice(device::DeviceRuntime& backend,
                                              const std::string& uuid) {
   // Devices are matched by UUID: CUDA_VISIBLE_DEVICES may number them differently here.
   const int n = backend.DeviceCount();
   for (int d = 0; d < n; ++d) {
-    absl::StatusOr<cuda::DeviceUuid> u = backend.DeviceUuidOf(d);
+    absl::StatusOr<device::DeviceUuid> u = backend.DeviceUuidOf(d);
     if (u.ok() && uuid.size() == u->size() && std::memcmp(uuid.data(), u->data(), u->size()) == 0) {
       return d;
     }
@@ -87,7 +87,7 @@ absl::StatusOr<int> GpuSegments::LocalDevice(cuda::DeviceRuntime& backend,
 
 absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
     const transport::RemoteSegment& seg, int buffer_device) {
-  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
+  device::DeviceRuntime& backend = device::ActiveRuntime();
   const Key key{seg.segment_id, buffer_device};
   const std::string where =
       absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
@@ -202,8 +202,8 @@ absl::Status GpuSegments::RunOnDevice(
   // One mapping per segment of the batch, held until the copies are done; one stream per device
   // the mappings are on, each running its ops in the batch's order, then its get headers again.
   struct OnDevice {
-    std::vector<cuda::CopyRegion> regions;
-    std::vector<cuda::CopyRegion> fence;
+    std::vector<device::CopyRegion> regions;
+    std::vector<device::CopyRegion> fence;
     StreamPool::Stream stream;
   };
   absl::flat_hash_map<int, OnDevice> devices;
@@ -213,7 +213,7 @@ absl::Status GpuSegments::RunOnDevice(
   for (const transport::RmaOp& op : gpu) get_headers += !op.is_put && op.header ? 1 : 0;
   again.resize(get_headers);
   size_t fenced = 0;
-  cuda::DeviceRuntime* backend = nullptr;
+  device::DeviceRuntime* backend = nullptr;
   for (const transport::RmaOp& op : gpu) {
     const transport::RemoteSegment& seg = *op.segment;
     std::shared_ptr<Mapping>& m = held[&seg];

@@ -3,7 +3,7 @@
 // The client's same-host path to the nodes' GPU segments (CUDA IPC): device
 // memory a node allocated and exported through its device backend. Such a segment is never
 // handed to UCX and never touched by a CPU copy: this opens the node's IPC handle once per
-// segment, through the process's device backend (cuda/device_backend.h: cuda, or the CPU-only
+// segment, through the process's device backend (device/device_backend.h: cuda, or the CPU-only
 // fake), and runs the transfers as device copies on a backend stream.
 
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include "client/stream_pool.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "transport/rma.h"
 
 namespace granary::client {
@@ -88,7 +88,7 @@ class GpuSegments {
   // The mapping of `seg` for buffers on `buffer_device` (-1: host buffers).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Mapping>> Open(const transport::RemoteSegment& seg,
                                                               int buffer_device);
-  [[nodiscard]] absl::StatusOr<int> LocalDevice(cuda::DeviceRuntime& backend,
+  [[nodiscard]] absl::StatusOr<int> LocalDevice(device::DeviceRuntime& backend,
                                                 const std::string& uuid);
 
   granary::Mutex mu_;

@@ -4,7 +4,7 @@
 // kKvTrailerBytes after the gathered blocks, little-endian:
 //
 //   u32 magic      kKvTrailerMagic, the bytes "GKVC"
-//   u32 algorithm  kKvChecksumAlgorithm: 1 is cuda/checksum.h's function
+//   u32 algorithm  kKvChecksumAlgorithm: 1 is device/checksum.h's function
 //   u64 checksum   of the value's bytes before the trailer
 //
 // Plain functions on byte arrays; reentrant.

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 
 namespace granary::client {
 
@@ -25,7 +25,7 @@ class StagingPool {
   static constexpr size_t kMinBytes = 1u << 20;
 
   struct Buffer {
-    cuda::DeviceRuntime* backend = nullptr;
+    device::DeviceRuntime* backend = nullptr;
     int device = -1;
     unsigned char* data = nullptr;
     size_t bytes = 0;
@@ -40,7 +40,7 @@ class StagingPool {
 
   // The smallest idle buffer of (backend, device) holding `bytes` (> 0), or a new one; the
   // allocation's error, naming the size and the device.
-  [[nodiscard]] absl::StatusOr<Buffer> Take(cuda::DeviceRuntime* backend, int device,
+  [[nodiscard]] absl::StatusOr<Buffer> Take(device::DeviceRuntime* backend, int device,
                                             size_t bytes) {
     {
       granary::MutexLock lock(&mu_);

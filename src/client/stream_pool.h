@@ -11,14 +11,14 @@
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 
 namespace granary::client {
 
 class StreamPool {
  public:
   struct Stream {
-    cuda::DeviceRuntime* backend = nullptr;
+    device::DeviceRuntime* backend = nullptr;
     int device = -1;
     void* handle = nullptr;
   };
@@ -30,7 +30,7 @@ class StreamPool {
   StreamPool& operator=(const StreamPool&) = delete;
 
   // An idle stream of (backend, device), or a new one.
-  [[nodiscard]] absl::StatusOr<Stream> Take(cuda::DeviceRuntime* backend, int device) {
+  [[nodiscard]] absl::StatusOr<Stream> Take(device::DeviceRuntime* backend, int device) {
     {
       granary::MutexLock lock(&mu_);
       for (size_t i = 0; i < idle_.size(); ++i) {

@@ -22,7 +22,7 @@ struct GpuBounce::Job {
   FetchDone fetch_done;
 };
 
-absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(cuda::DeviceRuntime* backend,
+absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(device::DeviceRuntime* backend,
                                                              transport::Context* ctx,
                                                              transport::RmaEngine* rma,
                                                              MetricsRegistry* metrics,
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(cuda::DeviceRuntime
   return b;
 }
 
-GpuBounce::GpuBounce(cuda::DeviceRuntime* backend, transport::Context* ctx,
+GpuBounce::GpuBounce(device::DeviceRuntime* backend, transport::Context* ctx,
                      transport::RmaEngine* rma, MetricsRegistry* metrics, size_t slot_bytes)
     : backend_(backend),
       ctx_(ctx),
@@ -242,7 +242,7 @@ absl::Status GpuBounce::RunPush(const PushJob& job, std::string* headers) {
   std::vector<int> used[2];
   auto enqueue = [&](size_t k) -> absl::Status {
     unsigned char* slot = slots_[k % 2].data;
-    std::map<int, std::vector<cuda::CopyRegion>> by_device;
+    std::map<int, std::vector<device::CopyRegion>> by_device;
     for (const SlotPart& sp : chunks[k]) {
       const Part& p = job.parts[sp.item];
       if (p.device < 0) {
@@ -314,7 +314,7 @@ absl::Status GpuBounce::RunPush(const PushJob& job, std::string* headers) {
       continue;
     }
     absl::Status s = backend_->Copy(h.device, out, reinterpret_cast<const void*>(h.addr),
-                                    proto::kAllocHeaderSize, cuda::CopyKind::kDefault);
+                                    proto::kAllocHeaderSize, device::CopyKind::kDefault);
     if (!s.ok()) return DeviceError("device-to-host header", s);
   }
   for (const Part& p : job.parts) bytes_->Inc(p.length);
@@ -361,8 +361,8 @@ absl::Status GpuBounce::RunFetch(const FetchJob& job) {
     ops.push_back(std::move(op));
     st = Remote(std::move(ops), deadline);
     if (!st.ok()) break;
-    cuda::CopyRegion r{slot.data, reinterpret_cast<void*>(p.node_addr + pieces[k].offset),
-                       pieces[k].length};
+    device::CopyRegion r{slot.data, reinterpret_cast<void*>(p.node_addr + pieces[k].offset),
+                         pieces[k].length};
     absl::Status s = backend_->BatchCopyAsync(stream, &r, 1);
     if (s.ok()) s = backend_->RecordEvent(events[k % 2], stream);
     if (!s.ok()) st = DeviceError("host-to-device", s);

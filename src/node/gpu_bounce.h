@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "transport/context.h"
 #include "transport/memory.h"
 #include "transport/rma.h"
@@ -73,7 +73,7 @@ class GpuBounce {
 
   // Allocates and registers the two slots. Errors: the backend's (pinned memory) or UCX's.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuBounce>> Create(
-      cuda::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
+      device::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
       MetricsRegistry* metrics, size_t slot_bytes = kDefaultSlotBytes);
   ~GpuBounce();
   GpuBounce(const GpuBounce&) = delete;
@@ -92,7 +92,7 @@ class GpuBounce {
     std::unique_ptr<transport::MemoryRegion> region;
   };
   struct Job;
-  GpuBounce(cuda::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
+  GpuBounce(device::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
             MetricsRegistry* metrics, size_t slot_bytes);
   [[nodiscard]] absl::Status AllocateSlots();
   void FreeSlots();
@@ -108,7 +108,7 @@ class GpuBounce {
   [[nodiscard]] absl::Status Remote(std::vector<transport::RmaOp> ops,
                                     std::chrono::steady_clock::time_point deadline);
 
-  cuda::DeviceRuntime* const backend_;
+  device::DeviceRuntime* const backend_;
   transport::Context* const ctx_;
   transport::RmaEngine* const rma_;
   const size_t slot_bytes_;

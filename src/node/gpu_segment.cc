@@ -4,7 +4,7 @@
 
 namespace granary::node {
 
-absl::StatusOr<std::unique_ptr<GpuSegment>> GpuSegment::Create(cuda::DeviceRuntime* backend,
+absl::StatusOr<std::unique_ptr<GpuSegment>> GpuSegment::Create(device::DeviceRuntime* backend,
                                                                int device, uint64_t size,
                                                                const std::string& flag_size) {
   const std::string what =
@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<GpuSegment>> GpuSegment::Create(cuda::DeviceRunti
                         absl::StrCat(what, ": IPC export failed: ", ipc.status().message()));
   }
   s->ipc_ = std::move(*ipc);
-  absl::StatusOr<cuda::DeviceUuid> uuid = backend->DeviceUuidOf(device);
+  absl::StatusOr<device::DeviceUuid> uuid = backend->DeviceUuidOf(device);
   if (!uuid.ok()) {
     return absl::Status(uuid.status().code(), absl::StrCat(what,
                                                            ": reading the device UUID "

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 
 namespace granary::node {
 
@@ -22,7 +22,7 @@ class GpuSegment {
   // without CUDA, or GRANARY_DEVICE_BACKEND=none), no device, or not this device; the
   // allocation's own error (RESOURCE_EXHAUSTED when the device is full) otherwise.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuSegment>> Create(
-      cuda::DeviceRuntime* backend, int device, uint64_t size, const std::string& flag_size);
+      device::DeviceRuntime* backend, int device, uint64_t size, const std::string& flag_size);
   ~GpuSegment();
   GpuSegment(const GpuSegment&) = delete;
   GpuSegment& operator=(const GpuSegment&) = delete;
@@ -31,16 +31,16 @@ class GpuSegment {
   uint64_t size() const { return size_; }
   int device() const { return device_; }
   const std::string& ipc() const { return ipc_; }  // DeviceRuntime::ExportIpc(base)
-  const cuda::DeviceUuid& uuid() const { return uuid_; }
+  const device::DeviceUuid& uuid() const { return uuid_; }
 
  private:
   GpuSegment() = default;
-  cuda::DeviceRuntime* backend_ = nullptr;
+  device::DeviceRuntime* backend_ = nullptr;
   int device_ = -1;
   void* base_ = nullptr;
   uint64_t size_ = 0;
   std::string ipc_;
-  cuda::DeviceUuid uuid_{};
+  device::DeviceUuid uuid_{};
 };
 
 }  // namespace granary::node

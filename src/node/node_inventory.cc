@@ -6,7 +6,7 @@
 #include "common/log.h"
 #include "common/range.h"
 #include "common/util.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 
 namespace granary::node {
 namespace {
@@ -19,14 +19,14 @@ uint64_t* WordAt(const SegmentSpan& s, uint64_t offset, size_t word) {
 
 NodeInventory::~NodeInventory() {
   granary::MutexLock lock(&mu_);
-  if (gpu_headers_ != nullptr) cuda::ActiveRuntime().HostFreePinned(gpu_headers_);
+  if (gpu_headers_ != nullptr) device::ActiveRuntime().HostFreePinned(gpu_headers_);
 }
 
 absl::StatusOr<const proto::AllocHeader*> NodeInventory::ReadGpuHeaders(size_t index,
                                                                         const uint64_t* offsets,
                                                                         size_t n) {
   const SegmentSpan& s = (*segments_)[index];
-  cuda::DeviceRuntime& backend = cuda::ActiveRuntime();
+  device::DeviceRuntime& backend = device::ActiveRuntime();
   if (gpu_headers_ == nullptr && gpu_headers_fallback_.empty()) {
     absl::StatusOr<void*> pinned =
         backend.HostAllocPinned(kGpuHeaderChunk * sizeof(proto::AllocHeader));
@@ -38,7 +38,7 @@ absl::StatusOr<const proto::AllocHeader*> NodeInventory::ReadGpuHeaders(size_t i
   }
   auto* staged = gpu_headers_ != nullptr ? static_cast<proto::AllocHeader*>(gpu_headers_)
                                          : gpu_headers_fallback_.data();
-  std::vector<cuda::CopyRegion> regions(n);
+  std::vector<device::CopyRegion> regions(n);
   for (size_t i = 0; i < n; ++i) {
     regions[i] = {reinterpret_cast<const void*>(s.base + offsets[i]), &staged[i],
                   sizeof(proto::AllocHeader)};
@@ -62,9 +62,9 @@ proto::AllocHeader NodeInventory::ReadHeader(size_t index, uint64_t offset) cons
 void NodeInventory::InvalidateHeader(size_t index, uint64_t offset, uint64_t generation) {
   const SegmentSpan& s = (*segments_)[index];
   if (s.tier == proto::Tier::kGpu) {
-    const cuda::CasOp64 op{reinterpret_cast<void*>(s.base + offset + sizeof(uint64_t)), generation,
-                           0};
-    if (absl::Status st = cuda::ActiveKernels().CompareExchange64(s.gpu, &op, 1); !st.ok()) {
+    const device::CasOp64 op{reinterpret_cast<void*>(s.base + offset + sizeof(uint64_t)),
+                             generation, 0};
+    if (absl::Status st = device::ActiveKernels().CompareExchange64(s.gpu, &op, 1); !st.ok()) {
       ++gpu_errors_;
       GRANARY_LOG_WARN << "inventory: invalidating the header at offset " << offset
                        << " of GPU segment '" << s.name << "' failed: " << st;

@@ -32,7 +32,7 @@ namespace granary::node {
 //   sees generation 0, which matches no grant (UNAVAILABLE, retry). So no read returns wrong
 //   bytes.
 // - GPU segments (tier gpu) are kept too. Their headers are device memory the CPU must not
-//   touch: they are read through the device backend (cuda::ActiveRuntime()) in batches of up
+//   touch: they are read through the device backend (device::ActiveRuntime()) in batches of up
 //   to kGpuHeaderChunk into a pinned buffer (one batched device-to-host copy each), and a free
 //   swaps the generation word with a device atomic (CompareExchange64: one launch and a wait).
 //   A device error on either is counted in mismatches (the entries are dropped, never reported

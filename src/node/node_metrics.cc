@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 
 namespace granary::node {
 
@@ -57,7 +57,7 @@ void NodeMetrics::RecordSegments(MetricsRegistry* m, const std::vector<SegmentSp
   // Which device backend this process runs on (cuda, none, or the CPU-only fake, which is only
   // ever chosen explicitly): a fake in production shows here.
   m->Gauge("granary_device_backend", "1 for the device backend this process uses",
-           {{"backend", std::string(cuda::ActiveBackendName())}})
+           {{"backend", std::string(device::ActiveBackendName())}})
       ->Set(1);
 }
 

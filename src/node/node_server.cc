@@ -6,7 +6,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/util.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "proto/messages.h"
 
 namespace granary::node {
@@ -88,8 +88,8 @@ absl::Status NodeServer::StartRpc() {
   watchdog_ = std::make_unique<TransferWatchdog>(
       [rma](const std::vector<std::string>& peers) { rma->MarkUnreachable(peers); });
   if (options_.gpu_segment_size > 0) {
-    GRANARY_ASSIGN_OR_RETURN(bounce_,
-                             GpuBounce::Create(&cuda::ActiveRuntime(), ctx_.get(), rma, &metrics_));
+    GRANARY_ASSIGN_OR_RETURN(
+        bounce_, GpuBounce::Create(&device::ActiveRuntime(), ctx_.get(), rma, &metrics_));
   }
   DataHandlers::Parts parts;
   parts.service = service_.get();

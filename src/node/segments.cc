@@ -12,7 +12,7 @@
 #include "common/log.h"
 #include "common/size.h"
 #include "common/status_macros.h"
-#include "cuda/device_backend.h"
+#include "device/device_backend.h"
 #include "node/memory_limits.h"
 
 namespace granary::node {
@@ -173,8 +173,8 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
                                ? absl::StrCat(options_.gpu_segment_size)
                                : options_.gpu_segment_size_flag;
   Segment seg;
-  GRANARY_ASSIGN_OR_RETURN(
-      seg.gpu, GpuSegment::Create(&cuda::ActiveRuntime(), device, options_.gpu_segment_size, flag));
+  GRANARY_ASSIGN_OR_RETURN(seg.gpu, GpuSegment::Create(&device::ActiveRuntime(), device,
+                                                       options_.gpu_segment_size, flag));
   SegmentSpan span;
   span.name = name;
   span.base = reinterpret_cast<uint64_t>(seg.gpu->base());
@@ -209,7 +209,7 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
     }
   }
   GRANARY_LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device "
-                   << device << " (" << cuda::ActiveBackendName() << " backend, UUID "
+                   << device << " (" << device::ActiveBackendName() << " backend, UUID "
                    << absl::BytesToHexString(span.gpu_uuid) << "), exported for same-host IPC; "
                    << ucx;
   spans->push_back(std::move(span));

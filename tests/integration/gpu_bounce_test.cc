@@ -23,9 +23,9 @@
 #include "absl/time/time.h"
 #include "client/client_impl.h"
 #include "client/paged_kv_trailer.h"
-#include "cuda/checksum.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/checksum.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 #include "granary/device_pointer.h"
 #include "granary/error_reason.h"
 #include "node/node_server.h"
@@ -48,13 +48,13 @@ class GpuBounceTest : public GpuTierTest {
  protected:
   void SetUp() override {
     if (OnCuda()) GTEST_SKIP() << "another host needs a second fake UUID seed";
-    cuda::FakeOptions o;
+    device::FakeOptions o;
     o.uuid_seed = 0x11;  // the node's fake devices are 0xfa...: none is local here
-    auto fake = cuda::FakeBackend::Create(o);
+    auto fake = device::FakeBackend::Create(o);
     ASSERT_TRUE(fake.ok()) << fake.status();
     fake_ = std::move(*fake);
     backend_ = fake_.get();
-    cuda::SetBackendForTesting(fake_.get());
+    device::SetBackendForTesting(fake_.get());
   }
   void RoundTrips() {
     ASSERT_NO_FATAL_FAILURE(Start({"--gpu_segment_size=64MB"}, /*segments_per_node=*/2));

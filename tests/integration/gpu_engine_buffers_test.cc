@@ -23,9 +23,9 @@
 #include "absl/time/time.h"
 #include "client/client_impl.h"
 #include "client/paged_kv_trailer.h"
-#include "cuda/checksum.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/checksum.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 #include "granary/device_pointer.h"
 #include "granary/error_reason.h"
 #include "node/node_server.h"
@@ -328,7 +328,7 @@ TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
       const std::string blocks = kv.Value(ids[i]);
       ASSERT_EQ(got->size(), blocks.size() + client::kKvTrailerBytes) << keys[i];
       EXPECT_TRUE(got->substr(0, blocks.size()) == blocks) << keys[i];
-      const uint64_t sum = cuda::ChecksumCpu(blocks.data(), blocks.size());
+      const uint64_t sum = device::ChecksumCpu(blocks.data(), blocks.size());
       std::string trailer = "GKVC" + std::string("\x01\0\0\0", 4);
       for (int b = 0; b < 8; ++b) trailer += static_cast<char>(sum >> (8 * b));
       EXPECT_EQ(absl::BytesToHexString(got->substr(blocks.size())), absl::BytesToHexString(trailer))
@@ -350,8 +350,8 @@ TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
     ASSERT_TRUE(client_->Remove(keys[1]).ok());
     ASSERT_TRUE(client_->Put(keys[1], corrupt).ok());
     const size_t payload = corrupt.size() - client::kKvTrailerBytes;
-    const uint64_t stored = cuda::ChecksumCpu(raw->data(), payload);
-    const uint64_t computed = cuda::ChecksumCpu(corrupt.data(), payload);
+    const uint64_t stored = device::ChecksumCpu(raw->data(), payload);
+    const uint64_t computed = device::ChecksumCpu(corrupt.data(), payload);
     ASSERT_NE(stored, computed);
     ASSERT_NO_FATAL_FAILURE(
         set(std::string(kv.cache_bytes, 'z'), std::string(kv.cache_bytes, 'z')));

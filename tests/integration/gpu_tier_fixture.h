@@ -1,8 +1,8 @@
 #pragma once
 
 // The fixture of the GPU tier's integration tests (gpu_tier_test, gpu_engine_buffers_test,
-// gpu_bounce_test): the fake device backend (cuda/fake/fake_backend.h) between real processes. The
-// master and the nodes are child processes with GRANARY_DEVICE_BACKEND=fake; this process's
+// gpu_bounce_test): the fake device backend (device/fake/fake_backend.h) between real processes.
+// The master and the nodes are child processes with GRANARY_DEVICE_BACKEND=fake; this process's
 // client runs on a FakeBackend of its own (SetBackendForTesting), whose fake device memory the
 // CPU cannot touch (a stray memcpy faults) and which opens the nodes' fake IPC handles through
 // /proc/<pid>/fd. Runs on machines without a GPU.
@@ -23,8 +23,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/client_impl.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 #include "proto/messages.h"
 #include "tests/integration/cluster.h"
 
@@ -45,19 +45,19 @@ class GpuTierFixture : public ::testing::Test {
  protected:
   void SetUp() override {
     if (OnCuda()) {
-      cuda::DeviceBackend* cuda_backend = cuda::CudaBackend();
+      device::DeviceBackend* cuda_backend = device::CudaBackend();
       if (cuda_backend == nullptr || cuda_backend->runtime().DeviceCount() == 0) {
         GTEST_SKIP() << "no CUDA device (or a build without CUDA)";
       }
       backend_ = cuda_backend;
-      cuda::SetBackendForTesting(backend_);
+      device::SetBackendForTesting(backend_);
       return;
     }
-    auto fake = cuda::FakeBackend::Create(cuda::FakeOptions{});
+    auto fake = device::FakeBackend::Create(device::FakeOptions{});
     ASSERT_TRUE(fake.ok()) << fake.status();
     fake_ = std::move(*fake);
     backend_ = fake_.get();
-    cuda::SetBackendForTesting(fake_.get());
+    device::SetBackendForTesting(fake_.get());
   }
   std::string BackendEnv() const {
     return absl::StrCat("GRANARY_DEVICE_BACKEND=", OnCuda() ? "cuda" : "fake");
@@ -95,7 +95,7 @@ class GpuTierFixture : public ::testing::Test {
     client_.reset();
     cluster_.reset();
     for (void* d : device_buffers_) backend_->runtime().Free(0, d);
-    cuda::SetBackendForTesting(nullptr);
+    device::SetBackendForTesting(nullptr);
     unsetenv("UCX_TLS");
   }
   // Device memory of the test's backend, freed at TearDown.
@@ -108,11 +108,11 @@ class GpuTierFixture : public ::testing::Test {
   }
   void ToDevice(char* d, const std::string& v) {
     ASSERT_TRUE(
-        backend_->runtime().Copy(0, d, v.data(), v.size(), cuda::CopyKind::kHostToDevice).ok());
+        backend_->runtime().Copy(0, d, v.data(), v.size(), device::CopyKind::kHostToDevice).ok());
   }
   std::string FromDevice(const char* d, size_t n) {
     std::string v(n, '\0');
-    EXPECT_TRUE(backend_->runtime().Copy(0, v.data(), d, n, cuda::CopyKind::kDeviceToHost).ok());
+    EXPECT_TRUE(backend_->runtime().Copy(0, v.data(), d, n, device::CopyKind::kDeviceToHost).ok());
     return v;
   }
   // A sample of this process's client metrics, 0 when absent.
@@ -169,8 +169,8 @@ class GpuTierFixture : public ::testing::Test {
     EXPECT_TRUE(v.ok()) << sample << ": " << v.status();
     return v.ok() ? *v : -1;
   }
-  cuda::DeviceBackend* backend_ = nullptr;
-  std::unique_ptr<cuda::FakeBackend> fake_;  // null on the cuda backend
+  device::DeviceBackend* backend_ = nullptr;
+  std::unique_ptr<device::FakeBackend> fake_;  // null on the cuda backend
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<client::ClientImpl> client_;
   std::vector<std::string> extra_env_;  // for the cluster's processes (UCX_TLS=tcp)

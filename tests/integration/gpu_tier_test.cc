@@ -25,9 +25,9 @@
 #include "absl/time/time.h"
 #include "client/client_impl.h"
 #include "client/paged_kv_trailer.h"
-#include "cuda/checksum.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/checksum.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 #include "granary/device_pointer.h"
 #include "granary/error_reason.h"
 #include "node/node_server.h"
@@ -261,10 +261,10 @@ TEST_F(GpuTierTest, GpuPutsLandOnTheGpuSegmentAndReadBackByteExactThroughIpc) {
     ASSERT_EQ(r.size(), 1u);
     proto::AllocHeader h;
     const uint64_t at = r[0].address;  // List gives the allocation's offset in the segment
-    ASSERT_TRUE(
-        backend_->runtime()
-            .Copy(0, &h, static_cast<char*>(*mapped) + at, sizeof(h), cuda::CopyKind::kDeviceToHost)
-            .ok());
+    ASSERT_TRUE(backend_->runtime()
+                    .Copy(0, &h, static_cast<char*>(*mapped) + at, sizeof(h),
+                          device::CopyKind::kDeviceToHost)
+                    .ok());
     EXPECT_EQ(h.magic, proto::AllocHeader::kMagic) << keys[i];
     EXPECT_EQ(h.value_length, sizes[i]) << keys[i];
   }
@@ -472,11 +472,11 @@ TEST_F(GpuTierTest, AnIpcOpenFailureFallsBackToTheNodeBounce) {
 // and never touches its device 0.
 TEST_F(GpuTierTest, AGpuSegmentIsMappedOnlyOnTheDeviceOfTheBuffer) {
   if (fake_ == nullptr) GTEST_SKIP() << "counts the fake's contexts";
-  cuda::FakeOptions two;
+  device::FakeOptions two;
   two.device_count = 2;
-  auto fake = cuda::FakeBackend::Create(two);
+  auto fake = device::FakeBackend::Create(two);
   ASSERT_TRUE(fake.ok()) << fake.status();
-  cuda::SetBackendForTesting(fake->get());
+  device::SetBackendForTesting(fake->get());
   fake_ = std::move(*fake);
   backend_ = fake_.get();
   ASSERT_NO_FATAL_FAILURE(StartWithGpu());
@@ -489,7 +489,7 @@ TEST_F(GpuTierTest, AGpuSegmentIsMappedOnlyOnTheDeviceOfTheBuffer) {
   device_buffers_.push_back(*src);
   device_buffers_.push_back(*dst);
   ASSERT_TRUE(backend_->runtime()
-                  .Copy(1, *src, value.data(), value.size(), cuda::CopyKind::kHostToDevice)
+                  .Copy(1, *src, value.data(), value.size(), device::CopyKind::kHostToDevice)
                   .ok());
   ASSERT_TRUE(client_
                   ->BatchPutWith({"d1"},
@@ -500,7 +500,7 @@ TEST_F(GpuTierTest, AGpuSegmentIsMappedOnlyOnTheDeviceOfTheBuffer) {
   ASSERT_TRUE(n.ok()) << n.status();
   std::string back(value.size(), '\0');
   ASSERT_TRUE(backend_->runtime()
-                  .Copy(1, back.data(), *dst, back.size(), cuda::CopyKind::kDeviceToHost)
+                  .Copy(1, back.data(), *dst, back.size(), device::CopyKind::kDeviceToHost)
                   .ok());
   EXPECT_TRUE(back == value);
   EXPECT_EQ(ClientMetric("granary_client_gpu_transfers_total{path=\"ipc\"}"), 2);

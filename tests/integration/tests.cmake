@@ -65,7 +65,7 @@ if(GRANARY_DEVICE_FAKE)
   foreach(_part gpu_tier gpu_engine_buffers gpu_bounce)
     granary_test(NAME integration_${_part}_test LABELS integration tsan TIMEOUT 120
       SOURCES ${CMAKE_CURRENT_LIST_DIR}/${_part}_test.cc
-      LIBS granary_test_cluster granary::cuda granary::cuda_fake granary::node)
+      LIBS granary_test_cluster granary::device granary::device_fake granary::node)
     add_dependencies(integration_${_part}_test granary_master granary_node)
     add_test(NAME integration_${_part}_cuda_test COMMAND integration_${_part}_test)
     set_tests_properties(integration_${_part}_cuda_test PROPERTIES LABELS "gpu" TIMEOUT 150

@@ -1,6 +1,6 @@
 # Sizes and enabled tests (scripts/check_sizes.py, Debian's python3): no test file over 800
 # lines, no disabled gtest, and every label of this tree in the "# Labels:" list of
-# tests/CMakeLists.txt. Its limits on src/, cuda/, device/ and python/ (600-line files, 100-line
+# tests/CMakeLists.txt. Its limits on src/, device/ and python/ (600-line files, 100-line
 # C++ functions) are printed as reports and do not fail yet (--strict makes them fail).
 find_program(GRANARY_LINT_PYTHON python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(NOT GRANARY_LINT_PYTHON)

@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "client/device_check.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 #include "granary/error_reason.h"
 
 namespace granary {
@@ -34,9 +34,9 @@ TEST_F(DevicePointerTest, HostMemoryIsNotDeviceMemory) {
 // The check goes through the active device backend's Classify: on the fake backend, its device
 // and managed memory are device memory (first or last byte), its pinned host memory is not.
 TEST_F(DevicePointerTest, TheFakeBackendsDeviceAndManagedMemoryAreDevicePinnedIsNot) {
-  auto fake = cuda::FakeBackend::Create(cuda::FakeOptions{});
+  auto fake = device::FakeBackend::Create(device::FakeOptions{});
   ASSERT_TRUE(fake.ok()) << fake.status();
-  cuda::DeviceBackend* previous = cuda::SetBackendForTesting(fake->get());
+  device::DeviceBackend* previous = device::SetBackendForTesting(fake->get());
   std::vector<char> heap(1 << 20);
   EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));  // before any fake memory exists
   auto dev = (*fake)->runtime().Alloc(0, 1 << 20);
@@ -63,7 +63,7 @@ TEST_F(DevicePointerTest, TheFakeBackendsDeviceAndManagedMemoryAreDevicePinnedIs
   (*fake)->runtime().Free(0, *managed);
   (*fake)->runtime().HostFreePinned(*pinned);
   EXPECT_FALSE(IsDevicePointer(heap.data(), heap.size()));
-  cuda::SetBackendForTesting(previous);
+  device::SetBackendForTesting(previous);
 }
 
 TEST_F(DevicePointerTest, AFakeRangeIsDeviceMemoryWhereverARangeOverlapsIt) {

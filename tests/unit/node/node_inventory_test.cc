@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/util.h"
-#include "cuda/device_backend.h"
-#include "cuda/fake/fake_backend.h"
+#include "device/device_backend.h"
+#include "device/fake/fake_backend.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
 
@@ -224,10 +224,10 @@ TEST_F(NodeInventoryTest, AStreamedReportFollowsChangesBetweenItsBatches) {
 // records are kept, its headers are checked through batched device reads (more than one chunk
 // of them), and a free swaps the generation word to 0 with a device atomic.
 TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) {
-  absl::StatusOr<std::unique_ptr<cuda::FakeBackend>> fake = cuda::FakeBackend::Create({});
+  absl::StatusOr<std::unique_ptr<device::FakeBackend>> fake = device::FakeBackend::Create({});
   ASSERT_TRUE(fake.ok()) << fake.status();
-  cuda::SetBackendForTesting(fake->get());
-  cuda::DeviceRuntime& b = (*fake)->runtime();
+  device::SetBackendForTesting(fake->get());
+  device::DeviceRuntime& b = (*fake)->runtime();
   const uint64_t n = NodeInventory::kGpuHeaderChunk + 100;  // two header reads
   const uint64_t bytes = n * 1088;
   absl::StatusOr<void*> mem = b.Alloc(0, bytes);
@@ -249,7 +249,7 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
       h.value_length = 1000;
       if (i == 7) h.value_length = 999;  // a stale header: dropped, not reported
       ASSERT_TRUE(b.Copy(0, static_cast<char*>(*mem) + i * 1088, &h, sizeof(h),
-                         cuda::CopyKind::kHostToDevice)
+                         device::CopyKind::kHostToDevice)
                       .ok());
       InventoryRecord r;
       r.op = InventoryOp::kCommit;
@@ -269,7 +269,7 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
     ASSERT_TRUE(inv.Apply(0, free));
     AllocHeader freed;
     ASSERT_TRUE(b.Copy(0, &freed, static_cast<char*>(*mem) + 3 * 1088, sizeof(freed),
-                       cuda::CopyKind::kDeviceToHost)
+                       device::CopyKind::kDeviceToHost)
                     .ok());
     EXPECT_EQ(freed.generation, 0u);
     EXPECT_EQ(freed.magic, AllocHeader::kMagic);  // the rest of the header is left alone
@@ -289,7 +289,7 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
     }
   }
   b.Free(0, *mem);
-  cuda::SetBackendForTesting(nullptr);
+  device::SetBackendForTesting(nullptr);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@ granary_test(NAME node_cgroup_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/cgroup_test.cc LIBS granary::node)
 granary_test(NAME node_inventory_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/node_inventory_test.cc
-  LIBS granary::node_service granary::cuda_fake)
+  LIBS granary::node_service granary::device_fake)
 granary_test(NAME node_transfer_watchdog_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/transfer_watchdog_test.cc LIBS granary::node_service)
 granary_test(NAME node_memory_limits_test LABELS unit
