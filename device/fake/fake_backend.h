@@ -1,8 +1,9 @@
 #pragma once
 
-// The fake device backend: what CI without a GPU runs every device
-// path against. Always compiled, also without CUDA. Chosen only explicitly
-// (GRANARY_DEVICE_BACKEND=fake, or SetBackendForTesting with an instance made here).
+// The fake device backend: what CI without a GPU runs every device path against. Test code, in a
+// library of its own (granary::device_fake; CMakeLists.txt here says who links it), built also
+// without CUDA. Chosen only explicitly (GRANARY_DEVICE_BACKEND=fake in a binary that links it,
+// or SetBackendForTesting with an instance made here).
 //
 // Device memory: each allocation is a memfd mapped twice, a PROT_NONE view whose addresses are
 // handed out as device pointers, and a read-write alias that only the fake's copy engine uses.
