@@ -356,6 +356,7 @@ absl::Status FakeRuntime::Execute(absl::FunctionRef<absl::Status()> copy) {
       return sticky_;
     }
   }
+  MutexLock engine(&engine_mu_);
   return copy();
 }
 
