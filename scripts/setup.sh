@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates
   libucx-dev ucx-utils libibverbs-dev rdma-core
   libabsl-dev libgflags-dev libyaml-cpp-dev libcpp-httplib-dev nlohmann-json3-dev libssl-dev
-  libgtest-dev libgmock-dev libjemalloc-dev
+  libgtest-dev libgmock-dev libjemalloc-dev liburing-dev
   clang clang-format libclang-rt-14-dev ccache
   etcd-server etcd-client
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch python3-yaml

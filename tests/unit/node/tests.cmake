@@ -9,3 +9,7 @@ granary_test(NAME node_transfer_watchdog_test LABELS unit tsan
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/transfer_watchdog_test.cc LIBS granary::node_service)
 granary_test(NAME node_memory_limits_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/memory_limits_test.cc LIBS granary::node)
+granary_test(NAME node_disk_file_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/disk_file_test.cc LIBS granary::node_disk)
+granary_test(NAME node_disk_record_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/disk_record_test.cc LIBS granary::node_disk)
