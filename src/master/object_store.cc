@@ -99,6 +99,14 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
         absl::StrCat("replica_num ", req.replica_num, " is outside 1..", proto::kMaxReplicaNum)));
     return rep;
   }
+  if (segments_->totals().segments == 0) {
+    // Said before admission: with quota on, no capacity would otherwise read as an effective
+    // quota of 0 bytes, which sends an operator after the wrong knob.
+    rep.status = Err(absl::UnavailableError(
+        "no node has mounted a segment yet: start a granary_node against this master, or wait "
+        "for one to mount, and retry"));
+    return rep;
+  }
   const int64_t now = clock_->NowMs();
   const int64_t deadline = now + options_.put_start_timeout_ms;
   const bool pool_spill = ledger_->PoolSpill(tenant);

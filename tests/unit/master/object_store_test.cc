@@ -17,6 +17,7 @@
 #include "master/master_service.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
+#include "master/tenant/policy.h"
 #include "tests/unit/master/master_fixture.h"
 #include "tests/unit/master/single_key_calls.h"
 
@@ -143,6 +144,22 @@ TEST_F(ObjectStoreTest, BatchPutStartReportsPerKey) {
 
 // ---------------------------------------------------------------------------------------------
 // Validation
+
+TEST_F(ObjectStoreTest, APutBeforeAnyNodeMountsSaysSoAlsoUnderQuota) {
+  opts_.enable_multi_tenants = true;
+  SessionId c = Client("acme");
+  tenant::Policy p;
+  p.tenants.push_back({"acme", 1ull << 30, std::nullopt});
+  svc().ledger()->ApplyPolicy(p, svc().capacity());
+  auto r = PutStart(c, "k", 1000);
+  EXPECT_EQ(Code(r.status), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(Has(r.status.message, "no node has mounted a segment yet")) << r.status.message;
+  EXPECT_EQ(svc().ledger()->Snapshot("acme")->charged_bytes, 0u) << "refused, yet charged";
+  // Once a node has mounted, the same put is admitted.
+  NodeWith("n1", kMiB);
+  r = PutStart(c, "k", 1000);
+  EXPECT_EQ(Code(r.status), absl::StatusCode::kOk) << r.status.message;
+}
 
 TEST_F(ObjectStoreTest, PutStartValidatesSizeKeyAndReplicaNum) {
   NodeWith("n1", kMiB);
@@ -389,7 +406,10 @@ TEST_F(ObjectStoreTest, NodeClosedUnmountsSegmentsAndDropsSoleReplicas) {
   EXPECT_EQ(svc().GetStats().used, 0u);
   EXPECT_EQ(svc().GetStats().objects, 0u);
   svc().SessionClosed(n2);
-  EXPECT_EQ(Code(PutStart(c, "x", 10).status), absl::StatusCode::kResourceExhausted);
+  // No node left: retryable, and saying why.
+  auto r = PutStart(c, "x", 10);
+  EXPECT_EQ(Code(r.status), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(Has(r.status.message, "no node has mounted a segment yet")) << r.status.message;
 }
 
 TEST_F(ObjectStoreTest, NodeDeathLeavesTwoReplicaObjectReadableOnTheSurvivor) {
