@@ -9,8 +9,9 @@ python or cpp is run, unless the line right before its fence says why not:
 Blocks run against a master and a node this script starts on loopback, on free ports, with
 multi-tenant quota on (tenants default, tenant-a and tenant-b) and an admin token. The
 documented defaults are replaced before a block runs, so the docs keep the ports a reader
-uses: 50051 (the master's RPC port), 9003 (its admin port), 9103 and 2379 become free ports,
-`build/bin/` the build tree's binaries and `/etc/granary/` a directory of the test's own.
+uses: 50051 and 50052 (masters' RPC ports), 9003 and 9004 (their admin ports), 9103, 2379 and
+2380 become free ports, `build/bin/` the build tree's binaries and `/etc/granary/` a directory
+of the test's own.
 The environment has GRANARY_MASTER and the binaries on PATH; Python blocks import the build
 tree's module. The keys of every tenant are removed after each block.
 
@@ -144,8 +145,8 @@ class Env:
         self.procs = []
 
     def ports(self):
-        return {"50051": free_port(), "9003": free_port(), "9103": free_port(),
-                "2379": free_port()}
+        return {default: free_port()
+                for default in ("50051", "50052", "9003", "9004", "9103", "2379", "2380")}
 
     def substitute(self, text, ports, etc):
         for default, port in ports.items():
