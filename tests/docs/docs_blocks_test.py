@@ -21,7 +21,8 @@ before a shell block means that it starts its own master and node: it gets ports
 listens on, and its processes are killed when it ends. A shell block runs under
 `set -eo pipefail` in a fresh directory; any exit status but 0 fails it. C++ blocks are built
 against the installed package (cmake --install into a temporary prefix, find_package(granary))
-and run.
+and run. Every relative link of those files must name a file that exists, and a heading of it
+when it has an anchor.
 
 Usage: docs_blocks_test.py --source DIR --build DIR [--list] [--only SUBSTRING]
 """
@@ -95,6 +96,50 @@ def extract(source, path):
                             run.group(1) if run else None))
         i = j + 1
     return blocks, errors
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def slug(heading):
+    """The id Python-Markdown's toc (mkdocs) gives a heading."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"[`*_]", "", text)
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def anchors(path):
+    ids, fenced = set(), False
+    for line in open(path, encoding="utf-8"):
+        if re.match(r"^\s*```", line):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            ids.add(slug(line.lstrip("#").strip()))
+    return ids
+
+
+def check_links(source, path):
+    """Relative links of one file: the file exists, and an anchor names a heading there. mkdocs
+    checks the pages' links but neither anchors nor README.md, which is outside its docs."""
+    rel = os.path.relpath(path, source)
+    errors, fenced = [], False
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        if re.match(r"^\s*```", line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(dest):
+                errors.append(f"{rel}:{n}: a link to {target}: no such file")
+            elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
+                errors.append(f"{rel}:{n}: a link to {target}: no such heading")
+    return errors
 
 
 def free_port():
@@ -288,7 +333,7 @@ def main():
     for path in doc_files(source):
         b, e = extract(source, path)
         blocks += b
-        errors += e
+        errors += e + check_links(source, path)
     runnable = [b for b in blocks if b.lang in SHELL | PYTHON | CPP]
     marked = [b for b in runnable if b.not_run]
     to_run = [b for b in runnable if not b.not_run]
