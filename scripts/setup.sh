@@ -13,6 +13,7 @@ PACKAGES=(
   etcd-server etcd-client
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch python3-yaml
   chromium
+  mkdocs mkdocs-material
 )
 # The dashboard's browser test (tests/browser) runs node and npm. A node from elsewhere (such as
 # NodeSource's nodejs, which carries its own npm) is kept: Debian's npm package would conflict

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install, build, and run the whole test suite through ctest:
-#   0. the format check: every C++ and CUDA source is as clang-format (.clang-format) writes it;
+#   0. the format check: every C++ and CUDA source is as clang-format (.clang-format) writes it,
+#      and the docs site builds (mkdocs build --strict);
 #   1. the normal build (warnings are errors), the Python module installed for /usr/bin/python3
 #      (scripts/install_python.sh), and every test: unit, integration, install, chaos, fuzz,
 #      python (pytest), browser (the dashboard in headless Chromium), gpu (skips without a
@@ -21,6 +22,10 @@ bash scripts/setup.sh
 
 echo "== format check (clang-format --dry-run)"
 bash scripts/format.sh --check
+# The documentation site (mkdocs.yml): a broken link or a page missing from the tree fails. Fast,
+# so it runs before the build (ctest runs it again as docs_site).
+echo "== docs site (mkdocs build --strict)"
+PYTHONWARNINGS=ignore::DeprecationWarning mkdocs build --strict --quiet -d "${GRANARY_BUILD_DIR:-build}/site"
 
 GRANARY_WERROR_FLAG="-DGRANARY_WERROR=${GRANARY_WERROR:-ON}"
 # The fake device backend (test code) in granary_node, the Python module and granary_gpu_check:
