@@ -130,7 +130,8 @@ TEST_F(TenancyTest, DeepHealthProbesThroughANodeAndFailsClearlyWithout) {
   EXPECT_EQ(res->status, 503) << res->body;
   j = json::parse(res->body);
   EXPECT_FALSE(j["deep"]["ok"].get<bool>());
-  EXPECT_NE(j["deep"]["error"].get<std::string>().find("no node has mounted a segment yet"), std::string::npos);
+  EXPECT_NE(j["deep"]["error"].get<std::string>().find("no node has mounted a segment yet"),
+            std::string::npos);
 }
 
 TEST_F(TenancyTest, SkewedWritersEvictionsFallOnTheHeavyTenant) {

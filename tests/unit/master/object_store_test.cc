@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
 #include "master/master_service.h"
+#include "master/tenant/policy.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
-#include "master/tenant/policy.h"
 #include "tests/unit/master/master_fixture.h"
 #include "tests/unit/master/single_key_calls.h"
 
