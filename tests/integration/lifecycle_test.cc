@@ -44,7 +44,8 @@ TEST_F(LifecycleTest, NodesRemountAndClientsReconnectAfterMasterRestart) {
   cluster_ = std::move(*c);
   auto client = cluster_->NewClient();
   ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Put("before", MakeValue("before", 1, 4096)).ok());
+  const absl::Status first = (*client)->Put("before", MakeValue("before", 1, 4096));
+  ASSERT_TRUE(first.ok()) << first;
   // Its commit record reaches its node asynchronously (within a tick).
   for (int i = 0; i < 100; ++i) {
     auto sent = cluster_->Metric("granary_master_inventory_records_sent_total");
@@ -77,7 +78,8 @@ TEST_F(LifecycleTest, NodesRemountAndClientsReconnectAfterMasterRestart) {
   }
   for (int i = 0; i < 20; ++i) {
     std::string k = "spread-" + std::to_string(i);
-    ASSERT_TRUE((*client)->Put(k, MakeValue(k, 2, 8192)).ok()) << k;
+    const absl::Status put = (*client)->Put(k, MakeValue(k, 2, 8192));
+    ASSERT_TRUE(put.ok()) << k << ": " << put;
     auto got = (*client)->Get(k);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_TRUE(*got == MakeValue(k, 2, 8192));
