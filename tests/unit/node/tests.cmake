@@ -15,3 +15,5 @@ granary_test(NAME node_disk_record_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/disk_record_test.cc LIBS granary::node_disk)
 granary_test(NAME node_disk_store_test LABELS unit
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/disk_store_test.cc LIBS granary::node_disk)
+granary_test(NAME node_inventory_journal_test LABELS unit
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/inventory_journal_test.cc LIBS granary::node_service)
