@@ -47,14 +47,18 @@ std::atomic<DeviceBackend*> g_testing_backend{nullptr};
 DeviceBackend& ChosenFromEnvironment() {
   static DeviceBackend* const chosen = [] {
     std::string detail;
-    DeviceBackend* backend =
-        &internal::ChooseBackend(std::getenv("GRANARY_DEVICE_BACKEND"), &detail);
+    const char* asked = std::getenv("GRANARY_DEVICE_BACKEND");
+    DeviceBackend* backend = &internal::ChooseBackend(asked, &detail);
     if (absl::StartsWith(detail, "refused")) {
       GRANARY_LOG_ERROR << "device backend: " << detail;
     } else if (backend->runtime().Name() == "fake") {
       GRANARY_LOG_WARN << "device backend: " << detail << " (not a GPU: CPU-only test memory)";
-    } else {
+    } else if (asked != nullptr && *asked != '\0') {
       GRANARY_LOG_INFO << "device backend: " << detail;
+    } else {
+      // Chosen without being asked: this runs inside users' programs (the client library, the
+      // Python module), which should not print it; the node logs its GPU segments itself.
+      GRANARY_LOG_DEBUG << "device backend: " << detail;
     }
     return backend;
   }();

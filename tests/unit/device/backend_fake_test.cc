@@ -440,13 +440,15 @@ TEST(BackendChoice, ChoosingAndClassifyingInitializeNoCuda) {
   std::remove(log.c_str());
 }
 
-// The real thing, in fresh processes: the variable is read once, at first use, and logged.
+// The real thing, in fresh processes: the variable is read once, at first use, and logged (the
+// default choice at debug level only).
 TEST(BackendChoice, AFreshProcessReadsAndLogsTheVariable) {
   struct Case {
     std::vector<std::string> env;
     std::string name;
     std::string alloc;  // a substring of Alloc(0, 64)'s status
     std::string log;    // a substring of stderr
+    std::string level = "info";
   };
   const bool cuda_usable = CudaBackend() != nullptr && CudaBackend()->runtime().DeviceCount() > 0;
   const std::vector<Case> cases = {
@@ -458,21 +460,28 @@ TEST(BackendChoice, AFreshProcessReadsAndLogsTheVariable) {
       {{},
        cuda_usable ? "cuda" : "none",
        cuda_usable ? "OK" : "FAILED_PRECONDITION",
-       "the default"},
+       "the default",
+       "debug"},
+      // Chosen without being asked, the choice is not printed into a user's program at info.
+      {{}, cuda_usable ? "cuda" : "none", cuda_usable ? "OK" : "FAILED_PRECONDITION", ""},
   };
   for (const Case& c : cases) {
     std::vector<std::string> env = c.env;
-    env.push_back("GRANARY_LOG_LEVEL=info");
+    env.push_back("GRANARY_LOG_LEVEL=" + c.level);
     testing::Child child({IpcHelper(), "active"}, env);
     ASSERT_TRUE(child.ok());
     const std::string name = child.ReadLine();
     const std::string alloc = child.ReadLine();
     ASSERT_EQ(child.Wait(), 0);
     const std::string log = child.ReadStderr();
-    SCOPED_TRACE(c.env.empty() ? "unset" : c.env[0]);
+    SCOPED_TRACE((c.env.empty() ? "unset" : c.env[0]) + " at " + c.level);
     EXPECT_EQ(name, c.name);
     EXPECT_TRUE(absl::StrContains(alloc, c.alloc)) << alloc;
-    EXPECT_TRUE(absl::StrContains(log, c.log)) << log;
+    if (c.log.empty()) {
+      EXPECT_FALSE(absl::StrContains(log, "device backend")) << log;
+    } else {
+      EXPECT_TRUE(absl::StrContains(log, c.log)) << log;
+    }
   }
 }
 
