@@ -77,17 +77,7 @@ class ClientImpl : public Client {
   using Client::BatchPutFrom;
   using Client::BatchPutFromRegions;
   using Client::GetInto;
-  using Client::GetPagedKv;  // the three-argument forms
   using Client::PutFrom;
-  using Client::PutPagedKv;
-  std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
-                                       const PagedKvCache& cache,
-                                       absl::Span<const std::vector<int32_t>> block_ids,
-                                       const PagedKvOptions& options) override;
-  std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
-                                       const PagedKvCache& cache,
-                                       absl::Span<const std::vector<int32_t>> block_ids,
-                                       const PagedKvOptions& options) override;
   [[nodiscard]] absl::StatusOr<PrefixLookup> LookupPrefix(
       absl::string_view model, absl::string_view hash_scheme,
       const std::optional<std::string>& adapter_id, absl::Span<const std::string> prefix_hashes,
@@ -236,9 +226,9 @@ class ClientImpl : public Client {
   // This client's device buffers (host segments and staging); outlives rma_, whose unmap hook
   // calls it.
   std::unique_ptr<DeviceTransfers> device_;
-  // Device staging of the scatter-list and paged-KV calls, kept for reuse.
+  // Device staging of the scatter-list calls, kept for reuse.
   StagingPool staging_;
-  // Streams of the scatter-list and paged-KV calls' device work (never the legacy stream).
+  // Streams of the scatter-list calls' device work (never the legacy stream).
   StreamPool region_streams_;
   std::unique_ptr<MasterSession> session_;
   // Device buffers passed to RegisterBuffer: recorded (start -> size), never given to UCX.
