@@ -15,18 +15,19 @@
 
 namespace granary::client {
 
+MetricCounter* GpuTransfersCounter(MetricsRegistry* metrics, const char* path) {
+  return metrics->Counter("granary_client_gpu_transfers_total",
+                          "Values moved to or from this client's device buffers, by path (ipc, "
+                          "host_segment, staging)",
+                          {{"path", path}});
+}
+
 DeviceTransfers::DeviceTransfers(MetricsRegistry* metrics, transport::RmaEngine* rma,
                                  uint64_t pin_cap)
     : rma_(rma),
       pin_cap_(pin_cap),
-      host_segment_(metrics->Counter("granary_client_gpu_transfers_total",
-                                     "Values moved to or from this client's device buffers, by "
-                                     "path (ipc, host_segment, staging)",
-                                     {{"path", "host_segment"}})),
-      staging_(metrics->Counter("granary_client_gpu_transfers_total",
-                                "Values moved to or from this client's device buffers, by path "
-                                "(ipc, host_segment, staging)",
-                                {{"path", "staging"}})),
+      host_segment_(GpuTransfersCounter(metrics, "host_segment")),
+      staging_(GpuTransfersCounter(metrics, "staging")),
       pin_failures_(metrics->Counter(
           "granary_client_gpu_pin_failures_total",
           "Pieces of mapped node memory the device backend would not pin (copied pageable)")),
