@@ -22,26 +22,10 @@ struct BufferRegion {
   size_t size = 0;
 };
 
-// An engine's paged KV cache on one device (or in host memory): per layer, a K and a V cache of
-// [num_blocks, block_size, num_heads, head_dim] elements of elem_bytes (1, 2 or 4) each; a
-// block_stride_bytes above the dense block size describes caches that interleave K and V per
-// block ([num_blocks, 2, block_size, num_heads, head_dim]: stride 2 x block, v = k + block).
-// The value stored for a list of blocks is [K(b0) | V(b0) | K(b1) | V(b1) | ...].
-struct PagedKvCache {
-  int64_t num_blocks = 0;
-  int64_t block_size = 0;
-  int64_t num_heads = 0;
-  int64_t head_dim = 0;
-  int64_t elem_bytes = 0;
-  int64_t block_stride_bytes = 0;  // 0: dense
-  void* k_cache = nullptr;
-  void* v_cache = nullptr;
-};
-
 // The stream contract of a put that reads device memory (PutFrom and its batch and scatter-list
-// forms given device buffers, BatchPutWith given views of device memory, PutPagedKv on device
-// caches). Granary copies on streams of its own, which nothing orders after the engine's
-// stream, so the bytes must be complete before the put reads them. Either
+// forms given device buffers, BatchPutWith given views of device memory, PagedKv::Put on device
+// caches, granary/paged_kv.h). Granary copies on streams of its own, which nothing orders after the
+// engine's stream, so the bytes must be complete before the put reads them. Either
 //   - pass the engine's stream, or an event it recorded after its writes, as a DeviceWait: the
 //     put makes its copy stream wait for it on the device (cudaStreamWaitEvent; for a stream,
 //     an event is recorded on it when the call starts), and waits on the host where the bytes
@@ -60,21 +44,6 @@ struct DeviceWait {
   void* stream = nullptr;  // the engine's stream: everything enqueued on it before the call
   void* event = nullptr;   // an event recorded after the writes (its latest record counts)
   bool empty() const { return stream == nullptr && event == nullptr; }
-};
-
-// Options of PutPagedKv and GetPagedKv.
-struct PagedKvOptions {
-  // Off by default. On: PutPagedKv stores each value as the gathered blocks followed by a 16-byte
-  // trailer {u32 magic "GKVC", u32 algorithm 1, u64 checksum of the blocks} (little-endian),
-  // the checksums of the batch computed in one launch on the caches' device (the CPU reference
-  // for host caches); GetPagedKv expects that trailer, recomputes the checksum of every value
-  // (one launch) and scatters only the values that match: a mismatch is DATA_LOSS naming the key
-  // and both checksums. A value stored without the trailer read with checksum on, or with it
-  // read with checksum off, is FAILED_PRECONDITION saying so; nothing of it is scattered.
-  // Costs one more launch and a round trip of 8 + 16 bytes per key each way.
-  bool checksum = false;
-  // PutPagedKv waits for it before it gathers the blocks (DeviceWait); GetPagedKv ignores it.
-  DeviceWait wait;
 };
 
 // One object as the master describes it.
@@ -275,32 +244,6 @@ class Client {
                                                 absl::Span<const std::vector<BufferRegion>> regions,
                                                 const DeviceWait& wait) {
     return BatchPutFromRegions(keys, regions, WaitOnly(wait));
-  }
-
-  // Paged KV: keys[i] stores the blocks block_ids[i] of `cache` as one contiguous value,
-  // gathered for the whole batch in one kernel launch (the CPU reference for host caches), and
-  // GetPagedKv scatters the values read back into those blocks (one launch for the batch).
-  // INVALID_ARGUMENT names a bad layout field, an empty block list or a block id out of range
-  // (and, for GetPagedKv, a block listed twice in the batch); a stored value whose size is not
-  // the layout's for its block count is FAILED_PRECONDITION and scatters nothing. `options`
-  // adds the checksum (PagedKvOptions); the three-argument forms use the defaults.
-  virtual std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
-                                               const PagedKvCache& cache,
-                                               absl::Span<const std::vector<int32_t>> block_ids,
-                                               const PagedKvOptions& options) = 0;
-  virtual std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
-                                               const PagedKvCache& cache,
-                                               absl::Span<const std::vector<int32_t>> block_ids,
-                                               const PagedKvOptions& options) = 0;
-  std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
-                                       const PagedKvCache& cache,
-                                       absl::Span<const std::vector<int32_t>> block_ids) {
-    return PutPagedKv(keys, cache, block_ids, PagedKvOptions{});
-  }
-  std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
-                                       const PagedKvCache& cache,
-                                       absl::Span<const std::vector<int32_t>> block_ids) {
-    return GetPagedKv(keys, cache, block_ids, PagedKvOptions{});
   }
 
   // "How much of this prefix do you hold for me?": one request for the whole chain of

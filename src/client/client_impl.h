@@ -12,10 +12,12 @@
 #include "client/gpu_bounce.h"
 #include "client/gpu_segments.h"
 #include "client/master_session.h"
+#include "client/node_links.h"
 #include "client/planner.h"
 #include "client/registrations.h"
 #include "client/staging_pool.h"
 #include "client/stream_pool.h"
+#include "client/transfer_router.h"
 #include "common/backoff.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -36,11 +38,16 @@ uint32_t PutFlags(const PutOptions& options);
 // come first (true), host-tier ones (false), or the master's order (nullopt).
 std::optional<bool> PreferGpu(StorageTier tier);
 
-// The Client implementation. Owns a UCX context, one worker (progress thread), the session with
-// the master (MasterSession: connection, heartbeats, segment descriptors), the registered
-// buffers (Registrations) and control connections to nodes; reads and writes are planned by
-// PlanGet / PlanPut (planner.h) and run here. Thread-safe; see Client. The two-phase calls below
-// are public for tools and tests that need to stop between the phases.
+// The Client implementation: the API and the session. It validates each call, talks to the
+// master through its session (MasterSession: connection, heartbeats, segment descriptors;
+// PutStart/PutEnd, Get and its leases, Copy/Move, the metadata calls in client_metadata.cc) and
+// hands the master's answers to its TransferRouter (transfer_router.h), which plans each
+// value's path and runs it. It owns what the paths run on: a UCX context, one worker (progress
+// thread), the RmaEngine, the registered buffers (Registrations), the control connections to
+// nodes (NodeLinks), the GPU segments, the node bounce and the device buffers' paths. The
+// scatter-list forms stage in client_regions.cc; paged KV sits on top of this class
+// (granary/paged_kv.h). Thread-safe; see Client. The two-phase calls below are public for
+// tools and tests that need to stop between the phases.
 class ClientImpl : public Client {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ClientImpl>> Create(
@@ -77,17 +84,7 @@ class ClientImpl : public Client {
   using Client::BatchPutFrom;
   using Client::BatchPutFromRegions;
   using Client::GetInto;
-  using Client::GetPagedKv;  // the three-argument forms
   using Client::PutFrom;
-  using Client::PutPagedKv;
-  std::vector<absl::Status> PutPagedKv(absl::Span<const std::string> keys,
-                                       const PagedKvCache& cache,
-                                       absl::Span<const std::vector<int32_t>> block_ids,
-                                       const PagedKvOptions& options) override;
-  std::vector<absl::Status> GetPagedKv(absl::Span<const std::string> keys,
-                                       const PagedKvCache& cache,
-                                       absl::Span<const std::vector<int32_t>> block_ids,
-                                       const PagedKvOptions& options) override;
   [[nodiscard]] absl::StatusOr<PrefixLookup> LookupPrefix(
       absl::string_view model, absl::string_view hash_scheme,
       const std::optional<std::string>& adapter_id, absl::Span<const std::string> prefix_hashes,
@@ -155,32 +152,13 @@ class ClientImpl : public Client {
   }
 
  private:
-  class Inputs;
   explicit ClientImpl(const ClientOptions& o)
       : options_(o),
         log_route_{o.log_level ? static_cast<int>(*o.log_level) : -1, o.log_sink.get()} {}
-  // Runs one batch of transfers, cancelling what has not finished after timeout_ms (0: the
-  // configured transfer_timeout_ms).
-  // `order`: a put's DeviceWait (null: none), waited for before the caller's memory is read.
-  [[nodiscard]] absl::Status Transfer(std::vector<transport::RmaOp> ops, int64_t timeout_ms = 0,
-                                      EngineOrder* order = nullptr);
-  // The one-sided part of Transfer (host memory on this side), through UCX.
-  [[nodiscard]] absl::Status Remote(std::vector<transport::RmaOp> ops, int64_t timeout_ms);
-  // Has `node` write the values of req into this client's registered buffer (reads over tcp;
-  // proto::PushRequest) and copies the headers it returns into (*headers)[keys[j]].
-  [[nodiscard]] absl::Status Push(const std::string& node, const proto::PushRequest& req,
-                                  absl::Span<const size_t> keys,
-                                  std::vector<proto::AllocHeader>* headers);
-  // The Push RPC itself: the node's header bytes, or its error naming the node.
-  [[nodiscard]] absl::StatusOr<std::string> PushRpc(const std::string& node,
-                                                    const proto::PushRequest& req);
-  // Push, and Fetch (`node` reads req.length bytes from req.source into its own memory),
-  // answered through `done` (on the progress thread, or at once when the call
-  // cannot be sent), with no timeout of their own: the caller's wait has it.
-  void PushAsync(const std::string& node, const proto::PushRequest& req,
-                 std::function<void(absl::StatusOr<std::string>)> done);
-  void FetchAsync(const std::string& node, const proto::FetchRequest& req,
-                  std::function<void(absl::Status)> done);
+  // Create's steps: the UCX context (its NIC), the worker, the RmaEngine and the copy threads;
+  // then the device paths (GPU segments, DeviceTransfers and its pin cap, a CUDA UCX).
+  [[nodiscard]] absl::Status OpenTransport();
+  [[nodiscard]] absl::Status OpenDevicePaths();
   std::vector<absl::Status> PutImpl(absl::Span<const std::string> keys,
                                     absl::Span<const void* const> data,
                                     absl::Span<const size_t> sizes, uint32_t flags = 0,
@@ -197,7 +175,8 @@ class ClientImpl : public Client {
   std::vector<absl::StatusOr<size_t>> GetImpl(absl::Span<const std::string> keys,
                                               const DestFn& dest, const GetOptions& options,
                                               const std::vector<int>* devices = nullptr);
-  // Runs one planned round of reads and checks each header; failed keys go to *pending.
+  // Runs one planned round of reads (TransferRouter::RunGet), gives the round's leases back
+  // and checks each header; failed keys go to *pending.
   void RunGetRound(absl::Span<const std::string> keys, GetPlan* plan,
                    std::vector<proto::AllocHeader>* headers,
                    std::vector<absl::StatusOr<size_t>>* out, std::vector<size_t>* pending);
@@ -205,25 +184,14 @@ class ClientImpl : public Client {
   [[nodiscard]] absl::StatusOr<proto::ListReply> ListRaw(absl::string_view prefix, size_t limit,
                                                          absl::string_view start_after);
   [[nodiscard]] absl::Status CopyOrMove(absl::string_view key, absl::string_view node, bool move);
-  // The control connection to a node (other_host: known to be on another host, so it is not
-  // asked to move onto shared memory). UNAVAILABLE at once while the node is held off after a
-  // timed-out Read or Write (DropNodeClient with back_off).
-  [[nodiscard]] absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeClient(
-      const std::string& address, bool other_host = false);
-  // Forgets the connection to a node that did not answer in time: the next request opens a
-  // new one, and closing the old one (once its last user lets go) stops what it had not sent.
-  // back_off: the node's fault (a transfer timeout, not a put's write window); it is counted
-  // in granary_client_node_transfer_timeouts_total and held off for a jittered exponential
-  // back-off (RmaEngine's constants), as a node whose one-sided transfer timed out is.
-  void DropNodeClient(const std::string& address, bool back_off = false);
 
   const ClientOptions options_;  // holds the log sink
   // Where this client's lines go (options_.log_level and log_sink): set on its threads, and on
   // a caller's thread while a call that may log runs (ScopedLogRoute, two thread-local stores).
   const LogRoute log_route_;
   MetricsRegistry metrics_;
-  // Destroyed in reverse order by ~ClientImpl: session, node connections, engine,
-  // registrations, worker, context.
+  // Destroyed in reverse order by ~ClientImpl: router, session, node connections, engine,
+  // device paths, registrations, worker, context.
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<Registrations> registrations_;
@@ -236,32 +204,18 @@ class ClientImpl : public Client {
   // This client's device buffers (host segments and staging); outlives rma_, whose unmap hook
   // calls it.
   std::unique_ptr<DeviceTransfers> device_;
-  // Device staging of the scatter-list and paged-KV calls, kept for reuse.
+  // Device staging of the scatter-list calls, kept for reuse.
   StagingPool staging_;
-  // Streams of the scatter-list and paged-KV calls' device work (never the legacy stream).
+  // Streams of the scatter-list calls' device work (never the legacy stream).
   StreamPool region_streams_;
+  // Control connections to nodes (Read, Write, Push, Fetch); destroyed after session_.
+  std::unique_ptr<NodeLinks> nodes_;
   std::unique_ptr<MasterSession> session_;
+  // Decides and runs each batch's paths over the members above (pointers to them).
+  std::unique_ptr<TransferRouter> router_;
   // Device buffers passed to RegisterBuffer: recorded (start -> size), never given to UCX.
   granary::Mutex device_regs_mu_;
   absl::flat_hash_map<uintptr_t, size_t> device_regs_ ABSL_GUARDED_BY(device_regs_mu_);
-
-  granary::Mutex nodes_mu_;  // control connections to nodes (Fetch, Push)
-  absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> node_clients_
-      ABSL_GUARDED_BY(nodes_mu_);
-  PeerHolds node_holds_ ABSL_GUARDED_BY(nodes_mu_){transport::RmaEngine::kUnreachableInitialMs,
-                                                   transport::RmaEngine::kUnreachableMaxMs};
-  // Values to and from nodes on other hosts reached over tcp alone go in Read and Write
-  // messages only (ClientOptions::tcp_data_between_hosts, and this context has no network
-  // transport but tcp).
-  bool messages_between_hosts_ = false;
-  MetricCounter* node_refusals_ = nullptr;  // granary_client_node_backoff_refusals_total
-
-  MetricCounter* pushed_reads_ = nullptr;
-  MetricCounter* inline_values_[2] = {nullptr, nullptr};  // granary_client_inline_values_total
-  MetricCounter* node_timeouts_ = nullptr;
-  MetricCounter* ipc_transfers_ = nullptr;     // granary_client_gpu_transfers_total{path="ipc"}
-  MetricCounter* bounce_transfers_ = nullptr;  // {path="bounce"}: a node's GPU segment, staged
-  MetricCounter* ucx_transfers_ = nullptr;     // {path="ucx"}: only where UCX supports CUDA memory
 };
 
 }  // namespace granary::client

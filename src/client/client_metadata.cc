@@ -1,5 +1,6 @@
 // The Client's metadata calls: existence, removal, prefix lookup, listing, Stat, segments and
-// buffer registration. Part of ClientImpl (client_impl.h); the data path is client_impl.cc.
+// buffer registration. Part of ClientImpl (client_impl.h); the data path is client_impl.cc
+// (puts), client_get.cc (gets) and the TransferRouter (transfer_router.h).
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"

@@ -15,18 +15,19 @@
 
 namespace granary::client {
 
+MetricCounter* GpuTransfersCounter(MetricsRegistry* metrics, const char* path) {
+  return metrics->Counter("granary_client_gpu_transfers_total",
+                          "Values moved to or from this client's device buffers, by path (ipc, "
+                          "host_segment, staging)",
+                          {{"path", path}});
+}
+
 DeviceTransfers::DeviceTransfers(MetricsRegistry* metrics, transport::RmaEngine* rma,
                                  uint64_t pin_cap)
     : rma_(rma),
       pin_cap_(pin_cap),
-      host_segment_(metrics->Counter("granary_client_gpu_transfers_total",
-                                     "Values moved to or from this client's device buffers, by "
-                                     "path (ipc, host_segment, staging)",
-                                     {{"path", "host_segment"}})),
-      staging_(metrics->Counter("granary_client_gpu_transfers_total",
-                                "Values moved to or from this client's device buffers, by path "
-                                "(ipc, host_segment, staging)",
-                                {{"path", "staging"}})),
+      host_segment_(GpuTransfersCounter(metrics, "host_segment")),
+      staging_(GpuTransfersCounter(metrics, "staging")),
       pin_failures_(metrics->Counter(
           "granary_client_gpu_pin_failures_total",
           "Pieces of mapped node memory the device backend would not pin (copied pageable)")),
@@ -229,6 +230,118 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
   return absl::OkStatus();
 }
 
+namespace {
+
+// One staged call's pipeline: the chunks of its ops through two slots, each chunk's device
+// copies enqueued on one stream and marked by its slot's event. device_error() tells a failed
+// device call from a failed remote transfer.
+class StagedPipeline {
+ public:
+  StagedPipeline(std::vector<transport::RmaOp>& ops,
+                 const std::vector<std::vector<SlotPart>>& chunks, unsigned char* const slots[2],
+                 device::DeviceRuntime* backend, void* stream, void* const events[2],
+                 std::chrono::steady_clock::time_point deadline)
+      : ops_(ops),
+        chunks_(chunks),
+        slots_{slots[0], slots[1]},
+        backend_(backend),
+        stream_(stream),
+        events_{events[0], events[1]},
+        deadline_(deadline) {}
+
+  // Device -> slot of chunk k+1 overlaps the write of chunk k.
+  absl::Status Put(const DeviceTransfers::RemoteFn& remote) {
+    absl::Status st = Enqueue(0, /*to_slot=*/true);
+    for (size_t k = 0; st.ok() && k < chunks_.size(); ++k) {
+      if (k + 1 < chunks_.size()) st = Enqueue(k + 1, true);
+      if (st.ok()) st = Wait(k);
+      if (st.ok()) st = remote(RmaOf(k), LeftMs());
+    }
+    return st;
+  }
+
+  // The read of chunk k+1 overlaps slot -> device of chunk k. A slot is read into again only
+  // after its previous copy (chunk k-2) completed.
+  absl::Status Get(const DeviceTransfers::RemoteFn& remote) {
+    absl::Status st;
+    for (size_t k = 0; st.ok() && k < chunks_.size(); ++k) {
+      if (k >= 2) st = Wait(k - 2);
+      if (st.ok()) st = remote(RmaOf(k), LeftMs());
+      if (st.ok()) st = Enqueue(k, /*to_slot=*/false);
+    }
+    return st;
+  }
+
+  // Nothing may still copy into or out of the slots when they go back to the pool.
+  absl::Status Synchronize() {
+    absl::Status s = backend_->SynchronizeStream(stream_);
+    if (!s.ok()) device_error_ = true;
+    return s;
+  }
+
+  bool device_error() const { return device_error_; }
+
+ private:
+  // The device side of chunk k's parts, as copy regions (to the slot for a put, from it for a
+  // get).
+  std::vector<device::CopyRegion> RegionsOf(size_t k, bool to_slot) const {
+    std::vector<device::CopyRegion> r;
+    unsigned char* slot = slots_[k % 2];
+    for (const SlotPart& p : chunks_[k]) {
+      auto* dev = static_cast<unsigned char*>(ops_[p.item].local) + p.offset;
+      if (to_slot) {
+        r.push_back({dev, slot + p.slot_offset, p.length});
+      } else {
+        r.push_back({slot + p.slot_offset, dev, p.length});
+      }
+    }
+    return r;
+  }
+  // Chunk k's one-sided ops against its slot.
+  std::vector<transport::RmaOp> RmaOf(size_t k) const {
+    std::vector<transport::RmaOp> r;
+    unsigned char* slot = slots_[k % 2];
+    for (const SlotPart& p : chunks_[k]) {
+      transport::RmaOp op = ops_[p.item];
+      op.device = -1;
+      op.memh = nullptr;
+      op.local = slot + p.slot_offset;
+      op.length = p.length;
+      op.remote_addr += p.offset;
+      r.push_back(std::move(op));
+    }
+    return r;
+  }
+  int64_t LeftMs() const {
+    return std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    deadline_ - std::chrono::steady_clock::now())
+                                    .count());
+  }
+  absl::Status Enqueue(size_t k, bool to_slot) {
+    std::vector<device::CopyRegion> r = RegionsOf(k, to_slot);
+    absl::Status s = backend_->BatchCopyAsync(stream_, r.data(), static_cast<int>(r.size()));
+    if (s.ok()) s = backend_->RecordEvent(events_[k % 2], stream_);
+    if (!s.ok()) device_error_ = true;
+    return s;
+  }
+  absl::Status Wait(size_t k) {
+    absl::Status s = backend_->WaitEvent(events_[k % 2]);
+    if (!s.ok()) device_error_ = true;
+    return s;
+  }
+
+  const std::vector<transport::RmaOp>& ops_;
+  const std::vector<std::vector<SlotPart>>& chunks_;
+  unsigned char* const slots_[2];
+  device::DeviceRuntime* const backend_;
+  void* const stream_;
+  void* const events_[2];
+  const std::chrono::steady_clock::time_point deadline_;
+  bool device_error_ = false;
+};
+
+}  // namespace
+
 absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int64_t timeout_ms,
                                         const RemoteFn& remote, EngineOrder* order) {
   // Chunks of at most one slot: values split at slot size, small ones packed together.
@@ -255,85 +368,21 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
     }
     e = *ev;
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 1));
-  auto left_ms = [&] {
-    return std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - std::chrono::steady_clock::now())
-                                    .count());
-  };
-  // The device side of chunk k's parts, as copy regions (to the slot for a put, from it for a
-  // get), and its one-sided ops against the slot.
-  auto regions_of = [&](size_t k, bool to_slot) {
-    std::vector<device::CopyRegion> r;
-    unsigned char* slot = slots.slot[k % 2];
-    for (const SlotPart& p : chunks[k]) {
-      auto* dev = static_cast<unsigned char*>(ops[p.item].local) + p.offset;
-      if (to_slot) {
-        r.push_back({dev, slot + p.slot_offset, p.length});
-      } else {
-        r.push_back({slot + p.slot_offset, dev, p.length});
-      }
-    }
-    return r;
-  };
-  auto rma_of = [&](size_t k) {
-    std::vector<transport::RmaOp> r;
-    unsigned char* slot = slots.slot[k % 2];
-    for (const SlotPart& p : chunks[k]) {
-      transport::RmaOp op = ops[p.item];
-      op.device = -1;
-      op.memh = nullptr;
-      op.local = slot + p.slot_offset;
-      op.length = p.length;
-      op.remote_addr += p.offset;
-      r.push_back(std::move(op));
-    }
-    return r;
-  };
+  StagedPipeline pipeline(ops, chunks, slots.slot, backend, stream->handle, events,
+                          std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 1)));
   const bool is_put = ops.front().is_put;
-  bool device_error = false;
-  auto enqueue = [&](size_t k, bool to_slot) -> absl::Status {
-    std::vector<device::CopyRegion> r = regions_of(k, to_slot);
-    absl::Status s = backend->BatchCopyAsync(stream->handle, r.data(), static_cast<int>(r.size()));
-    if (s.ok()) s = backend->RecordEvent(events[k % 2], stream->handle);
-    if (!s.ok()) device_error = true;
-    return s;
-  };
-  auto wait = [&](size_t k) -> absl::Status {
-    absl::Status s = backend->WaitEvent(events[k % 2]);
-    if (!s.ok()) device_error = true;
-    return s;
-  };
   if (st.ok() && is_put && order != nullptr) st = order->Before(stream->handle);
-  if (st.ok() && is_put) {
-    // Device -> slot of chunk k+1 overlaps the write of chunk k.
-    st = enqueue(0, /*to_slot=*/true);
-    for (size_t k = 0; st.ok() && k < chunks.size(); ++k) {
-      if (k + 1 < chunks.size()) st = enqueue(k + 1, true);
-      if (st.ok()) st = wait(k);
-      if (st.ok()) st = remote(rma_of(k), left_ms());
-    }
-  } else if (st.ok()) {
-    // The read of chunk k+1 overlaps slot -> device of chunk k. A slot is read into again only
-    // after its previous copy (chunk k-2) completed.
-    for (size_t k = 0; st.ok() && k < chunks.size(); ++k) {
-      if (k >= 2) st = wait(k - 2);
-      if (st.ok()) st = remote(rma_of(k), left_ms());
-      if (st.ok()) st = enqueue(k, /*to_slot=*/false);
-    }
-  }
-  // Nothing may still copy into or out of the slots when they go back to the pool.
-  absl::Status synced = backend->SynchronizeStream(stream->handle);
-  if (!synced.ok()) device_error = true;
+  if (st.ok()) st = is_put ? pipeline.Put(remote) : pipeline.Get(remote);
+  absl::Status synced = pipeline.Synchronize();
   if (st.ok()) st = synced;
   for (void* e : events) {
     if (e != nullptr) backend->DestroyEvent(e);
   }
-  streams_.Return(*stream, !device_error);
+  streams_.Return(*stream, !pipeline.device_error());
   ReturnSlots(slots);
   if (!st.ok()) {
-    if (device_error) {
+    if (pipeline.device_error()) {
       return absl::InternalError(absl::StrCat("a staged device copy (",
                                               is_put ? "device to host" : "host to device",
                                               ", device ", device, ") failed: ", st.message()));

@@ -40,6 +40,10 @@ namespace granary::client {
 
 class EngineOrder;  // client/engine_order.h
 
+// granary_client_gpu_transfers_total{path}: the values one path moved to or from this client's
+// device buffers (ipc, host_segment, staging, bounce, ucx).
+MetricCounter* GpuTransfersCounter(MetricsRegistry* metrics, const char* path);
+
 class DeviceTransfers {
  public:
   // Runs one-sided ops (host memory on this side) against remote segments, within timeout_ms.

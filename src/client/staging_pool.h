@@ -1,13 +1,13 @@
 #pragma once
 
-// Device staging buffers kept for reuse by the scatter-list and paged-KV calls
-// (client_regions.cc). A call takes a buffer of at least the bytes it needs and gives it back, so
-// device memory is allocated once, not per call: a cudaFree per call would wait for the whole
-// device (the engine's kernels included), and a cudaMalloc per call competes with the engine's
-// caching allocator on a nearly full GPU. Sizes are rounded up to a power of two (at least
-// kMinBytes), so a few buffers serve every batch size; with no idle buffer large enough a new one
-// is allocated, and the idle ones stay. Buffers live until the pool is destroyed, with its
-// ClientImpl. Thread-safe; cost per Take: a lock and a scan of the idle buffers.
+// Device staging buffers kept for reuse by the scatter-list calls (client_regions.cc) and the
+// paged-KV calls (paged_kv.cc), one pool each. A call takes a buffer of at least the bytes it needs
+// and gives it back, so device memory is allocated once, not per call: a cudaFree per call would
+// wait for the whole device (the engine's kernels included), and a cudaMalloc per call competes
+// with the engine's caching allocator on a nearly full GPU. Sizes are rounded up to a power of two
+// (at least kMinBytes), so a few buffers serve every batch size; with no idle buffer large enough a
+// new one is allocated, and the idle ones stay. Buffers live until the pool is destroyed, with its
+// ClientImpl or its PagedKv. Thread-safe; cost per Take: a lock and a scan of the idle buffers.
 
 #include <bit>
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Engine buffers on the GPU tier between real processes, on the fake device backend
-// (gpu_tier_fixture.h): scatter lists of device and host regions, PutPagedKv and GetPagedKv
+// (gpu_tier_fixture.h): scatter lists of device and host regions, PagedKv's Put and Get
 // against the CPU reference (device staging kept, the legacy default stream never used, the
 // checksum catching a corrupt value), and the engine's stream contract on every path.
 #include <gtest/gtest.h>
@@ -28,6 +28,7 @@
 #include "device/fake/fake_backend.h"
 #include "granary/device_pointer.h"
 #include "granary/error_reason.h"
+#include "granary/paged_kv.h"
 #include "node/node_server.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
@@ -133,11 +134,12 @@ struct KvContents {
   std::string k, v;
 };
 
-// Point 5: PutPagedKv gathers an engine's paged blocks (device caches here, host caches too)
-// into one value per key, GetPagedKv scatters them back; both against the CPU reference, with
+// Point 5: PagedKv::Put gathers an engine's paged blocks (device caches here, host caches too)
+// into one value per key, PagedKv::Get scatters them back; both against the CPU reference, with
 // the refusals named.
 TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
   ASSERT_NO_FATAL_FAILURE(Start());
+  PagedKv paged(*client_);
   const KvContents kv(4, 2, 8, 2, 1);
   PagedKvCache c = kv.layout;
   const size_t block = kv.block, cache_bytes = kv.cache_bytes;
@@ -157,7 +159,7 @@ TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
       c.v_cache = vh.data();
     }
     const std::vector<std::string> keys = {device ? "kvd0" : "kvh0", device ? "kvd1" : "kvh1"};
-    for (const absl::Status& st : client_->PutPagedKv(keys, c, ids)) ASSERT_TRUE(st.ok()) << st;
+    for (const absl::Status& st : paged.Put(keys, c, ids)) ASSERT_TRUE(st.ok()) << st;
     for (size_t i = 0; i < keys.size(); ++i) {
       auto got = client_->Get(keys[i]);
       ASSERT_TRUE(got.ok()) << got.status();
@@ -174,7 +176,7 @@ TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
       c.k_cache = kh.data();
       c.v_cache = vh.data();
     }
-    for (const absl::Status& st : client_->GetPagedKv(keys, c, ids)) ASSERT_TRUE(st.ok()) << st;
+    for (const absl::Status& st : paged.Get(keys, c, ids)) ASSERT_TRUE(st.ok()) << st;
     const std::string kb = device ? FromDevice(static_cast<char*>(c.k_cache), cache_bytes) : kh;
     const std::string vb = device ? FromDevice(static_cast<char*>(c.v_cache), cache_bytes) : vh;
     for (int32_t b = 0; b < 32; ++b) {
@@ -188,19 +190,19 @@ TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
     }
     // Refusals: a block out of range, a block listed by two keys of one get, a value of
     // another layout, a bad layout field.
-    auto out_of_range = client_->PutPagedKv({"bad"}, c, {{2, 32}});
+    auto out_of_range = paged.Put({"bad"}, c, {{2, 32}});
     EXPECT_EQ(out_of_range[0].code(), absl::StatusCode::kInvalidArgument) << out_of_range[0];
     EXPECT_TRUE(absl::StrContains(out_of_range[0].message(), "32")) << out_of_range[0];
     EXPECT_FALSE(*client_->Exist("bad"));
-    auto twice = client_->GetPagedKv(keys, c, {ids[0], {7}});
+    auto twice = paged.Get(keys, c, {ids[0], {7}});
     EXPECT_TRUE(twice[0].ok()) << twice[0];
     EXPECT_EQ(twice[1].code(), absl::StatusCode::kInvalidArgument) << twice[1];
     EXPECT_TRUE(absl::StrContains(twice[1].message(), "block 7")) << twice[1];
-    auto other = client_->GetPagedKv({keys[0]}, c, {{3, 7}});  // stored with 3 blocks
+    auto other = paged.Get({keys[0]}, c, {{3, 7}});  // stored with 3 blocks
     EXPECT_EQ(other[0].code(), absl::StatusCode::kFailedPrecondition) << other[0];
     PagedKvCache odd = c;
     odd.elem_bytes = 3;
-    auto layout = client_->PutPagedKv({"odd"}, odd, {{1}});
+    auto layout = paged.Put({"odd"}, odd, {{1}});
     EXPECT_EQ(layout[0].code(), absl::StatusCode::kInvalidArgument) << layout[0];
     EXPECT_TRUE(absl::StrContains(layout[0].message(), "elem_bytes")) << layout[0];
   }
@@ -213,6 +215,7 @@ TEST_F(GpuTierTest, PagedKvPutAndGetMatchTheCpuReference) {
 TEST_F(GpuTierTest, PagedKvCallsReuseTheirDeviceStaging) {
   if (fake_ == nullptr) GTEST_SKIP() << "injects an allocation failure";
   ASSERT_NO_FATAL_FAILURE(Start());
+  PagedKv paged(*client_);  // its staging is kept for reuse
   const KvContents kv(4, 2, 8, 2, 1);
   PagedKvCache c = kv.layout;
   c.k_cache = DeviceAlloc(kv.cache_bytes);
@@ -220,14 +223,12 @@ TEST_F(GpuTierTest, PagedKvCallsReuseTheirDeviceStaging) {
   ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.k_cache), kv.k));
   ASSERT_NO_FATAL_FAILURE(ToDevice(static_cast<char*>(c.v_cache), kv.v));
   const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}};
-  for (const absl::Status& st : client_->PutPagedKv({"r0", "r1"}, c, ids)) {
+  for (const absl::Status& st : paged.Put({"r0", "r1"}, c, ids)) {
     ASSERT_TRUE(st.ok()) << st;
   }
   fake_->FailNthAllocation(1);  // the next device allocation would fail
-  for (const absl::Status& st : client_->PutPagedKv({"r2", "r3"}, c, ids))
-    EXPECT_TRUE(st.ok()) << st;
-  for (const absl::Status& st : client_->GetPagedKv({"r2", "r3"}, c, ids))
-    EXPECT_TRUE(st.ok()) << st;
+  for (const absl::Status& st : paged.Put({"r2", "r3"}, c, ids)) EXPECT_TRUE(st.ok()) << st;
+  for (const absl::Status& st : paged.Get({"r2", "r3"}, c, ids)) EXPECT_TRUE(st.ok()) << st;
   fake_->FailNthAllocation(0);
   auto got = client_->Get("r3");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -241,6 +242,7 @@ TEST_F(GpuTierTest, PagedKvCallsReuseTheirDeviceStaging) {
 TEST_F(GpuTierTest, DevicePathsKeepOffTheLegacyDefaultStream) {
   if (fake_ == nullptr) GTEST_SKIP() << "counts the fake's default-stream work";
   ASSERT_NO_FATAL_FAILURE(Start());
+  PagedKv paged(*client_);
   const KvContents kv(4, 2, 8, 2, 1);
   PagedKvCache c = kv.layout;
   c.k_cache = DeviceAlloc(kv.cache_bytes);
@@ -253,10 +255,10 @@ TEST_F(GpuTierTest, DevicePathsKeepOffTheLegacyDefaultStream) {
   const uint64_t before = fake_->DefaultStreamOps();
   PagedKvOptions checked;
   checked.checksum = true;
-  for (const absl::Status& st : client_->PutPagedKv({"s0", "s1"}, c, ids, checked)) {
+  for (const absl::Status& st : paged.Put({"s0", "s1"}, c, ids, checked)) {
     ASSERT_TRUE(st.ok()) << st;
   }
-  for (const absl::Status& st : client_->GetPagedKv({"s0", "s1"}, c, ids, checked)) {
+  for (const absl::Status& st : paged.Get({"s0", "s1"}, c, ids, checked)) {
     ASSERT_TRUE(st.ok()) << st;
   }
   const std::string host(100, 'h');
@@ -275,6 +277,7 @@ TEST_F(GpuTierTest, DevicePathsKeepOffTheLegacyDefaultStream) {
 // values and their trailers sit at odd offsets of the staging buffer.
 TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
   ASSERT_NO_FATAL_FAILURE(Start());
+  PagedKv paged(*client_);
   const KvContents kv(3, 1, 5, 1, 2);
   PagedKvCache c = kv.layout;
   const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}, {30, 0}, {12}};
@@ -318,7 +321,7 @@ TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
     ASSERT_NO_FATAL_FAILURE(set(kv.k, kv.v));
     const std::string p = device ? "sumd" : "sumh";
     const std::vector<std::string> keys = {p + "0", p + "1", p + "2"};
-    for (const absl::Status& st : client_->PutPagedKv(keys, c, ids, on)) {
+    for (const absl::Status& st : paged.Put(keys, c, ids, on)) {
       ASSERT_TRUE(st.ok()) << st;
     }
     // Stored: the blocks, then "GKVC", algorithm 1 and the CPU reference's checksum.
@@ -337,7 +340,7 @@ TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
     // Read back into cleared caches: the listed blocks return, the others stay cleared.
     ASSERT_NO_FATAL_FAILURE(
         set(std::string(kv.cache_bytes, '\0'), std::string(kv.cache_bytes, '\0')));
-    for (const absl::Status& st : client_->GetPagedKv(keys, c, ids, on)) {
+    for (const absl::Status& st : paged.Get(keys, c, ids, on)) {
       ASSERT_TRUE(st.ok()) << st;
     }
     expect_blocks({3, 7, 1, 30, 0, 12}, '\0');
@@ -355,7 +358,7 @@ TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
     ASSERT_NE(stored, computed);
     ASSERT_NO_FATAL_FAILURE(
         set(std::string(kv.cache_bytes, 'z'), std::string(kv.cache_bytes, 'z')));
-    auto res = client_->GetPagedKv(keys, c, ids, on);
+    auto res = paged.Get(keys, c, ids, on);
     EXPECT_TRUE(res[0].ok()) << res[0];
     EXPECT_TRUE(res[2].ok()) << res[2];
     EXPECT_EQ(res[1].code(), absl::StatusCode::kDataLoss) << res[1];
@@ -367,19 +370,19 @@ TEST_F(GpuTierTest, PagedKvChecksumCatchesACorruptValue) {
     // Checksum on and off do not mix, and nothing is scattered.
     ASSERT_NO_FATAL_FAILURE(
         set(std::string(kv.cache_bytes, 'q'), std::string(kv.cache_bytes, 'q')));
-    auto off = client_->GetPagedKv({keys[0]}, c, {ids[0]});
+    auto off = paged.Get({keys[0]}, c, {ids[0]});
     EXPECT_EQ(off[0].code(), absl::StatusCode::kFailedPrecondition) << off[0];
     EXPECT_TRUE(absl::StrContains(off[0].message(), "checksum trailer")) << off[0];
     EXPECT_TRUE(absl::StrContains(off[0].message(), "checksum on")) << off[0];
     const std::string plain = p + "plain";
-    for (const absl::Status& st : client_->PutPagedKv({plain}, c, {{5, 6}})) {
+    for (const absl::Status& st : paged.Put({plain}, c, {{5, 6}})) {
       ASSERT_TRUE(st.ok()) << st;
     }
-    auto plain_on = client_->GetPagedKv({plain}, c, {{5, 6}}, on);
+    auto plain_on = paged.Get({plain}, c, {{5, 6}}, on);
     EXPECT_EQ(plain_on[0].code(), absl::StatusCode::kFailedPrecondition) << plain_on[0];
     EXPECT_TRUE(absl::StrContains(plain_on[0].message(), "without a checksum trailer"))
         << plain_on[0];
-    auto other = client_->GetPagedKv({keys[0]}, c, {{3, 7}}, on);  // stored with 3 blocks
+    auto other = paged.Get({keys[0]}, c, {{3, 7}}, on);  // stored with 3 blocks
     EXPECT_EQ(other[0].code(), absl::StatusCode::kFailedPrecondition) << other[0];
     expect_blocks({}, 'q');
   }
@@ -516,6 +519,7 @@ TEST_F(EngineStreamTest, APutWaitsForTheEngineOnEveryPathAndReadsStaleBytesWitho
   // Paged KV: the gather kernel reads the caches after the wait.
   {
     const KvContents kv(4, 2, 8, 2, 1);
+    PagedKv paged(*client_);
     PagedKvCache c = kv.layout;
     char* k = DeviceAlloc(kv.cache_bytes);
     char* v = DeviceAlloc(kv.cache_bytes);
@@ -525,14 +529,14 @@ TEST_F(EngineStreamTest, APutWaitsForTheEngineOnEveryPathAndReadsStaleBytesWitho
     ASSERT_NO_FATAL_FAILURE(ToDevice(v, kv.v));
     const std::vector<std::vector<int32_t>> ids = {{3, 7, 1}};
     const Write w = EngineWrites(k, "kv", kv.cache_bytes);
-    ASSERT_TRUE(client_->PutPagedKv({"kv/without"}, c, ids)[0].ok());
+    ASSERT_TRUE(paged.Put({"kv/without"}, c, ids)[0].ok());
     KvContents old = kv;
     old.k = w.old;
     EXPECT_TRUE(Stored("kv/without") == old.Value(ids[0]));
     const Write again = EngineWrites(k, "kv/again", kv.cache_bytes);
     PagedKvOptions options;
     options.wait = OnStream();
-    ASSERT_TRUE(client_->PutPagedKv({"kv/with"}, c, ids, options)[0].ok());
+    ASSERT_TRUE(paged.Put({"kv/with"}, c, ids, options)[0].ok());
     KvContents fresh = kv;
     fresh.k = again.fresh;
     EXPECT_TRUE(Stored("kv/with") == fresh.Value(ids[0])) << "the paged-KV gather did not wait";
