@@ -20,7 +20,8 @@ set_target_properties(granary_client_shared PROPERTIES
 # The internal libraries are static and position-independent: they are linked into the shared
 # library and are not part of its interface.
 target_link_libraries(granary_client_shared
-  PRIVATE granary::transport granary::proto granary::common granary::etcd granary::device
+  PRIVATE granary::link granary::transport granary::proto granary::common granary::etcd
+  granary::device
   nlohmann_json::nlohmann_json
   ${CMAKE_DL_LIBS}
   PUBLIC absl::status absl::statusor absl::strings)

@@ -175,8 +175,8 @@ void AddStatusRoutes(HttpServer& s, MasterService* service, tenant::TenantManage
   });
 }
 
-// Read-only views of the store: /get_all_segments, /api/v1/segments and /api/v1/objects.
-void AddStoreRoutes(HttpServer& s, MasterService* service) {
+// Read-only views of the store's segments: /get_all_segments and /api/v1/segments.
+void AddSegmentRoutes(HttpServer& s, MasterService* service) {
   // Mooncake's master path, which SGLang polls until its body is non-empty: one mounted
   // segment's name per line; an empty body while none is mounted.
   s.Get("/get_all_segments", [=](const httplib::Request&, httplib::Response& res) {
@@ -227,7 +227,10 @@ void AddStoreRoutes(HttpServer& s, MasterService* service) {
     for (const auto& p : service->ListPools()) pools.push_back(PoolJson(p));
     SendJson(res, 200, {{"success", true}, {"data", arr}, {"pools", pools}, {"tiers", tiers}});
   });
+}
 
+// /api/v1/nodes: the nodes with a session.
+void AddNodeRoutes(HttpServer& s, MasterService* service) {
   // The nodes with a session: their segments (capacity, usage, pool) and, for a node under
   // --cgroup, the figures of its memory cgroup as its last heartbeat reported them.
   s.Get("/api/v1/nodes", [=](const httplib::Request&, httplib::Response& res) {
@@ -263,7 +266,10 @@ void AddStoreRoutes(HttpServer& s, MasterService* service) {
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}});
   });
+}
 
+// /api/v1/objects: a read-only view of the store's objects.
+void AddObjectRoutes(HttpServer& s, MasterService* service) {
   // Objects of one tenant: tenant_id is required (no cross-tenant listing), prefix and limit
   // optional, start_after for paging.
   s.Get("/api/v1/objects", [=](const httplib::Request& req, httplib::Response& res) {
@@ -426,7 +432,9 @@ absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
   HttpServer& s = h->http_;
   AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe),
                   std::move(role_detail));
-  AddStoreRoutes(s, service);
+  AddSegmentRoutes(s, service);
+  AddNodeRoutes(s, service);
+  AddObjectRoutes(s, service);
   AddTenantQuotaRoutes(s, service, tenants, std::move(is_active), std::move(auth));
   AddDashboardRoutes(s);
   GRANARY_RETURN_IF_ERROR(h->http_.Start(host, port));

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/metrics.h"
@@ -86,6 +87,29 @@ class InventoryRestore {
                                            absl::string_view tk, absl::StatusOr<Placement>& placed,
                                            bool* used, int64_t now, ShardBatch* b)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(sh.mu);
+  // Report's phases. Refusals: the records of a batch refused, and the first one's reason.
+  struct Refusals {
+    uint64_t count = 0;
+    absl::Status first;
+    void Add(absl::Status st);
+  };
+  struct SortedBatch;  // inventory_restore.cc
+  // The report's bookkeeping for one batch (its first sizes the tables); the generations to
+  // restore only (ExpectOnly), or null.
+  std::shared_ptr<const absl::flat_hash_set<uint64_t>> BeginBatch(
+      uint64_t session, const proto::InventoryReportRequest& req);
+  // The batch's records that pass the checks (and `held`), counted per shard.
+  SortedBatch SortByShard(const proto::InventoryReportRequest& req,
+                          const absl::flat_hash_set<uint64_t>* held, Refusals* refused);
+  // The per-shard counts turned into each shard's range of b->order.
+  static void OrderByShard(SortedBatch* b);
+  // Restores the sorted records, one shard locked at a time; how many were restored. used[j]:
+  // whether item j took its reserved range (placed[j]).
+  uint64_t RestoreByShard(const proto::InventoryReportRequest& req, const SortedBatch& b,
+                          std::vector<absl::StatusOr<Placement>>& placed, int64_t now,
+                          std::vector<bool>* used, Refusals* refused);
+  // The report's last batch: the session's segments' unreported space is quarantined.
+  void FinishReport(uint64_t session, int64_t now);
   // A report of `total` records begins: every shard's table makes room for its share at once.
   void SizeTablesFor(uint64_t session, uint64_t total);
   // The LRU ordinal of a record committed at commit_ms: commit order, with later accesses after

@@ -29,37 +29,59 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->options_ = options;
   s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
-  MasterService* svc = s->service_.get();
   MasterServer* raw = s.get();
   GRANARY_RETURN_IF_ERROR(s->SetUpElection());
+  GRANARY_RETURN_IF_ERROR(s->SetUpTenants(std::move(token_file)));
+  s->bad_requests_ = s->metrics_.Counter("granary_master_bad_requests_total",
+                                         "Requests refused as malformed or unknown");
+  GRANARY_RETURN_IF_ERROR(s->StartRpc());
+  s->probe_session_ = s->service_->OpenInternalSession("_probe");
+  GRANARY_ASSIGN_OR_RETURN(AdminAuth auth, AdminAuth::FromFile(options.admin_token_file));
+  GRANARY_ASSIGN_OR_RETURN(
+      s->http_, AdminHttp::Create(
+                    options.metrics_host, options.metrics_port, s->service_.get(),
+                    s->tenants_.get(), &s->metrics_, [raw] { return raw->IsActive(); },
+                    [raw] { return raw->Probe(); }, auth, [raw] { return raw->Role(); }));
+  s->ticker_ = std::thread([raw] { raw->TickLoop(); });
+  if (s->election_ != nullptr) s->StartElection();
+  GRANARY_LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http "
+                   << options.metrics_host << ":" << s->http_port();
+  return s;
+}
+
+absl::Status MasterServer::SetUpTenants(tenant::TokenHashes token_file) {
+  MasterService* svc = service_.get();
+  MasterServer* raw = this;
   // With HA, policy writes are guarded by the epoch when the policy lives in the same etcd.
   tenant::WriteGuard guard;
-  if (s->election_ != nullptr && options.enable_multi_tenants &&
-      options.tenant_quota_connector_type == "etcd") {
-    if (options.tenant_quota_connector_uri == options.etcd_endpoints) {
-      guard.view_key = s->election_->view_key();
+  if (election_ != nullptr && options_.enable_multi_tenants &&
+      options_.tenant_quota_connector_type == "etcd") {
+    if (options_.tenant_quota_connector_uri == options_.etcd_endpoints) {
+      guard.view_key = election_->view_key();
       guard.epoch = [raw] { return raw->election_->LeadingEpoch(); };
       guard.on_lost = [raw] {
         raw->election_->Fence("a guarded policy write found another epoch");
       };
     } else {
-      GRANARY_LOG_WARN << "HA: the quota policy's etcd (" << options.tenant_quota_connector_uri
-                       << ") is not --etcd_endpoints (" << options.etcd_endpoints
+      GRANARY_LOG_WARN << "HA: the quota policy's etcd (" << options_.tenant_quota_connector_uri
+                       << ") is not --etcd_endpoints (" << options_.etcd_endpoints
                        << "): policy writes are not guarded by the epoch";
     }
   }
-  GRANARY_ASSIGN_OR_RETURN(s->tenants_,
+  GRANARY_ASSIGN_OR_RETURN(tenants_,
                            tenant::TenantManager::Create(
-                               options, svc->ledger(), [svc] { return svc->capacity(); }, guard));
+                               options_, svc->ledger(), [svc] { return svc->capacity(); }, guard));
   // Client credentials: the tokens file's hashes over the live policy. Installed before the
   // listener starts; the manager outlives every Hello (rpc_ goes first).
   svc->SetTokenCheck(
-      s->tenants_->MakeTokenCheck(std::move(token_file), options.require_tenant_tokens));
-  s->bad_requests_ = s->metrics_.Counter("granary_master_bad_requests_total",
-                                         "Requests refused as malformed or unknown");
-  GRANARY_ASSIGN_OR_RETURN(s->ctx_, transport::Context::Create("granary_master"));
-  GRANARY_ASSIGN_OR_RETURN(s->worker_,
-                           transport::Worker::Create(s->ctx_.get(), "master", &s->metrics_));
+      tenants_->MakeTokenCheck(std::move(token_file), options_.require_tenant_tokens));
+  return absl::OkStatus();
+}
+
+absl::Status MasterServer::StartRpc() {
+  MasterServer* raw = this;
+  GRANARY_ASSIGN_OR_RETURN(ctx_, transport::Context::Create("granary_master"));
+  GRANARY_ASSIGN_OR_RETURN(worker_, transport::Worker::Create(ctx_.get(), "master", &metrics_));
   transport::RpcServer::Callbacks cb;
   // Request times by type: what the master itself spends per call (decode, the service's work
   // under its locks, encode), without the network; a client's latency is this plus round trips.
@@ -67,8 +89,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
        t <= static_cast<uint16_t>(proto::MsgType::kInventoryReport); ++t) {
     const std::string name = proto::MsgTypeName(t);
     if (name == "Fetch" || name == "Push" || name == "Stat") continue;  // node calls / unused
-    s->request_seconds_.resize(t + 1, nullptr);
-    s->request_seconds_[t] = s->metrics_.Histogram(
+    request_seconds_.resize(t + 1, nullptr);
+    request_seconds_[t] = metrics_.Histogram(
         "granary_master_request_seconds",
         "Time the master spends handling one request, by message type (no network)", {{"op", name}},
         LatencyBucketsSeconds());
@@ -87,41 +109,31 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   };
   cb.on_disconnect = [raw](transport::RpcServer::ConnId c) { raw->service_->SessionClosed(c); };
   GRANARY_ASSIGN_OR_RETURN(
-      s->rpc_,
-      transport::RpcServer::Create(s->worker_.get(),
-                                   {options.rpc_host, options.rpc_port, &s->metrics_, "master rpc"},
-                                   std::move(cb)));
-  s->rma_ = std::make_unique<transport::RmaEngine>(s->worker_.get());
-  s->probe_session_ = s->service_->OpenInternalSession("_probe");
-  GRANARY_ASSIGN_OR_RETURN(AdminAuth auth, AdminAuth::FromFile(options.admin_token_file));
-  GRANARY_ASSIGN_OR_RETURN(
-      s->http_, AdminHttp::Create(
-                    options.metrics_host, options.metrics_port, s->service_.get(),
-                    s->tenants_.get(), &s->metrics_, [raw] { return raw->IsActive(); },
-                    [raw] { return raw->Probe(); }, auth, [raw] { return raw->Role(); }));
-  s->ticker_ = std::thread([raw] { raw->TickLoop(); });
-  if (s->election_ != nullptr) {
-    // Both listeners are up: the address written into master_view is live when it appears.
-    std::string host = options.ha_advertise_host;
-    if (host.empty()) {
-      host = options.metrics_host;
-      if (host.empty() || host == "0.0.0.0" || host == "::") {
-        char name[256] = {};
-        host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-      }
+      rpc_, transport::RpcServer::Create(
+                worker_.get(), {options_.rpc_host, options_.rpc_port, &metrics_, "master rpc"},
+                std::move(cb)));
+  rma_ = std::make_unique<transport::RmaEngine>(worker_.get());
+  return absl::OkStatus();
+}
+
+void MasterServer::StartElection() {
+  // Both listeners are up: the address written into master_view is live when it appears.
+  std::string host = options_.ha_advertise_host;
+  if (host.empty()) {
+    host = options_.metrics_host;
+    if (host.empty() || host == "0.0.0.0" || host == "::") {
+      char name[256] = {};
+      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
     }
-    // fence_margin_ms: how long before the view disappears this master stops admitting writes
-    // (LeaderElection); a successor credits it against its quarantine.
-    const nlohmann::json view = {{"rpc", absl::StrCat(host, ":", s->rpc_port())},
-                                 {"admin", absl::StrCat(host, ":", s->http_port())},
-                                 {"fence_margin_ms", options.ha_margin_ms}};
-    GRANARY_LOG_INFO << "HA: standing by, campaigning for " << s->election_->view_key() << " on "
-                     << s->etcd_->Describe() << " (lease " << options.ha_lease_ttl_sec << " s)";
-    s->election_->Start(view.dump());
   }
-  GRANARY_LOG_INFO << "granary_master up: rpc port " << s->rpc_port() << ", http "
-                   << options.metrics_host << ":" << s->http_port();
-  return s;
+  // fence_margin_ms: how long before the view disappears this master stops admitting writes
+  // (LeaderElection); a successor credits it against its quarantine.
+  const nlohmann::json view = {{"rpc", absl::StrCat(host, ":", rpc_port())},
+                               {"admin", absl::StrCat(host, ":", http_port())},
+                               {"fence_margin_ms", options_.ha_margin_ms}};
+  GRANARY_LOG_INFO << "HA: standing by, campaigning for " << election_->view_key() << " on "
+                   << etcd_->Describe() << " (lease " << options_.ha_lease_ttl_sec << " s)";
+  election_->Start(view.dump());
 }
 
 MasterServer::~MasterServer() {

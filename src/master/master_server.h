@@ -61,6 +61,13 @@ class MasterServer {
   std::string NotLeader(const proto::FrameView& frame) const;
   // HA: builds the etcd client and the election (started by Create once everything listens).
   [[nodiscard]] absl::Status SetUpElection();
+  // Create's steps. The tenant manager (its policy writes guarded by the epoch with HA) and the
+  // Hello's token check over `token_file`.
+  [[nodiscard]] absl::Status SetUpTenants(tenant::TokenHashes token_file);
+  // The UCX worker, the RPC listener (with the request-time histograms) and the RMA engine.
+  [[nodiscard]] absl::Status StartRpc();
+  // HA: campaigns, with both listeners up (their addresses go into master_view).
+  void StartElection();
   RoleDetail Role() const;
   // Wakes Wait(), once.
   void NotifyStopped();

@@ -59,17 +59,17 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
   GRANARY_RETURN_IF_ERROR(n->StartRpc());
   GRANARY_ASSIGN_OR_RETURN(n->worker_address_, n->worker_->Address());
-  MasterLink::Parts link;
-  link.options = &n->options_;
-  link.worker = n->worker_.get();
-  link.service = n->service_.get();
-  link.inventory = n->inventory_.get();
-  link.metrics = n->counters_.get();
-  link.log_route = &n->log_route_;
-  link.node_id = n->node_id_;
-  link.worker_address = n->worker_address_;
-  link.listen_port = n->listen_port();
-  GRANARY_ASSIGN_OR_RETURN(n->link_, MasterLink::Create(std::move(link)));
+  MasterSession::Parts session;
+  session.options = &n->options_;
+  session.worker = n->worker_.get();
+  session.service = n->service_.get();
+  session.inventory = n->inventory_.get();
+  session.metrics = n->counters_.get();
+  session.log_route = &n->log_route_;
+  session.node_id = n->node_id_;
+  session.worker_address = n->worker_address_;
+  session.listen_port = n->listen_port();
+  GRANARY_ASSIGN_OR_RETURN(n->session_, MasterSession::Create(std::move(session)));
   n->StartHttp();
   if (options.serve_http) {
     GRANARY_RETURN_IF_ERROR(n->http_.Start(options.metrics_host, options.metrics_port));
@@ -131,7 +131,7 @@ void NodeServer::StartHttp() {
 
 NodeServer::~NodeServer() {
   ScopedLogRoute route(&log_route_);  // closing connections may log
-  link_.reset();                      // stops and joins the sync thread, drops the connections
+  session_.reset();                   // stops and joins the sync thread, drops the connections
   if (watchdog_) watchdog_->Stop();   // no deadline fires (and uses rma_) from here on
   listener_.reset();
   if (bounce_) bounce_->Stop();  // no staged job uses rma_ from here on

@@ -16,7 +16,7 @@
 #include "node/cgroup.h"
 #include "node/data_handlers.h"
 #include "node/gpu_bounce.h"
-#include "node/master_link.h"
+#include "node/master_session.h"
 #include "node/node_inventory.h"
 #include "node/node_metrics.h"
 #include "node/node_options.h"
@@ -35,26 +35,26 @@ namespace granary::node {
 
 // The granary_node process minus flag parsing: it wires the node's parts together and owns
 // them. NodeSegments allocates and registers the memory (in Create, before anything connects);
-// the RPC port serves DataHandlers (Fetch, Push, Read, Write) on the UCX worker; MasterLink
-// keeps the session with the master (mount, heartbeats, re-mount and inventory report after a
-// master restart, the inventory sync); HTTP serves /metrics and /health. NodeService holds the
-// mount state and the range checks. Run() blocks until Shutdown(), which unmounts gracefully.
-// Thread-safe.
+// the RPC port serves DataHandlers (Fetch, Push, Read, Write) on the UCX worker; MasterSession
+// (over link::MasterLink) keeps the session with the master (mount, heartbeats, re-mount and
+// inventory report after a master restart, the inventory sync); HTTP serves /metrics and /health.
+// NodeService holds the mount state and the range checks. Run() blocks until Shutdown(), which
+// unmounts gracefully. Thread-safe.
 class NodeServer {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<NodeServer>> Create(
       const NodeOptions& options);
   ~NodeServer();
 
-  void Run() { link_->Run(); }
-  void Shutdown() { link_->Shutdown(); }
+  void Run() { session_->Run(); }
+  void Shutdown() { session_->Shutdown(); }
   uint16_t listen_port() const { return listener_->port(); }
   uint16_t http_port() const { return http_.port(); }  // 0 without serve_http
   // The registry /metrics renders; main adds the cgroup's figures to it.
   MetricsRegistry& metrics() { return metrics_; }
   // The node's memory cgroup (--cgroup): its figures go in every heartbeat, for the master's
   // /api/v1/nodes. Call before Run; `cgroup` must outlive Run.
-  void SetCgroup(const NodeCgroup* cgroup) { link_->SetCgroup(cgroup); }
+  void SetCgroup(const NodeCgroup* cgroup) { session_->SetCgroup(cgroup); }
   // Whether the node has a live session with the master and its segments are mounted.
   bool connected() const { return counters_->connected->value() > 0; }
   const std::string& node_id() const { return node_id_; }
@@ -85,7 +85,7 @@ class NodeServer {
   std::unique_ptr<NodeService> service_;      // set in Create, after the segments
   std::unique_ptr<NodeInventory> inventory_;  // over service_'s segments
   std::unique_ptr<DataHandlers> handlers_;    // progress thread
-  std::unique_ptr<MasterLink> link_;
+  std::unique_ptr<MasterSession> session_;
   HttpServer http_;
 };
 

@@ -1,4 +1,4 @@
-#include "node/master_link.h"
+#include "node/master_session.h"
 
 #include <algorithm>
 #include <deque>
@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/error_reason.h"
 #include "common/status_macros.h"
@@ -27,59 +26,43 @@ constexpr size_t kReportBatchBytes = 4u << 20;
 constexpr size_t kReportWindow = 4;
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MasterLink>> MasterLink::Create(Parts parts) {
-  std::unique_ptr<MasterLink> l(new MasterLink(std::move(parts)));
-  if (std::optional<std::string> endpoints =
-          etcd::EndpointsOfMasterAddress(l->p_.options->master)) {
-    GRANARY_ASSIGN_OR_RETURN(l->etcd_, etcd::EtcdClient::Create(*endpoints, 1000));
-  }
-  return l;
+absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(Parts parts) {
+  std::unique_ptr<MasterSession> s(new MasterSession(std::move(parts)));
+  link::MasterLink::Options o;
+  o.master = s->p_.options->master;
+  o.cluster_id = s->p_.options->cluster_id;
+  o.etcd_timeout_ms = 1000;
+  o.rpc_timeout = kRpcTimeout;
+  o.backoff_initial_ms = 100;
+  o.backoff_max_ms = s->p_.options->reconnect_backoff_max_ms;
+  o.connect_failures = s->p_.metrics->connect_failures;
+  o.log_route = s->p_.log_route;
+  auto hello = [node_id = s->p_.node_id] {
+    proto::HelloRequest h;
+    h.role = proto::Role::kNode;
+    h.client_id = node_id;
+    return h;
+  };
+  auto mount = [raw = s.get()](const std::shared_ptr<transport::RpcClient>& m,
+                               const proto::HelloReply&) { return raw->Mount(m); };
+  GRANARY_ASSIGN_OR_RETURN(s->link_, link::MasterLink::Create(std::move(o), s->p_.worker,
+                                                              std::move(hello), std::move(mount)));
+  return s;
 }
 
-MasterLink::~MasterLink() {
+MasterSession::~MasterSession() {
   Shutdown();
   if (sync_.joinable()) sync_.join();
-  {
-    granary::MutexLock lock(&mu_);
-    sync_master_.reset();
-  }
-  master_.reset();
+  link_.reset();  // drops the connection
 }
 
-void MasterLink::SleepFor(int64_t ms) {
-  granary::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(ms));
-}
-
-absl::Status MasterLink::ConnectAndMount() {
-  {
-    granary::MutexLock lock(&mu_);
-    sync_master_.reset();  // no poll on a connection that is being replaced
-  }
-  master_.reset();
-  GRANARY_ASSIGN_OR_RETURN(const std::string address, ResolveMaster());
-  last_master_address_ = address;
+absl::Status MasterSession::Mount(const std::shared_ptr<transport::RpcClient>& master) {
   // Mounted before, in this process: the segments may hold objects a (restarted) master should
   // restore, and that master's clients may still be writing.
   const bool resumed = p_.metrics->mounts->value() > 0;
   p_.service->BeginSession();
-  GRANARY_ASSIGN_OR_RETURN(master_, transport::RpcClient::Create(p_.worker, address,
-                                                                 /*try_shm=*/true, kRpcTimeout));
-  proto::HelloRequest hello;
-  hello.role = proto::Role::kNode;
-  hello.client_id = p_.node_id;
-  GRANARY_ASSIGN_OR_RETURN(proto::HelloReply rep,
-                           (master_->Invoke<proto::HelloRequest, proto::HelloReply>(
-                               proto::MsgType::kHello, hello, kRpcTimeout)));
-  GRANARY_RETURN_IF_ERROR(
-      epochs_.Accept(static_cast<int64_t>(rep.epoch), absl::StrCat("the master at ", address)));
-  highest_epoch_->store(epochs_.highest());
-  // Every request carries the epoch from now on, and every reply (the inventory's commit and
-  // free records included) must carry it: a deposed master's are refused.
-  if (rep.epoch != 0) master_->SetEpochFence(static_cast<int64_t>(rep.epoch), highest_epoch_);
-  heartbeat_ms_ = std::max<uint32_t>(rep.heartbeat_interval_ms, 50);
   std::string host = p_.options->local_hostname;
-  if (host.empty()) host = master_->LocalHost();
+  if (host.empty()) host = master->LocalHost();
   if (host.empty()) host = "127.0.0.1";
   MountIdentity who;
   who.node_id = p_.node_id;
@@ -89,21 +72,20 @@ absl::Status MasterLink::ConnectAndMount() {
   who.host_id = transport::LocalHostId();
   for (size_t i = 0; i < p_.service->segments().size(); ++i) {
     GRANARY_ASSIGN_OR_RETURN(proto::MountSegmentReply mr,
-                             (master_->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
+                             (master->Invoke<proto::MountSegmentRequest, proto::MountSegmentReply>(
                                  proto::MsgType::kMountSegment,
                                  p_.service->MountRequest(i, who, resumed), kRpcTimeout)));
     p_.service->SetMounted(i, mr.segment_id);
-    GRANARY_LOG_INFO << "mounted " << p_.service->segments()[i].name << " at master " << address
-                     << " as segment " << mr.segment_id << ", reachable at " << who.node_address;
+    GRANARY_LOG_INFO << "mounted " << p_.service->segments()[i].name << " at master "
+                     << master->address() << " as segment " << mr.segment_id << ", reachable at "
+                     << who.node_address;
   }
-  if (resumed) GRANARY_RETURN_IF_ERROR(ReportInventory());
+  if (resumed) GRANARY_RETURN_IF_ERROR(ReportInventory(master.get()));
   p_.metrics->mounts->Inc();
-  granary::MutexLock lock(&mu_);
-  sync_master_ = master_;
   return absl::OkStatus();
 }
 
-absl::Status MasterLink::ReportInventory() {
+absl::Status MasterSession::ReportInventory(transport::RpcClient* master) {
   const int64_t t0 = MonotonicUs();
   const uint64_t mismatches_before = p_.inventory->mismatches();
   const std::vector<uint64_t> ids = p_.service->MountedIds();
@@ -159,7 +141,7 @@ absl::Status MasterLink::ReportInventory() {
     }
     auto p = std::make_shared<Pending>();
     in_flight.push_back(p);
-    master_->CallAsync(
+    master->CallAsync(
         proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kInventoryReport), 0, req),
         [p](absl::StatusOr<std::string> frame) { p->reply.set_value(std::move(frame)); });
     if (req.last) break;
@@ -179,21 +161,17 @@ absl::Status MasterLink::ReportInventory() {
   return absl::OkStatus();
 }
 
-void MasterLink::SyncLoop() {
+void MasterSession::SyncLoop() {
   SetThreadLogRoute(p_.log_route);
   // The token of the last batch applied, for the connection it came on: the next poll on it
   // acknowledges that batch (the master sends unacknowledged records again).
   std::shared_ptr<transport::RpcClient> acked_on;
   uint64_t acked = 0;
-  while (true) {
-    std::shared_ptr<transport::RpcClient> m;
-    {
-      granary::MutexLock lock(&mu_);
-      if (stopping_) break;
-      m = sync_master_;
-    }
+  while (!link_->stopping()) {
+    // Published by the link once the segments are mounted and the inventory reported.
+    std::shared_ptr<transport::RpcClient> m = link_->Current();
     if (m == nullptr || m->broken()) {
-      SleepFor(50);
+      link_->SleepFor(50);
       continue;
     }
     if (m != acked_on) {
@@ -207,12 +185,10 @@ void MasterLink::SyncLoop() {
       // The session thread notices a broken connection and reconnects; records of the session
       // that broke are moot (its master dropped these segments, or is gone).
       GRANARY_LOG_DEBUG << "inventory poll failed: " << rep.status();
-      // NOT_LEADER: the master lost the lead, or its reply carried a deposed epoch.
-      if (m->broken() || ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) {
-        granary::MutexLock lock(&mu_);
-        if (sync_master_ == m) master_lost_ = true;
-      }
-      SleepFor(50);
+      // NOT_LEADER: the master lost the lead, or its reply carried a deposed epoch. Either way
+      // the session thread wakes and does not wait for the next heartbeat.
+      if (m->broken() || ErrorReasonOf(rep.status()) == ErrorReason::kNotLeader) link_->Wake(m);
+      link_->SleepFor(50);
       continue;
     }
     uint64_t applied = 0;
@@ -227,81 +203,35 @@ void MasterLink::SyncLoop() {
   }
 }
 
-void MasterLink::SleepUntilMasterMoves(int64_t ms) {
-  if (etcd_ == nullptr) {
-    SleepFor(ms);
-    return;
-  }
-  // With an etcd:// master a failed connect usually means the leader is gone and another is
-  // being elected: the back-off must not keep this node away once the new one is published
-  // (seen: a node still in a 3 s wait while the new leader refused every put for want of a
-  // mounted segment). So the wait is cut into slices, and ends at once when master_view names
-  // another address than the one this node last tried.
-  constexpr int64_t kSliceMs = 100;
-  const std::string tried = last_master_address_;
-  for (int64_t slept = 0; slept < ms; slept += kSliceMs) {
-    SleepFor(std::min(kSliceMs, ms - slept));
-    {
-      granary::MutexLock lock(&mu_);
-      if (stopping_) return;
-    }
-    absl::StatusOr<etcd::MasterView> view =
-        etcd::ReadMasterView(etcd_.get(), p_.options->cluster_id);
-    if (view.ok() && !tried.empty() && view->rpc != tried) return;
-  }
-}
-
-absl::StatusOr<std::string> MasterLink::ResolveMaster() {
-  if (etcd_ == nullptr) return p_.options->master;
-  GRANARY_ASSIGN_OR_RETURN(etcd::MasterView view,
-                           etcd::ReadMasterView(etcd_.get(), p_.options->cluster_id));
-  // A view older than one this node has seen is stale (etcd answers in order, so only a lagging
-  // endpoint serves one): wait for the current view.
-  GRANARY_RETURN_IF_ERROR(epochs_.Accept(view.epoch, absl::StrCat("master_view (", view.rpc, ")")));
-  highest_epoch_->store(epochs_.highest());
-  return view.rpc;
-}
-
-void MasterLink::Run() {
+void MasterSession::Run() {
   SetThreadLogRoute(p_.log_route);
   sync_ = std::thread([this] { SyncLoop(); });
-  Backoff backoff(100, p_.options->reconnect_backoff_max_ms);
-  while (true) {
-    {
-      granary::MutexLock lock(&mu_);
-      if (stopping_) break;
-    }
-    if (!master_ || master_->broken()) {
+  while (!link_->stopping()) {
+    std::shared_ptr<transport::RpcClient> m = link_->Current();
+    if (!m || m->broken()) {
       p_.metrics->connected->Set(0);
-      absl::Status st = ConnectAndMount();
-      if (!st.ok()) {
-        p_.metrics->connect_failures->Inc();
-        const int64_t wait = backoff.NextMs();
-        if (backoff.failures() == 1) {
-          GRANARY_LOG_WARN << "cannot register with master " << p_.options->master << ": " << st
-                           << "; retrying with back-off (up to "
+      m.reset();  // the link drops a broken connection before it dials again
+      absl::StatusOr<std::shared_ptr<transport::RpcClient>> c = link_->Connection();
+      if (!c.ok()) {
+        if (link_->failures() == 1) {
+          GRANARY_LOG_WARN << "cannot register with master " << p_.options->master << ": "
+                           << c.status() << "; retrying with back-off (up to "
                            << p_.options->reconnect_backoff_max_ms << " ms apart)";
         }
-        master_.reset();
-        SleepUntilMasterMoves(wait);
+        link_->WaitToReconnect();
         continue;
       }
-      backoff.Reset();
       p_.metrics->connected->Set(1);
     }
-    {
-      // Until the next heartbeat, or the sync thread saw the connection break.
-      granary::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(this, &MasterLink::StoppingOrMasterLost),
-                           absl::Milliseconds(heartbeat_ms_));
-      master_lost_ = false;
-    }
-    if (master_ && !master_->broken()) {
-      auto hb = master_->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
+    // Until the next heartbeat, or the sync thread saw the connection break.
+    link_->WaitForHeartbeat();
+    m = link_->Current();
+    if (m && !m->broken()) {
+      auto hb = m->Invoke<proto::HeartbeatRequest, proto::HeartbeatReply>(
           proto::MsgType::kHeartbeat, MakeHeartbeat(), kRpcTimeout);
       if (!hb.ok()) {
         GRANARY_LOG_WARN << "heartbeat to master failed: " << hb.status() << "; reconnecting";
-        master_.reset();
+        link_->Drop(m);
       }
     }
   }
@@ -310,7 +240,7 @@ void MasterLink::Run() {
   p_.metrics->connected->Set(0);
 }
 
-proto::HeartbeatRequest MasterLink::MakeHeartbeat() const {
+proto::HeartbeatRequest MasterSession::MakeHeartbeat() const {
   proto::HeartbeatRequest req;
   if (cgroup_ == nullptr) return req;
   absl::StatusOr<CgroupFigures> f = cgroup_->Read();
@@ -325,10 +255,11 @@ proto::HeartbeatRequest MasterLink::MakeHeartbeat() const {
   return req;
 }
 
-void MasterLink::UnmountAll() {
-  if (!master_ || master_->broken()) return;
+void MasterSession::UnmountAll() {
+  std::shared_ptr<transport::RpcClient> m = link_->Current();
+  if (!m || m->broken()) return;
   for (uint64_t id : p_.service->TakeMounted()) {
-    auto rep = master_->Invoke<proto::UnmountSegmentRequest, proto::StatusReply>(
+    auto rep = m->Invoke<proto::UnmountSegmentRequest, proto::StatusReply>(
         proto::MsgType::kUnmountSegment, proto::UnmountSegmentRequest{id}, absl::Seconds(2));
     if (rep.ok()) {
       GRANARY_LOG_INFO << "unmounted segment " << id;
@@ -336,11 +267,6 @@ void MasterLink::UnmountAll() {
       GRANARY_LOG_WARN << "unmount of segment " << id << " failed: " << rep.status();
     }
   }
-}
-
-void MasterLink::Shutdown() {
-  granary::MutexLock lock(&mu_);
-  stopping_ = true;
 }
 
 }  // namespace granary::node
