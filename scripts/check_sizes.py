@@ -6,7 +6,7 @@ Rules, and whether a breach fails the check:
   tests/: no disabled gtest (a suite or test name starting DISABLED_)       fails
   src/, device/, python/: no source file over 600 lines              reported only
   src/, device/, python/: no C++ function over 100 lines             reported only
-With --strict the reported rules fail too (for when the source splits have landed).
+With --strict the reported rules fail too (the ctest lint_source_sizes passes it).
 
 With --ctest and --build-dir it also checks that the label list in tests/CMakeLists.txt (the
 comment line starting "# Labels:") names every label a test carries in that configured tree

@@ -1,14 +1,15 @@
 # Sizes and enabled tests (scripts/check_sizes.py, Debian's python3): no test file over 800
 # lines, no disabled gtest, and every label of this tree in the "# Labels:" list of
-# tests/CMakeLists.txt. Its limits on src/, device/ and python/ (600-line files, 100-line
-# C++ functions) are printed as reports and do not fail yet (--strict makes them fail).
+# tests/CMakeLists.txt; and (--strict) no file under src/, device/ or python/ over 600 lines
+# and no C++ function there over 100.
 find_program(GRANARY_LINT_PYTHON python3 PATHS /usr/bin NO_DEFAULT_PATH)
 if(NOT GRANARY_LINT_PYTHON)
   find_program(GRANARY_LINT_PYTHON python3 REQUIRED)
 endif()
 add_test(NAME lint_source_sizes
   COMMAND ${GRANARY_LINT_PYTHON} ${PROJECT_SOURCE_DIR}/scripts/check_sizes.py
-    --root ${PROJECT_SOURCE_DIR} --ctest ${CMAKE_CTEST_COMMAND} --build-dir ${CMAKE_BINARY_DIR})
+    --root ${PROJECT_SOURCE_DIR} --ctest ${CMAKE_CTEST_COMMAND} --build-dir ${CMAKE_BINARY_DIR}
+    --strict)
 # The checker's own tests, on small trees of their own.
 add_test(NAME lint_check_sizes_selftest
   COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_sizes_test.py)
