@@ -49,6 +49,11 @@ absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const Clien
 }
 
 MasterSession::~MasterSession() {
+  // Let the answers to fire-and-forget sends (read leases released) arrive first, briefly.
+  const absl::Time drain_until = absl::Now() + kSendDrain;
+  while (unanswered_->load() > 0 && absl::Now() < drain_until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   link_->Shutdown();
   if (heartbeat_.joinable()) heartbeat_.join();
   link_.reset();  // drops the connection

@@ -72,9 +72,13 @@ class MasterSession {
   // caller bounds its wait (future::wait_for).
   template <typename Req, typename Rep>
   [[nodiscard]] std::future<absl::StatusOr<Rep>> CallAsync(proto::MsgType type, const Req& req);
-  // Sends a request and forgets it (no answer awaited); nothing when no session is up.
+  // Sends a request without waiting for its answer; nothing when no session is up. The
+  // destructor waits (up to kSendDrain) for the answers to what was sent, so that a process
+  // that reads and exits has released its read leases (GetEnd) before it is gone: a `granary
+  // get` followed by a `granary rm` of the same key is not refused HAS_LEASE.
   template <typename Req>
   void Send(proto::MsgType type, const Req& req);
+  static constexpr absl::Duration kSendDrain = absl::Seconds(1);
 
   // The write window of the master that answered the last hello (0: none): how long after
   // sending a PutStart the client may write what it granted.
@@ -109,6 +113,8 @@ class MasterSession {
   // back-off); set in Create.
   std::unique_ptr<link::MasterLink> link_;
   std::atomic<int64_t> write_window_ms_{0};
+  // Sends not yet answered (shared with their callbacks, which may outlive this).
+  std::shared_ptr<std::atomic<int>> unanswered_ = std::make_shared<std::atomic<int>>(0);
 
   granary::Mutex seg_mu_;
   std::string master_id_ ABSL_GUARDED_BY(seg_mu_);  // of the last hello's master
@@ -180,8 +186,10 @@ template <typename Req>
 void MasterSession::Send(proto::MsgType type, const Req& req) {
   auto m = Connection();
   if (!m.ok()) return;  // the session is gone, and what it held with it
-  (*m)->CallAsync(proto::EncodeFrame(static_cast<uint16_t>(type), 0, req),
-                  [](absl::StatusOr<std::string>) {});
+  unanswered_->fetch_add(1);
+  (*m)->CallAsync(
+      proto::EncodeFrame(static_cast<uint16_t>(type), 0, req),
+      [unanswered = unanswered_](absl::StatusOr<std::string>) { unanswered->fetch_sub(1); });
 }
 
 }  // namespace granary::client

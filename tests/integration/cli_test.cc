@@ -93,6 +93,19 @@ TEST_F(CliTest, ExitStatusesAndMessagesNameWhatFailed) {
   EXPECT_NE(out_.find("'nonsense'"), std::string::npos) << out_;
 }
 
+// A get releases its read lease before its process exits: a script's `get` then `rm` of the
+// same key is never refused HAS_LEASE.
+TEST_F(CliTest, AGetReleasesItsLeaseBeforeTheProcessExits) {
+  std::string in = cluster_->dir() + "/small.bin";
+  std::ofstream(in) << "a small value";
+  for (int i = 0; i < 10; ++i) {
+    const std::string key = absl::StrCat("script/", i);
+    ASSERT_EQ(Run({"put", key, in}), 0) << out_;
+    ASSERT_EQ(Run({"get", key, cluster_->dir() + "/small.out"}), 0) << out_;
+    ASSERT_EQ(Run({"rm", key}), 0) << "round " << i << ": " << out_;
+  }
+}
+
 // A key a read lease holds (here lookup --lease's) is refused by rm, naming the lease, and
 // removed by rm --force.
 TEST_F(CliTest, RmForceRemovesALeasedKey) {
