@@ -120,8 +120,8 @@ with granary.Client(master=sys.argv[1], tenant_id="tenant-a") as c:
     sys.exit(0 if same else 1)
 PY
 )
-# --force: a reader's lease can outlive its process (a get sends its GetEnd without waiting, and
-# a process that exits first leaves the lease to run out), so a plain rm may meet HAS_LEASE.
+# --force: the Python step's client is closed by the interpreter's exit, which need not run its
+# close, so its read lease may be left to run out; a plain rm could meet HAS_LEASE.
 "${A[@]}" rm --force demo/kv-block-0
 "${G[@]}" --tenant_id=tenant-b rm --force demo/kv-block-0
 echo "== done; logs in $WORK"
