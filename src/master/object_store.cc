@@ -100,11 +100,13 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
     return rep;
   }
   if (segments_->totals().segments == 0) {
-    // Said before admission: with quota on, no capacity would otherwise read as an effective
-    // quota of 0 bytes, which sends an operator after the wrong knob.
-    rep.status = Err(absl::UnavailableError(
+    // Said per key before admission: with quota on, no capacity would otherwise read as an
+    // effective quota of 0 bytes, which sends an operator after the wrong knob.
+    const proto::WireStatus none = Err(absl::UnavailableError(
         "no node has mounted a segment yet: start a granary_node against this master, or wait "
         "for one to mount, and retry"));
+    rep.results.resize(req.entries.size());
+    for (auto& r : rep.results) r.status = none;
     return rep;
   }
   const int64_t now = clock_->NowMs();
