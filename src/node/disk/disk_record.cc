@@ -102,9 +102,6 @@ absl::StatusOr<DiskRecordMeta> DecodeDiskPreamble(absl::Span<const unsigned char
   DiskRecordMeta meta;
   meta.tenant.assign(at, h.tenant_bytes);
   meta.key.assign(at + h.tenant_bytes, h.key_bytes);
-  if (HashBytes(meta.tenant) != h.tenant_hash) {
-    return absl::DataLossError("disk record: tenant hash mismatch");
-  }
   meta.generation = h.generation;
   meta.key_hash = h.key_hash;
   meta.value_length = h.value_length;
