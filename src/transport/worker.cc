@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,13 +29,49 @@ thread_local const Worker* tls_driving = nullptr;
 // The worker this thread will drive for what it posts now (Worker::DriveIntent).
 thread_local const Worker* tls_intent = nullptr;
 
-// An idle progress loop spins this many times before it sleeps on the event fd; past
-// kSpinsBeforeYield spins it yields the core on each one. On two cores shared by a client and
-// the master, pure spinning starved the peer that had to answer (meta: 300k put / 900k get
-// keys/s), and spinning less made single requests wait for a wakeup (4 KiB get: 400k -> 195k
-// keys/s); yielding gave both (meta: ~480k / ~1.1M+, 4 KiB get ~400k). bench/compare.sh.
-constexpr int kSpinsBeforeSleep = 64;
+// How a thread with nothing to do waits on its worker (a progress loop between messages, a
+// caller that drives its worker for a reply): it polls without pause for at least kPureSpin and
+// kSpinsBeforeYield polls, then yields its core between polls kYieldsBeforeSleep times, then
+// sleeps. On two cores shared by a client and the master, pure spinning starved the peer that
+// had to answer (meta: 300k put / 900k get keys/s), and spinning less made single requests wait
+// for a wakeup (4 KiB get: 400k -> 195k keys/s); yielding gave both (meta: ~480k / ~1.1M+, 4
+// KiB get ~400k). bench/compare.sh. The pure window is measured in time, not only in polls: a
+// poll costs an epoll_wait (~0.5 us) on a worker with tcp endpoints and ~50 ns on one with
+// shared-memory endpoints only, and counted in polls alone it shrank tenfold when control
+// connections left tcp: every single request's reply then came after a yield (4 KiB get/batch=1
+// 104k -> 47k keys/s, put 70k -> 30k).
 constexpr int kSpinsBeforeYield = 16;
+constexpr int kYieldsBeforeSleep = 48;
+constexpr int64_t kPureSpinNs = 10'000;
+
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The steps of that wait, one per poll that found nothing. Reset after a poll that did work.
+class IdleSpin {
+ public:
+  enum Step { kPoll, kYield, kSleep };
+  void Reset() { polls_ = 0; }
+  // The next Next() says kSleep.
+  void Finish() { polls_ = -1; }
+  Step Next() {
+    if (polls_ < 0) return kSleep;
+    if (polls_++ == 0) {
+      since_ns_ = MonotonicNs();
+      yields_ = 0;
+    }
+    if (polls_ <= kSpinsBeforeYield || MonotonicNs() - since_ns_ < kPureSpinNs) return kPoll;
+    return ++yields_ <= kYieldsBeforeSleep ? kYield : kSleep;
+  }
+
+ private:
+  int polls_ = 0;
+  int yields_ = 0;
+  int64_t since_ns_ = 0;
+};
 // ucp_worker_arm answering BUSY this many times in a row while progress finds nothing to do
 // means UCX keeps a descriptor ready that it never drains (UCX 1.13's tcp transport does so for
 // sockets of endpoints a peer closed while they stayed half-open: README "soak"). The thread
@@ -144,7 +181,8 @@ bool Worker::Drive(absl::FunctionRef<bool()> done) {
   if (drives_ != nullptr) drives_->Inc();
   tls_driving = this;
   bool met = false;
-  for (int idle = 0; idle < kSpinsBeforeSleep;) {
+  IdleSpin spin;
+  for (;;) {
     if (done()) {
       met = true;
       break;
@@ -152,10 +190,12 @@ bool Worker::Drive(absl::FunctionRef<bool()> done) {
     bool did = RunQueued(/*own=*/false);
     if (!closing_.empty()) ReapClosing();
     if (ucp_worker_progress(worker_) != 0 || did) {
-      idle = 0;
+      spin.Reset();
       continue;
     }
-    if (++idle > kSpinsBeforeYield) sched_yield();
+    const IdleSpin::Step step = spin.Next();
+    if (step == IdleSpin::kSleep) break;
+    if (step == IdleSpin::kYield) sched_yield();
   }
   tls_driving = nullptr;
   drove_.store(true, std::memory_order_relaxed);
@@ -256,33 +296,36 @@ bool Worker::RunQueued(bool own) {
 void Worker::Loop() {
   // Takes the drive role; lends it out (Lend, ..., Take) only where it waits.
   Take();
-  int idle = 0;
+  IdleSpin spin;
   int busy_arms = 0;  // ucp_worker_arm said BUSY with nothing progressed since
   int nap_us = 0;     // > 0 while napping (kBusyArmsBeforeNap)
   while (!stop_.load(std::memory_order_relaxed)) {
     bool did = RunQueued(/*own=*/true);
     if (!closing_.empty()) ReapClosing();
     if (ucp_worker_progress(worker_) != 0 || did) {
-      idle = busy_arms = nap_us = 0;
+      spin.Reset();
+      busy_arms = nap_us = 0;
       continue;
     }
-    if (nap_us == 0 && ++idle < kSpinsBeforeSleep) {
-      // Past the first few spins, let a thread waiting for this core (often the peer that
-      // will answer) run first, and a caller that waits for a reply drive the worker.
-      if (idle > kSpinsBeforeYield) {
+    if (nap_us == 0) {
+      const IdleSpin::Step step = spin.Next();
+      if (step == IdleSpin::kPoll) continue;
+      if (step == IdleSpin::kYield) {
+        // Let a thread waiting for this core (often the peer that will answer) run first, and
+        // a caller that waits for a reply drive the worker.
         Lend();
         sched_yield();
         Take();
         // A caller drove meanwhile: what it waited for has come, so sleep rather than spin on.
-        if (drove_.exchange(false, std::memory_order_relaxed)) idle = kSpinsBeforeSleep;
+        if (drove_.exchange(false, std::memory_order_relaxed)) spin.Finish();
+        continue;
       }
-      continue;
     }
     sleeping_.store(true, std::memory_order_seq_cst);
     ucs_status_t st = ucp_worker_arm(worker_);
     if (st == UCS_ERR_BUSY || has_queued_.load(std::memory_order_seq_cst)) {
       sleeping_.store(false, std::memory_order_relaxed);
-      idle = 0;
+      spin.Reset();
       if (st == UCS_ERR_BUSY && ++busy_arms >= kBusyArmsBeforeNap) {
         nap_us = std::min(kMaxNapUs, std::max(kMinNapUs, nap_us * 2));
         Lend();
@@ -299,7 +342,11 @@ void Worker::Loop() {
     Take();
     sleeping_.store(false, std::memory_order_relaxed);
     // Woken by what a caller drove (its reply): look once more, then sleep again.
-    idle = drove_.exchange(false, std::memory_order_relaxed) ? kSpinsBeforeSleep : 0;
+    if (drove_.exchange(false, std::memory_order_relaxed)) {
+      spin.Finish();
+    } else {
+      spin.Reset();
+    }
   }
   // Drain: finish close requests and anything posted during shutdown (bounded, so a wedged
   // peer cannot hang shutdown).
