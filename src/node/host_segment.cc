@@ -1,7 +1,11 @@
 #include "node/host_segment.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/mempolicy.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/size.h"
+#include "common/status_macros.h"
 
 namespace granary::node {
 
@@ -37,9 +42,87 @@ void Prefault(void* p, size_t size) {
 }
 }  // namespace
 
+absl::Status HostSegment::MapFile(const Options& o) {
+  const int fd = open(o.file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("segment file '", o.file, "': cannot open it: ", std::strerror(errno)));
+  }
+  auto fail = [&](absl::Status st) {
+    close(fd);
+    return st;
+  };
+  struct stat st = {};
+  struct statfs fs = {};
+  if (fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
+    return fail(absl::InternalError(
+        absl::StrCat("segment file '", o.file, "': stat failed: ", std::strerror(errno))));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("segment file '", o.file, "' is not a regular file")));
+  }
+  const bool hugetlb = fs.f_type == HUGETLBFS_MAGIC;
+  if (hugetlb && o.size % static_cast<uint64_t>(fs.f_bsize) != 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "segment file '", o.file, "' is on hugetlbfs, whose pages are ", FormatSize(fs.f_bsize),
+        ": the segment size ", FormatSize(o.size), " must be a multiple of that")));
+  }
+  if (st.st_size != 0 && static_cast<uint64_t>(st.st_size) != o.size) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "segment file '", o.file, "' holds ", FormatSize(st.st_size), " (", st.st_size,
+        " bytes) of a previous run, but the segment size is ", FormatSize(o.size), " (", o.size,
+        " bytes): start with the size it was made with, or remove the file (and its .journal) "
+        "to start empty")));
+  }
+  reused_ = st.st_size != 0;
+  if (!reused_) {
+    if (ftruncate(fd, static_cast<off_t>(o.size)) != 0) {
+      return fail(absl::ResourceExhaustedError(
+          absl::StrCat("segment file '", o.file, "': cannot size it to ", FormatSize(o.size), ": ",
+                       std::strerror(errno))));
+    }
+    // Reserve the space now (tmpfs and hugetlbfs allocate on first touch otherwise, and a full
+    // file system would kill the node with SIGBUS on the data path).
+    if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(o.size)); err != 0) {
+      ftruncate(fd, 0);
+      return fail(
+          absl::ResourceExhaustedError(absl::StrCat("segment file '", o.file, "': cannot reserve ",
+                                                    FormatSize(o.size), ": ", std::strerror(err))));
+    }
+  }
+  void* p = mmap(nullptr, o.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrCat("segment file '", o.file, "': cannot map ",
+                                                     FormatSize(o.size), ": ",
+                                                     std::strerror(errno)));
+  }
+  data_ = p;
+  huge_ = hugetlb;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<HostSegment>> HostSegment::Create(const Options& o) {
   std::unique_ptr<HostSegment> s(new HostSegment());
   s->size_ = o.size;
+  if (!o.file.empty()) {
+    GRANARY_RETURN_IF_ERROR(s->MapFile(o));
+    if (o.numa_node >= 0) {
+      // Pages the file already has stay where they are; new ones come from the node.
+      if (absl::Status st = BindToNumaNode(s->data_, o.size, o.numa_node); !st.ok()) {
+        GRANARY_LOG_WARN << "segment file '" << o.file << "': " << st.message();
+      }
+    }
+    if (o.lock && mlock(s->data_, o.size) == 0) {
+      s->locked_ = true;
+    } else if (o.lock) {
+      GRANARY_LOG_WARN
+          << "mlock of " << FormatSize(o.size) << " failed (" << std::strerror(errno)
+          << "): the segment may be swapped; raise RLIMIT_MEMLOCK (LimitMEMLOCK=infinity)";
+    }
+    return s;
+  }
   // A bound segment is mapped unpopulated, bound, then touched: MAP_POPULATE would fault the
   // pages in before mbind could place them. It skips hugetlb pages (their reservation is taken
   // from every node's pool at mmap, and a fault on a node without any would be SIGBUS), and

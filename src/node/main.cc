@@ -61,6 +61,11 @@ DEFINE_bool(huge_pages, NodeOptions{}.use_huge_pages, "Try 2 MiB pages for mmap 
 DEFINE_string(segment_memory, NodeOptions{}.segment_memory,
               "Who allocates host segments: ucx (shared memory that same-host clients copy "
               "with loads and stores; mmap when UCX cannot) or mmap (anonymous, 2 MiB pages)");
+DEFINE_string(segment_file, NodeOptions{}.segment_file,
+              "Keep the host segment in this file (on tmpfs or hugetlbfs), mapped shared, so "
+              "that a restarted node finds its objects there and reports them to the master; "
+              "beside it, FILE.journal (what the segment holds) and FILE.id (the node's id). "
+              "Empty: anonymous memory, lost when the process ends");
 DEFINE_string(device_name, NodeOptions{}.device_name,
               "NIC port for the data path, as UCX_NET_DEVICES names it (mlx5_0:1, eth0); "
               "default: UCX_NET_DEVICES, else the NIC nearest the first --gpu_device, else UCX's "
@@ -158,6 +163,7 @@ absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu
   o.virtual_segments = FLAGS_virtual_segments;
   o.use_huge_pages = FLAGS_huge_pages;
   o.segment_memory = FLAGS_segment_memory;
+  o.segment_file = FLAGS_segment_file;
   o.device_name = FLAGS_device_name;
   o.numa_node = FLAGS_numa_node;
   o.sysfs_root = FLAGS_sysfs_root;

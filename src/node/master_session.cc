@@ -57,9 +57,10 @@ MasterSession::~MasterSession() {
 }
 
 absl::Status MasterSession::Mount(const std::shared_ptr<transport::RpcClient>& master) {
-  // Mounted before, in this process: the segments may hold objects a (restarted) master should
-  // restore, and that master's clients may still be writing.
-  const bool resumed = p_.metrics->mounts->value() > 0;
+  // Mounted before, in this process, or re-adopted from a segment file: the segments may hold
+  // objects a (restarted) master should restore, and that master's clients may still be
+  // writing.
+  const bool resumed = p_.metrics->mounts->value() > 0 || p_.readopted;
   p_.service->BeginSession();
   std::string host = p_.options->local_hostname;
   if (host.empty()) host = master->LocalHost();
@@ -197,6 +198,11 @@ void MasterSession::SyncLoop() {
       if (index.has_value() && p_.inventory->Apply(*index, r)) ++applied;
     }
     p_.metrics->records_applied->Inc(applied);
+    if (absl::Status st = p_.inventory->Flush(); !st.ok()) {
+      p_.metrics->journal_errors->Inc();
+      GRANARY_LOG_WARN << "inventory journal: " << st.message()
+                       << " (a restart of this node may not re-adopt the latest objects)";
+    }
     if (!rep->records.empty())
       p_.metrics->inventory_entries->Set(static_cast<double>(p_.inventory->size()));
     if (rep->token != 0) acked = rep->token;

@@ -40,6 +40,9 @@ class MasterSession {
     std::string node_id;
     std::string worker_address;  // the node worker's UCX address, sent with MountSegment
     uint16_t listen_port = 0;    // the node's RPC port, in the address clients reach it at
+    // The inventory was re-adopted from a segment file (a restarted node): the first mount is a
+    // resumed one too, and reports it.
+    bool readopted = false;
   };
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MasterSession>> Create(Parts parts);
   ~MasterSession();

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/range.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "device/device_backend.h"
 
@@ -98,11 +99,13 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
     entries_.erase(it);
     ++layout_changes_;
     InvalidateHeader(index, r.offset, r.generation);
+    Journal(index, r);
     return true;
   }
   auto [it, fresh] = entries_.try_emplace(slot);
   if (fresh) ++layout_changes_;
   if (!fresh && it->second.generation > r.generation) return false;
+  Journal(index, r);
   Entry& e = it->second;
   e.key = r.key;
   e.alloc_size = r.alloc_size;
@@ -112,6 +115,65 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   e.flags = r.flags;
   e.tenant = TenantIdLocked(r.tenant);
   return true;
+}
+
+void NodeInventory::Journal(size_t index, const proto::InventoryRecord& r) {
+  if (!journaling_) return;
+  unflushed_.push_back(r);
+  unflushed_.back().segment_id = index;  // the journal names segments by the node's index
+}
+
+size_t NodeInventory::Adopt(std::unique_ptr<InventoryJournal> journal,
+                            const InventoryJournal::Replay& replay) {
+  size_t taken = 0;
+  for (const proto::InventoryRecord& r : replay.live) {
+    if (r.op == proto::InventoryOp::kCommit && Apply(r.segment_id, r)) ++taken;
+  }
+  journal_records_ = replay.records;
+  journal_ = std::move(journal);
+  granary::MutexLock lock(&mu_);
+  journaling_ = true;
+  return taken;
+}
+
+absl::Status NodeInventory::Flush() {
+  if (journal_ == nullptr) return absl::OkStatus();
+  std::vector<proto::InventoryRecord> records;
+  uint64_t live = 0;
+  {
+    granary::MutexLock lock(&mu_);
+    records.swap(unflushed_);
+    live = entries_.size();
+  }
+  if (journal_records_ + records.size() > 2 * live + kCompactSlack) {
+    // The log has grown well past what it describes: rewrite it as the live set (which already
+    // holds what `records` say).
+    std::vector<proto::InventoryRecord> snapshot;
+    {
+      granary::MutexLock lock(&mu_);
+      snapshot.reserve(entries_.size());
+      for (const auto& [slot, e] : entries_) {
+        proto::InventoryRecord& r = snapshot.emplace_back();
+        r.op = proto::InventoryOp::kCommit;
+        r.tenant = tenants_[e.tenant];
+        r.key = e.key;
+        r.segment_id = slot.first;
+        r.offset = slot.second;
+        r.alloc_size = e.alloc_size;
+        r.value_length = e.value_length;
+        r.generation = e.generation;
+        r.flags = e.flags;
+        r.commit_ms = e.commit_ms;
+      }
+    }
+    GRANARY_RETURN_IF_ERROR(journal_->Compact(snapshot));
+    journal_records_ = snapshot.size();
+    return absl::OkStatus();
+  }
+  if (records.empty()) return absl::OkStatus();
+  GRANARY_RETURN_IF_ERROR(journal_->Append(records));
+  journal_records_ += records.size();
+  return journal_->Sync();
 }
 
 std::vector<std::vector<proto::InventoryRecord>> NodeInventory::Report(

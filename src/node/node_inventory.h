@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "node/inventory_journal.h"
 #include "node/node_service.h"
 #include "proto/alloc_header.h"
 #include "proto/messages.h"
@@ -18,8 +20,10 @@ namespace granary::node {
 
 // The committed objects this node holds, as the master's commit and free records describe them
 // (docs/architecture.md, "Node inventories and master restart"): what a restarted master
-// rebuilds its object table from. It lives in RAM only, as the bytes do; records come from the
-// master's InventorySync replies, never from clients.
+// rebuilds its object table from. It lives in RAM, as the bytes do, and, where the host segment
+// is kept in a file that outlives the process, in a journal beside it (Adopt, Flush): what a
+// restarted node re-adopts. Records come from the master's InventorySync replies, never from
+// clients.
 //
 // - Apply(commit) records the allocation at (segment, offset); a newer generation at the same
 //   offset replaces an older one, an older one is ignored.
@@ -90,6 +94,16 @@ class NodeInventory {
   std::vector<proto::InventoryRecord> NextBatch(ReportCursor* cursor,
                                                 const std::vector<uint64_t>& ids,
                                                 size_t max_records, size_t max_bytes);
+  // Keeps the inventory in `journal` from here on (NodeOptions::segment_file): the records
+  // replayed from it (replay.live, segment_id the node's own index) are applied first, as the
+  // master's would be; then every record Apply takes is queued for Flush. Call once, before the
+  // node mounts. Returns how many entries the replay gave.
+  size_t Adopt(std::unique_ptr<InventoryJournal> journal, const InventoryJournal::Replay& replay);
+  // Appends the records applied since the last Flush to the journal and syncs it, one batch
+  // (the sync thread calls it after each InventorySync reply); rewrites it as the live set when
+  // it has grown past twice that plus kCompactSlack records. No-op without a journal.
+  // Thread: one caller at a time (the sync thread).
+  [[nodiscard]] absl::Status Flush();
   size_t size() const;
   uint64_t mismatches() const;
   // Device errors while invalidating a freed GPU allocation's header.
@@ -97,6 +111,8 @@ class NodeInventory {
 
   // How many GPU-segment headers one batched device read fetches at most.
   static constexpr size_t kGpuHeaderChunk = 512;
+  // Records a journal may hold beyond twice the live entries before Flush compacts it.
+  static constexpr uint64_t kCompactSlack = 65536;
 
  private:
   struct Entry {
@@ -124,6 +140,8 @@ class NodeInventory {
                                                            size_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t TenantIdLocked(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a record Apply took for the journal (with one).
+  void Journal(size_t index, const proto::InventoryRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<SegmentSpan>* const segments_;
   mutable granary::Mutex mu_;
@@ -138,6 +156,11 @@ class NodeInventory {
   // Pinned host memory for kGpuHeaderChunk headers (HostAllocPinned at first use; pageable
   // gpu_headers_fallback_ when the backend has no pinned memory).
   void* gpu_headers_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // With a journal (Adopt): records applied and not yet flushed, in the journal's form.
+  std::unique_ptr<InventoryJournal> journal_;  // touched by Adopt, then Flush only
+  std::vector<proto::InventoryRecord> unflushed_ ABSL_GUARDED_BY(mu_);
+  bool journaling_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t journal_records_ = 0;  // in the journal's file (Flush only)
   std::vector<proto::AllocHeader> gpu_headers_fallback_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -25,6 +25,13 @@ NodeMetrics::NodeMetrics(MetricsRegistry* m) {
                  "Inventory entries dropped because the allocation header in memory disagreed");
   inventory_entries =
       m->Gauge("granary_node_inventory_entries", "Committed objects in the inventory");
+  journal_errors = m->Counter(
+      "granary_node_journal_errors_total",
+      "Failed appends or syncs of the inventory journal beside the segment file (--segment_file)");
+  readopted_entries =
+      m->Gauge("granary_node_readopted_entries",
+               "Inventory entries this process re-adopted at start from its segment file's journal "
+               "(before the header check of its report)");
   constexpr absl::string_view kTimeoutsHelp =
       "Pushes into a client's buffer and fetches from another node that did not finish within "
       "the request's timeout_ms (the peer is then held off with jittered exponential back-off)";

@@ -24,6 +24,9 @@ struct NodeMetrics {
   MetricCounter* records_reported;
   MetricCounter* mismatches;
   MetricGauge* inventory_entries;
+  // The segment file's journal (NodeOptions::segment_file).
+  MetricCounter* journal_errors;
+  MetricGauge* readopted_entries;
   // The data handlers.
   MetricCounter* push_timeouts;
   MetricCounter* fetch_timeouts;

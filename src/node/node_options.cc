@@ -28,6 +28,16 @@ absl::Status NodeOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--segment_memory '", segment_memory, "' is not one of: ucx, mmap"));
   }
+  if (!segment_file.empty() && virtual_segments) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--segment_file '", segment_file,
+                     "' with --virtual_segments: a virtual segment has no bytes to keep"));
+  }
+  if (!segment_file.empty() && host_segment_size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--segment_file '", segment_file,
+                     "' with --host_segment_size=0: no host segment to keep in it"));
+  }
   if (host_segment_name.empty() || host_segment_name.size() > proto::kMaxNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("host segment name '", host_segment_name,
                                                    "' is empty or over ", proto::kMaxNameBytes,

@@ -42,6 +42,14 @@ struct NodeOptions {
   // "mmap" (anonymous mmap, 2 MiB pages when available; same-host transfers go through cma,
   // one system call each). Virtual segments are always mmap.
   std::string segment_memory = "ucx";
+  // A file (on tmpfs or hugetlbfs) that holds the host segment, mapped shared, so that it
+  // outlives the process (HostSegment). Beside it the node keeps segment_file + ".journal" (its
+  // inventory: InventoryJournal) and segment_file + ".id" (its node id, the same after a
+  // restart). A node started again with the same file re-adopts what it held: its inventory is
+  // replayed, checked against the headers in the file, and reported to the master. Same-host
+  // transfers then go through cma, as with "mmap". Empty: no file; the cache ends with the
+  // process.
+  std::string segment_file;
   int64_t reconnect_backoff_max_ms = 2000;
   // The host segment's name at the master (unique per node, not across nodes).
   std::string host_segment_name = "host0";

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "device/device_backend.h"
+#include "node/segment_file_state.h"
 #include "proto/messages.h"
 
 namespace granary::node {
@@ -29,7 +30,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->options_ = options;
   n->log_route_.level = options.log_level;
   ScopedLogRoute route(&n->log_route_);
-  n->node_id_ = RandomId();
+  n->node_id_ = RandomId();  // or the segment file's (below)
   n->counters_ = std::make_unique<NodeMetrics>(&n->metrics_);
   GRANARY_ASSIGN_OR_RETURN(n->segments_, NodeSegments::Create(options, &n->metrics_));
   const transport::NetDeviceChoice& nic = n->segments_->nic();
@@ -57,6 +58,25 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   NodeMetrics::RecordSegments(&n->metrics_, spans);
   n->service_ = std::make_unique<NodeService>(std::move(spans));
   n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
+  bool readopted = false;
+  if (!options.segment_file.empty()) {
+    GRANARY_ASSIGN_OR_RETURN(
+        SegmentFileState state,
+        OpenSegmentFileState(options.segment_file, n->segments_->reused_file()));
+    n->node_id_ = state.node_id;
+    const uint64_t torn = state.replay.torn_bytes;
+    const size_t taken = n->inventory_->Adopt(std::move(state.journal), state.replay);
+    n->counters_->readopted_entries->Set(static_cast<double>(taken));
+    readopted = n->segments_->reused_file();
+    if (readopted) {
+      GRANARY_LOG_INFO << "segment file '" << options.segment_file << "': re-adopting " << taken
+                       << " object(s) from its journal (" << state.replay.records
+                       << " record(s) read"
+                       << (torn > 0 ? absl::StrCat(", a torn tail of ", torn, " bytes cut off")
+                                    : "")
+                       << "); each is checked against its header before it is reported";
+    }
+  }
   GRANARY_RETURN_IF_ERROR(n->StartRpc());
   GRANARY_ASSIGN_OR_RETURN(n->worker_address_, n->worker_->Address());
   MasterSession::Parts session;
@@ -69,6 +89,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   session.node_id = n->node_id_;
   session.worker_address = n->worker_address_;
   session.listen_port = n->listen_port();
+  session.readopted = readopted;
   GRANARY_ASSIGN_OR_RETURN(n->session_, MasterSession::Create(std::move(session)));
   n->StartHttp();
   if (options.serve_http) {

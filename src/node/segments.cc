@@ -100,7 +100,8 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
     }
   }
   Segment seg;
-  if (options.segment_memory == "ucx" && !options.virtual_segments) {
+  if (options.segment_memory == "ucx" && !options.virtual_segments &&
+      options.segment_file.empty()) {
     auto region = transport::MemoryRegion::Allocate(ctx, options.host_segment_size);
     if (region.ok() && host_numa_node_ >= 0) {
       // Bound before the first touch (pages UCX touched already are moved).
@@ -139,7 +140,9 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
     ho.populate = !options.virtual_segments;
     ho.lock = !options.virtual_segments;
     ho.numa_node = host_numa_node_;
+    ho.file = options.segment_file;
     GRANARY_ASSIGN_OR_RETURN(seg.memory, HostSegment::Create(ho));
+    reused_file_ = seg.memory->reused();
     if (options.require_mlock && ho.lock && !seg.memory->locked()) {
       return absl::FailedPreconditionError(
           absl::StrCat("host segment ", name, ": mlock of ", FormatSize(ho.size),
@@ -152,6 +155,11 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
                      << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
                      << (seg.memory->locked() ? ", locked" : ", not locked")
                      << (options.virtual_segments ? ", virtual (no data)" : "")
+                     << (options.segment_file.empty() ? ""
+                         : seg.memory->reused()
+                             ? absl::StrCat(", in file '", options.segment_file,
+                                            "' (kept from a previous run)")
+                             : absl::StrCat(", in file '", options.segment_file, "' (new)"))
                      << (options.virtual_segments ? "" : NumaText(host_numa_node_));
   }
   SegmentSpan span;

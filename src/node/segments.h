@@ -39,6 +39,8 @@ class NodeSegments {
   // The UCX registration of segment `index` (host segments; GPU ones only where UCX maps CUDA
   // memory, else null).
   transport::MemoryRegion* region(size_t index) const { return segments_[index].region.get(); }
+  // Whether the host segment's file (NodeOptions::segment_file) held a previous run's bytes.
+  bool reused_file() const { return reused_file_; }
   // Unregisters and frees every segment: before the UCX context goes, after every transfer
   // that may touch the memory has stopped.
   void Release();
@@ -62,6 +64,7 @@ class NodeSegments {
   transport::Topology topology_;
   transport::NetDeviceChoice nic_;
   int host_numa_node_ = -1;  // where host segments are bound (-1: nowhere)
+  bool reused_file_ = false;
   std::vector<Segment> segments_;
 };
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/restore_checks.h"
 
 namespace granary::testing {
 namespace {
@@ -77,17 +78,9 @@ class RestartTest : public ::testing::Test {
     EXPECT_TRUE(body.ok()) << body.status();
     return body.ok() ? json::parse(*body)["data"] : json::array();
   }
-  // Polls a master metric until pred holds; false after timeout_sec.
   template <typename Pred>
   bool WaitForMetric(const std::string& sample, Pred pred, double timeout_sec) {
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(timeout_sec * 1000));
-    while (std::chrono::steady_clock::now() < deadline) {
-      auto v = cluster_->Metric(sample);
-      if (v.ok() && pred(*v)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+    return WaitForMasterMetric(cluster_.get(), sample, pred, timeout_sec);
   }
   // Puts `keys` (value MakeValue(key, 1, size)), in batches.
   void PutAll(Client* c, const std::vector<Stored>& objs) {
@@ -121,27 +114,6 @@ class RestartTest : public ::testing::Test {
   std::string policy_path_;
   std::unique_ptr<Cluster> cluster_;
 };
-
-// Every placement of both tenants, checked for overlap within each segment.
-void ExpectNoOverlap(const json& a, const json& b) {
-  std::vector<std::tuple<uint64_t, uint64_t, uint64_t, std::string>> ranges;
-  for (const json* list : {&a, &b}) {
-    for (const auto& o : *list) {
-      for (const auto& p : o["placements"]) {
-        ranges.emplace_back(p["segment_id"].get<uint64_t>(), p["offset"].get<uint64_t>(),
-                            p["bytes"].get<uint64_t>(), o["key"].get<std::string>());
-      }
-    }
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    const auto& [seg0, off0, len0, key0] = ranges[i - 1];
-    const auto& [seg1, off1, len1, key1] = ranges[i];
-    if (seg0 == seg1) {
-      ASSERT_LE(off0 + len0, off1) << key0 << " overlaps " << key1 << " in segment " << seg0;
-    }
-  }
-}
 
 std::map<std::string, std::tuple<uint64_t, uint64_t, uint64_t>> ByKey(const json& list) {
   std::map<std::string, std::tuple<uint64_t, uint64_t, uint64_t>> out;

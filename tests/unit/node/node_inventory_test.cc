@@ -292,5 +292,72 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
   device::SetBackendForTesting(nullptr);
 }
 
+// With a journal (a segment file's), what Apply takes reaches the file at Flush, and a second
+// inventory over the same memory (a restarted node) adopts exactly the live entries: commits,
+// minus frees, newest generation per offset; its report checks them against the headers.
+TEST_F(NodeInventoryTest, AJournalCarriesTheLiveEntriesToTheNextProcess) {
+  char dir[] = "/tmp/granary_inv_journal_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/segment.journal";
+  {
+    InventoryJournal::Replay replay;
+    auto journal = InventoryJournal::Open(path, &replay);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    NodeInventory inv(&spans_);
+    EXPECT_EQ(inv.Adopt(std::move(*journal), replay), 0u);
+    Write(0, 0, "a", 1, 1000);
+    Write(0, 2048, "b", 3, 1000);
+    Write(1, 4096, "c", 4, 1000);
+    ASSERT_TRUE(inv.Apply(0, Commit("a", 0, 1)));
+    ASSERT_TRUE(inv.Apply(0, Commit("b", 2048, 2)));
+    ASSERT_TRUE(inv.Apply(0, Commit("b", 2048, 3)));  // a newer put at the same offset
+    ASSERT_TRUE(inv.Flush().ok());
+    ASSERT_TRUE(inv.Apply(1, Commit("c", 4096, 4)));
+    ASSERT_TRUE(inv.Apply(0, Free(0, 1)));  // "a" freed: its header is invalidated too
+    ASSERT_TRUE(inv.Flush().ok());
+    ASSERT_TRUE(inv.Apply(1, Commit("d", 8192, 5)));  // applied, never flushed: not carried
+  }
+  InventoryJournal::Replay replay;
+  auto journal = InventoryJournal::Open(path, &replay);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  NodeInventory next(&spans_);
+  EXPECT_EQ(next.Adopt(std::move(*journal), replay), 2u);
+  const auto reported = Flat(next.Report({11, 12}, 100, 1 << 20));
+  ASSERT_EQ(reported.size(), 2u);
+  EXPECT_EQ(reported[0].key, "b");
+  EXPECT_EQ(reported[0].generation, 3u);
+  EXPECT_EQ(reported[0].segment_id, 11u);  // the master's id of segment 0 now
+  EXPECT_EQ(reported[1].key, "c");
+  EXPECT_EQ(reported[1].segment_id, 12u);
+  EXPECT_EQ(next.mismatches(), 0u);
+}
+
+// Past twice the live entries plus the slack, Flush rewrites the journal as the live set.
+TEST_F(NodeInventoryTest, AJournalThatOutgrowsItsEntriesIsCompacted) {
+  char dir[] = "/tmp/granary_inv_journal_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/segment.journal";
+  InventoryJournal::Replay replay;
+  auto journal = InventoryJournal::Open(path, &replay);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  NodeInventory inv(&spans_);
+  inv.Adopt(std::move(*journal), replay);
+  Write(0, 0, "k", 1, 100);
+  uint64_t gen = 1;
+  // One live entry, rewritten over and over at the same offset.
+  const uint64_t rounds = NodeInventory::kCompactSlack / 1000 + 2;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    for (int i = 0; i < 1000; ++i) ASSERT_TRUE(inv.Apply(0, Commit("k", 0, ++gen, 100)));
+    ASSERT_TRUE(inv.Flush().ok());
+  }
+  Write(0, 0, "k", gen, 100);
+  InventoryJournal::Replay again;
+  auto reopened = InventoryJournal::Open(path, &again);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_LT(again.records, NodeInventory::kCompactSlack) << "never compacted";
+  ASSERT_EQ(again.live.size(), 1u);
+  EXPECT_EQ(again.live[0].generation, gen);
+}
+
 }  // namespace
 }  // namespace granary::node
