@@ -344,6 +344,11 @@ absl::Status Cluster::StartNode(int replace_index) {
                                    "--metrics_port=0",
                                    "--metrics_host=" + address,
                                    "--local_hostname=" + address};
+  if (!options_.segment_file_dir.empty()) {
+    const size_t index = replace_index >= 0 ? static_cast<size_t>(replace_index) : nodes_.size();
+    argv.push_back(
+        absl::StrCat("--segment_file=", options_.segment_file_dir, "/node", index, ".segment"));
+  }
   argv.insert(argv.end(), options_.node_flags.begin(), options_.node_flags.end());
   auto p =
       Process::Start(OnHost(host, argv), HostEnv(host), absl::StrCat(dir_, "/node", seq, ".log"));

@@ -74,6 +74,9 @@ class Cluster {
     std::vector<std::string> master_flags;
     // Added to every node's command line (after the defaults, so a flag given here wins).
     std::vector<std::string> node_flags;
+    // Non-empty: node i keeps its host segment in the file DIR/node<i>.segment
+    // (--segment_file; a node restarted in place takes up its file and re-adopts its objects).
+    std::string segment_file_dir;
     // Segments each node mounts (2 with a GPU segment beside the host one): Start waits for all.
     int segments_per_node = 1;
     // Separate hosts in network namespaces (root only; NetnsFabric::Supported() says why not).
