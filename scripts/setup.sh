@@ -12,6 +12,7 @@ PACKAGES=(
   clang clang-format libclang-rt-14-dev ccache
   etcd-server etcd-client
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch python3-yaml
+  python3-matplotlib
   chromium
   mkdocs mkdocs-material
 )
