@@ -126,15 +126,24 @@ absl::Status CudaKernelsImpl::CompareExchange64(int device, const CasOp64* ops, 
   if (n == 0) return absl::OkStatus();
   internal::ScopedDevice scope;
   if (absl::Status s = scope.Enter(device); !s.ok()) return s;
-  // The legacy default stream of `device`, then a wait: a free is rare next to reads, and the
-  // caller needs the header gone before it goes on.
-  if (absl::Status s = internal::CudaStatus(internal::LaunchCompareExchange64(ops, n, nullptr),
-                                            "CompareExchange64");
+  // A non-blocking stream of its own, then a wait: a free is rare next to reads, and the caller
+  // needs the header gone before it goes on. Not the legacy default stream, which would wait
+  // for an engine's work on the device's blocking streams and make that work wait.
+  cudaStream_t stream = nullptr;
+  if (absl::Status s =
+          internal::CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                               absl::StrCat("CompareExchange64: a stream on device ", device));
       !s.ok()) {
     return s;
   }
-  return internal::CudaStatus(cudaStreamSynchronize(nullptr),
+  absl::Status st =
+      internal::CudaStatus(internal::LaunchCompareExchange64(ops, n, stream), "CompareExchange64");
+  if (st.ok()) {
+    st = internal::CudaStatus(cudaStreamSynchronize(stream),
                               "CompareExchange64: cudaStreamSynchronize");
+  }
+  cudaStreamDestroy(stream);
+  return st;
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ class FakeBackendImpl final : public FakeBackend {
   int ContextsCreated(int device) override { return runtime_.ContextsCreated(device); }
   void SetHostRegisterDelay(absl::Duration delay) override { runtime_.SetHostRegisterDelay(delay); }
   uint64_t DefaultStreamOps() override { return runtime_.DefaultStreamOps(); }
+  uint64_t SynchronousCopies() override { return runtime_.SynchronousCopies(); }
   void FailNthAllocation(int n) override { runtime_.FailNthAllocation(n); }
   void InjectStickyCopyError() override { runtime_.InjectStickyCopyError(); }
   void FailNextIpcOpen() override { runtime_.FailNextIpcOpen(); }

@@ -93,6 +93,10 @@ class FakeBackend : public DeviceBackend {
   // wait, is unusable while the engine captures a CUDA graph, and runs on the calling thread's
   // current device; so a test can assert that a client path stays off it.
   virtual uint64_t DefaultStreamOps() = 0;
+  // Synchronous copies (Copy) so far, which the counter above leaves out. On CUDA a cudaMemcpy
+  // runs on the legacy default stream too, with the same waits, and blocks the caller: a data
+  // path must not use it (a test's setup may).
+  virtual uint64_t SynchronousCopies() = 0;
 
   // Fault injection. Each takes effect for later calls, from any thread.
   // The n-th Alloc or AllocManaged from now (1: the next) fails with RESOURCE_EXHAUSTED; 0 clears.

@@ -169,6 +169,7 @@ absl::Status FakeRuntime::Copy(int device, void* dst, const void* src, size_t n,
                                                      : "Copy";
   if (absl::Status s = CheckDevice(op, device); !s.ok()) return s;
   if (n == 0) return absl::OkStatus();
+  synchronous_copies_.fetch_add(1, std::memory_order_relaxed);
   absl::StatusOr<unsigned char*> to = Translate(op, "dst", dst, n, /*strict=*/false);
   if (!to.ok()) return to.status();
   absl::StatusOr<unsigned char*> from = Translate(op, "src", src, n, /*strict=*/false);

@@ -82,6 +82,7 @@ class FakeRuntime final : public DeviceRuntime {
   int ContextsCreated(int device);
   void SetHostRegisterDelay(absl::Duration delay);
   uint64_t DefaultStreamOps() { return default_stream_ops_.load(std::memory_order_relaxed); }
+  uint64_t SynchronousCopies() { return synchronous_copies_.load(std::memory_order_relaxed); }
   void FailNthAllocation(int n);
   void InjectStickyCopyError();
   void FailNextIpcOpen();
@@ -162,6 +163,7 @@ class FakeRuntime final : public DeviceRuntime {
   std::map<void*, std::shared_ptr<FakeEvent>> events_ ABSL_GUARDED_BY(mu_);
   std::set<int> contexts_ ABSL_GUARDED_BY(mu_);  // devices with a context (ContextsCreated)
   std::atomic<uint64_t> default_stream_ops_{0};
+  std::atomic<uint64_t> synchronous_copies_{0};
   absl::Duration host_register_delay_ ABSL_GUARDED_BY(mu_);
   int alloc_countdown_ ABSL_GUARDED_BY(mu_) = 0;
   bool inject_sticky_ ABSL_GUARDED_BY(mu_) = false;

@@ -15,22 +15,44 @@
 
 namespace granary::client {
 
-namespace {
-
-// Copies n bytes between host memory and `device`'s memory (-1: both host).
-absl::Status CopyLocal(int device, void* dst, const void* src, size_t n) {
+absl::Status GpuBounce::CopyLocal(int device, void* dst, const void* src, size_t n) {
   if (device < 0) {
     std::memcpy(dst, src, n);
     return absl::OkStatus();
   }
-  absl::Status st = device::ActiveRuntime().Copy(device, dst, src, n, device::CopyKind::kDefault);
+  // On a stream of this client's own, taken from a pool per device, and waited for: never the
+  // legacy default stream (a synchronous cudaMemcpy runs there), which would wait for an
+  // engine's work on the device's blocking streams and make that work wait.
+  device::DeviceRuntime& rt = device::ActiveRuntime();
+  void* stream = nullptr;
+  {
+    granary::MutexLock lock(&mu_);
+    std::vector<void*>& idle = idle_streams_[device];
+    if (!idle.empty()) {
+      stream = idle.back();
+      idle.pop_back();
+    }
+  }
+  absl::Status st;
+  if (stream == nullptr) {
+    absl::StatusOr<void*> created = rt.CreateStream(device);
+    if (created.ok()) stream = *created;
+    st = created.status();
+  }
+  if (st.ok()) {
+    const device::CopyRegion region{src, dst, n};
+    st = rt.BatchCopyAsync(stream, &region, 1);
+    if (st.ok()) st = rt.SynchronizeStream(stream);
+  }
+  if (stream != nullptr) {
+    granary::MutexLock lock(&mu_);
+    idle_streams_[device].push_back(stream);
+  }
   if (st.ok()) return st;
   return absl::InternalError(
       absl::StrCat("a device copy (device ", device,
                    ") for a staged GPU-segment transfer failed: ", st.message()));
 }
-
-}  // namespace
 
 GpuBounce::GpuBounce(MetricsRegistry* metrics, Registrations* registrations)
     : registrations_(registrations),
@@ -45,11 +67,16 @@ GpuBounce::GpuBounce(MetricsRegistry* metrics, Registrations* registrations)
 
 GpuBounce::~GpuBounce() {
   std::vector<Slot> idle;
+  absl::flat_hash_map<int, std::vector<void*>> streams;
   {
     granary::MutexLock lock(&mu_);
     idle.swap(idle_);
+    streams.swap(idle_streams_);
   }
   for (Slot& s : idle) FreeSlot(s);
+  for (const auto& [device, list] : streams) {
+    for (void* stream : list) device::ActiveRuntime().DestroyStream(stream);
+  }
   // retired_slots_ stay allocated and registered: a late write may still be on its way, and the
   // registrations go with the client.
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/registrations.h"
@@ -70,6 +71,9 @@ class GpuBounce {
   };
   class Flight;
   struct Job;
+  // Copies n bytes between host memory and `device`'s memory (-1: both host), on a pooled
+  // stream of the device, waited for. INTERNAL names the device on failure.
+  [[nodiscard]] absl::Status CopyLocal(int device, void* dst, const void* src, size_t n);
   [[nodiscard]] absl::StatusOr<Slot> TakeSlot();
   void ReturnSlot(Slot s);
   void FreeSlot(Slot s);
@@ -85,6 +89,8 @@ class GpuBounce {
   granary::Mutex mu_;
   std::vector<Slot> idle_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> retired_slots_ ABSL_GUARDED_BY(mu_);  // after a failed transfer: leaked
+  // Streams CopyLocal is not using, per device (created on demand, destroyed with this object).
+  absl::flat_hash_map<int, std::vector<void*>> idle_streams_ ABSL_GUARDED_BY(mu_);
   MetricCounter* values_;
   MetricCounter* retired_;
 };

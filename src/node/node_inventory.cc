@@ -21,6 +21,7 @@ uint64_t* WordAt(const SegmentSpan& s, uint64_t offset, size_t word) {
 NodeInventory::~NodeInventory() {
   granary::MutexLock lock(&mu_);
   if (gpu_headers_ != nullptr) device::ActiveRuntime().HostFreePinned(gpu_headers_);
+  for (const auto& [device, stream] : gpu_streams_) device::ActiveRuntime().DestroyStream(stream);
 }
 
 absl::StatusOr<const proto::AllocHeader*> NodeInventory::ReadGpuHeaders(size_t index,
@@ -44,8 +45,19 @@ absl::StatusOr<const proto::AllocHeader*> NodeInventory::ReadGpuHeaders(size_t i
     regions[i] = {reinterpret_cast<const void*>(s.base + offsets[i]), &staged[i],
                   sizeof(proto::AllocHeader)};
   }
-  absl::Status st = backend.BatchCopyAsync(nullptr, regions.data(), static_cast<int>(n));
-  if (st.ok()) st = backend.SynchronizeStream(nullptr);
+  // On a stream of the inventory's own, not the legacy default stream: that one would wait for
+  // an engine's work on blocking streams of the device, and make it wait.
+  void*& stream = gpu_streams_[s.gpu];
+  if (stream == nullptr) {
+    absl::StatusOr<void*> created = backend.CreateStream(s.gpu);
+    if (!created.ok()) {
+      gpu_streams_.erase(s.gpu);
+      return created.status();
+    }
+    stream = *created;
+  }
+  absl::Status st = backend.BatchCopyAsync(stream, regions.data(), static_cast<int>(n));
+  if (st.ok()) st = backend.SynchronizeStream(stream);
   if (!st.ok()) return st;
   return staged;
 }

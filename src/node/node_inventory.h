@@ -135,7 +135,8 @@ class NodeInventory {
   [[gnu::noinline]] void InvalidateHeader(size_t index, uint64_t offset, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The headers at offsets[0..n) (n <= kGpuHeaderChunk) of GPU segment `index`, in one batched
-  // device-to-host copy into the pinned buffer: valid until the next call (under mu_).
+  // device-to-host copy into the pinned buffer, on the inventory's stream of the segment's
+  // device (never the legacy default stream): valid until the next call (under mu_).
   absl::StatusOr<const proto::AllocHeader*> ReadGpuHeaders(size_t index, const uint64_t* offsets,
                                                            size_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -162,6 +163,8 @@ class NodeInventory {
   bool journaling_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t journal_records_ = 0;  // in the journal's file (Flush only)
   std::vector<proto::AllocHeader> gpu_headers_fallback_ ABSL_GUARDED_BY(mu_);
+  // A stream per device for those reads (created at first use, destroyed with the inventory).
+  absl::flat_hash_map<int, void*> gpu_streams_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace granary::node

@@ -87,7 +87,13 @@ class GpuBounceTest : public GpuTierTest {
     for (size_t i = 0; i < keys.size(); ++i) {
       char* d = DeviceAlloc(sizes[i] + 8);
       ASSERT_NO_FATAL_FAILURE(ToDevice(d, std::string(sizes[i] + 8, '\x5a')));
+      // The client's own copies run on streams of its own: no synchronous copy (on CUDA a
+      // cudaMemcpy on the legacy default stream), and nothing on the default stream.
+      const uint64_t sync_before = fake_->SynchronousCopies();
+      const uint64_t default_before = fake_->DefaultStreamOps();
       auto n = client_->GetInto(keys[i], d, sizes[i] + 8);
+      EXPECT_EQ(fake_->SynchronousCopies(), sync_before) << keys[i];
+      EXPECT_EQ(fake_->DefaultStreamOps(), default_before) << keys[i];
       ASSERT_TRUE(n.ok()) << keys[i] << ": " << n.status();
       EXPECT_EQ(*n, sizes[i]);
       const std::string back = FromDevice(d, sizes[i] + 8);
@@ -96,7 +102,9 @@ class GpuBounceTest : public GpuTierTest {
       const std::string key2 = keys[i] + "d";
       const std::string v2 = MakeValue(key2, 2, sizes[i]);
       ASSERT_NO_FATAL_FAILURE(ToDevice(d, v2));
+      const uint64_t put_sync_before = fake_->SynchronousCopies();
       ASSERT_TRUE(client_->BatchPutWith({key2}, {absl::string_view(d, sizes[i])}, on_gpu)[0].ok());
+      EXPECT_EQ(fake_->SynchronousCopies(), put_sync_before) << key2;
       auto h = client_->Get(key2);
       ASSERT_TRUE(h.ok()) << key2 << ": " << h.status();
       EXPECT_TRUE(*h == v2) << key2 << ": the device write reads back wrong";

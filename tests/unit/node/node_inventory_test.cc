@@ -276,9 +276,12 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
     EXPECT_EQ(inv.gpu_errors(), 0u);
 
     std::vector<InventoryRecord> got;
+    const uint64_t default_stream_ops = (*fake)->DefaultStreamOps();
     for (const auto& batch : inv.Report({55}, 10000, 1 << 30)) {
       got.insert(got.end(), batch.begin(), batch.end());
     }
+    EXPECT_EQ((*fake)->DefaultStreamOps(), default_stream_ops)
+        << "the header reads ran on the legacy default stream";
     ASSERT_EQ(got.size(), n - 2);  // less the freed one and the stale one
     EXPECT_EQ(inv.mismatches(), 1u);
     for (const InventoryRecord& r : got) {
