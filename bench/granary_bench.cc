@@ -172,12 +172,12 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   }
   granary::Client& client = **c;
   const int batch = FLAGS_batch;
-  uint64_t ws_bytes = *granary::ParseSize(FLAGS_working_set);
+  uint64_t ws_bytes = *granary::common::ParseSize(FLAGS_working_set);
   size_t ws_keys = std::max<size_t>(batch, ws_bytes / block / batch * batch);
   std::string buffer(static_cast<size_t>(block) * batch, 'g');
   for (size_t i = 0; i < buffer.size(); i += 4096) buffer[i] = static_cast<char>(i * 31 + t);
   (void)client.RegisterBuffer(buffer.data(), buffer.size());
-  static const std::string run = granary::RandomId().substr(0, 8);
+  static const std::string run = granary::common::RandomId().substr(0, 8);
   auto key = [&](size_t i) { return absl::StrCat("bench/", run, "/", t, "/", block, "/", i); };
   // Prefill for reads.
   std::vector<std::string> keys(batch);
@@ -203,12 +203,13 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   std::vector<bool> present(ws_keys, mode != "put");
   // --warmup: the same loop, untimed, first (a fresh process's first touches of the nodes'
   // memory and of its own buffers are not what a long-lived engine sees).
-  const int64_t warm_end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_warmup * 1e6);
+  const int64_t warm_end_us =
+      granary::common::MonotonicUs() + static_cast<int64_t>(FLAGS_warmup * 1e6);
   const int64_t end_us = warm_end_us + static_cast<int64_t>(FLAGS_duration * 1e6);
   size_t cursor = 0;
   int64_t done_keys = 0;
   uint64_t round = 0;
-  while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::MonotonicUs() < end_us) {
+  while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::common::MonotonicUs() < end_us) {
     if (failed->load()) return;
     size_t base = cursor;
     cursor = (cursor + batch) % ws_keys;
@@ -221,7 +222,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
       }
       if (!stale.empty()) client.BatchRemove(stale);  // untimed
     }
-    int64_t t0 = granary::MonotonicUs();
+    int64_t t0 = granary::common::MonotonicUs();
     uint64_t ok = 0;
     if (do_put) {
       auto res = client.BatchPutFrom(keys, srcs, sizes);
@@ -243,7 +244,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
         }
       }
     }
-    double us = static_cast<double>(granary::MonotonicUs() - t0);
+    double us = static_cast<double>(granary::common::MonotonicUs() - t0);
     if (t0 < warm_end_us) continue;  // warm-up: not counted
     out->batch_us.push_back(us);
     out->keys += ok;
@@ -298,17 +299,18 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
     }
     clients.push_back(std::move(*c));
   }
-  static const std::string run = granary::RandomId().substr(0, 8);
+  static const std::string run = granary::common::RandomId().substr(0, 8);
   namespace proto = granary::proto;
   const int batch = FLAGS_batch, lanes = FLAGS_lanes;
   const auto timeout = std::chrono::seconds(30);
   std::vector<uint64_t> sizes(batch, block);
-  const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
+  const int64_t end_us =
+      granary::common::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
   uint64_t seq = 0;
   int64_t done = 0;
   // A wave: `lanes` batches of fresh keys go out at once on one session (PutStart for all, then
   // PutEnd for all, then Get for all); each phase waits for all of its answers.
-  while (FLAGS_ops > 0 ? done < FLAGS_ops : granary::MonotonicUs() < end_us) {
+  while (FLAGS_ops > 0 ? done < FLAGS_ops : granary::common::MonotonicUs() < end_us) {
     granary::client::ClientImpl& c = *clients[seq / (batch * lanes) % clients.size()];
     std::vector<std::vector<std::string>> keys(lanes, std::vector<std::string>(batch));
     for (auto& lane : keys) {
@@ -317,7 +319,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
         if (k.size() < static_cast<size_t>(FLAGS_key_bytes)) k.resize(FLAGS_key_bytes, '.');
       }
     }
-    int64_t t0 = granary::MonotonicUs();
+    int64_t t0 = granary::common::MonotonicUs();
     std::vector<std::future<absl::StatusOr<proto::PutStartReply>>> starts;
     for (int l = 0; l < lanes; ++l) {
       proto::PutStartRequest req;
@@ -365,7 +367,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
         for (const auto& r : ended->results) ok += r.code == 0;
       }
     }
-    int64_t t1 = granary::MonotonicUs();
+    int64_t t1 = granary::common::MonotonicUs();
     put->batch_us.push_back(static_cast<double>(t1 - t0));
     put->keys += ok;
     g_progress.Add(ok, 0, static_cast<uint64_t>(batch) * lanes - ok);
@@ -395,7 +397,7 @@ void RunMetaThread(int t, uint64_t block, ThreadResult* put, ThreadResult* get,
       }
       c.ReleaseLeasesAsync(release);
     }
-    int64_t t2 = granary::MonotonicUs();
+    int64_t t2 = granary::common::MonotonicUs();
     get->batch_us.push_back(static_cast<double>(t2 - t1));
     get->keys += found;
     g_progress.Add(found, 0, static_cast<uint64_t>(batch) * lanes - found);
@@ -453,7 +455,7 @@ std::vector<Record> RunMeta(uint64_t block) {
 // again and again, as ucx_perftest does.
 std::vector<Record> RunMemcpy(uint64_t block) {
   const int batch = FLAGS_batch;
-  const uint64_t ws_bytes = *granary::ParseSize(FLAGS_working_set);
+  const uint64_t ws_bytes = *granary::common::ParseSize(FLAGS_working_set);
   const size_t ws_blocks = std::max<size_t>(batch, ws_bytes / block);
   std::vector<char> store(ws_blocks * block), buffer(static_cast<size_t>(batch) * block);
   // Touch every page first: the timed copies must not take page faults.
@@ -465,15 +467,16 @@ std::vector<Record> RunMemcpy(uint64_t block) {
     std::vector<ThreadResult> results(1);
     ThreadResult& tr = results[0];
     ProgressLine progress(absl::StrCat(mode, " ", block, " B"));
-    const int64_t end_us = granary::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
+    const int64_t end_us =
+        granary::common::MonotonicUs() + static_cast<int64_t>(FLAGS_duration * 1e6);
     size_t cursor = 0;
     int64_t done_keys = 0;
     // A timed sample is at least 4 MiB of copies: a cache-resident 64 KiB copy takes about a
     // microsecond, the clock's resolution.
     const uint64_t reps =
         std::max<uint64_t>(1, (uint64_t{4} << 20) / (static_cast<uint64_t>(batch) * block));
-    while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::MonotonicUs() < end_us) {
-      const int64_t t0 = granary::MonotonicUs();
+    while (FLAGS_ops > 0 ? done_keys < FLAGS_ops : granary::common::MonotonicUs() < end_us) {
+      const int64_t t0 = granary::common::MonotonicUs();
       for (uint64_t rep = 0; rep < reps; ++rep) {
         for (int j = 0; j < batch; ++j) {
           char* s = store.data() + ((cursor + j) % ws_blocks) * block;
@@ -487,7 +490,7 @@ std::vector<Record> RunMemcpy(uint64_t block) {
         cursor = (cursor + batch) % ws_blocks;
       }
       const uint64_t copies = static_cast<uint64_t>(batch) * reps;
-      tr.batch_us.push_back(static_cast<double>(granary::MonotonicUs() - t0));
+      tr.batch_us.push_back(static_cast<double>(granary::common::MonotonicUs() - t0));
       tr.keys += copies;
       tr.bytes += copies * block;
       g_progress.Add(copies, copies * block, 0);
@@ -526,9 +529,9 @@ int main(int argc, char** argv) {
       "granary_bench put|get|mixed|meta|memcpy [flags]\n"
       "  memcpy: the one-thread copy ceiling for get and put at the same shapes (no store)");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  granary::ConfigureMutexDeadlockDetection();
+  granary::common::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
-  if (granary::ParseLogLevel(FLAGS_log_level, &level)) granary::SetLogLevel(level);
+  if (granary::common::ParseLogLevel(FLAGS_log_level, &level)) granary::common::SetLogLevel(level);
   if (argc != 2) {
     fprintf(stderr, "granary_bench: give one mode: put, get, mixed, meta or memcpy\n");
     return 2;
@@ -558,14 +561,14 @@ int main(int argc, char** argv) {
             FLAGS_lanes);
     return 2;
   }
-  if (!granary::ParseSize(FLAGS_working_set).ok()) {
+  if (!granary::common::ParseSize(FLAGS_working_set).ok()) {
     fprintf(stderr, "granary_bench: --working_set: %s\n",
-            std::string(granary::ParseSize(FLAGS_working_set).status().message()).c_str());
+            std::string(granary::common::ParseSize(FLAGS_working_set).status().message()).c_str());
     return 2;
   }
   std::vector<uint64_t> blocks;
   for (absl::string_view s : absl::StrSplit(FLAGS_block_size, ',')) {
-    auto b = granary::ParsePositiveSize(s);
+    auto b = granary::common::ParsePositiveSize(s);
     if (!b.ok()) {
       fprintf(stderr, "granary_bench: --block_size: %s\n",
               std::string(b.status().message()).c_str());
@@ -583,8 +586,8 @@ int main(int argc, char** argv) {
                                                 : std::vector<Record>{RunOne(mode, b)};
     for (const Record& r : rs) {
       printf("%-6s %10s %6d %8d %-10s %10.3f %12.0f %10.1f %10.1f %7llu\n", r.mode.c_str(),
-             granary::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(), r.gbps,
-             r.keys_per_s, r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+             granary::common::FormatSize(b).c_str(), r.batch, r.threads, r.transport.c_str(),
+             r.gbps, r.keys_per_s, r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
       fflush(stdout);
       if (r.errors > 0) rc = 1;
       records.push_back(r);

@@ -111,8 +111,8 @@ void BuildReports(uint64_t objects, uint64_t value_bytes, std::vector<ReportingN
 // {0, -1} when the master refused a node.
 std::pair<uint64_t, double> RunRound() {
   MasterOptions options;
-  FakeClock clock;
-  MetricsRegistry metrics;
+  common::FakeClock clock;
+  common::MetricsRegistry metrics;
   MasterService svc(options, &clock, &metrics);
   std::vector<ReportingNode> nodes(FLAGS_nodes);
   const uint64_t per_node = (FLAGS_objects + FLAGS_nodes - 1) / FLAGS_nodes;

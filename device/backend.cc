@@ -24,9 +24,9 @@ namespace {
 // value, kept for the process (a handful at most: the environment is read once, tests ask for a
 // few more).
 DeviceBackend& RefusedBackend(const std::string& value, const absl::Status& reason) {
-  static Mutex mu;
+  static common::Mutex mu;
   static auto* const refused = new std::map<std::string, std::unique_ptr<DeviceBackend>>();
-  MutexLock lock(&mu);
+  common::MutexLock lock(&mu);
   std::unique_ptr<DeviceBackend>& backend = (*refused)[value];
   if (backend == nullptr) backend = internal::MakeNoneBackend(reason);
   return *backend;

@@ -341,7 +341,7 @@ class CudaRuntime final : public DeviceRuntime {
     void* base = nullptr;
     int count = 0;
   };
-  Mutex mu_;
+  common::Mutex mu_;
   std::map<uintptr_t, Opened> opened_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -393,7 +393,7 @@ absl::StatusOr<void*> CudaRuntime::OpenIpc(int device, absl::string_view blob) {
     return s;
   }
   void* mapped = static_cast<unsigned char*>(base) + wire.offset;
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   Opened& opened = opened_[reinterpret_cast<uintptr_t>(mapped)];
   opened.base = base;
   ++opened.count;
@@ -403,7 +403,7 @@ absl::StatusOr<void*> CudaRuntime::OpenIpc(int device, absl::string_view blob) {
 absl::Status CudaRuntime::CloseIpc(void* mapped) {
   void* base = nullptr;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     auto it = opened_.find(reinterpret_cast<uintptr_t>(mapped));
     if (it == opened_.end()) {
       return absl::InvalidArgumentError(

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<granary::master::QuotaBody> parsed = granary::master::ParseQuotaBody(body);
   if (!parsed.ok()) {
-    if (!granary::IsValidUtf8(parsed.status().message())) {
+    if (!granary::common::IsValidUtf8(parsed.status().message())) {
       std::fprintf(stderr, "error message is not UTF-8\n");
       std::abort();
     }

@@ -14,8 +14,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view in(reinterpret_cast<const char*>(data), size);
-  auto v = granary::ParseSize(in);
-  auto p = granary::ParsePositiveSize(in);
+  auto v = granary::common::ParseSize(in);
+  auto p = granary::common::ParsePositiveSize(in);
   if (!v.ok()) {
     if (p.ok()) {
       std::fprintf(stderr, "ParsePositiveSize accepted what ParseSize rejected\n");
@@ -32,12 +32,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   const std::string text = std::to_string(*v);
-  auto again = granary::ParseSize(text);
+  auto again = granary::common::ParseSize(text);
   if (!again.ok() || *again != *v) {
     std::fprintf(stderr, "ParseSize(\"%s\") does not give back %llu\n", text.c_str(),
                  (unsigned long long)*v);
     std::abort();
   }
-  (void)granary::FormatSize(*v);
+  (void)granary::common::FormatSize(*v);
   return 0;
 }

@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
   });
   Emit("unmount_refused_rep", static_cast<uint16_t>(MsgType::kUnmountSegment) | kReplyBit,
        StatusReply{WireStatus::From(
-           granary::WithReason(absl::FailedPreconditionError("NOT_LEADER: standby"),
-                               granary::ErrorReason::kNotLeader))});
+           granary::common::WithReason(absl::FailedPreconditionError("NOT_LEADER: standby"),
+                                       granary::ErrorReason::kNotLeader))});
   std::printf("make_seeds: %d frames in %s\n", g_written, g_dir.c_str());
   return 0;
 }

@@ -16,7 +16,7 @@ absl::StatusOr<DeviceUuid> FakeRuntime::DeviceUuidOf(int device) {
 }
 
 void FakeRuntime::FailNextIpcOpen() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   fail_next_ipc_open_ = true;
 }
 
@@ -30,7 +30,7 @@ DeviceUuid FakeRuntime::Uuid(int device) const {
 absl::StatusOr<std::string> FakeRuntime::ExportIpc(const void* p) {
   FakeIpcHandle handle;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     auto it = FindLocked(p);
     const Region* r = it == regions_.end() ? nullptr : &it->second;
     if (r == nullptr || r->kind != MemoryKind::kDevice || r->ipc_opened) {
@@ -56,7 +56,7 @@ absl::StatusOr<std::string> FakeRuntime::ExportIpc(const void* p) {
 absl::StatusOr<void*> FakeRuntime::OpenIpc(int device, absl::string_view blob) {
   if (absl::Status s = CheckDevice("OpenIpc", device); !s.ok()) return s;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (std::exchange(fail_next_ipc_open_, false)) {
       return absl::InternalError("OpenIpc: the fake IPC open failed (injected)");
     }
@@ -79,7 +79,7 @@ absl::StatusOr<void*> FakeRuntime::OpenIpc(int device, absl::string_view blob) {
   const std::tuple<int64_t, uint64_t, uint64_t> source{handle->pid, handle->start_time,
                                                        handle->inode};
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (void* mapped = ReopenLocked(source, handle->offset)) {
       close(*fd);
       return mapped;
@@ -87,7 +87,7 @@ absl::StatusOr<void*> FakeRuntime::OpenIpc(int device, absl::string_view blob) {
   }
   absl::StatusOr<FakeMapping> map = MapFakeFd(*fd, handle->size);
   if (!map.ok()) return map.status();
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   if (void* mapped = ReopenLocked(source, handle->offset)) {  // another thread mapped it first
     UnmapFake(*map);
     return mapped;
@@ -118,7 +118,7 @@ void* FakeRuntime::ReopenLocked(const std::tuple<int64_t, uint64_t, uint64_t>& s
 absl::Status FakeRuntime::CloseIpc(void* mapped) {
   Region region;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     const auto addr = reinterpret_cast<uintptr_t>(mapped);
     auto it = regions_.upper_bound(addr);
     if (it != regions_.begin()) --it;

@@ -49,7 +49,7 @@ FakeRuntime::~FakeRuntime() {
   std::map<void*, std::unique_ptr<FakeStream>> streams;
   std::map<uintptr_t, Region> regions;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     streams.swap(streams_);
     regions.swap(regions_);
   }
@@ -69,7 +69,7 @@ void FakeRuntime::Free(int, void* p) {
   if (p == nullptr) return;
   Region region;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
     if (it == regions_.end() || it->second.ipc_opened ||
         (it->second.kind != MemoryKind::kDevice && it->second.kind != MemoryKind::kManaged)) {
@@ -93,14 +93,14 @@ absl::StatusOr<void*> FakeRuntime::HostAllocPinned(size_t bytes) {
   region.kind = MemoryKind::kPinnedHost;
   region.bytes = bytes;
   region.owned_host = true;
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   InsertLocked(reinterpret_cast<uintptr_t>(p), std::move(region));
   return p;
 }
 
 void FakeRuntime::HostFreePinned(void* p) {
   if (p == nullptr) return;
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
   if (it == regions_.end() || !it->second.owned_host) return;
   munmap(p, it->second.bytes);
@@ -115,7 +115,7 @@ absl::Status FakeRuntime::HostRegister(void* p, size_t n) {
   (void)CheckDevice("HostRegister", 0);  // as HostAllocPinned
   absl::Duration delay;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     const auto start = reinterpret_cast<uintptr_t>(p);
     auto it = regions_.lower_bound(start + n);
     if (it != regions_.begin()) {
@@ -138,7 +138,7 @@ absl::Status FakeRuntime::HostRegister(void* p, size_t n) {
 }
 
 absl::Status FakeRuntime::HostUnregister(void* p) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
   if (it == regions_.end() || it->second.kind != MemoryKind::kPinnedHost || it->second.owned_host) {
     return absl::InvalidArgumentError(
@@ -157,7 +157,7 @@ PointerInfo FakeRuntime::Classify(const void* p) {
       addr >= span_end_.load(std::memory_order_acquire)) {
     return {};
   }
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = FindLocked(p);
   if (it == regions_.end()) return {};
   return {it->second.kind, it->second.device};
@@ -200,27 +200,27 @@ absl::Status FakeRuntime::Memset(int device, void* p, int value, size_t n) {
 }
 
 void FakeRuntime::FailNthAllocation(int n) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   alloc_countdown_ = n;
 }
 
 void FakeRuntime::InjectStickyCopyError() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   inject_sticky_ = true;
 }
 
 void FakeRuntime::SetStrictPinned(bool strict) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   strict_pinned_ = strict;
 }
 
 void FakeRuntime::SetHostRegisterDelay(absl::Duration delay) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   host_register_delay_ = delay;
 }
 
 int FakeRuntime::ContextsCreated(int device) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return contexts_.contains(device) ? 1 : 0;
 }
 
@@ -233,7 +233,7 @@ absl::Status FakeRuntime::CheckRange(const char* op, int device) const {
 // CheckRange for a call that needs a context on `device` (ContextsCreated), which it then has.
 absl::Status FakeRuntime::CheckDevice(const char* op, int device) {
   if (absl::Status s = CheckRange(op, device); !s.ok()) return s;
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   contexts_.insert(device);
   return absl::OkStatus();
 }
@@ -256,7 +256,7 @@ absl::StatusOr<void*> FakeRuntime::AllocRegion(const char* op, int device, size_
         absl::StrCat("DeviceAlloc(device=", device, "): bytes must be > 0, got 0"));
   }
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (alloc_countdown_ > 0 && --alloc_countdown_ == 0) {
       return absl::ResourceExhaustedError(absl::StrCat(op, "(device=", device, ", bytes=", bytes,
                                                        "): out of fake device memory (injected)"));
@@ -271,7 +271,7 @@ absl::StatusOr<void*> FakeRuntime::AllocRegion(const char* op, int device, size_
   region.bytes = bytes;
   region.map = *map;
   void* p = map->view;
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   InsertLocked(reinterpret_cast<uintptr_t>(p), std::move(region));
   return p;
 }
@@ -310,7 +310,7 @@ absl::StatusOr<unsigned char*> FakeRuntime::Translate(const char* op, const char
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " is null with n=", n));
   }
   const auto addr = reinterpret_cast<uintptr_t>(p);
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = FindLocked(p);
   const Region* r = it == regions_.end() ? nullptr : &it->second;
   const uintptr_t start = r == nullptr ? 0 : it->first;
@@ -336,18 +336,18 @@ absl::StatusOr<unsigned char*> FakeRuntime::Translate(const char* op, const char
 }
 
 bool FakeRuntime::Strict() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return strict_pinned_;
 }
 
 absl::Status FakeRuntime::Sticky() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return sticky_;
 }
 
 absl::Status FakeRuntime::Execute(absl::FunctionRef<absl::Status()> copy) {
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (!sticky_.ok()) return sticky_;
     if (inject_sticky_) {
       inject_sticky_ = false;
@@ -357,7 +357,7 @@ absl::Status FakeRuntime::Execute(absl::FunctionRef<absl::Status()> copy) {
       return sticky_;
     }
   }
-  MutexLock engine(&engine_mu_);
+  common::MutexLock engine(&engine_mu_);
   return copy();
 }
 

@@ -148,11 +148,11 @@ class FakeRuntime final : public DeviceRuntime {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FakeOptions options_;
-  Mutex mu_;
+  common::Mutex mu_;
   // The device's one copy engine: copies and kernels from every stream and the default stream
   // run one at a time on the alias views, so a synchronous Copy reading a range a stream writes
   // sees either the old bytes or the new ones, never half of each (and TSan sees the order).
-  Mutex engine_mu_;
+  common::Mutex engine_mu_;
   // Keyed by start address; ranges never overlap.
   std::map<uintptr_t, Region> regions_ ABSL_GUARDED_BY(mu_);
   // [span_begin_, span_end_) covers every range ever in regions_; written under mu_, read

@@ -17,17 +17,17 @@ struct AtLeast {
 }  // namespace
 
 uint64_t FakeHold::Queue() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return ++queued_;
 }
 
 void FakeHold::ReleaseAll() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   released_ = queued_;
 }
 
 void FakeHold::AwaitTurn(uint64_t number, absl::Time queued) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   AtLeast cond{&released_, number};
   mu_.AwaitWithTimeout(absl::Condition(&AtLeast::Reached, &cond), queued + hold_ - absl::Now());
 }
@@ -37,7 +37,7 @@ FakeStream::FakeStream(int device, std::shared_ptr<FakeHold> hold)
 
 FakeStream::~FakeStream() {
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     stopping_ = true;
   }
   if (hold_ != nullptr) hold_->ReleaseAll();
@@ -50,14 +50,14 @@ void FakeStream::Enqueue(absl::Duration delay, Op op) {
     item.number = hold_->Queue();
     item.queued = absl::Now();
   }
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   queue_.push_back(std::move(item));
   ++enqueued_;
 }
 
 absl::Status FakeStream::Synchronize() {
   if (hold_ != nullptr) hold_->ReleaseAll();
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   AtLeast cond{&completed_, enqueued_};
   mu_.AwaitWithTimeout(absl::Condition(&AtLeast::Reached, &cond), absl::InfiniteDuration());
   return std::exchange(first_error_, absl::OkStatus());
@@ -72,7 +72,7 @@ void FakeStream::Run() {
   for (;;) {
     Item item;
     {
-      MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&HasWork::Check, this), absl::InfiniteDuration());
       // Stopping drains the queue first: DestroyStream's work still completes.
       if (queue_.empty()) return;
@@ -82,14 +82,14 @@ void FakeStream::Run() {
     if (hold_ != nullptr) hold_->AwaitTurn(item.number, item.queued);
     if (item.delay > absl::ZeroDuration()) absl::SleepFor(item.delay);
     absl::Status status = item.op();
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (!status.ok() && first_error_.ok()) first_error_ = std::move(status);
     ++completed_;
   }
 }
 
 uint64_t FakeEvent::BeginRecord(std::shared_ptr<FakeHold> hold) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   hold_ = std::move(hold);
   return ++recorded_;
 }
@@ -97,32 +97,32 @@ uint64_t FakeEvent::BeginRecord(std::shared_ptr<FakeHold> hold) {
 void FakeEvent::ReleaseHeld() {
   std::shared_ptr<FakeHold> hold;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     hold = hold_;
   }
   if (hold != nullptr) hold->ReleaseAll();
 }
 
 void FakeEvent::MarkDone(uint64_t number, const absl::Status& status) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   if (number > done_) done_ = number;
   if (!status.ok()) status_ = status;
 }
 
 absl::StatusOr<bool> FakeEvent::Query() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   if (!DoneLocked()) return false;
   if (!status_.ok()) return status_;
   return true;
 }
 
 uint64_t FakeEvent::LastRecord() {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   return recorded_;
 }
 
 absl::Status FakeEvent::WaitFor(uint64_t number) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   AtLeast cond{&done_, number};
   mu_.AwaitWithTimeout(absl::Condition(&AtLeast::Reached, &cond), absl::InfiniteDuration());
   return status_;

@@ -31,7 +31,7 @@ class FakeHold {
 
  private:
   const absl::Duration hold_;
-  Mutex mu_;
+  common::Mutex mu_;
   uint64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t released_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -75,7 +75,7 @@ class FakeStream {
 
   const int device_;
   const std::shared_ptr<FakeHold> hold_;
-  Mutex mu_;
+  common::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
@@ -104,7 +104,7 @@ class FakeEvent {
  private:
   bool DoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= recorded_; }
 
-  Mutex mu_;
+  common::Mutex mu_;
   uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

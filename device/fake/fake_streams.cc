@@ -36,7 +36,7 @@ absl::StatusOr<void*> FakeRuntime::CreateEngineStream(int device, absl::Duration
 
 void* FakeRuntime::AddStream(std::unique_ptr<FakeStream> stream) {
   void* handle = stream.get();
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   streams_.emplace(handle, std::move(stream));
   return handle;
 }
@@ -44,7 +44,7 @@ void* FakeRuntime::AddStream(std::unique_ptr<FakeStream> stream) {
 void FakeRuntime::DestroyStream(void* stream) {
   std::unique_ptr<FakeStream> owned;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     auto it = streams_.find(stream);
     if (it == streams_.end()) return;
     owned = std::move(it->second);
@@ -78,13 +78,13 @@ absl::StatusOr<void*> FakeRuntime::CreateEvent(int device) {
   if (absl::Status s = CheckDevice("CreateEvent", device); !s.ok()) return s;
   auto event = std::make_shared<FakeEvent>();
   void* handle = event.get();
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   events_.emplace(handle, std::move(event));
   return handle;
 }
 
 void FakeRuntime::DestroyEvent(void* event) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   events_.erase(event);
 }
 
@@ -128,7 +128,7 @@ absl::Status FakeRuntime::StreamWaitEvent(void* stream, void* event) {
 }
 
 void FakeRuntime::SetOpDelay(absl::Duration delay) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   op_delay_ = delay;
 }
 
@@ -157,7 +157,7 @@ absl::Status FakeRuntime::CopyRegions(const char* op, void* stream, const CopyRe
 
 absl::StatusOr<FakeStream*> FakeRuntime::FindStream(const char* op, void* stream) {
   if (stream == nullptr) return nullptr;
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = streams_.find(stream);
   if (it == streams_.end()) {
     return absl::InvalidArgumentError(
@@ -167,7 +167,7 @@ absl::StatusOr<FakeStream*> FakeRuntime::FindStream(const char* op, void* stream
 }
 
 absl::StatusOr<std::shared_ptr<FakeEvent>> FakeRuntime::FindEvent(const char* op, void* event) {
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   auto it = events_.find(event);
   if (it == events_.end()) {
     return absl::InvalidArgumentError(
@@ -186,7 +186,7 @@ absl::Status FakeRuntime::Submit(const char* name, void* stream, FakeStream::Op 
   }
   absl::Duration delay;
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     delay = op_delay_;
   }
   (*s)->Enqueue(delay, std::move(op));

@@ -101,7 +101,7 @@ absl::StatusOr<AdminTarget> ResolveAdminTarget(const std::string& admin,
                                                const std::string& token_file) {
   AdminTarget t;
   if (admin.empty()) {
-    auto master = ParseHostPort(master_address);
+    auto master = common::ParseHostPort(master_address);
     if (!master.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("no --admin given, and the master address '", master_address,
@@ -110,7 +110,7 @@ absl::StatusOr<AdminTarget> ResolveAdminTarget(const std::string& admin,
     t.host = master->host;
     t.port = kDefaultAdminPort;
   } else {
-    auto hp = ParseHostPort(admin);
+    auto hp = common::ParseHostPort(admin);
     if (!hp.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--admin '", admin, "' is not HOST:PORT: ", hp.status().message()));
@@ -195,10 +195,11 @@ std::string FormatTenantTable(const json& snapshots) {
       flags.push_back(absl::StrCat("tier=", s["default_tier"].get<std::string>()));
     }
     std::optional<uint64_t> max = MaybeU64(s, "max_entries");
-    rows.push_back({Str(s, "tenant_id"), FormatSize(U64(s, "requested_quota_bytes")),
-                    FormatSize(U64(s, "effective_quota_bytes")),
-                    FormatSize(U64(s, "charged_bytes")), FormatSize(U64(s, "inflight_bytes")),
-                    absl::StrCat(U64(s, "entries")), max.has_value() ? absl::StrCat(*max) : "-",
+    rows.push_back({Str(s, "tenant_id"), common::FormatSize(U64(s, "requested_quota_bytes")),
+                    common::FormatSize(U64(s, "effective_quota_bytes")),
+                    common::FormatSize(U64(s, "charged_bytes")),
+                    common::FormatSize(U64(s, "inflight_bytes")), absl::StrCat(U64(s, "entries")),
+                    max.has_value() ? absl::StrCat(*max) : "-",
                     flags.empty() ? "-" : absl::StrJoin(flags, ",")});
   }
   return Table(rows);
@@ -235,11 +236,12 @@ std::string FormatNodeTable(const json& segments) {
       {"NODE", "ADDRESS", "SEGMENTS", "TIER", "POOL", "NIC", "NUMA", "SIZE", "USED", "USE"}};
   for (const std::string& id : order) {
     const Node& n = nodes[id];
-    rows.push_back(
-        {id, n.address, absl::StrCat(n.segments), absl::StrJoin(n.tiers, ","),
-         n.pool.empty() ? "shared" : n.pool, n.nics.empty() ? "ucx" : absl::StrJoin(n.nics, ","),
-         n.numa.empty() ? "-" : absl::StrJoin(n.numa, ","), FormatSize(n.size), FormatSize(n.used),
-         n.size == 0 ? "-" : absl::StrFormat("%.1f%%", 100.0 * n.used / n.size)});
+    rows.push_back({id, n.address, absl::StrCat(n.segments), absl::StrJoin(n.tiers, ","),
+                    n.pool.empty() ? "shared" : n.pool,
+                    n.nics.empty() ? "ucx" : absl::StrJoin(n.nics, ","),
+                    n.numa.empty() ? "-" : absl::StrJoin(n.numa, ","), common::FormatSize(n.size),
+                    common::FormatSize(n.used),
+                    n.size == 0 ? "-" : absl::StrFormat("%.1f%%", 100.0 * n.used / n.size)});
   }
   return Table(rows);
 }
@@ -266,8 +268,8 @@ int RunTenants(const AdminTarget& target, const std::vector<std::string>& args,
       // Quotas are shared out of the mounted capacity: a request above it counts as the
       // capacity, and requests that sum past it are scaled down (the master logs the numbers).
       std::cerr << "granary: note: tenant '" << tenant << "' requested "
-                << FormatSize(setting->quota_bytes) << " but its effective quota is "
-                << FormatSize(effective)
+                << common::FormatSize(setting->quota_bytes) << " but its effective quota is "
+                << common::FormatSize(effective)
                 << ": the cluster's shared capacity is smaller than what the tenants request\n";
     }
     return kOk;

@@ -55,21 +55,21 @@ void GiveBack(granary::client::ClientImpl& c, const std::string& key,
 int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args,
            const CommandFlags& flags) {
   granary::PutOptions options;  // the tenant's default tier unless --tier names one
-  std::optional<granary::TierPreference> tier_preference;
+  std::optional<granary::common::TierPreference> tier_preference;
   if (!flags.tier.empty()) {
     absl::StatusOr<granary::StorageTier> tier = granary::ParseStorageTier(flags.tier);
     if (!tier.ok()) return Usage(absl::StrCat("--tier: ", tier.status().message()));
     options.tier = *tier;
-    tier_preference = *granary::ParseTierPreference(flags.tier);
+    tier_preference = *granary::common::ParseTierPreference(flags.tier);
   }
   std::optional<uint64_t> size_flag;
   if (!flags.size.empty()) {
-    absl::StatusOr<uint64_t> n = granary::ParsePositiveSize(flags.size);
+    absl::StatusOr<uint64_t> n = granary::common::ParsePositiveSize(flags.size);
     if (!n.ok()) return Usage(absl::StrCat("--size: ", n.status().message()));
     size_flag = *n;
   }
   const std::string& key = args[0];
-  const std::string what = "put " + granary::QuotedKey(key);
+  const std::string what = "put " + granary::common::QuotedKey(key);
   const std::string path = args.size() > 1 ? args[1] : "-";
   const std::string input = path == "-" ? "stdin" : "'" + path + "'";
   int fd = path == "-" ? 0 : open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -93,7 +93,7 @@ int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args,
   }
   std::optional<Progress> progress;
   if (size.value_or(0) >= kProgressBytes || path == "-") {
-    progress.emplace("put " + granary::EscapeUnprintable(key), size.value_or(0));
+    progress.emplace("put " + granary::common::EscapeUnprintable(key), size.value_or(0));
   }
   std::string data;
   std::optional<granary::client::ClientImpl::PutGrant> grant;
@@ -103,7 +103,8 @@ int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args,
         ReadUpTo(fd, input, kUnsizedInputBytes + 1, &data, progress ? &*progress : nullptr);
     if (!read.ok()) return Usage(std::string(read.message()));
     if (data.size() > kUnsizedInputBytes) {
-      return Usage(absl::StrCat(input, " holds more than ", granary::FormatSize(kUnsizedInputBytes),
+      return Usage(absl::StrCat(input, " holds more than ",
+                                granary::common::FormatSize(kUnsizedInputBytes),
                                 ": give --size=SIZE (its exact size), so that the master is asked "
                                 "for room before the rest is read"));
     }
@@ -132,7 +133,7 @@ int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args,
       return Usage(bad);
     }
   }
-  int64_t t0 = granary::MonotonicUs();
+  int64_t t0 = granary::common::MonotonicUs();
   auto put = [&] {
     if (grant.has_value()) {
       absl::Status st = c.FinishPut({key}, {data.data()}, {data.size()}, *grant)[0];
@@ -144,10 +145,11 @@ int RunPut(granary::client::ClientImpl& c, const std::vector<std::string>& args,
   };
   absl::Status put_status =
       progress && data.size() >= kProgressBytes ? progress->Around("sending", put) : put();
-  int64_t us = granary::MonotonicUs() - t0;
+  int64_t us = granary::common::MonotonicUs() - t0;
   if (progress) progress->Done();
   if (!put_status.ok()) return Fail(what, put_status);
-  std::cerr << "put " << granary::EscapeUnprintable(key) << ": " << Rate(data.size(), us) << "\n";
+  std::cerr << "put " << granary::common::EscapeUnprintable(key) << ": " << Rate(data.size(), us)
+            << "\n";
   return kOk;
 }
 
@@ -158,18 +160,19 @@ int RunGet(granary::Client& c, const std::vector<std::string>& args) {
   if (isatty(2) == 1) {
     auto info = c.Stat(args[0]);
     if (info.ok() && info->size >= kProgressBytes) {
-      progress.emplace("get " + granary::EscapeUnprintable(args[0]), info->size);
+      progress.emplace("get " + granary::common::EscapeUnprintable(args[0]), info->size);
     }
   }
-  int64_t t0 = granary::MonotonicUs();
+  int64_t t0 = granary::common::MonotonicUs();
   auto v =
       progress ? progress->Around("receiving", [&] { return c.Get(args[0]); }) : c.Get(args[0]);
-  int64_t us = granary::MonotonicUs() - t0;
-  if (!v.ok()) return Fail("get " + granary::QuotedKey(args[0]), v.status());
+  int64_t us = granary::common::MonotonicUs() - t0;
+  if (!v.ok()) return Fail("get " + granary::common::QuotedKey(args[0]), v.status());
   absl::Status st = WriteAll(args.size() > 1 ? args[1] : "-", *v, progress ? &*progress : nullptr);
   if (progress) progress->Done();
-  if (!st.ok()) return Fail("get " + granary::QuotedKey(args[0]), st);
-  std::cerr << "get " << granary::EscapeUnprintable(args[0]) << ": " << Rate(v->size(), us) << "\n";
+  if (!st.ok()) return Fail("get " + granary::common::QuotedKey(args[0]), st);
+  std::cerr << "get " << granary::common::EscapeUnprintable(args[0]) << ": " << Rate(v->size(), us)
+            << "\n";
   return kOk;
 }
 
@@ -178,7 +181,7 @@ int RunRemove(granary::Client& c, const std::vector<std::string>& args, const Co
   int rc = kOk;
   for (size_t i = 0; i < args.size(); ++i) {
     if (results[i].ok()) continue;
-    rc = std::max(rc, Fail("rm " + granary::QuotedKey(args[i]), results[i]));
+    rc = std::max(rc, Fail("rm " + granary::common::QuotedKey(args[i]), results[i]));
     if (granary::ErrorReasonOf(results[i]) == granary::ErrorReason::kHasLease) {
       std::cerr << "granary: (HAS_LEASE: rm --force removes it anyway; its reader then gets "
                    "NOT_FOUND, never wrong bytes)\n";
@@ -189,15 +192,16 @@ int RunRemove(granary::Client& c, const std::vector<std::string>& args, const Co
 
 int RunExists(granary::Client& c, const std::vector<std::string>& args) {
   auto e = c.Exist(args[0]);
-  if (!e.ok()) return Fail("exists " + granary::QuotedKey(args[0]), e.status());
+  if (!e.ok()) return Fail("exists " + granary::common::QuotedKey(args[0]), e.status());
   std::cout << args[0] << (*e ? " exists" : " does not exist") << "\n";
   return *e ? kOk : kRefused;
 }
 
 int RunStat(granary::Client& c, const std::vector<std::string>& args) {
   auto s = c.Stat(args[0]);
-  if (!s.ok()) return Fail("stat " + granary::QuotedKey(args[0]), s.status());
-  std::cout << "key: " << s->key << "\nsize: " << s->size << " (" << granary::FormatSize(s->size)
+  if (!s.ok()) return Fail("stat " + granary::common::QuotedKey(args[0]), s.status());
+  std::cout << "key: " << s->key << "\nsize: " << s->size << " ("
+            << granary::common::FormatSize(s->size)
             << ")\nstate: " << (s->complete ? "complete" : "processing")
             << "\nreplicas: " << s->replicas << "\ngeneration: " << s->generation
             << "\nage_ms: " << s->age_ms << "\n";
@@ -227,11 +231,12 @@ int RunLookup(granary::Client& c, const std::vector<std::string>& args, const Co
 
 int RunCopyOrMove(granary::Client& c, const std::string& cmd, const std::vector<std::string>& args,
                   const CommandFlags& flags) {
-  int64_t t0 = granary::MonotonicUs();
+  int64_t t0 = granary::common::MonotonicUs();
   absl::Status st = cmd == "copy" ? c.Copy(args[0], flags.to) : c.Move(args[0], flags.to);
-  if (!st.ok()) return Fail(cmd + " " + granary::QuotedKey(args[0]) + " to " + flags.to, st);
-  std::cerr << cmd << " " << granary::EscapeUnprintable(args[0]) << " to " << flags.to
-            << ": done in " << (granary::MonotonicUs() - t0) / 1000.0 << " ms\n";
+  if (!st.ok())
+    return Fail(cmd + " " + granary::common::QuotedKey(args[0]) + " to " + flags.to, st);
+  std::cerr << cmd << " " << granary::common::EscapeUnprintable(args[0]) << " to " << flags.to
+            << ": done in " << (granary::common::MonotonicUs() - t0) / 1000.0 << " ms\n";
   return kOk;
 }
 
@@ -242,8 +247,9 @@ int RunSegments(granary::Client& c) {
                                "NODE", "SIZE", "USED", "POOL");
   for (const auto& s : *r) {
     std::cout << absl::StrFormat("%-18d %-6s %-10s %-24s %12s %12s %s\n", s.segment_id, s.tier,
-                                 s.name, s.node_address, granary::FormatSize(s.size),
-                                 granary::FormatSize(s.used), s.pool.empty() ? "-" : s.pool);
+                                 s.name, s.node_address, granary::common::FormatSize(s.size),
+                                 granary::common::FormatSize(s.used),
+                                 s.pool.empty() ? "-" : s.pool);
   }
   return kOk;
 }

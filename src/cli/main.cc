@@ -111,7 +111,7 @@ absl::StatusOr<granary::ClientOptions> LoadOptions() {
       FLAGS_config.empty() ? granary::ClientOptions::FromEnvironment()
                            : granary::ClientOptions::FromJsonFile(FLAGS_config);
   if (!o.ok()) return o;
-  o->log_level = granary::GetLogLevel();  // --log_level, for the library's lines too
+  o->log_level = granary::common::GetLogLevel();  // --log_level, for the library's lines too
   if (!FLAGS_master.empty()) o->master_server_address = FLAGS_master;
   if (!FLAGS_cluster_id.empty()) o->cluster_id = FLAGS_cluster_id;
   if (!FLAGS_tenant_id.empty()) o->tenant_id = FLAGS_tenant_id;
@@ -179,7 +179,7 @@ int CheckArgs(const std::string& cmd, const std::vector<std::string>& args) {
 // tenants set: --quota and --max_entries parsed; nullopt (after the usage message) when bad.
 std::optional<granary::cli::TenantSetting> ParseTenantSetting(int* rc) {
   granary::cli::TenantSetting t;
-  auto quota = granary::ParseSize(FLAGS_quota);
+  auto quota = granary::common::ParseSize(FLAGS_quota);
   if (!quota.ok()) {
     *rc = Usage(absl::StrCat("--quota '", FLAGS_quota, "': ", quota.status().message()));
     return std::nullopt;
@@ -201,7 +201,8 @@ std::optional<granary::cli::TenantSetting> ParseTenantSetting(int* rc) {
     return std::nullopt;
   }
   if (!FLAGS_default_tier.empty()) {
-    absl::StatusOr<granary::TierPreference> tier = granary::ParseTierPreference(FLAGS_default_tier);
+    absl::StatusOr<granary::common::TierPreference> tier =
+        granary::common::ParseTierPreference(FLAGS_default_tier);
     if (!tier.ok()) {
       *rc = Usage(absl::StrCat("--default_tier: ", tier.status().message()));
       return std::nullopt;
@@ -313,12 +314,12 @@ int Fail(const std::string& what, const absl::Status& st) {
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(kUsageText);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  granary::ConfigureMutexDeadlockDetection();
+  granary::common::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
-  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+  if (!granary::common::ParseLogLevel(FLAGS_log_level, &level)) {
     return Usage("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
   }
-  granary::SetLogLevel(level);
+  granary::common::SetLogLevel(level);
   if (argc < 2) return Usage("no command given");
   std::string cmd = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);

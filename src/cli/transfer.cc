@@ -64,8 +64,8 @@ absl::Status WriteAll(const std::string& path, const std::string& data, Progress
 
 std::string Rate(uint64_t bytes, int64_t us) {
   double gbps = us > 0 ? static_cast<double>(bytes) / (us * 1e3) : 0;
-  return absl::StrFormat("%s in %.3f ms (%.2f GB/s)", granary::FormatSize(bytes), us / 1000.0,
-                         gbps);
+  return absl::StrFormat("%s in %.3f ms (%.2f GB/s)", granary::common::FormatSize(bytes),
+                         us / 1000.0, gbps);
 }
 
 }  // namespace granary::cli

@@ -30,25 +30,29 @@ namespace granary::cli {
 class Progress {
  public:
   Progress(std::string what, uint64_t total)
-      : what_(std::move(what)), total_(total), on_(isatty(2) == 1), t0_(granary::MonotonicUs()) {}
+      : what_(std::move(what)),
+        total_(total),
+        on_(isatty(2) == 1),
+        t0_(granary::common::MonotonicUs()) {}
   ~Progress() { Done(); }
   bool on() const { return on_; }
   // `done` bytes of the phase `phase` ("read", "sent", "written") are through.
   void Update(const char* phase, uint64_t done) {
     if (!on_) return;
-    granary::MutexLock lock(&mu_);
-    const int64_t now = granary::MonotonicUs();
+    granary::common::MutexLock lock(&mu_);
+    const int64_t now = granary::common::MonotonicUs();
     if (now - last_us_ < 100'000 && done < total_) return;
     last_us_ = now;
     const double s = static_cast<double>(std::max<int64_t>(now - t0_, 1)) / 1e6;
-    std::string line = absl::StrFormat("%s: %s %s", what_, granary::FormatSize(done), phase);
+    std::string line =
+        absl::StrFormat("%s: %s %s", what_, granary::common::FormatSize(done), phase);
     if (total_ > 0) {
-      absl::StrAppendFormat(&line, " of %s (%.0f%%)", granary::FormatSize(total_),
+      absl::StrAppendFormat(&line, " of %s (%.0f%%)", granary::common::FormatSize(total_),
                             100.0 * static_cast<double>(done) / static_cast<double>(total_));
     }
-    absl::StrAppendFormat(&line, ", %s/s, %.1f s",
-                          granary::FormatSize(static_cast<uint64_t>(static_cast<double>(done) / s)),
-                          s);
+    absl::StrAppendFormat(
+        &line, ", %s/s, %.1f s",
+        granary::common::FormatSize(static_cast<uint64_t>(static_cast<double>(done) / s)), s);
     fprintf(stderr, "\r\033[K%s", line.c_str());
     drawn_ = true;
   }
@@ -61,10 +65,10 @@ class Progress {
       while (!finished.load()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (finished.load()) break;
-        granary::MutexLock lock(&mu_);
-        const double s = static_cast<double>(granary::MonotonicUs() - t0_) / 1e6;
+        granary::common::MutexLock lock(&mu_);
+        const double s = static_cast<double>(granary::common::MonotonicUs() - t0_) / 1e6;
         fprintf(stderr, "\r\033[K%s: %s %s, %.1f s", what_.c_str(), phase,
-                granary::FormatSize(total_).c_str(), s);
+                granary::common::FormatSize(total_).c_str(), s);
         drawn_ = true;
       }
     });
@@ -75,7 +79,7 @@ class Progress {
   }
   // Clears the line, so the command's own summary line follows on a clean terminal.
   void Done() {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (drawn_) fprintf(stderr, "\r\033[K");
     drawn_ = false;
   }
@@ -85,7 +89,7 @@ class Progress {
   const uint64_t total_;
   const bool on_;
   const int64_t t0_;
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   int64_t last_us_ ABSL_GUARDED_BY(mu_) = 0;
   bool drawn_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -22,7 +22,7 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::GetImpl(absl::Span<const std::st
                                                         const DestFn& dest,
                                                         const GetOptions& options,
                                                         const std::vector<int>* devices) {
-  ScopedLogRoute route(&log_route_);
+  common::ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::StatusOr<size_t>> out(n, absl::UnknownError("not attempted"));
   if (n > proto::kMaxBatch) {
@@ -70,13 +70,13 @@ void ClientImpl::RunGetRound(absl::Span<const std::string> keys, GetPlan* plan,
   pending->clear();
   for (size_t i : plan->fetched) {
     if (!failed[i].ok()) {
-      (*out)[i] = absl::UnavailableError(
-          absl::StrCat("reading key ", QuotedKey(keys[i]), " failed: ", failed[i].message()));
+      (*out)[i] = absl::UnavailableError(absl::StrCat("reading key ", common::QuotedKey(keys[i]),
+                                                      " failed: ", failed[i].message()));
       pending->push_back(i);
       continue;
     }
-    absl::Status hs =
-        proto::CheckAllocHeader((*headers)[i], plan->gens[i], HashBytes(keys[i]), plan->lens[i]);
+    absl::Status hs = proto::CheckAllocHeader((*headers)[i], plan->gens[i],
+                                              common::HashBytes(keys[i]), plan->lens[i]);
     if (!hs.ok()) {
       (*out)[i] = hs;
       pending->push_back(i);
@@ -99,7 +99,7 @@ void ClientImpl::ReleaseLeasesAsync(const proto::KeyGenRequest& leases) {
 absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint64_t generation,
                                                     uint64_t size,
                                                     const proto::ReplicaDesc& replica) {
-  ScopedLogRoute route(&log_route_);
+  common::ScopedLogRoute route(&log_route_);
   GRANARY_ASSIGN_OR_RETURN(auto seg, session_->SegmentFor(replica.segment_id));
   AllocHeader header;
   std::string value(size, '\0');
@@ -115,7 +115,8 @@ absl::StatusOr<std::string> ClientImpl::ReadReplica(const std::string& key, uint
   body.length = size;
   body.remote_addr = replica.address + kAllocHeaderSize;
   GRANARY_RETURN_IF_ERROR(router_->Transfer({hdr, body}));
-  GRANARY_RETURN_IF_ERROR(proto::CheckAllocHeader(header, generation, HashBytes(key), size));
+  GRANARY_RETURN_IF_ERROR(
+      proto::CheckAllocHeader(header, generation, common::HashBytes(key), size));
   return value;
 }
 
@@ -160,8 +161,9 @@ std::vector<absl::StatusOr<size_t>> ClientImpl::BatchGetInto(absl::Span<const st
         k,
         [&](size_t i, uint64_t size) -> absl::StatusOr<void*> {
           if (size > cap[i]) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "key ", QuotedKey(k[i]), " holds ", size, " bytes but the buffer has ", cap[i]));
+            return absl::FailedPreconditionError(
+                absl::StrCat("key ", common::QuotedKey(k[i]), " holds ", size,
+                             " bytes but the buffer has ", cap[i]));
           }
           return b[i];
         },

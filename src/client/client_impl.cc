@@ -31,14 +31,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::CreateFromEnvironment() {
 }
 
 absl::StatusOr<StorageTier> ParseStorageTier(absl::string_view text) {
-  absl::StatusOr<TierPreference> t = ParseTierPreference(text);
+  absl::StatusOr<common::TierPreference> t = common::ParseTierPreference(text);
   if (!t.ok()) return t.status();
   switch (*t) {
-    case TierPreference::kGpu:
+    case common::TierPreference::kGpu:
       return StorageTier::kGpu;
-    case TierPreference::kAny:
+    case common::TierPreference::kAny:
       return StorageTier::kAny;
-    case TierPreference::kHost:
+    case common::TierPreference::kHost:
       break;
   }
   return StorageTier::kHost;
@@ -51,14 +51,14 @@ using proto::AllocHeader;
 namespace {
 
 // PutOptions::tier as the master's preference (nullopt: the tenant's default_tier).
-std::optional<TierPreference> TierPreferenceOf(StorageTier tier) {
+std::optional<common::TierPreference> TierPreferenceOf(StorageTier tier) {
   switch (tier) {
     case StorageTier::kHost:
-      return TierPreference::kHost;
+      return common::TierPreference::kHost;
     case StorageTier::kGpu:
-      return TierPreference::kGpu;
+      return common::TierPreference::kGpu;
     case StorageTier::kAny:
-      return TierPreference::kAny;
+      return common::TierPreference::kAny;
     case StorageTier::kTenantDefault:
       break;
   }
@@ -89,14 +89,15 @@ std::optional<bool> PreferGpu(StorageTier tier) {
 absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptions& options) {
   GRANARY_RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<ClientImpl> c(new ClientImpl(options));
-  ScopedLogRoute route(&c->log_route_);
+  common::ScopedLogRoute route(&c->log_route_);
   GRANARY_LOG_DEBUG << "client of tenant '" << options.tenant_id
                     << "': connecting to the master at " << options.master_server_address;
   GRANARY_RETURN_IF_ERROR(c->OpenTransport());
   GRANARY_RETURN_IF_ERROR(c->OpenDevicePaths());
   GRANARY_ASSIGN_OR_RETURN(std::string worker_address, c->worker_->Address());
   c->registrations_ = std::make_unique<Registrations>(
-      c->ctx_.get(), absl::StrCat(proto::kClientPushPrefix, RandomId()), std::move(worker_address));
+      c->ctx_.get(), absl::StrCat(proto::kClientPushPrefix, common::RandomId()),
+      std::move(worker_address));
   c->bounce_ = std::make_unique<GpuBounce>(&c->metrics_, c->registrations_.get());
   c->nodes_ =
       std::make_unique<NodeLinks>(c->worker_.get(), &c->metrics_, options.transfer_timeout_ms);
@@ -154,10 +155,10 @@ absl::Status ClientImpl::OpenTransport() {
   GRANARY_ASSIGN_OR_RETURN(worker_, transport::Worker::Create(ctx_.get(), "client", &metrics_,
                                                               /*caller_drive=*/true));
   // The progress thread logs through this client's route for as long as it runs.
-  worker_->Post([route = &log_route_] { SetThreadLogRoute(route); });
+  worker_->Post([route = &log_route_] { common::SetThreadLogRoute(route); });
   rma_ = std::make_unique<transport::RmaEngine>(worker_.get());
   if (options_.copy_threads > 0) {
-    copy_pool_ = std::make_unique<WorkPool>(options_.copy_threads);
+    copy_pool_ = std::make_unique<common::WorkPool>(options_.copy_threads);
     rma_->set_copy_pool(
         copy_pool_.get(),
         metrics_.Counter("granary_client_shared_copy_batches_total",
@@ -171,7 +172,7 @@ absl::Status ClientImpl::OpenDevicePaths() {
   gpu_ = std::make_unique<GpuSegments>(&metrics_);
   uint64_t pin_cap = DeviceTransfers::kDefaultPinCap;
   if (const char* cap = std::getenv("GRANARY_GPU_PIN_MAX_BYTES"); cap != nullptr && *cap != 0) {
-    absl::StatusOr<uint64_t> v = ParseSize(cap);
+    absl::StatusOr<uint64_t> v = common::ParseSize(cap);
     if (!v.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("GRANARY_GPU_PIN_MAX_BYTES='", cap, "': ", v.status().message()));
@@ -194,8 +195,8 @@ absl::Status ClientImpl::OpenDevicePaths() {
 }
 
 ClientImpl::~ClientImpl() {
-  ScopedLogRoute route(&log_route_);  // closing connections may log
-  router_.reset();                    // holds pointers only
+  common::ScopedLogRoute route(&log_route_);  // closing connections may log
+  router_.reset();                            // holds pointers only
   session_.reset();
   nodes_.reset();  // closes the connections to nodes
   rma_.reset();
@@ -229,7 +230,7 @@ std::vector<absl::Status> ClientImpl::PutImpl(absl::Span<const std::string> keys
                                               absl::Span<const void* const> data,
                                               absl::Span<const size_t> sizes, uint32_t flags,
                                               const std::vector<int>* devices, EngineOrder* order) {
-  ScopedLogRoute route(&log_route_);
+  common::ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   if (data.size() != n || sizes.size() != n) {
@@ -277,7 +278,7 @@ absl::StatusOr<ClientImpl::PutGrant> ClientImpl::BeginPut(absl::Span<const std::
                                                           absl::Span<const uint64_t> sizes,
                                                           uint32_t flags) {
   PutGrant grant;
-  grant.sent_us = MonotonicUs();  // the write window counts from here
+  grant.sent_us = common::MonotonicUs();  // the write window counts from here
   grant.epoch = session_->highest_epoch();
   GRANARY_ASSIGN_OR_RETURN(grant.reply, PutStart(keys, sizes, flags));
   return grant;
@@ -289,7 +290,7 @@ std::vector<absl::Status> ClientImpl::FinishPut(absl::Span<const std::string> ke
                                                 const PutGrant& grant,
                                                 const std::vector<int>* devices,
                                                 EngineOrder* order) {
-  ScopedLogRoute route(&log_route_);
+  common::ScopedLogRoute route(&log_route_);
   const size_t n = keys.size();
   std::vector<absl::Status> out(n);
   const int64_t sent_us = grant.sent_us;
@@ -311,7 +312,7 @@ std::vector<absl::Status> ClientImpl::FinishPut(absl::Span<const std::string> ke
   int64_t timeout_ms = options_.transfer_timeout_ms;
   absl::Status st;
   if (window_ms > 0 && !commit.entries.empty()) {
-    const int64_t left_ms = (sent_us + window_ms * 1000 - MonotonicUs()) / 1000;
+    const int64_t left_ms = (sent_us + window_ms * 1000 - common::MonotonicUs()) / 1000;
     if (left_ms <= 0) {
       st = absl::UnavailableError(absl::StrCat("the write window (", window_ms,
                                                " ms after PutStart) passed before the "
@@ -399,7 +400,7 @@ std::vector<absl::Status> ClientImpl::BatchPutFrom(absl::Span<const std::string>
 }
 
 absl::Status ClientImpl::CopyOrMove(absl::string_view key, absl::string_view node, bool move) {
-  ScopedLogRoute route(&log_route_);
+  common::ScopedLogRoute route(&log_route_);
   proto::CopyStartRequest req;
   req.entries.push_back({std::string(key), std::string(node)});
   GRANARY_ASSIGN_OR_RETURN(

@@ -188,15 +188,15 @@ class ClientImpl : public Client {
   const ClientOptions options_;  // holds the log sink
   // Where this client's lines go (options_.log_level and log_sink): set on its threads, and on
   // a caller's thread while a call that may log runs (ScopedLogRoute, two thread-local stores).
-  const LogRoute log_route_;
-  MetricsRegistry metrics_;
+  const common::LogRoute log_route_;
+  common::MetricsRegistry metrics_;
   // Destroyed in reverse order by ~ClientImpl: router, session, node connections, engine,
   // device paths, registrations, worker, context.
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<Registrations> registrations_;
   // Shares large same-host copies with the caller (ClientOptions::copy_threads); outlives rma_.
-  std::unique_ptr<WorkPool> copy_pool_;
+  std::unique_ptr<common::WorkPool> copy_pool_;
   std::unique_ptr<transport::RmaEngine> rma_;
   std::unique_ptr<GpuSegments> gpu_;  // same-host GPU segments (IPC mappings, streams)
   // GPU segments this process cannot map, staged by their node; its slots are registrations_'.
@@ -214,7 +214,7 @@ class ClientImpl : public Client {
   // Decides and runs each batch's paths over the members above (pointers to them).
   std::unique_ptr<TransferRouter> router_;
   // Device buffers passed to RegisterBuffer: recorded (start -> size), never given to UCX.
-  granary::Mutex device_regs_mu_;
+  granary::common::Mutex device_regs_mu_;
   absl::flat_hash_map<uintptr_t, size_t> device_regs_ ABSL_GUARDED_BY(device_regs_mu_);
 };
 

@@ -87,7 +87,7 @@ absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
   GRANARY_ASSIGN_OR_RETURN(const int device, BufferDevice(data, size));
   if (device < 0) return registrations_->Register(data, size);
   if (size == 0) return absl::InvalidArgumentError("RegisterBuffer: size 0");
-  granary::MutexLock lock(&device_regs_mu_);
+  granary::common::MutexLock lock(&device_regs_mu_);
   if (!device_regs_.emplace(reinterpret_cast<uintptr_t>(data), size).second) {
     return absl::AlreadyExistsError(absl::StrCat("a device buffer starting at 0x",
                                                  absl::Hex(reinterpret_cast<uintptr_t>(data)),
@@ -98,7 +98,7 @@ absl::Status ClientImpl::RegisterBuffer(void* data, size_t size) {
 
 absl::Status ClientImpl::UnregisterBuffer(void* data) {
   {
-    granary::MutexLock lock(&device_regs_mu_);
+    granary::common::MutexLock lock(&device_regs_mu_);
     if (device_regs_.erase(reinterpret_cast<uintptr_t>(data)) > 0) return absl::OkStatus();
   }
   return registrations_->Unregister(data);
@@ -142,7 +142,7 @@ absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
   // The key itself sorts first among the keys it prefixes.
   GRANARY_ASSIGN_OR_RETURN(proto::ListReply rep, ListRaw(key, 1, ""));
   if (rep.objects.empty() || rep.objects[0].key != key) {
-    return absl::NotFoundError(absl::StrCat("key ", QuotedKey(key), " not found"));
+    return absl::NotFoundError(absl::StrCat("key ", common::QuotedKey(key), " not found"));
   }
   const std::vector<proto::ReplicaDesc> replicas = std::move(rep.objects[0].replicas);
   ObjectInfo info = ToObjectInfo(std::move(rep.objects[0]));

@@ -84,7 +84,7 @@ constexpr Field kFields[] = {
     {"log_level", nullptr, "GRANARY_LOG_LEVEL", Kind::kLogLevel,
      [](ClientOptions* o, const std::string& v) {
        LogLevel level;
-       if (!ParseLogLevel(v, &level)) {
+       if (!common::ParseLogLevel(v, &level)) {
          return absl::InvalidArgumentError("must be one of debug, info, warning, error");
        }
        o->log_level = level;
@@ -165,7 +165,7 @@ absl::StatusOr<ClientOptions> ClientOptions::FromJsonFile(const std::string& pat
     const Field* f = FieldNamed(k);
     if (f == nullptr && NamesTheMaster(k)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": key '", EscapeUnprintable(k),
+          where, ": key '", common::EscapeUnprintable(k),
           "' is not a config key: the master's address goes in 'master_server_address' (as in "
           "Mooncake's config), e.g. \"master_server_address\": \"10.0.0.1:50051\""));
     }
@@ -214,7 +214,7 @@ absl::Status ClientOptions::Validate() const {
   if (etcd::EndpointsOfMasterAddress(master_server_address).has_value()) {
     GRANARY_RETURN_IF_ERROR(
         etcd::ValidateMasterAddress("master_server_address", master_server_address, cluster_id));
-  } else if (auto hp = ParseHostPort(master_server_address); !hp.ok()) {
+  } else if (auto hp = common::ParseHostPort(master_server_address); !hp.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("master_server_address: ", hp.status().message()));
   }

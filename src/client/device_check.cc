@@ -10,7 +10,7 @@
 namespace granary::client {
 
 absl::Status DevicePointerError(const void* p, size_t n) {
-  return WithReason(
+  return common::WithReason(
       absl::InvalidArgumentError(absl::StrCat(
           "buffer 0x", absl::Hex(reinterpret_cast<uintptr_t>(p)), " (", n,
           " bytes) is CUDA device memory that this process's device backend (",

@@ -17,7 +17,7 @@ namespace {
 
 struct FakeRanges {
   std::atomic<bool> any{false};
-  granary::Mutex mu;
+  granary::common::Mutex mu;
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges ABSL_GUARDED_BY(mu);  // [begin, end)
 };
 FakeRanges& Fakes() {
@@ -27,7 +27,7 @@ FakeRanges& Fakes() {
 
 bool OverlapsFake(uintptr_t begin, uintptr_t end) {
   FakeRanges& f = Fakes();
-  granary::MutexLock lock(&f.mu);
+  granary::common::MutexLock lock(&f.mu);
   for (const auto& [b, e] : f.ranges) {
     if (begin < e && b < end) return true;
   }
@@ -59,7 +59,7 @@ namespace testing {
 void AddFakeDeviceRange(const void* p, size_t n) {
   if (n == 0) return;
   FakeRanges& f = Fakes();
-  granary::MutexLock lock(&f.mu);
+  granary::common::MutexLock lock(&f.mu);
   const auto begin = reinterpret_cast<uintptr_t>(p);
   f.ranges.emplace_back(begin, n > UINTPTR_MAX - begin ? UINTPTR_MAX : begin + n);
   f.any.store(true, std::memory_order_release);
@@ -67,7 +67,7 @@ void AddFakeDeviceRange(const void* p, size_t n) {
 
 void ClearFakeDeviceRanges() {
   FakeRanges& f = Fakes();
-  granary::MutexLock lock(&f.mu);
+  granary::common::MutexLock lock(&f.mu);
   f.ranges.clear();
   f.any.store(false, std::memory_order_release);
 }

@@ -15,14 +15,14 @@
 
 namespace granary::client {
 
-MetricCounter* GpuTransfersCounter(MetricsRegistry* metrics, const char* path) {
+common::MetricCounter* GpuTransfersCounter(common::MetricsRegistry* metrics, const char* path) {
   return metrics->Counter("granary_client_gpu_transfers_total",
                           "Values moved to or from this client's device buffers, by path (ipc, "
                           "host_segment, staging)",
                           {{"path", path}});
 }
 
-DeviceTransfers::DeviceTransfers(MetricsRegistry* metrics, transport::RmaEngine* rma,
+DeviceTransfers::DeviceTransfers(common::MetricsRegistry* metrics, transport::RmaEngine* rma,
                                  uint64_t pin_cap)
     : rma_(rma),
       pin_cap_(pin_cap),
@@ -38,7 +38,7 @@ DeviceTransfers::~DeviceTransfers() {
   std::vector<Slots> slots;
   std::map<uintptr_t, Piece> pinned;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     slots.swap(idle_slots_);
     pinned.swap(pinned_);
   }
@@ -61,7 +61,7 @@ bool DeviceTransfers::AnyDevice(const std::vector<transport::RmaOp>& ops) {
 }
 
 uint64_t DeviceTransfers::pinned_bytes() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return pinned_bytes_;
 }
 
@@ -69,7 +69,7 @@ void DeviceTransfers::Unmapped(void* local, uint64_t size) {
   const auto begin = reinterpret_cast<uintptr_t>(local);
   std::vector<std::pair<uintptr_t, Piece>> gone;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     for (auto it = pinned_.lower_bound(begin); it != pinned_.end() && it->first < begin + size;) {
       if (it->second.backend != nullptr || it->second.pending) pinned_bytes_ -= it->second.bytes;
       gone.emplace_back(*it);
@@ -88,7 +88,7 @@ void DeviceTransfers::Unmapped(void* local, uint64_t size) {
 
 absl::StatusOr<DeviceTransfers::Slots> DeviceTransfers::TakeSlots(device::DeviceRuntime* backend) {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     for (size_t i = 0; i < idle_slots_.size(); ++i) {
       if (idle_slots_[i].backend == backend) {
         Slots s = idle_slots_[i];
@@ -113,7 +113,7 @@ absl::StatusOr<DeviceTransfers::Slots> DeviceTransfers::TakeSlots(device::Device
 }
 
 void DeviceTransfers::ReturnSlots(Slots s) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   idle_slots_.push_back(s);
 }
 
@@ -166,14 +166,14 @@ absl::Status DeviceTransfers::RunMapped(std::vector<transport::MappedOp>& values
         // The piece is claimed (pending, its bytes held against the cap) before the slow
         // registration, so that a second thread neither registers it too (and fails) nor
         // unregisters it: it copies pageable for this batch instead.
-        granary::MutexLock lock(&mu_);
+        granary::common::MutexLock lock(&mu_);
         if (pinned_.contains(start)) continue;
         if (pinned_bytes_ + bytes > pin_cap_) continue;  // past the cap: pageable copies
         pinned_[start] = Piece{bytes, nullptr, /*pending=*/true};
         pinned_bytes_ += bytes;
       }
       absl::Status pst = backend->HostRegister(reinterpret_cast<void*>(start), bytes);
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       auto it = pinned_.find(start);
       if (it == pinned_.end() || !it->second.pending) {  // unmapped meanwhile (Unmapped)
         if (pst.ok()) (void)backend->HostUnregister(reinterpret_cast<void*>(start));
@@ -238,9 +238,9 @@ namespace {
 class StagedPipeline {
  public:
   StagedPipeline(std::vector<transport::RmaOp>& ops,
-                 const std::vector<std::vector<SlotPart>>& chunks, unsigned char* const slots[2],
-                 device::DeviceRuntime* backend, void* stream, void* const events[2],
-                 std::chrono::steady_clock::time_point deadline)
+                 const std::vector<std::vector<common::SlotPart>>& chunks,
+                 unsigned char* const slots[2], device::DeviceRuntime* backend, void* stream,
+                 void* const events[2], std::chrono::steady_clock::time_point deadline)
       : ops_(ops),
         chunks_(chunks),
         slots_{slots[0], slots[1]},
@@ -287,7 +287,7 @@ class StagedPipeline {
   std::vector<device::CopyRegion> RegionsOf(size_t k, bool to_slot) const {
     std::vector<device::CopyRegion> r;
     unsigned char* slot = slots_[k % 2];
-    for (const SlotPart& p : chunks_[k]) {
+    for (const common::SlotPart& p : chunks_[k]) {
       auto* dev = static_cast<unsigned char*>(ops_[p.item].local) + p.offset;
       if (to_slot) {
         r.push_back({dev, slot + p.slot_offset, p.length});
@@ -301,7 +301,7 @@ class StagedPipeline {
   std::vector<transport::RmaOp> RmaOf(size_t k) const {
     std::vector<transport::RmaOp> r;
     unsigned char* slot = slots_[k % 2];
-    for (const SlotPart& p : chunks_[k]) {
+    for (const common::SlotPart& p : chunks_[k]) {
       transport::RmaOp op = ops_[p.item];
       op.device = -1;
       op.memh = nullptr;
@@ -331,7 +331,7 @@ class StagedPipeline {
   }
 
   const std::vector<transport::RmaOp>& ops_;
-  const std::vector<std::vector<SlotPart>>& chunks_;
+  const std::vector<std::vector<common::SlotPart>>& chunks_;
   unsigned char* const slots_[2];
   device::DeviceRuntime* const backend_;
   void* const stream_;
@@ -348,7 +348,8 @@ absl::Status DeviceTransfers::RunStaged(std::vector<transport::RmaOp>& ops, int6
   std::vector<uint64_t> lengths;
   lengths.reserve(ops.size());
   for (const transport::RmaOp& op : ops) lengths.push_back(op.length);
-  const std::vector<std::vector<SlotPart>> chunks = PackIntoSlots(lengths, kSlotBytes);
+  const std::vector<std::vector<common::SlotPart>> chunks =
+      common::PackIntoSlots(lengths, kSlotBytes);
   if (chunks.empty()) return absl::OkStatus();
   device::DeviceRuntime* backend = &device::ActiveRuntime();
   const int device = ops.front().device;

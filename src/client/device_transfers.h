@@ -42,7 +42,7 @@ class EngineOrder;  // client/engine_order.h
 
 // granary_client_gpu_transfers_total{path}: the values one path moved to or from this client's
 // device buffers (ipc, host_segment, staging, bounce, ucx).
-MetricCounter* GpuTransfersCounter(MetricsRegistry* metrics, const char* path);
+common::MetricCounter* GpuTransfersCounter(common::MetricsRegistry* metrics, const char* path);
 
 class DeviceTransfers {
  public:
@@ -55,7 +55,7 @@ class DeviceTransfers {
   static constexpr uint64_t kDefaultPinCap = 64ull << 30;
 
   // pin_cap: the most node memory this client pins (HostRegister) for host_segment copies.
-  DeviceTransfers(MetricsRegistry* metrics, transport::RmaEngine* rma, uint64_t pin_cap);
+  DeviceTransfers(common::MetricsRegistry* metrics, transport::RmaEngine* rma, uint64_t pin_cap);
   ~DeviceTransfers();
   DeviceTransfers(const DeviceTransfers&) = delete;
   DeviceTransfers& operator=(const DeviceTransfers&) = delete;
@@ -78,7 +78,7 @@ class DeviceTransfers {
   // Where UCX supports CUDA memory (the RmaEngine then moves device memory): Run leaves the ops
   // it would stage in *ops for the caller's one-sided transfer, counted as path "ucx". Set
   // once, before the first Run.
-  void set_direct_ucx(MetricCounter* counted) { direct_ucx_ = counted; }
+  void set_direct_ucx(common::MetricCounter* counted) { direct_ucx_ = counted; }
 
   // Unpins what was pinned in [local, local + size) (the RmaEngine's unmap hook).
   void Unmapped(void* local, uint64_t size);
@@ -100,7 +100,7 @@ class DeviceTransfers {
 
   transport::RmaEngine* rma_;
   const uint64_t pin_cap_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   // Pieces of mapped node memory: start -> {bytes, backend}. A null backend is a piece that
   // failed to pin (remembered) or, while `pending`, one a thread is registering now; pinned and
   // pending pieces count in pinned_bytes_.
@@ -113,11 +113,11 @@ class DeviceTransfers {
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   StreamPool streams_;
   std::vector<Slots> idle_slots_ ABSL_GUARDED_BY(mu_);
-  MetricCounter* host_segment_;
-  MetricCounter* staging_;
-  MetricCounter* direct_ucx_ = nullptr;  // set_direct_ucx: non-null with a CUDA UCX
-  MetricCounter* pin_failures_;
-  MetricGauge* pinned_gauge_;
+  common::MetricCounter* host_segment_;
+  common::MetricCounter* staging_;
+  common::MetricCounter* direct_ucx_ = nullptr;  // set_direct_ucx: non-null with a CUDA UCX
+  common::MetricCounter* pin_failures_;
+  common::MetricGauge* pinned_gauge_;
 };
 
 }  // namespace granary::client

@@ -26,7 +26,7 @@ absl::Status GpuBounce::CopyLocal(int device, void* dst, const void* src, size_t
   device::DeviceRuntime& rt = device::ActiveRuntime();
   void* stream = nullptr;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     std::vector<void*>& idle = idle_streams_[device];
     if (!idle.empty()) {
       stream = idle.back();
@@ -45,7 +45,7 @@ absl::Status GpuBounce::CopyLocal(int device, void* dst, const void* src, size_t
     if (st.ok()) st = rt.SynchronizeStream(stream);
   }
   if (stream != nullptr) {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     idle_streams_[device].push_back(stream);
   }
   if (st.ok()) return st;
@@ -54,7 +54,7 @@ absl::Status GpuBounce::CopyLocal(int device, void* dst, const void* src, size_t
                    ") for a staged GPU-segment transfer failed: ", st.message()));
 }
 
-GpuBounce::GpuBounce(MetricsRegistry* metrics, Registrations* registrations)
+GpuBounce::GpuBounce(common::MetricsRegistry* metrics, Registrations* registrations)
     : registrations_(registrations),
       values_(metrics->Counter(
           "granary_client_gpu_bounced_values_total",
@@ -69,7 +69,7 @@ GpuBounce::~GpuBounce() {
   std::vector<Slot> idle;
   absl::flat_hash_map<int, std::vector<void*>> streams;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     idle.swap(idle_);
     streams.swap(idle_streams_);
   }
@@ -83,7 +83,7 @@ GpuBounce::~GpuBounce() {
 
 absl::StatusOr<GpuBounce::Slot> GpuBounce::TakeSlot() {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (!idle_.empty()) {
       Slot s = idle_.back();
       idle_.pop_back();
@@ -115,7 +115,7 @@ absl::StatusOr<GpuBounce::Slot> GpuBounce::TakeSlot() {
 }
 
 void GpuBounce::ReturnSlot(Slot s) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   idle_.push_back(s);
 }
 
@@ -135,7 +135,7 @@ class GpuBounce::Flight {
  public:
   explicit Flight(size_t calls) : pending_(calls) {}
   void Answer(absl::Status st, std::string headers = {}) {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (!st.ok() && status_.ok()) status_ = std::move(st);
     if (!headers.empty()) headers_ = std::move(headers);
     --pending_;
@@ -143,7 +143,7 @@ class GpuBounce::Flight {
   // Every answer, or DEADLINE_EXCEEDED naming the node after timeout_ms.
   [[nodiscard]] absl::Status Wait(int64_t timeout_ms, const std::string& node, const char* what,
                                   std::string* headers = nullptr) {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (!mu_.AwaitWithTimeout(absl::Condition(this, &Flight::Done),
                               absl::Milliseconds(timeout_ms))) {
       return absl::DeadlineExceededError(absl::StrCat("node ", node, " did not answer ", pending_,
@@ -157,7 +157,7 @@ class GpuBounce::Flight {
  private:
   bool Done() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return pending_ == 0; }  // under mu_
 
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   size_t pending_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::string headers_ ABSL_GUARDED_BY(mu_);
@@ -220,7 +220,7 @@ absl::Status GpuBounce::Run(std::vector<transport::RmaOp> ops, uint32_t node_tim
     retired_->Inc();
     GRANARY_LOG_WARN << "retiring a " << kSlotBytes
                      << "-byte GPU bounce slot after a failed transfer: " << st;
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     retired_slots_.push_back(job.slots[i]);
   }
   return st;
@@ -239,7 +239,7 @@ absl::Status GpuBounce::RunGets(Job* job, const std::string& node,
       lengths.push_back(op.length);
     }
   }
-  std::vector<std::vector<SlotPart>> chunks = PackIntoSlots(lengths, kSlotBytes);
+  std::vector<std::vector<common::SlotPart>> chunks = common::PackIntoSlots(lengths, kSlotBytes);
   if (chunks.empty()) chunks.emplace_back();  // headers only
   // Chunk k goes to slot k % 2; the Push of chunk k+1 is sent before chunk k is copied out.
   auto send = [&](size_t k) -> absl::StatusOr<std::shared_ptr<Flight>> {
@@ -247,7 +247,7 @@ absl::Status GpuBounce::RunGets(Job* job, const std::string& node,
     proto::PushRequest req;
     req.dest = job->targets[k % 2];
     req.timeout_ms = job->node_timeout_ms;
-    for (const SlotPart& p : chunks[k]) {
+    for (const common::SlotPart& p : chunks[k]) {
       req.entries.push_back({values[p.item]->remote_addr + p.offset,
                              reinterpret_cast<uint64_t>(slot + p.slot_offset), p.length});
     }
@@ -274,7 +274,7 @@ absl::Status GpuBounce::RunGets(Job* job, const std::string& node,
       GRANARY_ASSIGN_OR_RETURN(current, send(k + 1));
     }
     const unsigned char* slot = job->slots[k % 2].data;
-    for (const SlotPart& p : chunks[k]) {
+    for (const common::SlotPart& p : chunks[k]) {
       const transport::RmaOp& v = *values[p.item];
       GRANARY_RETURN_IF_ERROR(CopyLocal(v.device, static_cast<unsigned char*>(v.local) + p.offset,
                                         slot + p.slot_offset, p.length));

@@ -51,7 +51,7 @@ class GpuBounce {
       std::function<void(const std::string& node, const proto::FetchRequest& req, FetchDone done)>;
 
   // `registrations` registers the slots (and must outlive this object).
-  GpuBounce(MetricsRegistry* metrics, Registrations* registrations);
+  GpuBounce(common::MetricsRegistry* metrics, Registrations* registrations);
   ~GpuBounce();
   GpuBounce(const GpuBounce&) = delete;
   GpuBounce& operator=(const GpuBounce&) = delete;
@@ -86,13 +86,13 @@ class GpuBounce {
                                      const FetchFn& fetch);
 
   Registrations* const registrations_;
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::vector<Slot> idle_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> retired_slots_ ABSL_GUARDED_BY(mu_);  // after a failed transfer: leaked
   // Streams CopyLocal is not using, per device (created on demand, destroyed with this object).
   absl::flat_hash_map<int, std::vector<void*>> idle_streams_ ABSL_GUARDED_BY(mu_);
-  MetricCounter* values_;
-  MetricCounter* retired_;
+  common::MetricCounter* values_;
+  common::MetricCounter* retired_;
 };
 
 }  // namespace granary::client

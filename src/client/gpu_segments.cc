@@ -26,7 +26,7 @@ struct GpuSegments::Mapping {
   }
 };
 
-GpuSegments::GpuSegments(MetricsRegistry* metrics)
+GpuSegments::GpuSegments(common::MetricsRegistry* metrics)
     : opened_(metrics->Counter("granary_client_gpu_segment_opens_total",
                                "GPU segments this client mapped through their IPC handle")),
       failures_(metrics->Counter("granary_client_gpu_segment_failures_total",
@@ -38,14 +38,14 @@ GpuSegments::GpuSegments(MetricsRegistry* metrics)
 GpuSegments::~GpuSegments() {
   absl::flat_hash_map<Key, std::shared_ptr<Mapping>> mapped;  // closed outside the lock
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     mapped.swap(mapped_);
   }
 }
 
 void GpuSegments::Retain(const absl::flat_hash_set<uint64_t>& mounted) {
   std::vector<std::shared_ptr<Mapping>> gone;  // closed outside the lock
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (auto it = failed_.begin(); it != failed_.end();) {
     if (mounted.contains(it->first.first)) {
       ++it;
@@ -93,7 +93,7 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
       absl::StrCat("GPU segment ", seg.segment_id, " of node ", seg.node_address);
   std::shared_ptr<Mapping> stale;  // closed outside the lock, once no batch holds it
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     auto it = mapped_.find(key);
     if (it != mapped_.end() && it->second->ipc == seg.gpu_ipc && it->second->backend == &backend) {
       return it->second;
@@ -131,7 +131,7 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
                                             " failed: ", base.status().message()));
     GRANARY_LOG_WARN << failed << "; the node stages its transfers instead until "
                      << absl::FormatDuration(kRetryOpenAfter) << " from now";
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     failed_[key] =
         Failed{seg.gpu_ipc, absl::Now() + kRetryOpenAfter, std::string(base.status().message())};
     return failed;
@@ -143,7 +143,7 @@ absl::StatusOr<std::shared_ptr<GpuSegments::Mapping>> GpuSegments::Open(
   m->base = static_cast<unsigned char*>(*base);
   opened_->Inc();
   GRANARY_LOG_DEBUG << "mapped " << where << " (" << seg.size << " bytes) on device " << device;
-  granary::MutexLock lock(&mu_);  // destroyed before `m`: a losing `m` closes unlocked
+  granary::common::MutexLock lock(&mu_);  // destroyed before `m`: a losing `m` closes unlocked
   failed_.erase(key);
   auto [it, fresh] = mapped_.try_emplace(key, m);
   if (!fresh) return it->second;  // another thread opened it first

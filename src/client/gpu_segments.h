@@ -38,7 +38,7 @@ class EngineOrder;  // client/engine_order.h
 // holds it (shared ownership), so a concurrent re-open never unmaps memory a copy still uses.
 class GpuSegments {
  public:
-  explicit GpuSegments(MetricsRegistry* metrics);
+  explicit GpuSegments(common::MetricsRegistry* metrics);
   ~GpuSegments();
   GpuSegments(const GpuSegments&) = delete;
   GpuSegments& operator=(const GpuSegments&) = delete;
@@ -91,13 +91,13 @@ class GpuSegments {
   [[nodiscard]] absl::StatusOr<int> LocalDevice(device::DeviceRuntime& backend,
                                                 const std::string& uuid);
 
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   absl::flat_hash_map<Key, std::shared_ptr<Mapping>> mapped_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, Failed> failed_ ABSL_GUARDED_BY(mu_);
   StreamPool streams_;
-  MetricCounter* opened_;
-  MetricCounter* failures_;
-  MetricCounter* fallbacks_;
+  common::MetricCounter* opened_;
+  common::MetricCounter* failures_;
+  common::MetricCounter* fallbacks_;
 };
 
 }  // namespace granary::client

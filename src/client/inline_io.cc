@@ -12,13 +12,13 @@ namespace granary::client {
 using proto::kAllocHeaderSize;
 
 InlineBatch::InlineBatch(bool write, const std::vector<InlineGroup>* groups,
-                         MetricCounter* values) {
+                         common::MetricCounter* values) {
   if (groups->empty()) return;
   state_ = std::make_shared<State>();
   state_->write = write;
   state_->groups = groups;
   state_->values = values;
-  granary::MutexLock lock(&state_->mu);
+  granary::common::MutexLock lock(&state_->mu);
   state_->unanswered.store(groups->size(), std::memory_order_relaxed);
   state_->status.assign(groups->size(), absl::OkStatus());
   state_->answered.assign(groups->size(), false);
@@ -81,7 +81,7 @@ absl::Status InlineBatch::Scatter(const InlineGroup& group, absl::string_view fr
 }
 
 void InlineBatch::Finish(State* s, size_t g, absl::StatusOr<absl::string_view> frame) {
-  granary::MutexLock lock(&s->mu);
+  granary::common::MutexLock lock(&s->mu);
   if (s->abandoned || s->answered[g]) return;
   const InlineGroup& group = (*s->groups)[g];
   absl::Status st = frame.status();
@@ -108,9 +108,9 @@ std::vector<absl::Status> InlineBatch::Wait(int64_t timeout_ms) {
   if (worker_ != nullptr) {
     worker_->SpinUntil([s] { return s->Done(); });
   } else {
-    SpinUntil([s] { return s->Done(); });
+    common::SpinUntil([s] { return s->Done(); });
   }
-  granary::MutexLock lock(&s->mu);
+  granary::common::MutexLock lock(&s->mu);
   if (!s->mu.AwaitWithTimeout(absl::Condition(s, &State::Done), absl::Milliseconds(timeout_ms))) {
     s->abandoned = true;
     for (size_t g = 0; g < s->answered.size(); ++g) {

@@ -31,7 +31,7 @@ class InlineBatch {
   using NodeFn = std::function<absl::StatusOr<std::shared_ptr<transport::RpcClient>>(
       const std::string&, bool)>;
   // groups must stay unchanged, and their headers and values valid, until Wait returns.
-  InlineBatch(bool write, const std::vector<InlineGroup>* groups, MetricCounter* values);
+  InlineBatch(bool write, const std::vector<InlineGroup>* groups, common::MetricCounter* values);
   // Sends every group (a node that cannot be reached fails its group at once).
   void Start(const NodeFn& node_client);
   // Waits at most timeout_ms for every answer; a group still unanswered then is
@@ -42,10 +42,10 @@ class InlineBatch {
   // Everything a reply touches, shared with the callbacks: a reply that comes after Wait gave
   // up finds `abandoned` set and touches nothing else (the groups and buffers may be gone).
   struct State {
-    granary::Mutex mu;
+    granary::common::Mutex mu;
     bool write = false;
     const std::vector<InlineGroup>* groups = nullptr;
-    MetricCounter* values = nullptr;
+    common::MetricCounter* values = nullptr;
     std::atomic<size_t> unanswered{0};  // groups without an answer; changed under mu
     bool abandoned ABSL_GUARDED_BY(mu) = false;
     std::vector<absl::Status> status ABSL_GUARDED_BY(mu);

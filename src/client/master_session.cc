@@ -10,10 +10,9 @@
 
 namespace granary::client {
 
-absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const ClientOptions& options,
-                                                                     transport::Worker* worker,
-                                                                     const LogRoute* log_route,
-                                                                     MetricCounter* failures) {
+absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(
+    const ClientOptions& options, transport::Worker* worker, const common::LogRoute* log_route,
+    common::MetricCounter* failures) {
   std::unique_ptr<MasterSession> s(new MasterSession(options, log_route));
   link::MasterLink::Options o;
   o.master = options.master_server_address;
@@ -30,7 +29,7 @@ absl::StatusOr<std::unique_ptr<MasterSession>> MasterSession::Create(const Clien
   auto hello = [&opts = s->options_] {
     proto::HelloRequest h;
     h.role = proto::Role::kClient;
-    h.client_id = RandomId();
+    h.client_id = common::RandomId();
     h.tenant_id = opts.tenant_id;
     h.token = opts.tenant_token;
     return h;
@@ -61,7 +60,7 @@ MasterSession::~MasterSession() {
 
 void MasterSession::OnHello(const proto::HelloReply& rep) {
   write_window_ms_.store(rep.write_window_ms);
-  granary::MutexLock lock(&seg_mu_);
+  granary::common::MutexLock lock(&seg_mu_);
   if (master_id_ != rep.master_id) {
     // A different master (a restart or failover): segment descriptors may have changed.
     master_id_ = rep.master_id;
@@ -70,7 +69,7 @@ void MasterSession::OnHello(const proto::HelloReply& rep) {
 }
 
 void MasterSession::HeartbeatLoop() {
-  SetThreadLogRoute(log_route_);
+  common::SetThreadLogRoute(log_route_);
   while (true) {
     std::shared_ptr<transport::RpcClient> m = link_->Current();
     if (!link_->WaitForHeartbeat()) return;
@@ -88,7 +87,7 @@ absl::Status MasterSession::RefreshSegments() {
   absl::flat_hash_set<uint64_t> mounted;
   for (const auto& s : rep.segments) mounted.insert(s.segment_id);
   if (listener_) listener_(mounted);
-  granary::MutexLock lock(&seg_mu_);
+  granary::common::MutexLock lock(&seg_mu_);
   segments_.clear();
   for (auto& s : rep.segments) {
     segments_[s.segment_id] = transport::RemoteSegmentOf(s);
@@ -100,7 +99,7 @@ absl::StatusOr<std::shared_ptr<const transport::RemoteSegment>> MasterSession::S
     uint64_t id) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     {
-      granary::MutexLock lock(&seg_mu_);
+      granary::common::MutexLock lock(&seg_mu_);
       auto it = segments_.find(id);
       if (it != segments_.end()) return it->second;
     }

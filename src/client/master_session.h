@@ -50,8 +50,8 @@ class MasterSession {
   // then starts the heartbeat thread. Lines it logs go by `log_route`, which must outlive it.
   // Each failed reconnect counts in `connect_failures` (may be null).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MasterSession>> Create(
-      const ClientOptions& options, transport::Worker* worker, const LogRoute* log_route,
-      MetricCounter* connect_failures = nullptr);
+      const ClientOptions& options, transport::Worker* worker, const common::LogRoute* log_route,
+      common::MetricCounter* connect_failures = nullptr);
   ~MasterSession();
   MasterSession(const MasterSession&) = delete;
   MasterSession& operator=(const MasterSession&) = delete;
@@ -98,7 +98,7 @@ class MasterSession {
   void SetSegmentsListener(SegmentsListener listener) { listener_ = std::move(listener); }
 
  private:
-  MasterSession(const ClientOptions& options, const LogRoute* log_route)
+  MasterSession(const ClientOptions& options, const common::LogRoute* log_route)
       : options_(options), log_route_(log_route) {}
   static constexpr int64_t kReconnectInitialMs = 50, kReconnectMaxMs = 2000;
   // The link's hook on a fresh connection: the write window, and the segment descriptors
@@ -108,7 +108,7 @@ class MasterSession {
   void HeartbeatLoop();
 
   const ClientOptions options_;
-  const LogRoute* const log_route_;
+  const common::LogRoute* const log_route_;
   // The connection (link/master_link.h: the master through etcd, dial, hello, epoch fence,
   // back-off); set in Create.
   std::unique_ptr<link::MasterLink> link_;
@@ -116,7 +116,7 @@ class MasterSession {
   // Sends not yet answered (shared with their callbacks, which may outlive this).
   std::shared_ptr<std::atomic<int>> unanswered_ = std::make_shared<std::atomic<int>>(0);
 
-  granary::Mutex seg_mu_;
+  granary::common::Mutex seg_mu_;
   std::string master_id_ ABSL_GUARDED_BY(seg_mu_);  // of the last hello's master
   absl::flat_hash_map<uint64_t, std::shared_ptr<const transport::RemoteSegment>> segments_
       ABSL_GUARDED_BY(seg_mu_);
@@ -128,7 +128,7 @@ class MasterSession {
 
 template <typename Req, typename Rep>
 [[nodiscard]] absl::StatusOr<Rep> MasterSession::Call(proto::MsgType type, const Req& req) {
-  const int64_t start_us = MonotonicUs();
+  const int64_t start_us = common::MonotonicUs();
   const int64_t deadline_us = start_us + options_.rpc_timeout_ms * 1000;
   absl::Status last;
   for (int attempt = 0;; ++attempt) {
@@ -138,7 +138,7 @@ template <typename Req, typename Rep>
       if (link_->follows_etcd() && link_->WaitForNextAttempt(deadline_us)) continue;
       return m.status();
     }
-    const int64_t left_ms = std::max<int64_t>(1, (deadline_us - MonotonicUs()) / 1000);
+    const int64_t left_ms = std::max<int64_t>(1, (deadline_us - common::MonotonicUs()) / 1000);
     auto rep = (*m)->template Invoke<Req, Rep>(
         type, req, absl::Milliseconds(link_->follows_etcd() ? left_ms : options_.rpc_timeout_ms));
     if (rep.ok()) return rep;

@@ -8,7 +8,7 @@
 
 namespace granary::client {
 
-NodeLinks::NodeLinks(transport::Worker* worker, MetricsRegistry* metrics,
+NodeLinks::NodeLinks(transport::Worker* worker, common::MetricsRegistry* metrics,
                      int64_t transfer_timeout_ms)
     : worker_(worker),
       transfer_timeout_ms_(transfer_timeout_ms),
@@ -21,13 +21,13 @@ NodeLinks::NodeLinks(transport::Worker* worker, MetricsRegistry* metrics,
           "Transfers refused at once because their node is in its back-off after a timeout")) {}
 
 NodeLinks::~NodeLinks() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   clients_.clear();
 }
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeLinks::Get(const std::string& address,
                                                                      bool other_host) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = clients_.find(address);
   if (it != clients_.end() && !it->second->broken()) return it->second;
   if (absl::Status held = holds_.Check(address); !held.ok()) {
@@ -52,7 +52,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> NodeLinks::Get(const std::
 }
 
 void NodeLinks::Drop(const std::string& address, bool back_off) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   clients_.erase(address);
   if (!back_off) return;
   timeouts_->Inc();

@@ -35,7 +35,8 @@ class NodeLinks {
  public:
   // transfer_timeout_ms: how long connecting and a synchronous Push may take
   // (ClientOptions::transfer_timeout_ms). The counters go into `metrics`.
-  NodeLinks(transport::Worker* worker, MetricsRegistry* metrics, int64_t transfer_timeout_ms);
+  NodeLinks(transport::Worker* worker, common::MetricsRegistry* metrics,
+            int64_t transfer_timeout_ms);
   ~NodeLinks();
   NodeLinks(const NodeLinks&) = delete;
   NodeLinks& operator=(const NodeLinks&) = delete;
@@ -65,21 +66,21 @@ class NodeLinks {
 
   // granary_client_node_transfer_timeouts_total: transfers to a node (one-sided ones too) that
   // did not finish within the transfer timeout.
-  MetricCounter* timeouts() const { return timeouts_; }
+  common::MetricCounter* timeouts() const { return timeouts_; }
   // granary_client_node_backoff_refusals_total: transfers refused during a node's back-off
   // (the RmaEngine counts its own refusals here too).
-  MetricCounter* refusals() const { return refusals_; }
+  common::MetricCounter* refusals() const { return refusals_; }
 
  private:
   transport::Worker* const worker_;
   const int64_t transfer_timeout_ms_;
-  MetricCounter* const timeouts_;
-  MetricCounter* const refusals_;
-  granary::Mutex mu_;
+  common::MetricCounter* const timeouts_;
+  common::MetricCounter* const refusals_;
+  granary::common::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<transport::RpcClient>> clients_
       ABSL_GUARDED_BY(mu_);
-  PeerHolds holds_ ABSL_GUARDED_BY(mu_){transport::RmaEngine::kUnreachableInitialMs,
-                                        transport::RmaEngine::kUnreachableMaxMs};
+  common::PeerHolds holds_ ABSL_GUARDED_BY(mu_){transport::RmaEngine::kUnreachableInitialMs,
+                                                transport::RmaEngine::kUnreachableMaxMs};
 };
 
 }  // namespace granary::client

@@ -87,23 +87,23 @@ absl::StatusOr<int> CheckBatch(absl::Span<const std::string> keys, const PagedKv
     const auto& ids = block_ids[i];
     if (ids.empty()) {
       (*out)[i] = absl::InvalidArgumentError(
-          absl::StrCat("key ", QuotedKey(keys[i]), ": an empty block list"));
+          absl::StrCat("key ", common::QuotedKey(keys[i]), ": an empty block list"));
       continue;
     }
     absl::Status st = device::ValidateBlockIds(layout, ids.data(), static_cast<int>(ids.size()),
                                                reject_duplicates);
     if (!st.ok()) {
-      (*out)[i] =
-          absl::Status(st.code(), absl::StrCat("key ", QuotedKey(keys[i]), ": ", st.message()));
+      (*out)[i] = absl::Status(
+          st.code(), absl::StrCat("key ", common::QuotedKey(keys[i]), ": ", st.message()));
       continue;
     }
     if (!reject_duplicates) continue;
     for (int32_t b : ids) {
       auto [it, fresh] = first_key.try_emplace(b, i);
       if (!fresh) {
-        (*out)[i] = absl::InvalidArgumentError(
-            absl::StrCat("key ", QuotedKey(keys[i]), ": block ", b, " is also listed by key ",
-                         QuotedKey(keys[it->second]), " of the batch (a scatter would race)"));
+        (*out)[i] = absl::InvalidArgumentError(absl::StrCat(
+            "key ", common::QuotedKey(keys[i]), ": block ", b, " is also listed by key ",
+            common::QuotedKey(keys[it->second]), " of the batch (a scatter would race)"));
         break;
       }
     }
@@ -229,24 +229,25 @@ absl::Status ClassifyKvValue(const std::string& key, size_t blocks, size_t paylo
   const bool has_trailer = trailer != nullptr && trailer->magic == kKvTrailerMagic;
   static constexpr char kNothing[] = "; nothing was scattered";
   if (has_trailer && !checksum) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key ", QuotedKey(key), " holds ", blocks, " blocks and a checksum trailer (stored ",
-        "with PagedKvOptions::checksum): read it with checksum on", kNothing));
+    return absl::FailedPreconditionError(
+        absl::StrCat("key ", common::QuotedKey(key), " holds ", blocks,
+                     " blocks and a checksum trailer (stored ",
+                     "with PagedKvOptions::checksum): read it with checksum on", kNothing));
   }
   if (got == payload && checksum) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "key ", QuotedKey(key), " holds ", blocks, " blocks without a checksum trailer ",
+        "key ", common::QuotedKey(key), " holds ", blocks, " blocks without a checksum trailer ",
         "(stored with checksum off): read it with checksum off", kNothing));
   }
   if (has_trailer && trailer->algorithm != kKvChecksumAlgorithm) {
     return absl::FailedPreconditionError(
-        absl::StrCat("key ", QuotedKey(key), ": checksum algorithm ", trailer->algorithm,
+        absl::StrCat("key ", common::QuotedKey(key), ": checksum algorithm ", trailer->algorithm,
                      " is not known (this client has ", kKvChecksumAlgorithm, ")", kNothing));
   }
   if (got == payload || has_trailer) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "key ", QuotedKey(key), " holds ", got, " bytes but ", blocks, " blocks of this layout are ",
-      payload,
+      "key ", common::QuotedKey(key), " holds ", got, " bytes but ", blocks,
+      " blocks of this layout are ", payload,
       checksum ? absl::StrCat(" (", payload + kKvTrailerBytes, " with a checksum trailer)") : "",
       " (stored with another layout?)", kNothing));
 }
@@ -275,7 +276,7 @@ void VerifyKvChecksums(StreamPool* streams, int device, absl::Span<const std::st
       continue;
     }
     (*out)[i] = absl::DataLossError(
-        absl::StrCat("key ", QuotedKey(keys[i]), ": checksum mismatch: its trailer says 0x",
+        absl::StrCat("key ", common::QuotedKey(keys[i]), ": checksum mismatch: its trailer says 0x",
                      absl::Hex(stored), " but its ", sl.payloads[j], " bytes of blocks hash to 0x",
                      absl::Hex((*sums)[q]), " (the value is corrupt); nothing was scattered"));
   }

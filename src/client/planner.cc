@@ -47,7 +47,7 @@ void PlanPut(absl::Span<const std::string> keys, absl::Span<const void* const> d
     if (!(*out)[i].ok()) continue;
     AllocHeader& h = (*headers)[i];
     h.generation = res.generation;
-    h.key_hash = HashBytes(keys[i]);
+    h.key_hash = common::HashBytes(keys[i]);
     h.value_length = sizes[i];
     const int device = devices != nullptr ? (*devices)[i] : -1;
     const RegisteredRange reg =
@@ -151,7 +151,8 @@ void PlanGet(int attempt, absl::Span<const std::string> keys, absl::Span<const s
     const auto& res = reply.results[j];
     absl::Status st = res.status.ToStatus();
     if (st.ok() && res.replicas.empty()) {
-      st = absl::NotFoundError(absl::StrCat("key ", QuotedKey(keys[i]), " has no live replica"));
+      st = absl::NotFoundError(
+          absl::StrCat("key ", common::QuotedKey(keys[i]), " has no live replica"));
     }
     if (!st.ok()) {
       (*out)[i] = st;

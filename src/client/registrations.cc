@@ -9,13 +9,13 @@
 namespace granary::client {
 
 Registrations::~Registrations() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   registered_.clear();
 }
 
 absl::Status Registrations::Register(void* data, size_t size) {
   GRANARY_ASSIGN_OR_RETURN(auto region, transport::MemoryRegion::Create(ctx_, data, size));
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto key = reinterpret_cast<uintptr_t>(data);
   if (registered_.contains(key)) {
     return absl::AlreadyExistsError(
@@ -30,7 +30,7 @@ absl::Status Registrations::Register(void* data, size_t size) {
 }
 
 absl::Status Registrations::Unregister(void* data) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto key = reinterpret_cast<uintptr_t>(data);
   auto it = registered_.find(key);
   if (it == registered_.end() || it->second.closing) {
@@ -47,7 +47,7 @@ absl::Status Registrations::Unregister(void* data) {
 }
 
 RegisteredRange Registrations::Lookup(const void* p, size_t n, Pins* pins) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = registered_.upper_bound(reinterpret_cast<uintptr_t>(p));
   if (it == registered_.begin()) return {};
   --it;
@@ -78,7 +78,7 @@ proto::SegmentInfo Registrations::PushTarget(const RegisteredRange& range) const
 }
 
 void Registrations::Unpin(Pins* pins) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (auto& [r, count] : pins->held_) r->in_use -= count;
 }
 

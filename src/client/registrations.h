@@ -92,7 +92,7 @@ class Registrations {
   transport::Context* const ctx_;
   const std::string push_name_;
   const std::string worker_address_;
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::map<uintptr_t, Registration> registered_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -43,7 +43,7 @@ class StagingPool {
   [[nodiscard]] absl::StatusOr<Buffer> Take(device::DeviceRuntime* backend, int device,
                                             size_t bytes) {
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       size_t best = idle_.size();
       for (size_t i = 0; i < idle_.size(); ++i) {
         const Buffer& b = idle_[i];
@@ -70,12 +70,12 @@ class StagingPool {
 
   // Back for reuse; its work must be complete.
   void Return(const Buffer& b) {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     idle_.push_back(b);
   }
 
  private:
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::vector<Buffer> idle_ ABSL_GUARDED_BY(mu_);
 };
 

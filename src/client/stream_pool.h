@@ -32,7 +32,7 @@ class StreamPool {
   // An idle stream of (backend, device), or a new one.
   [[nodiscard]] absl::StatusOr<Stream> Take(device::DeviceRuntime* backend, int device) {
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       for (size_t i = 0; i < idle_.size(); ++i) {
         if (idle_[i].backend == backend && idle_[i].device == device) {
           Stream s = idle_[i];
@@ -51,12 +51,12 @@ class StreamPool {
       s.backend->DestroyStream(s.handle);
       return;
     }
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     idle_.push_back(s);
   }
 
  private:
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::vector<Stream> idle_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -17,7 +17,7 @@ namespace granary::client {
 using proto::AllocHeader;
 using proto::kAllocHeaderSize;
 
-TransferRouter::TransferRouter(const Paths& paths, MetricsRegistry* metrics,
+TransferRouter::TransferRouter(const Paths& paths, common::MetricsRegistry* metrics,
                                int64_t transfer_timeout_ms, bool messages_between_hosts,
                                bool ucx_device_memory)
     : paths_(paths),
@@ -57,14 +57,15 @@ absl::Status TransferRouter::RunPut(PutPlan* plan, int64_t timeout_ms, EngineOrd
   }
   // Small values to nodes over tcp travel in one Write per node, sent first; the rest
   // one-sided meanwhile.
-  const int64_t start_us = MonotonicUs();
+  const int64_t start_us = common::MonotonicUs();
   InlineBatch writes(/*write=*/true, &plan->writes, inline_values_[1]);
   writes.Start([nodes = paths_.nodes](const std::string& node, bool other_host) {
     return nodes->Get(node, other_host);
   });
   absl::Status st;
   if (!plan->ops.empty()) st = Transfer(std::move(plan->ops), timeout_ms, order);
-  const int64_t left_ms = std::max<int64_t>(1, timeout_ms - (MonotonicUs() - start_us) / 1000);
+  const int64_t left_ms =
+      std::max<int64_t>(1, timeout_ms - (common::MonotonicUs() - start_us) / 1000);
   std::vector<absl::Status> wrote = writes.Wait(left_ms);
   for (size_t g = 0; g < wrote.size(); ++g) {
     if (absl::IsDeadlineExceeded(wrote[g])) {
@@ -90,7 +91,7 @@ std::vector<absl::Status> TransferRouter::RunGet(GetPlan* plan, size_t n,
   // Each key's transfer status: its Read's or Push's, or the one-sided transfer's.
   std::vector<absl::Status> failed(n);
   std::vector<bool> pushed(n, false);  // read by a Read or a Push: failed[i] is its own
-  const int64_t start_us = MonotonicUs();
+  const int64_t start_us = common::MonotonicUs();
   InlineBatch reads(/*write=*/false, &plan->reads, inline_values_[0]);
   reads.Start([nodes = paths_.nodes](const std::string& node, bool other_host) {
     return nodes->Get(node, other_host);
@@ -108,7 +109,7 @@ std::vector<absl::Status> TransferRouter::RunGet(GetPlan* plan, size_t n,
     if (!pushed[i]) failed[i] = st;
   }
   const int64_t left_ms =
-      std::max<int64_t>(1, transfer_timeout_ms_ - (MonotonicUs() - start_us) / 1000);
+      std::max<int64_t>(1, transfer_timeout_ms_ - (common::MonotonicUs() - start_us) / 1000);
   std::vector<absl::Status> read = reads.Wait(left_ms);
   for (size_t g = 0; g < read.size(); ++g) {
     if (absl::IsDeadlineExceeded(read[g])) {

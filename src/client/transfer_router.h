@@ -62,7 +62,7 @@ class TransferRouter {
   // and from nodes on other hosts travel in Read and Write messages only
   // (ClientOptions::tcp_data_between_hosts, and the context has no network transport but
   // tcp). ucx_device_memory: UCX moves device memory (Context::SupportsCudaMemory).
-  TransferRouter(const Paths& paths, MetricsRegistry* metrics, int64_t transfer_timeout_ms,
+  TransferRouter(const Paths& paths, common::MetricsRegistry* metrics, int64_t transfer_timeout_ms,
                  bool messages_between_hosts, bool ucx_device_memory);
   TransferRouter(const TransferRouter&) = delete;
   TransferRouter& operator=(const TransferRouter&) = delete;
@@ -154,11 +154,12 @@ class TransferRouter {
   const Paths paths_;
   const int64_t transfer_timeout_ms_;
   const bool messages_between_hosts_;
-  MetricCounter* const pushed_reads_;      // granary_client_pushed_reads_total
-  MetricCounter* const inline_values_[2];  // granary_client_inline_values_total{op=read,write}
-  MetricCounter* const ipc_transfers_;     // granary_client_gpu_transfers_total{path="ipc"}
-  MetricCounter* const bounce_transfers_;  // {path="bounce"}: a node's GPU segment, staged
-  MetricCounter* const ucx_transfers_;     // {path="ucx"}: only where UCX supports CUDA memory
+  common::MetricCounter* const pushed_reads_;  // granary_client_pushed_reads_total
+  common::MetricCounter* const
+      inline_values_[2];                        // granary_client_inline_values_total{op=read,write}
+  common::MetricCounter* const ipc_transfers_;  // granary_client_gpu_transfers_total{path="ipc"}
+  common::MetricCounter* const bounce_transfers_;  // {path="bounce"}: a node's GPU segment, staged
+  common::MetricCounter* const ucx_transfers_;  // {path="ucx"}: only where UCX supports CUDA memory
 };
 
 }  // namespace granary::client

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace granary {
+namespace granary::common {
 
 class Backoff {
  public:
@@ -101,4 +101,4 @@ class PeerHolds {
   absl::flat_hash_map<std::string, Entry> holds_;
 };
 
-}  // namespace granary
+}  // namespace granary::common

@@ -2,7 +2,7 @@
 
 #include <time.h>
 
-namespace granary {
+namespace granary::common {
 
 int64_t MonotonicNs() {
   timespec ts;
@@ -18,4 +18,4 @@ SystemClock* SystemClock::Default() {
   return &clock;
 }
 
-}  // namespace granary
+}  // namespace granary::common

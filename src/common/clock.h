@@ -3,7 +3,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace granary {
+namespace granary::common {
 
 // Monotonic milliseconds. The master takes a Clock* so that tests can drive time.
 // Implementations are thread-safe.
@@ -35,4 +35,4 @@ class FakeClock : public Clock {
 int64_t MonotonicUs();
 int64_t MonotonicNs();
 
-}  // namespace granary
+}  // namespace granary::common

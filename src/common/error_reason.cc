@@ -2,7 +2,7 @@
 
 #include "absl/strings/cord.h"
 
-namespace granary {
+namespace granary {  // public API: granary/error_reason.h, and its table
 
 namespace {
 
@@ -34,6 +34,21 @@ const char* ErrorReasonName(ErrorReason reason) {
   return "UNKNOWN";
 }
 
+// Reads the payload WithReason wrote: the name of a reason this build knows.
+ErrorReason ErrorReasonOf(const absl::Status& status) {
+  if (status.ok()) return ErrorReason::kNone;
+  const auto payload = status.GetPayload(common::kErrorReasonUrl);  // absl::optional<absl::Cord>
+  if (!payload.has_value()) return ErrorReason::kNone;
+  for (const auto& r : kReasons) {
+    if (*payload == r.name) return r.reason;
+  }
+  return ErrorReason::kNone;
+}
+
+}  // namespace granary
+
+namespace granary::common {
+
 absl::Status WithReason(absl::Status status, ErrorReason reason) {
   if (reason == ErrorReason::kNone) {
     status.ErasePayload(kErrorReasonUrl);
@@ -43,15 +58,4 @@ absl::Status WithReason(absl::Status status, ErrorReason reason) {
   return status;
 }
 
-// Reads the payload WithReason wrote: the name of a reason this build knows.
-ErrorReason ErrorReasonOf(const absl::Status& status) {
-  if (status.ok()) return ErrorReason::kNone;
-  const auto payload = status.GetPayload(kErrorReasonUrl);  // absl::optional<absl::Cord>
-  if (!payload.has_value()) return ErrorReason::kNone;
-  for (const auto& r : kReasons) {
-    if (*payload == r.name) return r.reason;
-  }
-  return ErrorReason::kNone;
-}
-
-}  // namespace granary
+}  // namespace granary::common

@@ -4,7 +4,7 @@
 #include "absl/strings/string_view.h"
 #include "granary/error_reason.h"
 
-namespace granary {
+namespace granary::common {
 
 // The highest ErrorReason this build knows (a decoder rejects a higher wire value).
 inline constexpr ErrorReason kLastErrorReason = ErrorReason::kNotLeader;
@@ -17,4 +17,4 @@ inline constexpr absl::string_view kErrorReasonUrl = "granary/error_reason";
 // carries no payload); kNone removes the reason.
 [[nodiscard]] absl::Status WithReason(absl::Status status, ErrorReason reason);
 
-}  // namespace granary
+}  // namespace granary::common

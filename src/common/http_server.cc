@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 
-namespace granary {
+namespace granary::common {
 
 namespace {
 
@@ -553,4 +553,4 @@ void HttpServer::Serve(Job job) {
   held_.fetch_sub(1);
 }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -26,7 +26,7 @@ struct Request;
 struct Response;
 }  // namespace httplib
 
-namespace granary {
+namespace granary::common {
 
 // The limits of an HttpServer (the master's admin server, a node's metrics server). Defaults
 // suit an admin API: small JSON bodies, a few scrapers and operators.
@@ -162,4 +162,4 @@ class HttpServer {
   Lane lane_;
 };
 
-}  // namespace granary
+}  // namespace granary::common

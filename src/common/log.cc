@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-namespace granary {
+namespace granary::common {
 namespace {
 
 LogLevel InitialLevel() {
@@ -77,4 +77,4 @@ LogMessage::~LogMessage() {
 }
 
 }  // namespace internal
-}  // namespace granary
+}  // namespace granary::common

@@ -5,7 +5,7 @@
 #include "absl/strings/string_view.h"
 #include "granary/log_sink.h"
 
-namespace granary {
+namespace granary::common {
 
 // Process-wide threshold; messages below it are not formatted at all. Set from the
 // GRANARY_LOG_LEVEL environment variable (debug|info|warning|error) at first use, or by
@@ -72,24 +72,25 @@ struct Voidify {
   void operator&(std::ostream&) {}
 };
 }  // namespace internal
-}  // namespace granary
+}  // namespace granary::common
 
-#define GRANARY_LOG_ENABLED(level) (::granary::LogEnabled(::granary::LogLevel::level))
-#define GRANARY_LOG_AT(level)                                                               \
-  !GRANARY_LOG_ENABLED(level)                                                               \
-      ? (void)0                                                                             \
-      : ::granary::internal::Voidify() &                                                    \
-            ::granary::internal::LogMessage(::granary::LogLevel::level, __FILE__, __LINE__) \
-                .stream()
+#define GRANARY_LOG_ENABLED(level) (::granary::common::LogEnabled(::granary::LogLevel::level))
+#define GRANARY_LOG_AT(level)                                                           \
+  !GRANARY_LOG_ENABLED(level) ? (void)0                                                 \
+                              : ::granary::common::internal::Voidify() &                \
+                                    ::granary::common::internal::LogMessage(            \
+                                        ::granary::LogLevel::level, __FILE__, __LINE__) \
+                                        .stream()
 #define GRANARY_LOG_DEBUG GRANARY_LOG_AT(kDebug)
 #define GRANARY_LOG_INFO GRANARY_LOG_AT(kInfo)
 #define GRANARY_LOG_WARN GRANARY_LOG_AT(kWarning)
 #define GRANARY_LOG_ERROR GRANARY_LOG_AT(kError)
 
 // CHECK: a broken internal invariant crashes loudly. Never use it on user input.
-#define GRANARY_CHECK(cond)                                                                     \
-  (cond) ? (void)0                                                                              \
-         : ::granary::internal::Voidify() &                                                     \
-               ::granary::internal::LogMessage(::granary::LogLevel::kFatal, __FILE__, __LINE__) \
-                       .stream()                                                                \
+#define GRANARY_CHECK(cond)                                                                   \
+  (cond) ? (void)0                                                                            \
+         : ::granary::common::internal::Voidify() &                                           \
+               ::granary::common::internal::LogMessage(::granary::LogLevel::kFatal, __FILE__, \
+                                                       __LINE__)                              \
+                       .stream()                                                              \
                    << "CHECK failed: " #cond " "

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/utf8.h"
 
-namespace granary {
+namespace granary::common {
 
 std::string EscapeLabelValue(absl::string_view v) {
   // The exposition format takes UTF-8 label values with three escapes (\\, \", \n); a byte
@@ -140,7 +140,7 @@ MetricsRegistry::Entry& MetricsRegistry::EntryFor(absl::string_view name, absl::
 
 MetricCounter* MetricsRegistry::Counter(absl::string_view name, absl::string_view help,
                                         const MetricLabels& labels) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Entry& e = EntryFor(name, help, labels);
   if (!e.counter) e.counter = std::make_unique<MetricCounter>();
   return e.counter.get();
@@ -148,7 +148,7 @@ MetricCounter* MetricsRegistry::Counter(absl::string_view name, absl::string_vie
 
 MetricGauge* MetricsRegistry::Gauge(absl::string_view name, absl::string_view help,
                                     const MetricLabels& labels) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Entry& e = EntryFor(name, help, labels);
   if (!e.gauge) e.gauge = std::make_unique<MetricGauge>();
   return e.gauge.get();
@@ -157,14 +157,14 @@ MetricGauge* MetricsRegistry::Gauge(absl::string_view name, absl::string_view he
 MetricHistogram* MetricsRegistry::Histogram(absl::string_view name, absl::string_view help,
                                             const MetricLabels& labels,
                                             std::vector<double> bounds) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Entry& e = EntryFor(name, help, labels);
   if (!e.histogram) e.histogram = std::make_unique<MetricHistogram>(std::move(bounds));
   return e.histogram.get();
 }
 
 void MetricsRegistry::AddCollector(std::function<void(MetricsWriter&)> collector) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   collectors_.push_back(std::move(collector));
 }
 
@@ -172,7 +172,7 @@ std::string MetricsRegistry::Render() const {
   MetricsWriter w;
   std::vector<std::function<void(MetricsWriter&)>> collectors;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     for (const auto& [id, e] : entries_) {
       if (e.counter) w.Counter(e.name, e.help, e.labels, static_cast<double>(e.counter->value()));
       if (e.gauge) w.Gauge(e.name, e.help, e.labels, e.gauge->value());
@@ -184,4 +184,4 @@ std::string MetricsRegistry::Render() const {
   return w.Take();
 }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -12,7 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
 
-namespace granary {
+namespace granary::common {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
@@ -113,7 +113,7 @@ class MetricsRegistry {
   // The entry of one series (name and labels), created empty on first use.
   Entry& EntryFor(absl::string_view name, absl::string_view help, const MetricLabels& labels)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(MetricsWriter&)>> collectors_ ABSL_GUARDED_BY(mu_);
 };
@@ -122,4 +122,4 @@ class MetricsRegistry {
 // text \xNN (written \\xNN), so the line stays valid exposition text.
 std::string EscapeLabelValue(absl::string_view v);
 
-}  // namespace granary
+}  // namespace granary::common

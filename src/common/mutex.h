@@ -1,6 +1,6 @@
 #pragma once
 
-// granary::Mutex: absl::Mutex that ThreadSanitizer can see.
+// granary::common::Mutex: absl::Mutex that ThreadSanitizer can see.
 //
 // Debian's libabsl is built without TSan's annotations, so under -fsanitize=thread absl::Mutex
 // gives no happens-before edges and every access it guards reads as a race. These wrappers tell
@@ -20,7 +20,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-namespace granary {
+namespace granary::common {
 
 namespace internal_mutex {
 #ifdef ABSL_HAVE_THREAD_SANITIZER
@@ -175,4 +175,4 @@ inline void ConfigureMutexDeadlockDetection() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
-}  // namespace granary
+}  // namespace granary::common

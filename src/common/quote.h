@@ -12,7 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "common/utf8.h"
 
-namespace granary {
+namespace granary::common {
 
 // `s` with its control bytes and its bytes outside well-formed UTF-8 escaped (no quotes).
 inline std::string EscapeUnprintable(absl::string_view s) {
@@ -42,4 +42,4 @@ inline std::string EscapeUnprintable(absl::string_view s) {
 // "'" + EscapeUnprintable(key) + "'": how every error message names a key ("key 'a\x1b'").
 inline std::string QuotedKey(absl::string_view key) { return "'" + EscapeUnprintable(key) + "'"; }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-namespace granary {
+namespace granary::common {
 
 // Whether [addr, addr + len) lies inside [base, base + size), for any inputs: no sum is formed,
 // so nothing can wrap around. An empty range inside the span counts as inside.
@@ -15,4 +15,4 @@ constexpr bool OffsetWithin(uint64_t size, uint64_t offset, uint64_t len) {
   return len <= size && offset <= size - len;
 }
 
-}  // namespace granary
+}  // namespace granary::common

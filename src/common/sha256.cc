@@ -5,7 +5,7 @@
 
 #include "common/log.h"
 
-namespace granary {
+namespace granary::common {
 
 std::string Sha256Hex(absl::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -29,4 +29,4 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-}  // namespace granary
+}  // namespace granary::common

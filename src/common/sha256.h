@@ -4,7 +4,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace granary {
+namespace granary::common {
 
 // SHA-256 of `data` as 64 lowercase hex characters (OpenSSL libcrypto, EVP_sha256). One hash
 // and one 64-byte string per call; meant for credentials, not for the data path.
@@ -15,4 +15,4 @@ std::string Sha256Hex(absl::string_view data);
 // themselves are not hidden, so compare fixed-size values (hashes).
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 
-}  // namespace granary
+}  // namespace granary::common

@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
-namespace granary {
+namespace granary::common {
 
 namespace {
 
@@ -114,4 +114,4 @@ std::string FormatSize(uint64_t bytes) {
   return buf;
 }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace granary {
+namespace granary::common {
 
 // Sizes everywhere in Granary (flags, policy, client config, CLI) use binary units:
 // 1 KB = 1024 B, 1 MB = 1024 KB, 1 GB = 1024 MB, 1 TB = 1024 GB. KiB/MiB/GiB/TiB are accepted
@@ -23,4 +23,4 @@ inline constexpr absl::string_view kSizeUnitsHelp =
 // 1536 -> "1.50 KB", 1048576 -> "1 MB" (binary units, as ParseSize reads them).
 std::string FormatSize(uint64_t bytes);
 
-}  // namespace granary
+}  // namespace granary::common

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace granary {
+namespace granary::common {
 
 // One piece of one item in one slot: item index, offset into the item, length, and where in
 // the slot it lies.
@@ -42,4 +42,4 @@ inline std::vector<std::vector<SlotPart>> PackIntoSlots(const std::vector<uint64
   return chunks;
 }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -2,7 +2,7 @@
 
 #include <sched.h>
 
-namespace granary {
+namespace granary::common {
 
 // Polls done() before a caller blocks for a result that usually comes within microseconds (a
 // reply over loopback or a same-host link, a short transfer). A caller that goes to sleep at
@@ -22,4 +22,4 @@ bool SpinUntil(Done&& done) {
   return done();
 }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -4,7 +4,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
-namespace granary {
+namespace granary::common {
 
 absl::string_view TierPreferenceName(TierPreference t) {
   switch (t) {
@@ -26,4 +26,4 @@ absl::StatusOr<TierPreference> ParseTierPreference(absl::string_view text) {
       absl::StrCat("tier '", absl::CHexEscape(text), "' is not one of host, gpu, any"));
 }
 
-}  // namespace granary
+}  // namespace granary::common

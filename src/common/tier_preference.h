@@ -5,7 +5,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace granary {
+namespace granary::common {
 
 // Where a put's replicas may go (PutOptions::tier on the client, a tenant's `default_tier` in
 // the policy). Every replica of one object sits on one tier.
@@ -22,4 +22,4 @@ absl::string_view TierPreferenceName(TierPreference t);
 // the accepted ones otherwise.
 [[nodiscard]] absl::StatusOr<TierPreference> ParseTierPreference(absl::string_view text);
 
-}  // namespace granary
+}  // namespace granary::common

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace granary {
+namespace granary::common {
 
 size_t Utf8SequenceLength(absl::string_view s, size_t i) {
   const auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
@@ -62,4 +62,4 @@ std::string EscapeInvalidUtf8(absl::string_view s) {
   return out;
 }
 
-}  // namespace granary
+}  // namespace granary::common

@@ -9,7 +9,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace granary {
+namespace granary::common {
 
 // The length (1..4) of the well-formed UTF-8 sequence that starts at s[i], or 0 when the byte
 // there starts none: a stray continuation byte, an overlong form, a surrogate (U+D800..DFFF), a
@@ -30,4 +30,4 @@ inline bool IsValidUtf8(absl::string_view s) {
 // unescaped one).
 std::string EscapeInvalidUtf8(absl::string_view s);
 
-}  // namespace granary
+}  // namespace granary::common

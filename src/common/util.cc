@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace granary {
+namespace granary::common {
 
 std::string RandomId() {
   std::random_device rd;
@@ -87,4 +87,4 @@ uint64_t WallMs() {
                                    .count());
 }
 
-}  // namespace granary
+}  // namespace granary::common

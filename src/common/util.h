@@ -6,7 +6,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace granary {
+namespace granary::common {
 
 // 128 random bits as 32 hex characters.
 std::string RandomId();
@@ -33,4 +33,4 @@ uint64_t WallMs();
 // 64-bit FNV-1a, used for the key hash in allocation headers (not for security).
 uint64_t HashBytes(absl::string_view data, uint64_t seed = 0);
 
-}  // namespace granary
+}  // namespace granary::common

@@ -4,7 +4,7 @@
 
 #include "common/spin_wait.h"
 
-namespace granary {
+namespace granary::common {
 
 WorkPool::WorkPool(int threads) {
   threads_.reserve(static_cast<size_t>(std::max(0, threads)));
@@ -72,4 +72,4 @@ void WorkPool::ParallelFor(size_t n, absl::FunctionRef<void(size_t)> fn) {
   mu_.AwaitWithTimeout(absl::Condition(&job, &Job::Left), absl::InfiniteDuration());
 }
 
-}  // namespace granary
+}  // namespace granary::common

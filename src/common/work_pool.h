@@ -21,7 +21,7 @@
 #include "absl/functional/function_ref.h"
 #include "common/mutex.h"
 
-namespace granary {
+namespace granary::common {
 
 class WorkPool {
  public:
@@ -61,4 +61,4 @@ class WorkPool {
   std::vector<std::thread> threads_;
 };
 
-}  // namespace granary
+}  // namespace granary::common

@@ -34,25 +34,25 @@ MasterLink::~MasterLink() {
   Shutdown();
   std::shared_ptr<transport::RpcClient> m;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     m = std::move(conn_);
   }
 }
 
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterLink::Connection() {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (conn_ && !conn_->broken()) return conn_;
   }
-  ScopedLogRoute route(options_.log_route);  // connecting may log, on the caller's thread
+  common::ScopedLogRoute route(options_.log_route);  // connecting may log, on the caller's thread
   // One attempt at a time: a caller that finds one under way waits for its outcome.
-  granary::MutexLock attempt(&connect_mu_);
+  granary::common::MutexLock attempt(&connect_mu_);
   std::shared_ptr<transport::RpcClient> old;  // dropped outside mu_
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (conn_ && !conn_->broken()) return conn_;
     old = std::move(conn_);
-    const int64_t now = MonotonicUs();
+    const int64_t now = common::MonotonicUs();
     if (now < next_attempt_us_) {
       // The last attempt's answer (its code and reason), and when the next is due.
       absl::Status st(last_error_.code(),
@@ -66,7 +66,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterLink::Connection() {
   }
   old.reset();
   absl::StatusOr<std::shared_ptr<transport::RpcClient>> m = Attempt();
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (m.ok()) {
     backoff_.Reset();
     next_attempt_us_ = 0;
@@ -75,7 +75,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterLink::Connection() {
   }
   if (options_.connect_failures != nullptr) options_.connect_failures->Inc();
   last_error_ = m.status();
-  next_attempt_us_ = MonotonicUs() + backoff_.NextMs() * 1000;
+  next_attempt_us_ = common::MonotonicUs() + backoff_.NextMs() * 1000;
   return m.status();
 }
 
@@ -118,7 +118,7 @@ absl::StatusOr<proto::HelloReply> MasterLink::Hello(transport::RpcClient* m) {
 absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterLink::Attempt() {
   GRANARY_ASSIGN_OR_RETURN(const std::string address, Resolve());
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     last_address_ = address;
   }
   GRANARY_ASSIGN_OR_RETURN(
@@ -129,7 +129,7 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterLink::Attempt() {
   // master's are refused.
   if (rep.epoch != 0) m->SetEpochFence(static_cast<int64_t>(rep.epoch), highest_epoch_);
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     heartbeat_ms_ = std::max<uint32_t>(rep.heartbeat_interval_ms, 50);
   }
   if (on_hello_) GRANARY_RETURN_IF_ERROR(on_hello_(m, rep));
@@ -137,28 +137,28 @@ absl::StatusOr<std::shared_ptr<transport::RpcClient>> MasterLink::Attempt() {
 }
 
 std::shared_ptr<transport::RpcClient> MasterLink::Current() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return conn_;
 }
 
 void MasterLink::Drop(const std::shared_ptr<transport::RpcClient>& m) {
   std::shared_ptr<transport::RpcClient> old;  // dropped outside mu_
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (conn_ == m) old = std::move(conn_);
 }
 
 void MasterLink::Wake(const std::shared_ptr<transport::RpcClient>& m) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (conn_ == m) woken_ = true;
 }
 
 bool MasterLink::SleepFor(int64_t ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return !mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(ms));
 }
 
 bool MasterLink::WaitForHeartbeat() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(this, &MasterLink::StoppingOrWoken),
                        absl::Milliseconds(heartbeat_ms_));
   woken_ = false;
@@ -176,8 +176,8 @@ void MasterLink::WaitToReconnect() {
     int64_t left_ms;
     std::string tried;
     {
-      granary::MutexLock lock(&mu_);
-      left_ms = (next_attempt_us_ - MonotonicUs() + 999) / 1000;
+      granary::common::MutexLock lock(&mu_);
+      left_ms = (next_attempt_us_ - common::MonotonicUs() + 999) / 1000;
       tried = last_address_;
     }
     if (left_ms <= 0) return;
@@ -185,7 +185,7 @@ void MasterLink::WaitToReconnect() {
     if (etcd_ == nullptr) continue;
     absl::StatusOr<etcd::MasterView> view = etcd::ReadMasterView(etcd_.get(), options_.cluster_id);
     if (view.ok() && !tried.empty() && view->rpc != tried) {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       next_attempt_us_ = 0;
       return;
     }
@@ -193,24 +193,24 @@ void MasterLink::WaitToReconnect() {
 }
 
 bool MasterLink::WaitForNextAttempt(int64_t deadline_us) {
-  granary::MutexLock lock(&mu_);
-  const int64_t now = MonotonicUs();
+  granary::common::MutexLock lock(&mu_);
+  const int64_t now = common::MonotonicUs();
   if (now >= deadline_us) return false;
   const int64_t until =
       std::min(deadline_us, std::max(next_attempt_us_, now + options_.backoff_initial_ms * 1000));
   if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Microseconds(until - now))) {
     return false;  // the link is closing
   }
-  return MonotonicUs() < deadline_us;
+  return common::MonotonicUs() < deadline_us;
 }
 
 void MasterLink::Shutdown() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   stopping_ = true;
 }
 
 bool MasterLink::stopping() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return stopping_;
 }
 
@@ -220,12 +220,12 @@ bool MasterLink::FailedOver(const absl::Status& st, const transport::RpcClient& 
 }
 
 int MasterLink::failures() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return backoff_.failures();
 }
 
 uint32_t MasterLink::heartbeat_ms() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return heartbeat_ms_;
 }
 

@@ -55,8 +55,8 @@ class MasterLink {
     // with UNAVAILABLE naming the master (a client's calls retry on UNAVAILABLE); a NOT_LEADER
     // refusal passes as it is. false: every error as it came.
     bool unavailable_errors = false;
-    MetricCounter* connect_failures = nullptr;  // each failed attempt; may be null
-    const LogRoute* log_route = nullptr;        // lines logged while connecting; outlives it
+    common::MetricCounter* connect_failures = nullptr;  // each failed attempt; may be null
+    const common::LogRoute* log_route = nullptr;  // lines logged while connecting; outlives it
   };
   // The hello of one attempt (a client draws a new client id for each).
   using HelloMaker = std::function<proto::HelloRequest()>;
@@ -132,16 +132,16 @@ class MasterLink {
   const OnHello on_hello_;
   std::unique_ptr<etcd::EtcdClient> etcd_;  // with an etcd:// master; set in Create
 
-  granary::Mutex connect_mu_;  // one attempt at a time; before mu_ when both are held
+  granary::common::Mutex connect_mu_;  // one attempt at a time; before mu_ when both are held
   etcd::EpochFence epochs_ ABSL_GUARDED_BY(connect_mu_);
   // epochs_.highest(), readable without a lock; every connection's epoch fence reads it too.
   const std::shared_ptr<std::atomic<int64_t>> highest_epoch_ =
       std::make_shared<std::atomic<int64_t>>(0);
 
-  granary::Mutex mu_;  // held for short calls only, never across I/O
+  granary::common::Mutex mu_;  // held for short calls only, never across I/O
   std::shared_ptr<transport::RpcClient> conn_ ABSL_GUARDED_BY(mu_);
   uint32_t heartbeat_ms_ ABSL_GUARDED_BY(mu_) = 1000;
-  Backoff backoff_ ABSL_GUARDED_BY(mu_);
+  common::Backoff backoff_ ABSL_GUARDED_BY(mu_);
   int64_t next_attempt_us_ ABSL_GUARDED_BY(mu_) = 0;  // MonotonicUs; 0: try now
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   std::string last_address_ ABSL_GUARDED_BY(mu_);  // what the last attempt resolved

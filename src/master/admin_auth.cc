@@ -20,14 +20,15 @@ absl::StatusOr<AdminAuth> AdminAuth::FromFile(const std::string& path) {
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("--admin_token_file '", path, "' is empty"));
   }
-  return AdminAuth(Sha256Hex(token));
+  return AdminAuth(common::Sha256Hex(token));
 }
 
 bool AdminAuth::Allows(absl::string_view header) const {
   if (token_sha256_.empty()) return true;
   constexpr absl::string_view kBearer = "Bearer ";
   if (!absl::StartsWith(header, kBearer)) return false;
-  return ConstantTimeEquals(Sha256Hex(header.substr(kBearer.size())), token_sha256_);
+  return common::ConstantTimeEquals(common::Sha256Hex(header.substr(kBearer.size())),
+                                    token_sha256_);
 }
 
 }  // namespace granary::master

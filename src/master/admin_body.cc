@@ -44,14 +44,14 @@ class StrictBuilder {
   bool end_array() { return Close(); }
   bool key(json::string_t& k) {
     if (!keys_.back().insert(k).second) {
-      return Fail(absl::StrCat("duplicate key '", EscapeInvalidUtf8(k), "'"));
+      return Fail(absl::StrCat("duplicate key '", common::EscapeInvalidUtf8(k), "'"));
     }
     key_ = std::move(k);
     return true;
   }
   bool parse_error(size_t, const std::string&, const json::exception& e) {
     // e.what() quotes the offending bytes, which need not be UTF-8.
-    return Fail(absl::StrCat("body is not JSON: ", EscapeInvalidUtf8(e.what())));
+    return Fail(absl::StrCat("body is not JSON: ", common::EscapeInvalidUtf8(e.what())));
   }
 
  private:
@@ -107,7 +107,7 @@ absl::StatusOr<json> ParseJsonStrictly(const std::string& body) {
     ok = json::sax_parse(body, &builder);
   } catch (const json::exception& e) {  // sax_parse reports through parse_error; kept as a net
     return absl::InvalidArgumentError(
-        absl::StrCat("body is not JSON: ", EscapeInvalidUtf8(e.what())));
+        absl::StrCat("body is not JSON: ", common::EscapeInvalidUtf8(e.what())));
   }
   if (!ok) {
     return absl::InvalidArgumentError(builder.error().empty() ? "body is not JSON"
@@ -132,7 +132,8 @@ absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() != "requested_quota_bytes" && it.key() != "max_entries" &&
         it.key() != "pool_spill" && it.key() != "default_tier") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown field '", EscapeInvalidUtf8(it.key()),
+      return absl::InvalidArgumentError(absl::StrCat("unknown field '",
+                                                     common::EscapeInvalidUtf8(it.key()),
                                                      "' (expected requested_quota_bytes, "
                                                      "max_entries, pool_spill, default_tier)"));
     }
@@ -180,7 +181,7 @@ absl::StatusOr<QuotaBody> ParseQuotaBody(const std::string& body) {
       return absl::InvalidArgumentError(
           absl::StrCat("default_tier must be \"host\", \"gpu\" or \"any\", got ", Shown(v)));
     }
-    absl::StatusOr<TierPreference> t = ParseTierPreference(v.get<std::string>());
+    absl::StatusOr<common::TierPreference> t = common::ParseTierPreference(v.get<std::string>());
     if (!t.ok())
       return absl::InvalidArgumentError(absl::StrCat("default_tier: ", t.status().message()));
     out.default_tier = *t;

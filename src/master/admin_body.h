@@ -14,7 +14,8 @@ struct QuotaBody {
   uint64_t quota = 0;
   std::optional<uint64_t> max_entries;  // absent or null: none
   std::optional<bool> pool_spill;       // absent: the tenant keeps what it has (false if new)
-  std::optional<TierPreference> default_tier;  // absent: the tenant keeps its own (host if new)
+  std::optional<common::TierPreference>
+      default_tier;  // absent: the tenant keeps its own (host if new)
 };
 
 // Parses {"requested_quota_bytes": N, "max_entries": M?, "pool_spill": B?, "default_tier": T?}.

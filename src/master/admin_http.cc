@@ -35,7 +35,7 @@ void SendJson(httplib::Response& res, int status, const json& j) {
 
 // A name or key as the API shows it: unchanged when it is UTF-8, else with its bad bytes as
 // \xNN (and backslashes doubled) so that it stays distinguishable (common/utf8.h).
-std::string Shown(const std::string& s) { return EscapeInvalidUtf8(s); }
+std::string Shown(const std::string& s) { return common::EscapeInvalidUtf8(s); }
 
 void SendError(httplib::Response& res, int status, const std::string& code,
                const std::string& message) {
@@ -116,15 +116,15 @@ json Snapshot(const tenant::TenantSnapshot& s, bool has_token, json pool) {
             {"has_explicit_policy", s.has_explicit_policy},
             {"has_token", has_token},
             {"pool_spill", s.pool_spill},
-            {"default_tier", TierPreferenceName(s.default_tier)}};
+            {"default_tier", common::TierPreferenceName(s.default_tier)}};
   j["max_entries"] = s.max_entries.has_value() ? json(*s.max_entries) : json(nullptr);
   j["pool"] = std::move(pool);
   return j;
 }
 
 // Liveness, role and metrics: /health (?deep=1 runs the probe), /role, /metrics.
-void AddStatusRoutes(HttpServer& s, MasterService* service, tenant::TenantManager* tenants,
-                     MetricsRegistry* metrics, std::function<bool()> is_active,
+void AddStatusRoutes(common::HttpServer& s, MasterService* service, tenant::TenantManager* tenants,
+                     common::MetricsRegistry* metrics, std::function<bool()> is_active,
                      std::function<absl::StatusOr<std::pair<double, std::string>>()> probe,
                      std::function<RoleDetail()> role_detail) {
   s.Get("/health", [=](const httplib::Request& req, httplib::Response& res) {
@@ -176,7 +176,7 @@ void AddStatusRoutes(HttpServer& s, MasterService* service, tenant::TenantManage
 }
 
 // Read-only views of the store's segments: /get_all_segments and /api/v1/segments.
-void AddSegmentRoutes(HttpServer& s, MasterService* service) {
+void AddSegmentRoutes(common::HttpServer& s, MasterService* service) {
   // Mooncake's master path, which SGLang polls until its body is non-empty: one mounted
   // segment's name per line; an empty body while none is mounted.
   s.Get("/get_all_segments", [=](const httplib::Request&, httplib::Response& res) {
@@ -230,7 +230,7 @@ void AddSegmentRoutes(HttpServer& s, MasterService* service) {
 }
 
 // /api/v1/nodes: the nodes with a session.
-void AddNodeRoutes(HttpServer& s, MasterService* service) {
+void AddNodeRoutes(common::HttpServer& s, MasterService* service) {
   // The nodes with a session: their segments (capacity, usage, pool) and, for a node under
   // --cgroup, the figures of its memory cgroup as its last heartbeat reported them.
   s.Get("/api/v1/nodes", [=](const httplib::Request&, httplib::Response& res) {
@@ -269,7 +269,7 @@ void AddNodeRoutes(HttpServer& s, MasterService* service) {
 }
 
 // /api/v1/objects: a read-only view of the store's objects.
-void AddObjectRoutes(HttpServer& s, MasterService* service) {
+void AddObjectRoutes(common::HttpServer& s, MasterService* service) {
   // Objects of one tenant: tenant_id is required (no cross-tenant listing), prefix and limit
   // optional, start_after for paging.
   s.Get("/api/v1/objects", [=](const httplib::Request& req, httplib::Response& res) {
@@ -279,7 +279,7 @@ void AddObjectRoutes(HttpServer& s, MasterService* service) {
     }
     std::string id = req.get_param_value("tenant_id");
     if (absl::Status st = tenant::ValidateTenantId(id); !st.ok()) {
-      SendStatus(res, WithReason(st, ErrorReason::kInvalidTenantId));
+      SendStatus(res, common::WithReason(st, ErrorReason::kInvalidTenantId));
       return;
     }
     proto::ListRequest lr;
@@ -315,15 +315,16 @@ void AddObjectRoutes(HttpServer& s, MasterService* service) {
                         return ps;
                       }()}});
       // A key that is not UTF-8 (keys are bytes) is shown escaped, and exactly in hex.
-      if (!IsValidUtf8(o.key)) arr.back()["key_hex"] = absl::BytesToHexString(o.key);
+      if (!common::IsValidUtf8(o.key)) arr.back()["key_hex"] = absl::BytesToHexString(o.key);
     }
     SendJson(res, 200, {{"success", true}, {"data", arr}, {"more", list.more}});
   });
 }
 
 // /api/v1/tenant_quotas: GET, PUT, DELETE.
-void AddTenantQuotaRoutes(HttpServer& s, MasterService* service, tenant::TenantManager* tenants,
-                          std::function<bool()> is_active, AdminAuth auth) {
+void AddTenantQuotaRoutes(common::HttpServer& s, MasterService* service,
+                          tenant::TenantManager* tenants, std::function<bool()> is_active,
+                          AdminAuth auth) {
   // Tenant quota API. Every call needs the active master and multi-tenant mode.
   auto guard = [=](const httplib::Request& req, httplib::Response& res, bool needs_id,
                    std::string* id) -> bool {
@@ -335,25 +336,25 @@ void AddTenantQuotaRoutes(HttpServer& s, MasterService* service, tenant::TenantM
       return false;
     }
     if (!is_active()) {
-      SendStatus(res,
-                 WithReason(absl::UnavailableError(
-                                "NOT_ACTIVE: this master is a standby (or fenced itself); ask the "
-                                "active master (GET /role names it)"),
-                            ErrorReason::kNotActive));
+      SendStatus(res, common::WithReason(
+                          absl::UnavailableError(
+                              "NOT_ACTIVE: this master is a standby (or fenced itself); ask the "
+                              "active master (GET /role names it)"),
+                          ErrorReason::kNotActive));
       return false;
     }
     if (!tenants->enabled()) {
-      SendStatus(res, WithReason(absl::FailedPreconditionError(
-                                     "multi-tenant quota is off (start the master with "
-                                     "--enable_multi_tenants)"),
-                                 ErrorReason::kUnavailableInCurrentMode));
+      SendStatus(res, common::WithReason(absl::FailedPreconditionError(
+                                             "multi-tenant quota is off (start the master with "
+                                             "--enable_multi_tenants)"),
+                                         ErrorReason::kUnavailableInCurrentMode));
       return false;
     }
     if (req.has_param("tenant_id")) {
       *id = req.get_param_value("tenant_id");
       absl::Status st = tenant::ValidateTenantId(*id);
       if (!st.ok()) {
-        SendStatus(res, WithReason(st, ErrorReason::kInvalidTenantId));
+        SendStatus(res, common::WithReason(st, ErrorReason::kInvalidTenantId));
         return false;
       }
     } else if (needs_id) {
@@ -378,9 +379,9 @@ void AddTenantQuotaRoutes(HttpServer& s, MasterService* service, tenant::TenantM
     }
     auto snap = ledger->Snapshot(id);
     if (!snap.has_value()) {
-      SendStatus(res,
-                 WithReason(absl::NotFoundError(absl::StrCat("tenant '", id, "' is not known")),
-                            ErrorReason::kTenantNotFound));
+      SendStatus(res, common::WithReason(
+                          absl::NotFoundError(absl::StrCat("tenant '", id, "' is not known")),
+                          ErrorReason::kTenantNotFound));
       return;
     }
     SendJson(res, 200,
@@ -422,14 +423,14 @@ void AddTenantQuotaRoutes(HttpServer& s, MasterService* service, tenant::TenantM
 
 absl::StatusOr<std::unique_ptr<AdminHttp>> AdminHttp::Create(
     const std::string& host, uint16_t port, MasterService* service, tenant::TenantManager* tenants,
-    MetricsRegistry* metrics, std::function<bool()> is_active,
+    common::MetricsRegistry* metrics, std::function<bool()> is_active,
     std::function<absl::StatusOr<std::pair<double, std::string>>()> probe, AdminAuth auth,
     std::function<RoleDetail()> role_detail) {
-  HttpServerOptions http;
+  common::HttpServerOptions http;
   http.metrics = metrics;
   http.lane_targets = {"/health", "/role"};  // answered while every worker is busy
   std::unique_ptr<AdminHttp> h(new AdminHttp(std::move(http)));
-  HttpServer& s = h->http_;
+  common::HttpServer& s = h->http_;
   AddStatusRoutes(s, service, tenants, metrics, is_active, std::move(probe),
                   std::move(role_detail));
   AddSegmentRoutes(s, service);

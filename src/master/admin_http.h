@@ -35,14 +35,15 @@ class AdminHttp {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<AdminHttp>> Create(
       const std::string& host, uint16_t port, MasterService* service,
-      tenant::TenantManager* tenants, MetricsRegistry* metrics, std::function<bool()> is_active,
+      tenant::TenantManager* tenants, common::MetricsRegistry* metrics,
+      std::function<bool()> is_active,
       std::function<absl::StatusOr<std::pair<double, std::string>>()> probe = nullptr,
       AdminAuth auth = AdminAuth::None(), std::function<RoleDetail()> role_detail = nullptr);
   uint16_t port() const { return http_.port(); }
 
  private:
-  explicit AdminHttp(HttpServerOptions options) : http_(std::move(options)) {}
-  HttpServer http_;
+  explicit AdminHttp(common::HttpServerOptions options) : http_(std::move(options)) {}
+  common::HttpServer http_;
 };
 
 }  // namespace granary::master

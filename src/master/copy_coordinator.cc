@@ -16,9 +16,10 @@ namespace {
 using proto::WireStatus;
 }  // namespace
 
-CopyCoordinator::CopyCoordinator(const MasterOptions& options, Clock* clock, ObjectShards* shards,
-                                 SegmentRegistry* segments, tenant::QuotaLedger* ledger,
-                                 TimerWheel* deadlines, Evictor* evictor)
+CopyCoordinator::CopyCoordinator(const MasterOptions& options, common::Clock* clock,
+                                 ObjectShards* shards, SegmentRegistry* segments,
+                                 tenant::QuotaLedger* ledger, TimerWheel* deadlines,
+                                 Evictor* evictor)
     : options_(options),
       clock_(clock),
       shards_(shards),
@@ -31,16 +32,16 @@ absl::Status CopyCoordinator::LeaseForCopy(const std::string& tk, const std::str
                                            int64_t now, int64_t deadline, Placements* replicas,
                                            uint64_t* size, uint64_t* object_generation) {
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
-  granary::MutexLock lock(&sh.mu);
+  granary::common::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
   if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
-    return absl::NotFoundError(absl::StrCat("key ", QuotedKey(key), " not found"));
+    return absl::NotFoundError(absl::StrCat("key ", common::QuotedKey(key), " not found"));
   }
   {
-    granary::MutexLock copies(&mu_);
+    granary::common::MutexLock copies(&mu_);
     if (copies_.contains(tk)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("key ", QuotedKey(key), " already has a copy or move in progress"));
+          absl::StrCat("key ", common::QuotedKey(key), " already has a copy or move in progress"));
     }
   }
   // Lease it for the copy, so that neither eviction nor Remove takes it meanwhile.
@@ -56,7 +57,7 @@ void CopyCoordinator::ReleaseLease(const std::string& tk, uint64_t object_genera
                                    int64_t lease_until) {
   const int64_t now = clock_->NowMs();
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
-  granary::MutexLock lock(&sh.mu);
+  granary::common::MutexLock lock(&sh.mu);
   auto it = sh.objects.find(tk);
   if (it != sh.objects.end() && it->second.generation == object_generation) {
     EndLease(it->second, now, lease_until);
@@ -126,7 +127,7 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
     pc.move = move;
     pc.session = sid;
     {
-      granary::MutexLock copies(&mu_);
+      granary::common::MutexLock copies(&mu_);
       copies_[tk] = pc;
     }
     deadlines_->Add(deadline, std::string(1, kDeadlineTag) + tk, pc.generation);
@@ -149,7 +150,7 @@ proto::CopyStartReply CopyCoordinator::CopyStart(SessionId sid, const std::strin
 bool CopyCoordinator::AbortCopy(const std::string& tk, uint64_t generation, const char* why) {
   PendingCopy pc;
   {
-    granary::MutexLock copies(&mu_);
+    granary::common::MutexLock copies(&mu_);
     auto it = copies_.find(tk);
     if (it == copies_.end() || it->second.generation != generation) return false;
     pc = it->second;
@@ -170,7 +171,7 @@ void CopyCoordinator::Expire(const std::string& tagged_key, uint64_t generation)
 void CopyCoordinator::AbortCopiesOf(SessionId sid) {
   std::vector<std::pair<std::string, uint64_t>> mine;
   {
-    granary::MutexLock copies(&mu_);
+    granary::common::MutexLock copies(&mu_);
     for (const auto& [tk, pc] : copies_) {
       if (pc.session == sid) mine.emplace_back(tk, pc.generation);
     }
@@ -183,7 +184,7 @@ bool CopyCoordinator::Commit(const std::string& tenant, const std::string& tk,
   bool source_freed = false;
   {
     ObjectShards::Shard& sh = shards_->ShardOf(tk);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != pc.object_generation ||
         !segments_->Find(pc.dest.segment_id).has_value()) {
@@ -193,7 +194,7 @@ bool CopyCoordinator::Commit(const std::string& tenant, const std::string& tk,
     EndLease(o, clock_->NowMs(), pc.lease_until);
     o.replicas.push_back(pc.dest);
     InventoryOutbox* out = shards_->outbox();
-    if (out != nullptr) out->CommittedReplica(tk, o, pc.dest, WallMs());
+    if (out != nullptr) out->CommittedReplica(tk, o, pc.dest, common::WallMs());
     if (pc.move) {
       for (auto r = o.replicas.begin(); r != o.replicas.end(); ++r) {
         if (r->segment_id == pc.source.segment_id && r->offset == pc.source.offset) {
@@ -222,12 +223,12 @@ proto::BatchStatusReply CopyCoordinator::CopyEnd(const std::string& tenant,
     std::string tk = TableKey(tenant, e.key);
     PendingCopy pc;
     {
-      granary::MutexLock copies(&mu_);
+      granary::common::MutexLock copies(&mu_);
       auto it = copies_.find(tk);
       if (it == copies_.end() || it->second.generation != e.generation ||
           it->second.dest.segment_id != e.dest_segment_id || it->second.move != move) {
         rep.results[i] = WireStatus::From(absl::NotFoundError(
-            absl::StrCat("no ", move ? "move" : "copy", " of key ", QuotedKey(e.key),
+            absl::StrCat("no ", move ? "move" : "copy", " of key ", common::QuotedKey(e.key),
                          " generation ", e.generation, " is in progress")));
         continue;
       }
@@ -237,8 +238,9 @@ proto::BatchStatusReply CopyCoordinator::CopyEnd(const std::string& tenant,
     if (!Commit(tenant, tk, pc)) {
       segments_->Free(pc.dest);
       ledger_->Refund(tenant, pc.dest.size);
-      rep.results[i] = WireStatus::From(absl::NotFoundError(absl::StrCat(
-          "key ", QuotedKey(e.key), " or its destination segment is gone; the copy was dropped")));
+      rep.results[i] = WireStatus::From(absl::NotFoundError(
+          absl::StrCat("key ", common::QuotedKey(e.key),
+                       " or its destination segment is gone; the copy was dropped")));
     }
   }
   return rep;
@@ -251,8 +253,9 @@ proto::BatchStatusReply CopyCoordinator::CopyRevoke(const std::string& tenant,
   for (size_t i = 0; i < req.entries.size(); ++i) {
     const auto& e = req.entries[i];
     if (!AbortCopy(TableKey(tenant, e.key), e.generation, "revoked")) {
-      rep.results[i] = WireStatus::From(absl::NotFoundError(absl::StrCat(
-          "no copy of key ", QuotedKey(e.key), " generation ", e.generation, " is in progress")));
+      rep.results[i] = WireStatus::From(
+          absl::NotFoundError(absl::StrCat("no copy of key ", common::QuotedKey(e.key),
+                                           " generation ", e.generation, " is in progress")));
     }
   }
   return rep;

@@ -35,7 +35,7 @@ class CopyCoordinator {
   // (tenant ids cannot contain control characters, so no table key starts with it).
   static constexpr char kDeadlineTag = '\x01';
 
-  CopyCoordinator(const MasterOptions& options, Clock* clock, ObjectShards* shards,
+  CopyCoordinator(const MasterOptions& options, common::Clock* clock, ObjectShards* shards,
                   SegmentRegistry* segments, tenant::QuotaLedger* ledger, TimerWheel* deadlines,
                   Evictor* evictor);
 
@@ -83,14 +83,14 @@ class CopyCoordinator {
   bool Commit(const std::string& tenant, const std::string& table_key, const PendingCopy& pc);
 
   const MasterOptions& options_;
-  Clock* clock_;
+  common::Clock* clock_;
   ObjectShards* shards_;
   SegmentRegistry* segments_;
   tenant::QuotaLedger* ledger_;
   TimerWheel* deadlines_;
   Evictor* evictor_;
 
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   // Copies in flight by table key (one per object).
   absl::flat_hash_map<std::string, PendingCopy> copies_ ABSL_GUARDED_BY(mu_);
 };

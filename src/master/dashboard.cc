@@ -26,7 +26,7 @@ absl::string_view Between(absl::string_view page, absl::string_view open, absl::
 
 // 'sha256-<base64>' of an inline element's text, as CSP names it.
 std::string CspHash(absl::string_view text) {
-  const std::string hex = Sha256Hex(text);
+  const std::string hex = common::Sha256Hex(text);
   std::string raw;
   for (size_t i = 0; i + 1 < hex.size(); i += 2) {
     raw.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
@@ -50,7 +50,7 @@ const std::string& DashboardContentSecurityPolicy() {
   return *csp;
 }
 
-void AddDashboardRoutes(HttpServer& server) {
+void AddDashboardRoutes(common::HttpServer& server) {
   const std::string& csp = DashboardContentSecurityPolicy();  // computed (and checked) now
   server.Get("/", [&csp](const httplib::Request&, httplib::Response& res) {
     // no-store: an old page must never be shown for the live one after an upgrade.

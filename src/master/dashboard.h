@@ -11,7 +11,7 @@ namespace granary::master {
 // GET / serves the page, which reads /health, /api/v1/tenant_quotas and /api/v1/segments every
 // 2 s from the same server. It needs no admin token: it only reads, and mutations stay on the
 // API. Stateless; the handler only reads constants.
-void AddDashboardRoutes(HttpServer& server);
+void AddDashboardRoutes(common::HttpServer& server);
 
 // The page as embedded.
 absl::string_view DashboardHtml();

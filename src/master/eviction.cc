@@ -68,7 +68,7 @@ uint64_t Scan(ObjectShards& shards, const std::string* only_tenant, const Segmen
   uint64_t scanned = 0;
   for (uint32_t s = 0; s < ObjectShards::kShards; ++s) {
     ObjectShards::Shard& sh = shards.shard(s);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     sh.objects.ForEachSlot([&](uint32_t slot, absl::string_view tk, const Object& o) {
       if (o.state != ObjectState::kComplete) return;
       const absl::string_view name = tk.substr(0, tk.find('\0'));
@@ -121,9 +121,9 @@ TenantStates::iterator PickTenant(TenantStates& tenants, int p, bool one_tenant,
 
 }  // namespace
 
-Evictor::Evictor(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics,
-                 MasterCounters* counters, ObjectShards* shards, SegmentRegistry* segments,
-                 tenant::QuotaLedger* ledger)
+Evictor::Evictor(const MasterOptions& options, common::Clock* clock,
+                 common::MetricsRegistry* metrics, MasterCounters* counters, ObjectShards* shards,
+                 SegmentRegistry* segments, tenant::QuotaLedger* ledger)
     : options_(options),
       clock_(clock),
       metrics_(metrics),
@@ -205,7 +205,7 @@ absl::Status Evictor::CheckEvictionHelps(const PlacementRequest& who, uint64_t b
   if (nodes < static_cast<size_t>(replicas)) {
     return absl::ResourceExhaustedError(
         absl::StrCat(allocated.message(), "; eviction cannot help: ", nodes,
-                     " node(s) have a segment that holds ", FormatSize(need)));
+                     " node(s) have a segment that holds ", common::FormatSize(need)));
   }
   // Eviction then takes only objects with a replica on the segments `who` may use, which are
   // of its tier alone: a GPU put evicts within the GPU tier, a host put within the host tier.
@@ -240,14 +240,14 @@ absl::Status Evictor::PoolError(const std::string& tenant, const absl::Status& s
 }
 
 absl::StatusOr<Placements> Evictor::AllocateForPut(const std::string& tenant, bool pool_spill,
-                                                   TierPreference tier, uint64_t bytes,
+                                                   common::TierPreference tier, uint64_t bytes,
                                                    int replicas) {
   switch (tier) {
-    case TierPreference::kHost:
+    case common::TierPreference::kHost:
       return AllocateOnTier(tenant, pool_spill, proto::Tier::kHost, bytes, replicas, true);
-    case TierPreference::kGpu:
+    case common::TierPreference::kGpu:
       return AllocateOnTier(tenant, pool_spill, proto::Tier::kGpu, bytes, replicas, true);
-    case TierPreference::kAny:
+    case common::TierPreference::kAny:
       break;
   }
   // GPU memory is the scarce, fast tier: a put that takes any tier never evicts there.
@@ -325,7 +325,7 @@ void Evictor::EvictAboveWatermark() {
 Placements Evictor::TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_access, int64_t now) {
   Placements ps;
   ObjectShards::Shard& sh = shards_->shard(shard);
-  granary::MutexLock lock(&sh.mu);
+  granary::common::MutexLock lock(&sh.mu);
   auto it = sh.objects.FindSlot(slot);
   // Re-check: it may have been read, leased, removed or replaced since the scan (a slot reused
   // by another object holds another access ordinal).
@@ -341,9 +341,9 @@ Placements Evictor::TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_acce
 
 uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::string* only_tenant,
                                uint64_t max_objects, const SegmentIds* on, proto::Tier tier) {
-  granary::MutexLock round(&round_mu_);
+  granary::common::MutexLock round(&round_mu_);
   const int64_t now = clock_->NowMs();
-  const int64_t started_us = MonotonicUs();
+  const int64_t started_us = common::MonotonicUs();
   TenantStates tenants;
   const uint64_t scanned = Scan(*shards_, only_tenant, on, now, &tenants);
   for (auto& [name, ts] : tenants) {
@@ -382,10 +382,11 @@ uint64_t Evictor::EvictObjects(uint64_t bytes, const char* reason, const std::st
   if (count > 0) {
     counters_->evicted->Inc(count);
     counters_->evicted_bytes->Inc(freed);
-    GRANARY_LOG_INFO << "evicted " << count << " object(s), " << FormatSize(freed) << " (" << reason
+    GRANARY_LOG_INFO << "evicted " << count << " object(s), " << common::FormatSize(freed) << " ("
+                     << reason
                      << (only_tenant != nullptr ? ", tenant " + *only_tenant : std::string())
-                     << ") in " << (MonotonicUs() - started_us) / 1000.0 << " ms, " << scanned
-                     << " object(s) scanned";
+                     << ") in " << (common::MonotonicUs() - started_us) / 1000.0 << " ms, "
+                     << scanned << " object(s) scanned";
   }
   return freed;
 }

@@ -30,7 +30,7 @@ namespace granary::master {
 // when nothing needs evicting.
 class Evictor {
  public:
-  Evictor(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics,
+  Evictor(const MasterOptions& options, common::Clock* clock, common::MetricsRegistry* metrics,
           MasterCounters* counters, ObjectShards* shards, SegmentRegistry* segments,
           tenant::QuotaLedger* ledger);
 
@@ -59,7 +59,8 @@ class Evictor {
   // GPU tier when it has room without evicting, else the host tier (evicting there); the error
   // names both tiers.
   [[nodiscard]] absl::StatusOr<Placements> AllocateForPut(const std::string& tenant,
-                                                          bool pool_spill, TierPreference tier,
+                                                          bool pool_spill,
+                                                          common::TierPreference tier,
                                                           uint64_t bytes, int replicas);
   // After a commit: a tenant past its max_entries loses its oldest entries (never rejected).
   void EnforceMaxEntries(const std::string& tenant);
@@ -103,13 +104,13 @@ class Evictor {
   Placements TakeVictim(uint32_t shard, uint32_t slot, uint64_t last_access, int64_t now);
 
   const MasterOptions& options_;
-  Clock* clock_;
-  MetricsRegistry* metrics_;
+  common::Clock* clock_;
+  common::MetricsRegistry* metrics_;
   MasterCounters* counters_;
   ObjectShards* shards_;
   SegmentRegistry* segments_;
   tenant::QuotaLedger* ledger_;
-  granary::Mutex round_mu_;  // one eviction round at a time; guards no data
+  granary::common::Mutex round_mu_;  // one eviction round at a time; guards no data
 };
 
 }  // namespace granary::master

@@ -18,7 +18,7 @@ uint32_t FlagsOf(uint8_t pin) {
 
 }  // namespace
 
-InventoryOutbox::InventoryOutbox(Clock* clock, MetricsRegistry* metrics)
+InventoryOutbox::InventoryOutbox(common::Clock* clock, common::MetricsRegistry* metrics)
     : clock_(clock),
       sent_(metrics->Counter("granary_master_inventory_records_sent_total",
                              "Commit and free records handed to nodes (InventorySync)")),
@@ -28,7 +28,7 @@ InventoryOutbox::InventoryOutbox(Clock* clock, MetricsRegistry* metrics)
       overflow_(metrics->Counter(
           "granary_master_inventory_records_overflow_total",
           "Records dropped because a segment's queue was full (its node did not poll)")) {
-  metrics->AddCollector([this](MetricsWriter& w) {
+  metrics->AddCollector([this](common::MetricsWriter& w) {
     w.Gauge("granary_master_inventory_oldest_pending_ms",
             "Age of the oldest commit or free record its node has not acknowledged yet (0: none); "
             "the commits a master death now would lose are at most this old",
@@ -60,7 +60,7 @@ void InventoryOutbox::CommittedReplica(absl::string_view tk, const Object& o, co
   r.generation = o.generation;
   r.flags = FlagsOf(o.pin);
   r.commit_ms = commit_ms;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Push(p.segment_id, std::move(r));
 }
 
@@ -76,7 +76,7 @@ void InventoryOutbox::FreedReplica(absl::string_view tk, uint64_t generation, co
   r.offset = p.offset;
   r.alloc_size = p.size;
   r.generation = generation;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Push(p.segment_id, std::move(r));
 }
 
@@ -90,7 +90,7 @@ std::vector<proto::InventoryRecord> InventoryOutbox::Take(const std::vector<uint
   std::vector<proto::InventoryRecord> out;
   size_t bytes = 0, again = 0;
   uint64_t last = 0;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (uint64_t id : segment_ids) {
     auto it = queues_.find(id);
     if (it == queues_.end()) continue;
@@ -113,7 +113,7 @@ std::vector<proto::InventoryRecord> InventoryOutbox::Take(const std::vector<uint
 }
 
 bool InventoryOutbox::HasPending(const std::vector<uint64_t>& segment_ids) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (uint64_t id : segment_ids) {
     auto it = queues_.find(id);
     if (it != queues_.end() && !it->second.empty()) return true;
@@ -125,7 +125,7 @@ int64_t InventoryOutbox::OldestPendingMs() const {
   const int64_t now = clock_->NowMs();
   int64_t oldest = now;
   bool any = false;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& [id, q] : queues_) {
     if (q.empty()) continue;
     any = true;
@@ -137,7 +137,7 @@ int64_t InventoryOutbox::OldestPendingMs() const {
 }
 
 void InventoryOutbox::Forget(uint64_t segment_id) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   queues_.erase(segment_id);
 }
 

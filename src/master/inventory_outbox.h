@@ -37,7 +37,7 @@ class InventoryOutbox {
  public:
   static constexpr size_t kMaxQueued = size_t{1} << 20;  // per segment
 
-  InventoryOutbox(Clock* clock, MetricsRegistry* metrics);
+  InventoryOutbox(common::Clock* clock, common::MetricsRegistry* metrics);
 
   // A complete object: a commit record for each of its replicas (or for `only`, one replica a
   // copy added). The master's own tenants ('_probe') are not recorded.
@@ -74,11 +74,11 @@ class InventoryOutbox {
   };
   void Push(uint64_t segment_id, proto::InventoryRecord r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  Clock* const clock_;
-  MetricCounter* sent_;
-  MetricCounter* resent_;
-  MetricCounter* overflow_;
-  mutable granary::Mutex mu_;
+  common::Clock* const clock_;
+  common::MetricCounter* sent_;
+  common::MetricCounter* resent_;
+  common::MetricCounter* overflow_;
+  mutable granary::common::Mutex mu_;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::deque<Queued>> queues_ ABSL_GUARDED_BY(mu_);
 };

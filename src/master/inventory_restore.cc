@@ -27,18 +27,18 @@ absl::Status CheckRecord(const proto::InventoryRecord& r) {
   }
   if (r.tenant.empty() || tenant::QuotaLedger::IsReserved(r.tenant) ||
       r.tenant.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("bad tenant id ", QuotedKey(r.tenant)));
+    return absl::InvalidArgumentError(absl::StrCat("bad tenant id ", common::QuotedKey(r.tenant)));
   }
   if (r.key.empty()) return absl::InvalidArgumentError("empty key");
   if (r.value_length == 0 || r.value_length > proto::kMaxValueBytes) {
     return absl::InvalidArgumentError(absl::StrCat("value length ", r.value_length, " of key ",
-                                                   QuotedKey(r.key), " is outside 1..",
+                                                   common::QuotedKey(r.key), " is outside 1..",
                                                    proto::kMaxValueBytes));
   }
   if (r.alloc_size != AllocBytes(r.value_length)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "allocation of ", r.alloc_size, " bytes for a ", r.value_length, "-byte value of key ",
-        QuotedKey(r.key), " (expected ", AllocBytes(r.value_length), ")"));
+        common::QuotedKey(r.key), " (expected ", AllocBytes(r.value_length), ")"));
   }
   if (r.generation == 0) return absl::InvalidArgumentError("generation 0");
   return absl::OkStatus();
@@ -46,8 +46,8 @@ absl::Status CheckRecord(const proto::InventoryRecord& r) {
 
 }  // namespace
 
-InventoryRestore::InventoryRestore(const MasterOptions& options, Clock* clock,
-                                   MetricsRegistry* metrics, ObjectShards* shards,
+InventoryRestore::InventoryRestore(const MasterOptions& options, common::Clock* clock,
+                                   common::MetricsRegistry* metrics, ObjectShards* shards,
                                    SegmentRegistry* segments, tenant::QuotaLedger* ledger)
     : options_(options),
       clock_(clock),
@@ -70,14 +70,14 @@ InventoryRestore::InventoryRestore(const MasterOptions& options, Clock* clock,
           "Records refused from a node back from a partition: not on it when it was dropped")) {}
 
 void InventoryRestore::Forget(uint64_t session) {
-  granary::MutexLock lock(&expect_mu_);
+  granary::common::MutexLock lock(&expect_mu_);
   expected_.erase(session);
   reporting_.erase(session);
 }
 
 void InventoryRestore::ExpectOnly(uint64_t session,
                                   std::shared_ptr<const absl::flat_hash_set<uint64_t>> held) {
-  granary::MutexLock lock(&expect_mu_);
+  granary::common::MutexLock lock(&expect_mu_);
   expected_[session] = std::move(held);
 }
 
@@ -137,21 +137,22 @@ absl::Status InventoryRestore::RestoreLocked(ObjectShards::Shard& sh,
       // A newer version exists (a put since the restart, or another node's newer report).
       conflicts_->Inc();
       if (out != nullptr) out->FreedReplica(std::string(tk), r.generation, reported);
-      return absl::AlreadyExistsError(absl::StrCat("key ", QuotedKey(r.key), " has generation ",
-                                                   o.generation, " here; reported ", r.generation));
+      return absl::AlreadyExistsError(absl::StrCat("key ", common::QuotedKey(r.key),
+                                                   " has generation ", o.generation,
+                                                   " here; reported ", r.generation));
     }
     if (o.generation == r.generation) {
       // Another replica of the same object (replica_num > 1), on a segment it is not on yet.
       for (const Placement& p : o.replicas) {
         if (p.segment_id == r.segment_id) {
-          return absl::AlreadyExistsError(absl::StrCat("key ", QuotedKey(r.key), " generation ",
-                                                       r.generation, " reported twice on segment ",
-                                                       r.segment_id));
+          return absl::AlreadyExistsError(
+              absl::StrCat("key ", common::QuotedKey(r.key), " generation ", r.generation,
+                           " reported twice on segment ", r.segment_id));
         }
       }
       if (o.size != r.value_length || o.replicas.size() >= proto::kMaxReplicaNum) {
         return absl::InvalidArgumentError(
-            absl::StrCat("replica of key ", QuotedKey(r.key), " generation ", r.generation,
+            absl::StrCat("replica of key ", common::QuotedKey(r.key), " generation ", r.generation,
                          " disagrees in length (", r.value_length, " vs ", o.size, ") or exceeds ",
                          proto::kMaxReplicaNum, " replicas"));
       }
@@ -200,7 +201,7 @@ void InventoryRestore::SizeTablesFor(uint64_t session, uint64_t total) {
   if (per_shard < 1024) return;  // growing is cheap at this size
   for (size_t i = 0; i < ObjectShards::kShards; ++i) {
     ObjectShards::Shard& sh = shards_->shard(i);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     // An eighth more than the share: the keys do not spread over the shards exactly evenly.
     sh.objects.reserve(sh.objects.size() + per_shard + per_shard / 8);
   }
@@ -237,7 +238,7 @@ std::shared_ptr<const absl::flat_hash_set<uint64_t>> InventoryRestore::BeginBatc
   std::shared_ptr<const absl::flat_hash_set<uint64_t>> held;
   bool first_batch = false;
   {
-    granary::MutexLock lock(&expect_mu_);
+    granary::common::MutexLock lock(&expect_mu_);
     if (auto it = expected_.find(session); it != expected_.end()) {
       held = it->second;
       if (req.last) expected_.erase(it);
@@ -278,7 +279,7 @@ InventoryRestore::SortedBatch InventoryRestore::SortByShard(
                           Placement{r.segment_id, r.offset, r.alloc_size, 0});
       }
       refused->Add(absl::FailedPreconditionError(absl::StrCat(
-          "key ", QuotedKey(r.key), " generation ", r.generation,
+          "key ", common::QuotedKey(r.key), " generation ", r.generation,
           " was not on this node when the master dropped it (removed or replaced since)")));
       continue;
     }
@@ -312,7 +313,7 @@ uint64_t InventoryRestore::RestoreByShard(const proto::InventoryReportRequest& r
     ObjectShards::Shard& sh = shards_->shard(s);
     // The shard's LRU sequence numbers in one step, not one shared atomic add per record.
     batch.next_seq = seq_.fetch_add(b.first[s + 1] - b.first[s], std::memory_order_relaxed);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     for (uint32_t k = b.first[s]; k < b.first[s + 1]; ++k) {
       // The index is a random access per key: start the one a few keys ahead meanwhile.
       if (k + kPrefetchAhead < b.first[s + 1]) {
@@ -344,7 +345,7 @@ void InventoryRestore::FinishReport(uint64_t session, int64_t now) {
   }
   quarantined_->Inc(quarantined);
   GRANARY_LOG_INFO << "inventory of node session " << session << " restored; "
-                   << FormatSize(quarantined) << " of unreported space quarantined";
+                   << common::FormatSize(quarantined) << " of unreported space quarantined";
 }
 
 proto::InventoryReportReply InventoryRestore::Report(uint64_t session,

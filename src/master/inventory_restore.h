@@ -45,8 +45,9 @@ namespace granary::master {
 // report's total, so the index never rehashes during it.
 class InventoryRestore {
  public:
-  InventoryRestore(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics,
-                   ObjectShards* shards, SegmentRegistry* segments, tenant::QuotaLedger* ledger);
+  InventoryRestore(const MasterOptions& options, common::Clock* clock,
+                   common::MetricsRegistry* metrics, ObjectShards* shards,
+                   SegmentRegistry* segments, tenant::QuotaLedger* ledger);
 
   // One batch of the report of node session `session`: every record must name a segment that
   // session mounted.
@@ -117,17 +118,17 @@ class InventoryRestore {
   static uint64_t SeedAccess(uint64_t commit_ms, uint64_t seq);
 
   const MasterOptions& options_;
-  Clock* clock_;
+  common::Clock* clock_;
   ObjectShards* shards_;
   SegmentRegistry* segments_;
   tenant::QuotaLedger* ledger_;
   std::atomic<uint64_t> seq_{0};
-  MetricCounter* restored_;
-  MetricCounter* rejected_;
-  MetricCounter* conflicts_;
-  MetricCounter* quarantined_;
-  MetricCounter* unheld_;
-  granary::Mutex expect_mu_;
+  common::MetricCounter* restored_;
+  common::MetricCounter* rejected_;
+  common::MetricCounter* conflicts_;
+  common::MetricCounter* quarantined_;
+  common::MetricCounter* unheld_;
+  granary::common::Mutex expect_mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const absl::flat_hash_set<uint64_t>>> expected_
       ABSL_GUARDED_BY(expect_mu_);
   // Node sessions whose report has begun and not ended (its first batch sizes the tables).

@@ -76,14 +76,14 @@ int main(int argc, char** argv) {
   // The command line as given (gflags removes the flags it parsed): an HA restart reuses it.
   std::vector<std::string> args(argv, argv + argc);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  granary::ConfigureMutexDeadlockDetection();
+  granary::common::ConfigureMutexDeadlockDetection();
   granary::LogLevel level;
-  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+  if (!granary::common::ParseLogLevel(FLAGS_log_level, &level)) {
     fprintf(stderr, "granary_master: --log_level '%s' is not one of debug|info|warning|error\n",
             FLAGS_log_level.c_str());
     return 2;
   }
-  granary::SetLogLevel(level);
+  granary::common::SetLogLevel(level);
   if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) {
     fprintf(stderr, "granary_master: ports must be 0..65535 (rpc_port=%u metrics_port=%u)\n",
             FLAGS_rpc_port, FLAGS_metrics_port);

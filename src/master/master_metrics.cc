@@ -6,8 +6,8 @@
 
 namespace granary::master {
 
-MasterCounters::MasterCounters(MetricsRegistry* metrics) {
-  auto counter = [&](const char* name, const char* help, MetricLabels labels = {}) {
+MasterCounters::MasterCounters(common::MetricsRegistry* metrics) {
+  auto counter = [&](const char* name, const char* help, common::MetricLabels labels = {}) {
     return metrics->Counter(name, help, labels);
   };
   const char* ops = "Object operations handled by the master, by type";
@@ -36,13 +36,13 @@ MasterCounters::MasterCounters(MetricsRegistry* metrics) {
 
 namespace {
 
-void WriteTenantGauges(MetricsWriter& w, const tenant::QuotaLedger& ledger) {
+void WriteTenantGauges(common::MetricsWriter& w, const tenant::QuotaLedger& ledger) {
   w.Gauge("granary_tenant_capacity_bytes", "Allocatable capacity quotas are scaled against", {},
           static_cast<double>(ledger.capacity()));
   w.Gauge("granary_tenant_quota_requested_sum_bytes", "Sum of requested tenant quotas", {},
           static_cast<double>(ledger.requested_sum()));
   for (const auto& t : ledger.SnapshotAll()) {
-    MetricLabels l = {{"tenant_id", t.tenant_id}};
+    common::MetricLabels l = {{"tenant_id", t.tenant_id}};
     w.Gauge("granary_tenant_quota_requested_bytes", "Requested byte quota", l,
             t.requested_quota_bytes);
     w.Gauge("granary_tenant_quota_effective_bytes", "Effective byte quota (scaled to capacity)", l,
@@ -70,16 +70,16 @@ void WriteTenantGauges(MetricsWriter& w, const tenant::QuotaLedger& ledger) {
 
 }  // namespace
 
-void ExportMasterGauges(MetricsRegistry* metrics, std::function<MasterStats()> stats,
+void ExportMasterGauges(common::MetricsRegistry* metrics, std::function<MasterStats()> stats,
                         const tenant::QuotaLedger* ledger, const SegmentRegistry* segments) {
-  metrics->AddCollector([stats = std::move(stats), ledger, segments](MetricsWriter& w) {
+  metrics->AddCollector([stats = std::move(stats), ledger, segments](common::MetricsWriter& w) {
     MasterStats s = stats();
     w.Gauge("granary_master_objects", "Objects in the table", {}, s.objects);
     w.Gauge("granary_master_objects_processing", "Objects with a put in progress", {},
             s.processing);
     for (proto::Tier tier : {proto::Tier::kHost, proto::Tier::kGpu}) {
       const SegmentRegistry::Totals t = segments->totals(tier);
-      const MetricLabels l = {{"tier", TierName(tier)}};
+      const common::MetricLabels l = {{"tier", TierName(tier)}};
       w.Gauge("granary_master_capacity_bytes", "Mounted segment bytes", l, t.capacity);
       w.Gauge("granary_master_used_bytes", "Allocated segment bytes", l, t.used);
       w.Gauge("granary_master_tier_segments", "Mounted segments of the tier", l, t.segments);
@@ -94,7 +94,7 @@ void ExportMasterGauges(MetricsRegistry* metrics, std::function<MasterStats()> s
     w.Gauge("granary_master_sessions", "Live sessions", {}, s.sessions);
     WriteTenantGauges(w, *ledger);
     for (const auto& p : segments->Pools()) {
-      MetricLabels l = {{"tenant", p.tenant}};
+      common::MetricLabels l = {{"tenant", p.tenant}};
       w.Gauge("granary_pool_capacity_bytes", "Bytes of the segments dedicated to a tenant (--pool)",
               l, p.totals.capacity);
       w.Gauge("granary_pool_used_bytes", "Allocated bytes of a tenant's pool", l, p.totals.used);

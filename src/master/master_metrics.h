@@ -25,21 +25,21 @@ struct MasterStats {
 // registry, which owns them and outlives the master; each counter is an atomic, so the parts
 // bump them from any thread with no lock.
 struct MasterCounters {
-  explicit MasterCounters(MetricsRegistry* metrics);
+  explicit MasterCounters(common::MetricsRegistry* metrics);
 
-  MetricCounter* put_start;
-  MetricCounter* put_end;
-  MetricCounter* put_revoke;
-  MetricCounter* put_expired;
-  MetricCounter* get;
-  MetricCounter* get_miss;
-  MetricCounter* remove;
-  MetricCounter* evicted;
-  MetricCounter* evicted_bytes;
-  MetricCounter* lost;
-  MetricCounter* sessions_expired;
-  MetricCounter* alloc_failures;
-  MetricCounter* hello_rejects_token;
+  common::MetricCounter* put_start;
+  common::MetricCounter* put_end;
+  common::MetricCounter* put_revoke;
+  common::MetricCounter* put_expired;
+  common::MetricCounter* get;
+  common::MetricCounter* get_miss;
+  common::MetricCounter* remove;
+  common::MetricCounter* evicted;
+  common::MetricCounter* evicted_bytes;
+  common::MetricCounter* lost;
+  common::MetricCounter* sessions_expired;
+  common::MetricCounter* alloc_failures;
+  common::MetricCounter* hello_rejects_token;
 };
 
 // Registers the collector that exports the master's gauges (objects, capacity, sessions,
@@ -47,7 +47,7 @@ struct MasterCounters {
 // outlive the registry's use of the collector (the master's parts live as long as the process's
 // registry). The collector takes the locks those calls take, one at a time, and no lock of its
 // own.
-void ExportMasterGauges(MetricsRegistry* metrics, std::function<MasterStats()> stats,
+void ExportMasterGauges(common::MetricsRegistry* metrics, std::function<MasterStats()> stats,
                         const tenant::QuotaLedger* ledger, const SegmentRegistry* segments);
 
 }  // namespace granary::master

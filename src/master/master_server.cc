@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<MasterServer>> MasterServer::Create(const MasterO
   }
   std::unique_ptr<MasterServer> s(new MasterServer());
   s->options_ = options;
-  s->service_ = std::make_unique<MasterService>(options, SystemClock::Default(), &s->metrics_);
+  s->service_ =
+      std::make_unique<MasterService>(options, common::SystemClock::Default(), &s->metrics_);
   MasterServer* raw = s.get();
   GRANARY_RETURN_IF_ERROR(s->SetUpElection());
   GRANARY_RETURN_IF_ERROR(s->SetUpTenants(std::move(token_file)));
@@ -93,17 +94,17 @@ absl::Status MasterServer::StartRpc() {
     request_seconds_[t] = metrics_.Histogram(
         "granary_master_request_seconds",
         "Time the master spends handling one request, by message type (no network)", {{"op", name}},
-        LatencyBucketsSeconds());
+        common::LatencyBucketsSeconds());
   }
   cb.on_request = [raw](transport::RpcServer::ConnId c, const proto::FrameView& f) {
-    const int64_t t0 = MonotonicNs();
+    const int64_t t0 = common::MonotonicNs();
     // This master's epoch, stamped into the reply (read before Dispatch checks the lead).
     const int64_t epoch = raw->ServingEpoch();
     auto reply = raw->Dispatch(c, f);
     if (reply.has_value()) proto::SetFrameEpoch(&*reply, epoch);
     const uint16_t type = f.header.type;
     if (type < raw->request_seconds_.size() && raw->request_seconds_[type] != nullptr) {
-      raw->request_seconds_[type]->Observe(static_cast<double>(MonotonicNs() - t0) * 1e-9);
+      raw->request_seconds_[type]->Observe(static_cast<double>(common::MonotonicNs() - t0) * 1e-9);
     }
     return reply;
   };
@@ -207,8 +208,8 @@ std::string MasterServer::NotLeader(const proto::FrameView& f) const {
     absl::StrAppend(&msg, "; no active master is known yet");
   }
   return proto::EncodeFrame(f.header.type | proto::kReplyBit, f.header.request_id,
-                            proto::StatusReply{proto::WireStatus::From(
-                                WithReason(absl::UnavailableError(msg), ErrorReason::kNotLeader))});
+                            proto::StatusReply{proto::WireStatus::From(common::WithReason(
+                                absl::UnavailableError(msg), ErrorReason::kNotLeader))});
 }
 
 void MasterServer::Shutdown() {
@@ -224,10 +225,10 @@ void MasterServer::NotifyStopped() {
 }
 
 absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
-  granary::MutexLock lock(&probe_mu_);
+  granary::common::MutexLock lock(&probe_mu_);
   constexpr uint64_t kSize = 4096;
   const std::string key = absl::StrCat("_probe/", ++probe_seq_);
-  const int64_t t0 = MonotonicUs();
+  const int64_t t0 = common::MonotonicUs();
   auto started = service_->PutStart(probe_session_, proto::PutStartRequest{{{key, kSize}}, 1, 0});
   absl::Status st = started.status.ToStatus();
   if (st.ok()) st = started.results[0].status.ToStatus();
@@ -243,7 +244,7 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
   std::string out(proto::kAllocHeaderSize + kSize, '\0'), in(out.size(), '\0');
   proto::AllocHeader h;
   h.generation = gen;
-  h.key_hash = HashBytes(key);
+  h.key_hash = common::HashBytes(key);
   h.value_length = kSize;
   std::memcpy(out.data(), &h, sizeof(h));
   for (uint64_t i = 0; i < kSize; ++i)
@@ -287,7 +288,7 @@ absl::StatusOr<std::pair<double, std::string>> MasterServer::Probe() {
     return absl::DataLossError(
         absl::StrCat("probe read from ", remote->node_address, " returned different bytes"));
   }
-  return std::make_pair(static_cast<double>(MonotonicUs() - t0), remote->node_address);
+  return std::make_pair(static_cast<double>(common::MonotonicUs() - t0), remote->node_address);
 }
 
 void MasterServer::TickLoop() {
@@ -314,17 +315,17 @@ std::optional<std::string> MasterServer::HandleInventorySync(
     }
     return proto::EncodeFrame(reply_type, f.header.request_id, rep);
   }
-  granary::MutexLock lock(&polls_mu_);
+  granary::common::MutexLock lock(&polls_mu_);
   polls_.push_back(
-      ParkedPoll{conn, f.header.request_id, MonotonicUs() / 1000 + req.wait_ms, req.acked});
+      ParkedPoll{conn, f.header.request_id, common::MonotonicUs() / 1000 + req.wait_ms, req.acked});
   return std::nullopt;
 }
 
 void MasterServer::FlushPolls(bool all) {
   std::vector<ParkedPoll> due;
-  const int64_t now = MonotonicUs() / 1000;
+  const int64_t now = common::MonotonicUs() / 1000;
   {
-    granary::MutexLock lock(&polls_mu_);
+    granary::common::MutexLock lock(&polls_mu_);
     for (auto it = polls_.begin(); it != polls_.end();) {
       if (all || now >= it->deadline_ms || service_->InventoryPending(it->conn)) {
         due.push_back(*it);
@@ -370,7 +371,7 @@ std::optional<std::string> MasterServer::Dispatch(transport::RpcServer::ConnId c
   if (f.header.epoch != 0 && f.header.epoch != ServingEpoch()) {
     return proto::EncodeFrame(
         reply_type, id,
-        proto::StatusReply{proto::WireStatus::From(WithReason(
+        proto::StatusReply{proto::WireStatus::From(common::WithReason(
             absl::UnavailableError(absl::StrCat(
                 "NOT_LEADER: the request belongs to a session opened at epoch ", f.header.epoch,
                 "; this master serves epoch ", ServingEpoch(), ": reconnect")),

@@ -80,7 +80,7 @@ class MasterServer {
   void TickLoop();
 
   MasterOptions options_;
-  MetricsRegistry metrics_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<MasterService> service_;
   std::unique_ptr<tenant::TenantManager> tenants_;
   // HA (null without --enable_ha). The election is stopped before anything else goes.
@@ -92,19 +92,19 @@ class MasterServer {
   std::unique_ptr<transport::Worker> worker_;
   std::unique_ptr<transport::RpcServer> rpc_;
   std::unique_ptr<transport::RmaEngine> rma_;  // for Probe
-  granary::Mutex probe_mu_;                    // one probe at a time
+  granary::common::Mutex probe_mu_;            // one probe at a time
   SessionId probe_session_ = 0;
   uint64_t probe_seq_ ABSL_GUARDED_BY(probe_mu_) = 0;
   std::unique_ptr<AdminHttp> http_;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
-  granary::Notification stopped_;
+  granary::common::Notification stopped_;
   std::atomic<bool> stop_notified_{false};
-  MetricCounter* bad_requests_ = nullptr;
+  common::MetricCounter* bad_requests_ = nullptr;
   // granary_master_request_seconds{op}: the time Dispatch takes per request, by message type
   // (index = MsgType; null for types the master does not serve). Filled before the RPC server
   // starts, read-only afterwards.
-  std::vector<MetricHistogram*> request_seconds_;
+  std::vector<common::MetricHistogram*> request_seconds_;
   struct ParkedPoll {
     transport::RpcServer::ConnId conn = 0;
     uint64_t request_id = 0;
@@ -112,7 +112,7 @@ class MasterServer {
     uint64_t acked = 0;  // the poll's acknowledgement (applied when it was parked; idempotent)
   };
   // Taken before the service's locks (FlushPolls asks it under this one), never under them.
-  granary::Mutex polls_mu_;
+  granary::common::Mutex polls_mu_;
   std::vector<ParkedPoll> polls_ ABSL_GUARDED_BY(polls_mu_);
 };
 

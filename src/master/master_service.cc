@@ -16,16 +16,17 @@ namespace {
 using proto::WireStatus;
 }  // namespace
 
-MasterService::MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics)
+MasterService::MasterService(const MasterOptions& options, common::Clock* clock,
+                             common::MetricsRegistry* metrics)
     : options_(options),
       clock_(clock),
-      master_id_(RandomId()),
+      master_id_(common::RandomId()),
       counters_(metrics),
       ledger_(options.enable_multi_tenants),
       deadlines_(options.tick_ms),
       outbox_(clock, metrics),
       // With HA, generations come from the election term (BecomeActive).
-      shards_(options.enable_ha ? 0 : WallMs()),
+      shards_(options.enable_ha ? 0 : common::WallMs()),
       sessions_(options_, clock, &counters_),
       evictor_(options_, clock, metrics, &counters_, &shards_, &segments_, &ledger_),
       objects_(options_, clock, &counters_, &shards_, &segments_, &ledger_, &deadlines_, &sessions_,
@@ -101,7 +102,7 @@ void MasterService::SessionClosed(SessionId sid) {
                        << " segment(s)";
       *held = DropSegments(ids);
     }
-    granary::MutexLock lock(&dropped_mu_);
+    granary::common::MutexLock lock(&dropped_mu_);
     // Past 15 minutes an entry no longer lengthens a quarantine (MountSegment): forget it.
     const int64_t stale = clock_->NowMs() - 15 * 60'000;
     absl::erase_if(dropped_nodes_, [&](const auto& e) { return e.second.last_seen_ms < stale; });
@@ -142,7 +143,7 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
     const int64_t now = clock_->NowMs();
     int64_t gone_ms = options_.client_ttl_ms;
     {
-      granary::MutexLock lock(&dropped_mu_);
+      granary::common::MutexLock lock(&dropped_mu_);
       // Known: mounted by an earlier session of this master. A node mounts each of its
       // segments (host and GPU, several of each) in one session: its second mount is not a
       // return (that made a restarted master refuse the whole report of a two-segment node).
@@ -173,7 +174,7 @@ proto::MountSegmentReply MasterService::MountSegment(SessionId sid,
   rep.segment_id = *id;
   RescaleQuotas();
   GRANARY_LOG_INFO << "mounted segment " << *id << " '" << req.name << "' of node " << req.node_id
-                   << " at " << req.node_address << ": " << FormatSize(req.size)
+                   << " at " << req.node_address << ": " << common::FormatSize(req.size)
                    << (req.resumed ? " (resumed: its inventory follows)" : "");
   return rep;
 }
@@ -301,7 +302,7 @@ std::vector<SessionId> MasterService::Tick() {
   }
   if (uint64_t released = segments_.Expire(now); released > 0) {
     GRANARY_LOG_INFO
-        << FormatSize(released)
+        << common::FormatSize(released)
         << " of quarantined or held space is allocatable again (its late writes are past)";
   }
   quarantined_bytes_->Set(static_cast<double>(segments_.totals().quarantined));

@@ -54,7 +54,8 @@ class MasterService {
  public:
   using Stats = MasterStats;
 
-  MasterService(const MasterOptions& options, Clock* clock, MetricsRegistry* metrics);
+  MasterService(const MasterOptions& options, common::Clock* clock,
+                common::MetricsRegistry* metrics);
   MasterService(const MasterService&) = delete;
   MasterService& operator=(const MasterService&) = delete;
 
@@ -170,7 +171,7 @@ class MasterService {
   // Declaration order is construction order: the shared state first, then the parts that
   // point into it.
   const MasterOptions options_;
-  Clock* clock_;
+  common::Clock* clock_;
   const std::string master_id_;
   MasterCounters counters_;
   SegmentRegistry segments_;
@@ -192,12 +193,12 @@ class MasterService {
     int64_t last_seen_ms = 0;
     std::shared_ptr<const absl::flat_hash_set<uint64_t>> held;
   };
-  granary::Mutex dropped_mu_;
+  granary::common::Mutex dropped_mu_;
   absl::flat_hash_map<std::string, DroppedNode> dropped_nodes_ ABSL_GUARDED_BY(dropped_mu_);
   // Every node id that mounted a segment at this master (a node process has one id), and the
   // session of its latest mount.
   absl::flat_hash_map<std::string, SessionId> mounted_nodes_ ABSL_GUARDED_BY(dropped_mu_);
-  MetricGauge* quarantined_bytes_;
+  common::MetricGauge* quarantined_bytes_;
 };
 
 }  // namespace granary::master

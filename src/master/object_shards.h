@@ -32,7 +32,7 @@ class ObjectShards {
  public:
   static constexpr size_t kShards = 64;
   struct Shard {
-    mutable granary::Mutex mu;
+    mutable granary::common::Mutex mu;
     ObjectTable objects ABSL_GUARDED_BY(mu);
     // How many of `objects` are kProcessing, kept as they change (so that /metrics never walks
     // the table): +1 at InsertProcessing, -1 when PutEnd completes one or one is erased.

@@ -36,8 +36,8 @@ uint8_t PinOf(uint32_t flags) {
 }
 }  // namespace
 
-ObjectStore::ObjectStore(const MasterOptions& options, Clock* clock, MasterCounters* counters,
-                         ObjectShards* shards, SegmentRegistry* segments,
+ObjectStore::ObjectStore(const MasterOptions& options, common::Clock* clock,
+                         MasterCounters* counters, ObjectShards* shards, SegmentRegistry* segments,
                          tenant::QuotaLedger* ledger, TimerWheel* deadlines, SessionTable* sessions,
                          Evictor* evictor)
     : options_(options),
@@ -57,7 +57,7 @@ void ObjectStore::PrefetchBatch(const std::string& tenant, size_t n, KeyOf key_o
   for (size_t i = 0; i < n; ++i) {
     TableKeyInto(tenant, key_of(i), &tk);
     ObjectShards::Shard& sh = shards_->ShardOf(tk);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     sh.objects.prefetch(tk);
   }
 }
@@ -66,7 +66,7 @@ absl::Status ObjectStore::CheckPutEntry(const proto::PutStartEntry& e) {
   GRANARY_RETURN_IF_ERROR(CheckKey(e.key));
   if (e.size == 0 || e.size > proto::kMaxValueBytes) {
     return absl::InvalidArgumentError(absl::StrCat("value size ", e.size, " of key ",
-                                                   QuotedKey(e.key), " is outside 1..",
+                                                   common::QuotedKey(e.key), " is outside 1..",
                                                    proto::kMaxValueBytes));
   }
   return absl::OkStatus();
@@ -76,7 +76,7 @@ bool ObjectStore::InsertProcessing(const std::string& tk, SessionId sid, uint64_
                                    int64_t now, const proto::PutStartEntry& e, uint32_t flags,
                                    const Placements& placed) {
   ObjectShards::Shard& sh = shards_->ShardOf(tk);
-  granary::MutexLock lock(&sh.mu);
+  granary::common::MutexLock lock(&sh.mu);
   auto [it, fresh] = sh.objects.try_emplace(tk);
   if (!fresh) return false;
   ++sh.processing;
@@ -112,7 +112,8 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
   const int64_t now = clock_->NowMs();
   const int64_t deadline = now + options_.put_start_timeout_ms;
   const bool pool_spill = ledger_->PoolSpill(tenant);
-  const TierPreference tier = proto::PutTierOf(req.flags).value_or(ledger_->DefaultTier(tenant));
+  const common::TierPreference tier =
+      proto::PutTierOf(req.flags).value_or(ledger_->DefaultTier(tenant));
   rep.results.resize(req.entries.size());
   std::vector<std::string> started;
   PrefetchBatch(tenant, req.entries.size(),
@@ -128,13 +129,13 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
     std::string tk = TableKey(tenant, e.key);
     {
       ObjectShards::Shard& sh = shards_->ShardOf(tk);
-      granary::MutexLock lock(&sh.mu);
+      granary::common::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it != sh.objects.end()) {
         res.status = Err(absl::AlreadyExistsError(
             it->second.state == ObjectState::kComplete
-                ? absl::StrCat("key ", QuotedKey(e.key), " already exists")
-                : absl::StrCat("key ", QuotedKey(e.key), " has a put in progress")));
+                ? absl::StrCat("key ", common::QuotedKey(e.key), " already exists")
+                : absl::StrCat("key ", common::QuotedKey(e.key), " has a put in progress")));
         continue;
       }
     }
@@ -159,7 +160,7 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
       segments_->Free(*placed);
       ledger_->Refund(tenant, charge);
       res.status = Err(absl::AlreadyExistsError(
-          absl::StrCat("key ", QuotedKey(e.key), " has a put in progress")));
+          absl::StrCat("key ", common::QuotedKey(e.key), " has a put in progress")));
       continue;
     }
     res.generation = gen;
@@ -189,18 +190,18 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
     SessionId writer = 0;
     int64_t created_ms = 0;
     {
-      granary::MutexLock lock(&sh.mu);
+      granary::common::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if ((it == sh.objects.end() || it->second.generation != e.generation) &&
           e.generation < shards_->first_generation()) {
         // Granted by a master that has restarted since: this one never knew the allocation,
         // and its space may be quarantined. A new put is the retry.
         st = absl::UnavailableError(
-            absl::StrCat("the put of key ", QuotedKey(e.key), " generation ", e.generation,
+            absl::StrCat("the put of key ", common::QuotedKey(e.key), " generation ", e.generation,
                          " was started at a master that has restarted since; retry the put"));
       } else if (it == sh.objects.end() || it->second.generation != e.generation) {
-        st = absl::NotFoundError(absl::StrCat("no put of key ", QuotedKey(e.key), " generation ",
-                                              e.generation,
+        st = absl::NotFoundError(absl::StrCat("no put of key ", common::QuotedKey(e.key),
+                                              " generation ", e.generation,
                                               " is in progress (it expired, was revoked, or "
                                               "its node was lost)"));
       } else if (it->second.state == ObjectState::kProcessing) {
@@ -212,7 +213,8 @@ proto::BatchStatusReply ObjectStore::PutEnd(const std::string& tenant,
         created_ms = it->second.created_ms;
         // Commit what is still placed (a replica lost meanwhile was refunded already).
         ledger_->Commit(tenant, PlacedBytes(it->second.replicas));
-        if (InventoryOutbox* out = shards_->outbox()) out->Committed(tk, it->second, WallMs());
+        if (InventoryOutbox* out = shards_->outbox())
+          out->Committed(tk, it->second, common::WallMs());
       }
     }
     if (writer != 0) {
@@ -231,7 +233,7 @@ bool ObjectStore::AbortPut(const std::string& tk, uint64_t generation, const cha
   Placements freed;
   SessionId writer = 0;
   {
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != generation ||
         it->second.state != ObjectState::kProcessing) {
@@ -258,8 +260,9 @@ proto::BatchStatusReply ObjectStore::PutRevoke(const std::string& tenant,
     const auto& e = req.entries[i];
     counters_->put_revoke->Inc();
     if (!AbortPut(TableKey(tenant, e.key), e.generation, "revoked")) {
-      rep.results[i] = Err(absl::NotFoundError(absl::StrCat(
-          "no put of key ", QuotedKey(e.key), " generation ", e.generation, " is in progress")));
+      rep.results[i] =
+          Err(absl::NotFoundError(absl::StrCat("no put of key ", common::QuotedKey(e.key),
+                                               " generation ", e.generation, " is in progress")));
     }
   }
   return rep;
@@ -271,7 +274,7 @@ void ObjectStore::FreeInFlight(SessionId sid, const std::vector<std::string>& ta
     ObjectShards::Shard& sh = shards_->ShardOf(k);
     Placements freed;
     {
-      granary::MutexLock lock(&sh.mu);
+      granary::common::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(k);
       if (it == sh.objects.end() || it->second.state != ObjectState::kProcessing ||
           it->second.writer != sid) {
@@ -307,14 +310,14 @@ proto::GetReply ObjectStore::Get(const std::string& tenant, const proto::GetRequ
     ObjectShards::Shard& sh = shards_->ShardOf(tk);
     Placements ps;
     {
-      granary::MutexLock lock(&sh.mu);
+      granary::common::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
         counters_->get_miss->Inc();
         res.status = Err(absl::NotFoundError(
             it == sh.objects.end()
-                ? absl::StrCat("key ", QuotedKey(key), " not found")
-                : absl::StrCat("key ", QuotedKey(key), " is still being written")));
+                ? absl::StrCat("key ", common::QuotedKey(key), " not found")
+                : absl::StrCat("key ", common::QuotedKey(key), " is still being written")));
         continue;
       }
       Object& o = it->second;
@@ -342,11 +345,11 @@ proto::BatchStatusReply ObjectStore::GetEnd(const std::string& tenant,
     const auto& e = req.entries[i];
     TableKeyInto(tenant, e.key, &tk);
     ObjectShards::Shard& sh = shards_->ShardOf(tk);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.generation != e.generation) {
-      rep.results[i] = Err(absl::NotFoundError(
-          absl::StrCat("key ", QuotedKey(e.key), " generation ", e.generation, " not found")));
+      rep.results[i] = Err(absl::NotFoundError(absl::StrCat(
+          "key ", common::QuotedKey(e.key), " generation ", e.generation, " not found")));
       continue;
     }
     EndLease(it->second, now, static_cast<int64_t>(e.lease_token));
@@ -362,11 +365,11 @@ proto::BatchStatusReply ObjectStore::Exist(const std::string& tenant,
   for (size_t i = 0; i < req.keys.size(); ++i) {
     TableKeyInto(tenant, req.keys[i], &tk);
     ObjectShards::Shard& sh = shards_->ShardOf(tk);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     auto it = sh.objects.find(tk);
     if (it == sh.objects.end() || it->second.state != ObjectState::kComplete) {
-      rep.results[i] =
-          Err(absl::NotFoundError(absl::StrCat("key ", QuotedKey(req.keys[i]), " not found")));
+      rep.results[i] = Err(
+          absl::NotFoundError(absl::StrCat("key ", common::QuotedKey(req.keys[i]), " not found")));
     }
   }
   return rep;
@@ -386,18 +389,18 @@ proto::BatchStatusReply ObjectStore::Remove(const std::string& tenant,
     Placements freed;
     absl::Status st;
     {
-      granary::MutexLock lock(&sh.mu);
+      granary::common::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end()) {
-        st = absl::NotFoundError(absl::StrCat("key ", QuotedKey(key), " not found"));
+        st = absl::NotFoundError(absl::StrCat("key ", common::QuotedKey(key), " not found"));
       } else if (it->second.state != ObjectState::kComplete) {
-        st = absl::FailedPreconditionError(
-            absl::StrCat("key ", QuotedKey(key), " has a put in progress; revoke it or wait"));
+        st = absl::FailedPreconditionError(absl::StrCat(
+            "key ", common::QuotedKey(key), " has a put in progress; revoke it or wait"));
       } else if (!req.force && Leased(it->second, now)) {
-        st = WithReason(absl::FailedPreconditionError(absl::StrCat(
-                            "key ", QuotedKey(key), " is being read (lease for ",
-                            it->second.lease_until_ms - now, " ms more); retry later")),
-                        ErrorReason::kHasLease);
+        st = common::WithReason(absl::FailedPreconditionError(absl::StrCat(
+                                    "key ", common::QuotedKey(key), " is being read (lease for ",
+                                    it->second.lease_until_ms - now, " ms more); retry later")),
+                                ErrorReason::kHasLease);
       } else {
         freed = it->second.replicas;
         if (InventoryOutbox* out = shards_->outbox()) {
@@ -430,7 +433,7 @@ proto::ListReply ObjectStore::List(const std::string& tenant, const proto::ListR
   bool more = false;
   for (size_t s = 0; s < ObjectShards::kShards; ++s) {
     const ObjectShards::Shard& sh = shards_->shard(s);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     for (const auto& [tk, o] : sh.objects) {
       if (!absl::StartsWith(tk, lo)) continue;
       if (!req.start_after.empty() && tk <= after) continue;
@@ -473,7 +476,7 @@ proto::LookupPrefixReply ObjectStore::LookupPrefix(const std::string& tenant,
     Placements ps;
     proto::BlockHint hint;
     {
-      granary::MutexLock lock(&sh.mu);
+      granary::common::MutexLock lock(&sh.mu);
       auto it = sh.objects.find(tk);
       if (it == sh.objects.end() || it->second.state != ObjectState::kComplete ||
           it->second.replicas.empty()) {
@@ -506,7 +509,7 @@ absl::flat_hash_set<uint64_t> ObjectStore::DropSegments(const std::vector<uint64
   uint64_t lost = 0;
   for (size_t s = 0; s < ObjectShards::kShards; ++s) {
     ObjectShards::Shard& sh = shards_->shard(s);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     for (auto it = sh.objects.begin(); it != sh.objects.end();) {
       Object& o = it->second;
       Placements& r = o.replicas;
@@ -545,7 +548,7 @@ absl::flat_hash_set<uint64_t> ObjectStore::DropSegments(const std::vector<uint64
 void ObjectStore::Count(uint64_t* objects, uint64_t* processing) const {
   for (size_t s = 0; s < ObjectShards::kShards; ++s) {
     const ObjectShards::Shard& sh = shards_->shard(s);
-    granary::MutexLock lock(&sh.mu);
+    granary::common::MutexLock lock(&sh.mu);
     *objects += sh.objects.size();
     *processing += sh.processing;
   }

@@ -31,7 +31,7 @@ namespace granary::master {
 // on PutStart; List, DropSegments and eviction scan the table (rare).
 class ObjectStore {
  public:
-  ObjectStore(const MasterOptions& options, Clock* clock, MasterCounters* counters,
+  ObjectStore(const MasterOptions& options, common::Clock* clock, MasterCounters* counters,
               ObjectShards* shards, SegmentRegistry* segments, tenant::QuotaLedger* ledger,
               TimerWheel* deadlines, SessionTable* sessions, Evictor* evictor);
 
@@ -72,7 +72,7 @@ class ObjectStore {
                         const Placements& placed);
 
   const MasterOptions& options_;
-  Clock* clock_;
+  common::Clock* clock_;
   MasterCounters* counters_;
   ObjectShards* shards_;
   SegmentRegistry* segments_;

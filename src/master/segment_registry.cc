@@ -26,7 +26,7 @@ SegmentRegistry::SegmentRegistry() {
   uint64_t wall_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                std::chrono::system_clock::now().time_since_epoch())
                                                .count());
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   next_id_ = wall_ms << 12;
 }
 
@@ -65,7 +65,7 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   if (req.node_address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no node address"));
   }
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& [id, s] : segments_) {
     if (s.info.node_id == req.node_id && s.info.name == req.name) {
       return absl::AlreadyExistsError(absl::StrCat("segment '", req.name, "' of node ", req.node_id,
@@ -101,7 +101,7 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
 }
 
 void SegmentRegistry::SetQuarantineUntil(int64_t ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   quarantine_until_ms_ = ms;
 }
 
@@ -109,7 +109,7 @@ void SegmentRegistry::ReserveAll(uint64_t session, const std::vector<Range>& ran
                                  std::vector<absl::StatusOr<Placement>>* out) {
   out->clear();
   out->reserve(ranges.size());
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Segment* last = nullptr;
   for (const Range& r : ranges) {
     out->push_back(ReserveLocked(r.segment_id, session, r.offset, r.size, &last));
@@ -129,7 +129,7 @@ absl::StatusOr<Placement> SegmentRegistry::ReserveLocked(uint64_t segment_id, ui
   }
   Segment& s = **last;
   if (size == 0 || offset % proto::kAllocAlignment != 0 ||
-      !OffsetWithin(s.info.size, offset, size)) {
+      !common::OffsetWithin(s.info.size, offset, size)) {
     return absl::InvalidArgumentError(absl::StrCat("range of ", size, " bytes at offset ", offset,
                                                    " is unaligned or outside segment ", segment_id,
                                                    " of ", s.info.size, " bytes"));
@@ -157,14 +157,14 @@ uint64_t SegmentRegistry::FinishRestoreLocked(Segment& s, int64_t now_ms) {
 }
 
 uint64_t SegmentRegistry::FinishRestore(uint64_t segment_id, int64_t now_ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = segments_.find(segment_id);
   if (it == segments_.end()) return 0;
   return FinishRestoreLocked(it->second, now_ms);
 }
 
 uint64_t SegmentRegistry::Expire(int64_t now_ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   uint64_t released = 0;
   for (auto& [id, s] : segments_) {
     if (s.restoring && now_ms >= s.restore_deadline_ms) FinishRestoreLocked(s, now_ms);
@@ -188,7 +188,7 @@ uint64_t SegmentRegistry::Expire(int64_t now_ms) {
 }
 
 bool SegmentRegistry::Fenced(const PlacementRequest& who) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& [id, s] : segments_) {
     if (who.Allows(s.info) && (s.restoring || s.quarantined > 0)) return true;
   }
@@ -202,14 +202,14 @@ void SegmentRegistry::RebuildOrderLocked() {
 }
 
 bool SegmentRegistry::Unmount(uint64_t segment_id) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   bool erased = segments_.erase(segment_id) > 0;
   if (erased) RebuildOrderLocked();
   return erased;
 }
 
 std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::vector<uint64_t> ids;
   for (const auto& [id, s] : segments_) {
     if (s.session == session) ids.push_back(id);
@@ -225,7 +225,7 @@ std::vector<uint64_t> SegmentRegistry::SegmentsOf(uint64_t session) const {
 #endif
 absl::StatusOr<Placements> SegmentRegistry::Allocate(const PlacementRequest& who, uint64_t bytes,
                                                      int replicas) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (segments_.empty()) {
     return absl::ResourceExhaustedError("no segment is mounted: start a granary_node");
   }
@@ -260,8 +260,8 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(const PlacementRequest& who
           absl::StrCat("replica_num=", replicas, " needs that many nodes, but ", all_nodes.size(),
                        " node(s) have segments for ", who.ToString(), " mounted"));
     }
-    return absl::ResourceExhaustedError(absl::StrCat("no space for ", FormatSize(bytes), " on ",
-                                                     replicas, " distinct node(s); found ",
+    return absl::ResourceExhaustedError(absl::StrCat("no space for ", common::FormatSize(bytes),
+                                                     " on ", replicas, " distinct node(s); found ",
                                                      out.size()));
   }
   return out;
@@ -273,7 +273,7 @@ absl::StatusOr<Placements> SegmentRegistry::Allocate(const PlacementRequest& who
 absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
                                                       const PlacementRequest& who, uint64_t bytes,
                                                       const Placements& existing) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::string node_id;
   for (const auto& [id, s] : segments_) {
     if (s.info.node_id == target || s.info.node_address == target) node_id = s.info.node_id;
@@ -315,18 +315,18 @@ absl::StatusOr<Placement> SegmentRegistry::AllocateOn(const std::string& target,
         absl::StrCat("node '", target, "' has no segment for ", who.ToString(), ": ", why));
   }
   return absl::ResourceExhaustedError(
-      absl::StrCat("node '", target, "' has no free block of ", FormatSize(bytes)));
+      absl::StrCat("node '", target, "' has no free block of ", common::FormatSize(bytes)));
 }
 
 std::optional<proto::SegmentInfo> SegmentRegistry::Find(uint64_t segment_id) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = segments_.find(segment_id);
   if (it == segments_.end()) return std::nullopt;
   return it->second.info;
 }
 
 void SegmentRegistry::FreeLater(const Placements& ps, int64_t at_ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& p : ps) {
     auto it = segments_.find(p.segment_id);
     if (it == segments_.end()) continue;
@@ -336,14 +336,14 @@ void SegmentRegistry::FreeLater(const Placements& ps, int64_t at_ms) {
 }
 
 void SegmentRegistry::Free(const Placement& p) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);
   if (it == segments_.end()) return;
   it->second.alloc->Free(AllocationOf(p));
 }
 
 void SegmentRegistry::FreeEvicted(const Placements& ps) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Evictions* counted = nullptr;
   for (const auto& p : ps) {
     auto it = segments_.find(p.segment_id);
@@ -358,12 +358,12 @@ void SegmentRegistry::FreeEvicted(const Placements& ps) {
 }
 
 SegmentRegistry::Evictions SegmentRegistry::Evicted(proto::Tier tier) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return evicted_[static_cast<int>(tier)];
 }
 
 std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = segments_.find(p.segment_id);
   if (it == segments_.end()) return std::nullopt;
   return it->second.info.base + p.offset;
@@ -372,7 +372,7 @@ std::optional<uint64_t> SegmentRegistry::AddressOf(const Placement& p) const {
 std::vector<proto::ReplicaDesc> SegmentRegistry::Describe(const Placements& ps) const {
   std::vector<proto::ReplicaDesc> out;
   out.reserve(ps.size());
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& p : ps) {
     auto it = segments_.find(p.segment_id);
     if (it == segments_.end()) continue;
@@ -382,7 +382,7 @@ std::vector<proto::ReplicaDesc> SegmentRegistry::Describe(const Placements& ps) 
 }
 
 SegmentRegistry::Totals SegmentRegistry::totals() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Totals t;
   for (const auto& [id, s] : segments_) {
     t.capacity += s.info.size;
@@ -401,7 +401,7 @@ void SegmentRegistry::AddLocked(const Segment& s, Totals* t) const {
 }
 
 SegmentRegistry::Totals SegmentRegistry::totals(proto::Tier tier) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Totals t;
   for (const auto& [id, s] : segments_) {
     if (s.info.tier == tier) AddLocked(s, &t);
@@ -410,7 +410,7 @@ SegmentRegistry::Totals SegmentRegistry::totals(proto::Tier tier) const {
 }
 
 SegmentRegistry::Totals SegmentRegistry::CapacityOf(const PlacementRequest& who) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Totals t;
   for (const auto& [id, s] : segments_) {
     if (who.Allows(s.info)) AddLocked(s, &t);
@@ -420,7 +420,7 @@ SegmentRegistry::Totals SegmentRegistry::CapacityOf(const PlacementRequest& who)
 
 size_t SegmentRegistry::NodesThatHold(const PlacementRequest& who, uint64_t aligned_bytes) const {
   const uint64_t a = proto::kAllocAlignment;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   absl::flat_hash_set<std::string> nodes;
   for (const auto& [id, s] : segments_) {
     if (!who.Allows(s.info) || s.info.size / a * a < aligned_bytes) continue;
@@ -430,7 +430,7 @@ size_t SegmentRegistry::NodesThatHold(const PlacementRequest& who, uint64_t alig
 }
 
 std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::vector<proto::SegmentInfo> out;
   for (const auto& [id, s] : segments_) {
     out.push_back(s.info);
@@ -442,7 +442,7 @@ std::vector<proto::SegmentInfo> SegmentRegistry::List() const {
 SegmentRegistry::PoolState SegmentRegistry::PoolOf(absl::string_view tenant,
                                                    proto::Tier tier) const {
   PoolState st;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (pools_seen_.empty()) return st;  // the common case: no pool at all, no key built
   st.seen = pools_seen_.contains(PoolKey(tenant, tier));
   if (!st.seen) return st;
@@ -454,7 +454,7 @@ SegmentRegistry::PoolState SegmentRegistry::PoolOf(absl::string_view tenant,
 
 std::optional<absl::flat_hash_set<uint64_t>> SegmentRegistry::SegmentIdsFor(
     const PlacementRequest& who) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   absl::flat_hash_set<uint64_t> ids;
   for (const auto& [id, s] : segments_) {
     if (who.Allows(s.info)) ids.insert(id);
@@ -464,7 +464,7 @@ std::optional<absl::flat_hash_set<uint64_t>> SegmentRegistry::SegmentIdsFor(
 }
 
 std::vector<SegmentRegistry::PoolTotals> SegmentRegistry::Pools() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::map<std::string, Totals> by_tenant;
   for (const auto& [id, s] : segments_) {
     if (s.info.pool.empty()) continue;
@@ -477,7 +477,7 @@ std::vector<SegmentRegistry::PoolTotals> SegmentRegistry::Pools() const {
 }
 
 double SegmentRegistry::MeanFragmentation() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (segments_.empty()) return 0;
   double sum = 0;
   for (const auto& [id, s] : segments_) sum += s.alloc->fragmentation();

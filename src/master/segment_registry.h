@@ -63,7 +63,7 @@ class SegmentRegistry {
   // anything mounts.
   void SetQuarantineUntil(int64_t ms);
   int64_t quarantine_until() const {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     return quarantine_until_ms_;
   }
 
@@ -194,7 +194,7 @@ class SegmentRegistry {
   // Adds one segment's figures to `t`.
   void AddLocked(const Segment& s, Totals* t) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t quarantine_until_ms_ ABSL_GUARDED_BY(mu_) = 0;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   Evictions evicted_[2] ABSL_GUARDED_BY(mu_);  // by proto::Tier
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
   // Segment ids are never reused, not even across master restarts (clients cache descriptors

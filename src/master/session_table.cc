@@ -15,7 +15,8 @@ proto::WireStatus Err(const absl::Status& s) { return proto::WireStatus::From(s)
 absl::Status NoSession() { return absl::FailedPreconditionError("no session: send Hello first"); }
 }  // namespace
 
-SessionTable::SessionTable(const MasterOptions& options, Clock* clock, MasterCounters* counters)
+SessionTable::SessionTable(const MasterOptions& options, common::Clock* clock,
+                           MasterCounters* counters)
     : options_(options),
       clock_(clock),
       counters_(counters),
@@ -48,7 +49,7 @@ proto::HelloReply SessionTable::Hello(SessionId sid, const proto::HelloRequest& 
       return rep;
     }
   }
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (sessions_.contains(sid)) {
     rep.status = Err(absl::FailedPreconditionError("session already said Hello"));
     return rep;
@@ -72,7 +73,7 @@ SessionId SessionTable::OpenInternal(const std::string& reserved_tenant) {
   GRANARY_CHECK(tenant::QuotaLedger::IsReserved(reserved_tenant)) << reserved_tenant;
   static std::atomic<SessionId> next{1ull << 62};  // far from the adapter's connection ids
   SessionId sid = next.fetch_add(1);
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   Session& s = sessions_[sid];
   s.role = proto::Role::kClient;
   s.tenant = reserved_tenant;
@@ -83,7 +84,7 @@ SessionId SessionTable::OpenInternal(const std::string& reserved_tenant) {
 }
 
 absl::Status SessionTable::Touch(SessionId sid, bool need_node) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);
   if (need_node && (it == sessions_.end() || it->second.role != proto::Role::kNode)) {
     return absl::FailedPreconditionError("MountSegment needs a node session");
@@ -94,7 +95,7 @@ absl::Status SessionTable::Touch(SessionId sid, bool need_node) {
 }
 
 absl::Status SessionTable::Heartbeat(SessionId sid, const proto::HeartbeatRequest& req) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);
   if (it == sessions_.end()) return NoSession();
   Session& s = it->second;
@@ -111,7 +112,7 @@ absl::Status SessionTable::Heartbeat(SessionId sid, const proto::HeartbeatReques
 std::vector<SessionTable::NodeView> SessionTable::Nodes() const {
   std::vector<NodeView> out;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     for (const auto& [sid, s] : sessions_) {
       if (s.role == proto::Role::kNode) {
         out.push_back(NodeView{sid, s.client_id, s.last_seen_ms, s.cgroup});
@@ -124,7 +125,7 @@ std::vector<SessionTable::NodeView> SessionTable::Nodes() const {
 }
 
 absl::StatusOr<std::string> SessionTable::TenantOf(SessionId sid, bool touch) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);
   if (it == sessions_.end()) return NoSession();
   if (touch) it->second.last_seen_ms = clock_->NowMs();
@@ -138,14 +139,14 @@ absl::StatusOr<std::string> SessionTable::TenantOf(SessionId sid, bool touch) {
 
 void SessionTable::AddInFlight(SessionId sid, std::vector<std::string> table_keys) {
   if (table_keys.empty()) return;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);
   if (it == sessions_.end()) return;
   for (auto& k : table_keys) it->second.in_flight.insert(std::move(k));
 }
 
 void SessionTable::ForgetInFlight(SessionId sid, const std::string& table_key) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);
   if (it != sessions_.end()) it->second.in_flight.erase(table_key);
 }
@@ -153,7 +154,7 @@ void SessionTable::ForgetInFlight(SessionId sid, const std::string& table_key) {
 void SessionTable::ForgetCommitted(
     const std::vector<std::pair<SessionId, std::string>>& committed) {
   if (committed.empty()) return;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& [writer, tk] : committed) {
     auto it = sessions_.find(writer);
     if (it != sessions_.end()) it->second.in_flight.erase(tk);
@@ -161,7 +162,7 @@ void SessionTable::ForgetCommitted(
 }
 
 std::optional<SessionTable::Session> SessionTable::Remove(SessionId sid) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = sessions_.find(sid);
   if (it == sessions_.end()) return std::nullopt;
   Session s = std::move(it->second);
@@ -171,7 +172,7 @@ std::optional<SessionTable::Session> SessionTable::Remove(SessionId sid) {
 
 std::vector<SessionId> SessionTable::Expired(int64_t now_ms) const {
   std::vector<SessionId> dead;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (const auto& [sid, s] : sessions_) {
     if (!s.internal && now_ms - s.last_seen_ms > options_.client_ttl_ms) dead.push_back(sid);
   }
@@ -179,7 +180,7 @@ std::vector<SessionId> SessionTable::Expired(int64_t now_ms) const {
 }
 
 size_t SessionTable::size() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return sessions_.size();
 }
 

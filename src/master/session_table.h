@@ -47,7 +47,7 @@ class SessionTable {
     std::optional<proto::NodeCgroupReport> cgroup;
   };
 
-  SessionTable(const MasterOptions& options, Clock* clock, MasterCounters* counters);
+  SessionTable(const MasterOptions& options, common::Clock* clock, MasterCounters* counters);
 
   // A client hello must pass the token check, else UNAUTHENTICATED; node hellos are not
   // checked.
@@ -85,10 +85,10 @@ class SessionTable {
 
  private:
   const MasterOptions& options_;
-  Clock* clock_;
+  common::Clock* clock_;
   MasterCounters* counters_;
   tenant::TokenCheck token_check_;  // written only before the service is shared
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   absl::flat_hash_map<SessionId, Session> sessions_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -14,7 +14,7 @@ TimerWheel::TimerWheel(int64_t tick_ms, size_t buckets)
     : tick_ms_(tick_ms), buckets_(buckets), last_tick_(kNotStarted) {}
 
 void TimerWheel::Add(int64_t deadline_ms, std::string key, uint64_t generation) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   int64_t tick = deadline_ms / tick_ms_;
   // A tick already passed is due at the next Advance.
   if (last_tick_ != kNotStarted && tick <= last_tick_) tick = last_tick_ + 1;
@@ -25,7 +25,7 @@ void TimerWheel::Add(int64_t deadline_ms, std::string key, uint64_t generation) 
 }
 
 bool TimerWheel::Remove(int64_t deadline_ms, uint64_t generation) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   const int64_t n = static_cast<int64_t>(buckets_.size());
   const int64_t tick = deadline_ms / tick_ms_;
   auto& bucket = buckets_[static_cast<size_t>((tick % n + n) % n)];
@@ -45,7 +45,7 @@ bool TimerWheel::Remove(int64_t deadline_ms, uint64_t generation) {
 }
 
 std::vector<TimerWheel::Entry> TimerWheel::Advance(int64_t now_ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::vector<Entry> due;
   const int64_t n = static_cast<int64_t>(buckets_.size());
   int64_t now_tick = now_ms / tick_ms_;
@@ -76,7 +76,7 @@ std::vector<TimerWheel::Entry> TimerWheel::Advance(int64_t now_ms) {
 }
 
 size_t TimerWheel::size() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return size_;
 }
 

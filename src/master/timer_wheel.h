@@ -33,7 +33,7 @@ class TimerWheel {
 
  private:
   const int64_t tick_ms_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   std::vector<std::vector<Entry>> buckets_ ABSL_GUARDED_BY(mu_);
   int64_t last_tick_ ABSL_GUARDED_BY(mu_) = -1;
   size_t size_ ABSL_GUARDED_BY(mu_) = 0;

@@ -89,7 +89,7 @@ void WriteIfPresent(const std::string& path, const std::string& value) {
   }
 }
 
-std::string Limit(uint64_t v) { return v == kUnlimited ? "no limit" : FormatSize(v); }
+std::string Limit(uint64_t v) { return v == kUnlimited ? "no limit" : common::FormatSize(v); }
 
 // The parent directory of a cgroup path ("/a/b" -> "/a").
 std::string Parent(const std::string& dir) { return dir.substr(0, dir.rfind('/')); }
@@ -201,7 +201,7 @@ absl::StatusOr<std::unique_ptr<NodeCgroup>> NodeCgroup::Enter(const CgroupPaths&
     }
     GRANARY_LOG_INFO
         << "cgroup " << dir << " exists and is empty: reusing it (in use "
-        << FormatSize(
+        << common::FormatSize(
                ReadNumber(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current")).value_or(0))
         << " already: shared memory a previous run left mapped stays charged)";
   }
@@ -235,7 +235,7 @@ absl::StatusOr<std::unique_ptr<NodeCgroup>> NodeCgroup::Enter(const CgroupPaths&
     WriteIfPresent(dir + "/memory.oom.group", "1");
   }
   GRANARY_LOG_INFO << "running in memory cgroup " << dir << " (" << cg->version_name()
-                   << "), limit " << FormatSize(limit);
+                   << "), limit " << common::FormatSize(limit);
   return cg;
 }
 
@@ -290,8 +290,9 @@ absl::Status NodeCgroup::CheckRoom(uint64_t segments, uint64_t reserve) const {
       "segments %s + reserve %s + in use %s = %s > effective memory limit %s (%d bytes, of "
       "cgroup %s): raise --memory_limit (or the binding limit) to at least %s, or shrink "
       "--host_segment_size",
-      FormatSize(segments), FormatSize(reserve), FormatSize(f->usage), FormatSize(need),
-      Limit(f->effective_limit), f->effective_limit, f->binding, FormatSize(need)));
+      common::FormatSize(segments), common::FormatSize(reserve), common::FormatSize(f->usage),
+      common::FormatSize(need), Limit(f->effective_limit), f->effective_limit, f->binding,
+      common::FormatSize(need)));
 }
 
 std::optional<std::string> NodeCgroup::CheckCharged(uint64_t usage_before,
@@ -300,8 +301,8 @@ std::optional<std::string> NodeCgroup::CheckCharged(uint64_t usage_before,
   if (!f.ok()) return std::string(f.status().message());
   const uint64_t grew = f->usage > usage_before ? f->usage - usage_before : 0;
   if (grew * 10 >= segments * 9) return std::nullopt;
-  return absl::StrCat("cgroup ", dir_, " was charged ", FormatSize(grew), " for ",
-                      FormatSize(segments),
+  return absl::StrCat("cgroup ", dir_, " was charged ", common::FormatSize(grew), " for ",
+                      common::FormatSize(segments),
                       " of segments: the rest is not bounded by its limit (huge pages are charged "
                       "to the hugetlb controller; memory another process touched first stays "
                       "charged to that process)");
@@ -322,11 +323,12 @@ void NodeCgroup::Leave() {
   }
 }
 
-void ExportCgroupMetrics(const NodeCgroup* cgroup, MetricsRegistry* metrics) {
-  metrics->AddCollector([cgroup](MetricsWriter& w) {
+void ExportCgroupMetrics(const NodeCgroup* cgroup, common::MetricsRegistry* metrics) {
+  metrics->AddCollector([cgroup](common::MetricsWriter& w) {
     auto f = cgroup->Read();
     if (!f.ok()) return;
-    const MetricLabels labels = {{"cgroup", cgroup->dir()}, {"version", cgroup->version_name()}};
+    const common::MetricLabels labels = {{"cgroup", cgroup->dir()},
+                                         {"version", cgroup->version_name()}};
     auto bytes = [](uint64_t v) { return v == kUnlimited ? -1.0 : static_cast<double>(v); };
     w.Gauge("granary_node_cgroup_limit_bytes", "The node cgroup's own memory limit (-1: none)",
             labels, bytes(f->limit));

@@ -22,9 +22,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace granary {
+namespace granary::common {
 class MetricsRegistry;
-}
+}  // namespace granary::common
 
 namespace granary::node {
 
@@ -111,6 +111,6 @@ class NodeCgroup {
 // The cgroup's figures in the node's /metrics, read at each scrape: granary_node_cgroup_*
 // {cgroup, version} (limit, effective limit, usage, peak, headroom; limit hits, OOMs and OOM
 // kills). `cgroup` must outlive the registry's use of the collector.
-void ExportCgroupMetrics(const NodeCgroup* cgroup, MetricsRegistry* metrics);
+void ExportCgroupMetrics(const NodeCgroup* cgroup, common::MetricsRegistry* metrics);
 
 }  // namespace granary::node

@@ -30,7 +30,7 @@ absl::Status Validate(const EmbeddedNodeOptions& o) {
   if (etcd::EndpointsOfMasterAddress(o.master).has_value()) {
     GRANARY_RETURN_IF_ERROR(etcd::ValidateMasterAddress("master", o.master, o.cluster_id));
   } else {
-    GRANARY_RETURN_IF_ERROR(ParseHostPort(o.master).status());
+    GRANARY_RETURN_IF_ERROR(common::ParseHostPort(o.master).status());
   }
   if (o.segment_size < (1u << 20)) {
     return absl::InvalidArgumentError(
@@ -65,7 +65,7 @@ node::NodeOptions ToNodeOptions(const EmbeddedNodeOptions& o, uint16_t port) {
   n.host_segment_size = o.segment_size;
   n.rpc_port = port;
   n.local_hostname = o.hostname;
-  n.host_segment_name = HostPort{o.hostname, port}.ToString();
+  n.host_segment_name = common::HostPort{o.hostname, port}.ToString();
   n.serve_http = false;
   n.log_level = o.log_level.has_value() ? static_cast<int>(*o.log_level) : -1;
   return n;
@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<node::NodeServer>> CreateOnAPort(const EmbeddedNo
 
 struct EmbeddedNode::Impl {
   std::string address;
-  granary::Mutex mu;
+  granary::common::Mutex mu;
   std::unique_ptr<node::NodeServer> server ABSL_GUARDED_BY(mu);
   std::thread thread ABSL_GUARDED_BY(mu);  // runs server->Run()
 };
@@ -106,10 +106,10 @@ absl::StatusOr<std::unique_ptr<EmbeddedNode>> EmbeddedNode::Start(
   GRANARY_RETURN_IF_ERROR(Validate(options));
   GRANARY_ASSIGN_OR_RETURN(std::unique_ptr<node::NodeServer> server, CreateOnAPort(options));
   auto impl = std::make_unique<Impl>();
-  impl->address = HostPort{options.hostname, server->listen_port()}.ToString();
+  impl->address = common::HostPort{options.hostname, server->listen_port()}.ToString();
   node::NodeServer* raw = server.get();
   {
-    granary::MutexLock lock(&impl->mu);
+    granary::common::MutexLock lock(&impl->mu);
     impl->server = std::move(server);
     impl->thread = std::thread([raw] { raw->Run(); });
   }
@@ -133,7 +133,7 @@ const std::string& EmbeddedNode::address() const { return impl_->address; }
 const std::string& EmbeddedNode::segment_name() const { return impl_->address; }
 
 void EmbeddedNode::Stop() {
-  granary::MutexLock lock(&impl_->mu);  // a second caller waits until the first is done
+  granary::common::MutexLock lock(&impl_->mu);  // a second caller waits until the first is done
   if (!impl_->server) return;
   impl_->server->Shutdown();  // Run() unmounts and returns
   if (impl_->thread.joinable()) impl_->thread.join();

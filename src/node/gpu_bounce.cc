@@ -25,7 +25,7 @@ struct GpuBounce::Job {
 absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(device::DeviceRuntime* backend,
                                                              transport::Context* ctx,
                                                              transport::RmaEngine* rma,
-                                                             MetricsRegistry* metrics,
+                                                             common::MetricsRegistry* metrics,
                                                              size_t slot_bytes) {
   if (slot_bytes < proto::kAllocHeaderSize) {
     return absl::InvalidArgumentError(absl::StrCat("bounce slot of ", slot_bytes, " bytes"));
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<GpuBounce>> GpuBounce::Create(device::DeviceRunti
 }
 
 GpuBounce::GpuBounce(device::DeviceRuntime* backend, transport::Context* ctx,
-                     transport::RmaEngine* rma, MetricsRegistry* metrics, size_t slot_bytes)
+                     transport::RmaEngine* rma, common::MetricsRegistry* metrics, size_t slot_bytes)
     : backend_(backend),
       ctx_(ctx),
       rma_(rma),
@@ -108,7 +108,7 @@ void GpuBounce::Fetch(FetchJob job, FetchDone done) {
 
 void GpuBounce::Enqueue(std::unique_ptr<Job> j) {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (!stopping_) {
       queue_.push_back(std::move(j));
       return;
@@ -128,7 +128,7 @@ void GpuBounce::Cancel(Job& j) {
 void GpuBounce::Stop() {
   std::deque<std::unique_ptr<Job>> left;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     stopping_ = true;
     left.swap(queue_);
   }
@@ -140,7 +140,7 @@ void GpuBounce::Loop() {
   for (;;) {
     std::unique_ptr<Job> j;
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       auto ready = [this]()
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       while (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(10))) {
@@ -206,7 +206,7 @@ absl::Status GpuBounce::Remote(std::vector<transport::RmaOp> ops,
     if (f.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) return f.get();
     bool stopping;
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       stopping = stopping_;
     }
     if (stopping || std::chrono::steady_clock::now() > deadline + std::chrono::seconds(1)) {
@@ -237,13 +237,14 @@ absl::Status GpuBounce::RunPush(const PushJob& job, std::string* headers) {
   std::vector<uint64_t> lengths;
   lengths.reserve(job.parts.size());
   for (const Part& p : job.parts) lengths.push_back(p.length);
-  const std::vector<std::vector<SlotPart>> chunks = PackIntoSlots(lengths, slot_bytes_);
+  const std::vector<std::vector<common::SlotPart>> chunks =
+      common::PackIntoSlots(lengths, slot_bytes_);
   // Devices touched by the chunk in each slot, whose events must be waited for.
   std::vector<int> used[2];
   auto enqueue = [&](size_t k) -> absl::Status {
     unsigned char* slot = slots_[k % 2].data;
     std::map<int, std::vector<device::CopyRegion>> by_device;
-    for (const SlotPart& sp : chunks[k]) {
+    for (const common::SlotPart& sp : chunks[k]) {
       const Part& p = job.parts[sp.item];
       if (p.device < 0) {
         std::memcpy(slot + sp.slot_offset, reinterpret_cast<const void*>(p.node_addr + sp.offset),
@@ -280,7 +281,7 @@ absl::Status GpuBounce::RunPush(const PushJob& job, std::string* headers) {
   auto rma_of = [&](size_t k) {
     std::vector<transport::RmaOp> ops;
     const Slot& slot = slots_[k % 2];
-    for (const SlotPart& sp : chunks[k]) {
+    for (const common::SlotPart& sp : chunks[k]) {
       transport::RmaOp op;
       op.is_put = true;
       op.local = slot.data + sp.slot_offset;

@@ -74,7 +74,7 @@ class GpuBounce {
   // Allocates and registers the two slots. Errors: the backend's (pinned memory) or UCX's.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuBounce>> Create(
       device::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
-      MetricsRegistry* metrics, size_t slot_bytes = kDefaultSlotBytes);
+      common::MetricsRegistry* metrics, size_t slot_bytes = kDefaultSlotBytes);
   ~GpuBounce();
   GpuBounce(const GpuBounce&) = delete;
   GpuBounce& operator=(const GpuBounce&) = delete;
@@ -93,7 +93,7 @@ class GpuBounce {
   };
   struct Job;
   GpuBounce(device::DeviceRuntime* backend, transport::Context* ctx, transport::RmaEngine* rma,
-            MetricsRegistry* metrics, size_t slot_bytes);
+            common::MetricsRegistry* metrics, size_t slot_bytes);
   [[nodiscard]] absl::Status AllocateSlots();
   void FreeSlots();
   void Enqueue(std::unique_ptr<Job> j);
@@ -120,14 +120,14 @@ class GpuBounce {
   };
   std::vector<Streams> streams_;  // the worker's only
 
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread worker_;
-  MetricCounter* pushes_;
-  MetricCounter* fetches_;
-  MetricCounter* failures_;
-  MetricCounter* bytes_;
+  common::MetricCounter* pushes_;
+  common::MetricCounter* fetches_;
+  common::MetricCounter* failures_;
+  common::MetricCounter* bytes_;
 };
 
 }  // namespace granary::node

@@ -28,8 +28,8 @@ absl::Status BindToNumaNode(void* addr, size_t len, int node) {
   mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
   // libnuma is not a dependency: the system call itself. maxnode counts one past the last bit.
   if (syscall(SYS_mbind, addr, len, MPOL_BIND, mask, kMaxNodes + 1, MPOL_MF_MOVE) != 0) {
-    return absl::InternalError(absl::StrCat("mbind of ", FormatSize(len), " to NUMA node ", node,
-                                            " failed: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("mbind of ", common::FormatSize(len), " to NUMA node ",
+                                            node, " failed: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -64,14 +64,16 @@ absl::Status HostSegment::MapFile(const Options& o) {
   }
   const bool hugetlb = fs.f_type == HUGETLBFS_MAGIC;
   if (hugetlb && o.size % static_cast<uint64_t>(fs.f_bsize) != 0) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "segment file '", o.file, "' is on hugetlbfs, whose pages are ", FormatSize(fs.f_bsize),
-        ": the segment size ", FormatSize(o.size), " must be a multiple of that")));
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("segment file '", o.file, "' is on hugetlbfs, whose pages are ",
+                     common::FormatSize(fs.f_bsize), ": the segment size ",
+                     common::FormatSize(o.size), " must be a multiple of that")));
   }
   if (st.st_size != 0 && static_cast<uint64_t>(st.st_size) != o.size) {
     return fail(absl::FailedPreconditionError(absl::StrCat(
-        "segment file '", o.file, "' holds ", FormatSize(st.st_size), " (", st.st_size,
-        " bytes) of a previous run, but the segment size is ", FormatSize(o.size), " (", o.size,
+        "segment file '", o.file, "' holds ", common::FormatSize(st.st_size), " (", st.st_size,
+        " bytes) of a previous run, but the segment size is ", common::FormatSize(o.size), " (",
+        o.size,
         " bytes): start with the size it was made with, or remove the file (and its .journal) "
         "to start empty")));
   }
@@ -79,23 +81,23 @@ absl::Status HostSegment::MapFile(const Options& o) {
   if (!reused_) {
     if (ftruncate(fd, static_cast<off_t>(o.size)) != 0) {
       return fail(absl::ResourceExhaustedError(
-          absl::StrCat("segment file '", o.file, "': cannot size it to ", FormatSize(o.size), ": ",
-                       std::strerror(errno))));
+          absl::StrCat("segment file '", o.file, "': cannot size it to ",
+                       common::FormatSize(o.size), ": ", std::strerror(errno))));
     }
     // Reserve the space now (tmpfs and hugetlbfs allocate on first touch otherwise, and a full
     // file system would kill the node with SIGBUS on the data path).
     if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(o.size)); err != 0) {
       ftruncate(fd, 0);
-      return fail(
-          absl::ResourceExhaustedError(absl::StrCat("segment file '", o.file, "': cannot reserve ",
-                                                    FormatSize(o.size), ": ", std::strerror(err))));
+      return fail(absl::ResourceExhaustedError(
+          absl::StrCat("segment file '", o.file, "': cannot reserve ", common::FormatSize(o.size),
+                       ": ", std::strerror(err))));
     }
   }
   void* p = mmap(nullptr, o.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);  // the mapping keeps the file
   if (p == MAP_FAILED) {
     return absl::ResourceExhaustedError(absl::StrCat("segment file '", o.file, "': cannot map ",
-                                                     FormatSize(o.size), ": ",
+                                                     common::FormatSize(o.size), ": ",
                                                      std::strerror(errno)));
   }
   data_ = p;
@@ -118,7 +120,7 @@ absl::StatusOr<std::unique_ptr<HostSegment>> HostSegment::Create(const Options& 
       s->locked_ = true;
     } else if (o.lock) {
       GRANARY_LOG_WARN
-          << "mlock of " << FormatSize(o.size) << " failed (" << std::strerror(errno)
+          << "mlock of " << common::FormatSize(o.size) << " failed (" << std::strerror(errno)
           << "): the segment may be swapped; raise RLIMIT_MEMLOCK (LimitMEMLOCK=infinity)";
     }
     return s;
@@ -143,7 +145,7 @@ absl::StatusOr<std::unique_ptr<HostSegment>> HostSegment::Create(const Options& 
                    -1, 0);
     if (p == MAP_FAILED) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot map a host segment of ", FormatSize(o.size), ": ", std::strerror(errno)));
+          "cannot map a host segment of ", common::FormatSize(o.size), ": ", std::strerror(errno)));
     }
     s->data_ = p;
     if (o.populate) madvise(p, o.size, MADV_HUGEPAGE);  // transparent huge pages if enabled
@@ -161,7 +163,7 @@ absl::StatusOr<std::unique_ptr<HostSegment>> HostSegment::Create(const Options& 
       s->locked_ = true;
     } else {
       GRANARY_LOG_WARN
-          << "mlock of " << FormatSize(o.size) << " failed (" << std::strerror(errno)
+          << "mlock of " << common::FormatSize(o.size) << " failed (" << std::strerror(errno)
           << "): the segment may be swapped; raise RLIMIT_MEMLOCK (LimitMEMLOCK=infinity)";
     }
   }

@@ -29,9 +29,9 @@ DEFINE_string(master, NodeOptions{}.master,
               "Master address host:port, or etcd://h1:2379;h2:2379 to follow the active master "
               "of --cluster_id (masters started with --enable_ha)");
 DEFINE_string(cluster_id, NodeOptions{}.cluster_id, "Cluster name, with an etcd:// --master");
-DEFINE_string(host_segment_size, granary::FormatSize(NodeOptions{}.host_segment_size),
+DEFINE_string(host_segment_size, granary::common::FormatSize(NodeOptions{}.host_segment_size),
               "Pinned host memory to contribute (B, KB, MB, GB, TB; 1 KB = 1024 B)");
-DEFINE_string(gpu_segment_size, granary::FormatSize(NodeOptions{}.gpu_segment_size),
+DEFINE_string(gpu_segment_size, granary::common::FormatSize(NodeOptions{}.gpu_segment_size),
               "GPU memory to contribute on each --gpu_device (needs a device backend with GPUs)");
 DEFINE_string(gpu_device, "",
               "Device of a GPU segment; repeat the flag (or list them: 0,1) for one segment per "
@@ -100,15 +100,15 @@ absl::StatusOr<std::unique_ptr<granary::node::NodeCgroup>> EnterCgroup() {
                                    "' needs --cgroup=NAME (the cgroup it limits)"
                              : "--cgroup '" + FLAGS_cgroup + "' needs --memory_limit=SIZE");
   }
-  auto host_size = granary::ParseSize(FLAGS_host_segment_size);
+  auto host_size = granary::common::ParseSize(FLAGS_host_segment_size);
   if (FLAGS_cgroup.empty() || !host_size.ok()) return nullptr;
-  auto limit = granary::ParsePositiveSize(FLAGS_memory_limit);
+  auto limit = granary::common::ParsePositiveSize(FLAGS_memory_limit);
   if (!limit.ok()) {
     return absl::InvalidArgumentError("--memory_limit: " + std::string(limit.status().message()));
   }
   uint64_t reserve = std::max<uint64_t>(64ull << 20, *host_size / 100 * 3);
   if (!FLAGS_memory_reserve.empty()) {
-    auto r = granary::ParseSize(FLAGS_memory_reserve);
+    auto r = granary::common::ParseSize(FLAGS_memory_reserve);
     if (!r.ok()) {
       return absl::InvalidArgumentError("--memory_reserve: " + std::string(r.status().message()));
     }
@@ -129,13 +129,13 @@ absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu
   NodeOptions o;
   o.master = FLAGS_master;
   o.cluster_id = FLAGS_cluster_id;
-  auto host = granary::ParseSize(FLAGS_host_segment_size);
+  auto host = granary::common::ParseSize(FLAGS_host_segment_size);
   if (!host.ok()) {
     return absl::InvalidArgumentError("--host_segment_size: " +
                                       std::string(host.status().message()));
   }
   o.host_segment_size = *host;
-  auto gpu = granary::ParseSize(FLAGS_gpu_segment_size);
+  auto gpu = granary::common::ParseSize(FLAGS_gpu_segment_size);
   if (!gpu.ok()) {
     return absl::InvalidArgumentError("--gpu_segment_size: " + std::string(gpu.status().message()));
   }
@@ -176,16 +176,16 @@ int main(int argc, char** argv) {
   const std::vector<std::string> gpu_device_values = GpuDeviceValues(argc, argv);
   gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
-  granary::ConfigureMutexDeadlockDetection();
+  granary::common::ConfigureMutexDeadlockDetection();
   auto fail = [](absl::string_view msg) {
     fprintf(stderr, "granary_node: %.*s\n", static_cast<int>(msg.size()), msg.data());
     return 2;
   };
   granary::LogLevel level;
-  if (!granary::ParseLogLevel(FLAGS_log_level, &level)) {
+  if (!granary::common::ParseLogLevel(FLAGS_log_level, &level)) {
     return fail("--log_level '" + FLAGS_log_level + "' is not one of debug|info|warning|error");
   }
-  granary::SetLogLevel(level);
+  granary::common::SetLogLevel(level);
   // The cgroup first, before UCX or any thread.
   auto entered = EnterCgroup();
   if (!entered.ok()) return fail(entered.status().message());

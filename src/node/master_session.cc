@@ -67,7 +67,7 @@ absl::Status MasterSession::Mount(const std::shared_ptr<transport::RpcClient>& m
   if (host.empty()) host = "127.0.0.1";
   MountIdentity who;
   who.node_id = p_.node_id;
-  who.node_address = HostPort{host, p_.listen_port}.ToString();
+  who.node_address = common::HostPort{host, p_.listen_port}.ToString();
   who.pool = p_.options->pool;
   who.worker_address = p_.worker_address;
   who.host_id = transport::LocalHostId();
@@ -87,7 +87,7 @@ absl::Status MasterSession::Mount(const std::shared_ptr<transport::RpcClient>& m
 }
 
 absl::Status MasterSession::ReportInventory(transport::RpcClient* master) {
-  const int64_t t0 = MonotonicUs();
+  const int64_t t0 = common::MonotonicUs();
   const uint64_t mismatches_before = p_.inventory->mismatches();
   const std::vector<uint64_t> ids = p_.service->MountedIds();
   NodeInventory::ReportCursor cursor = p_.inventory->BeginReport();
@@ -117,12 +117,12 @@ absl::Status MasterSession::ReportInventory(transport::RpcClient* master) {
     rejected += rep.rejected;
     return absl::OkStatus();
   };
-  int64_t build_us = MonotonicUs() - t0;
+  int64_t build_us = common::MonotonicUs() - t0;
   auto next_batch = [&] {
-    const int64_t b0 = MonotonicUs();
+    const int64_t b0 = common::MonotonicUs();
     auto batch =
         p_.inventory->NextBatch(&cursor, ids, proto::kMaxInventoryBatch, kReportBatchBytes);
-    build_us += MonotonicUs() - b0;
+    build_us += common::MonotonicUs() - b0;
     return batch;
   };
   std::vector<proto::InventoryRecord> current = next_batch();
@@ -155,7 +155,7 @@ absl::Status MasterSession::ReportInventory(transport::RpcClient* master) {
   p_.metrics->inventory_entries->Set(static_cast<double>(p_.inventory->size()));
   GRANARY_LOG_INFO << "reported " << sent << " inventory entr" << (sent == 1 ? "y" : "ies")
                    << " to master " << p_.options->master << " in " << batches << " batch"
-                   << (batches == 1 ? "" : "es") << " and " << (MonotonicUs() - t0) / 1000
+                   << (batches == 1 ? "" : "es") << " and " << (common::MonotonicUs() - t0) / 1000
                    << " ms (" << build_us / 1000 << " ms of it building them): " << restored
                    << " restored, " << rejected << " refused; " << dropped
                    << " dropped here (header mismatch)";
@@ -163,7 +163,7 @@ absl::Status MasterSession::ReportInventory(transport::RpcClient* master) {
 }
 
 void MasterSession::SyncLoop() {
-  SetThreadLogRoute(p_.log_route);
+  common::SetThreadLogRoute(p_.log_route);
   // The token of the last batch applied, for the connection it came on: the next poll on it
   // acknowledges that batch (the master sends unacknowledged records again).
   std::shared_ptr<transport::RpcClient> acked_on;
@@ -210,7 +210,7 @@ void MasterSession::SyncLoop() {
 }
 
 void MasterSession::Run() {
-  SetThreadLogRoute(p_.log_route);
+  common::SetThreadLogRoute(p_.log_route);
   sync_ = std::thread([this] { SyncLoop(); });
   while (!link_->stopping()) {
     std::shared_ptr<transport::RpcClient> m = link_->Current();

@@ -36,7 +36,7 @@ class MasterSession {
     NodeService* service = nullptr;
     NodeInventory* inventory = nullptr;
     NodeMetrics* metrics = nullptr;
-    LogRoute* log_route = nullptr;
+    common::LogRoute* log_route = nullptr;
     std::string node_id;
     std::string worker_address;  // the node worker's UCX address, sent with MountSegment
     uint16_t listen_port = 0;    // the node's RPC port, in the address clients reach it at

@@ -12,7 +12,7 @@
 namespace granary::node {
 namespace {
 
-std::string Bytes(uint64_t n) { return absl::StrCat(n, " bytes (", FormatSize(n), ")"); }
+std::string Bytes(uint64_t n) { return absl::StrCat(n, " bytes (", common::FormatSize(n), ")"); }
 
 }  // namespace
 
@@ -52,8 +52,8 @@ absl::Status CheckHostSegmentFits(const std::string& what, uint64_t size,
   if (size > machine.available) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, " of ", Bytes(size), " is more than the memory available now, ",
-                     Bytes(machine.available), " (MemAvailable, of ", FormatSize(machine.physical),
-                     " physical): nothing was allocated"));
+                     Bytes(machine.available), " (MemAvailable, of ",
+                     common::FormatSize(machine.physical), " physical): nothing was allocated"));
   }
   return absl::OkStatus();
 }

@@ -19,7 +19,7 @@ uint64_t* WordAt(const SegmentSpan& s, uint64_t offset, size_t word) {
 }  // namespace
 
 NodeInventory::~NodeInventory() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (gpu_headers_ != nullptr) device::ActiveRuntime().HostFreePinned(gpu_headers_);
   for (const auto& [device, stream] : gpu_streams_) device::ActiveRuntime().DestroyStream(stream);
 }
@@ -100,11 +100,11 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   const SegmentSpan& s = (*segments_)[index];
   // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
   if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
-      !OffsetWithin(s.size, r.offset, r.alloc_size)) {
+      !common::OffsetWithin(s.size, r.offset, r.alloc_size)) {
     return false;
   }
   const Slot slot{static_cast<uint32_t>(index), r.offset};
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (r.op == proto::InventoryOp::kFree) {
     auto it = entries_.find(slot);
     if (it == entries_.end() || it->second.generation != r.generation) return false;
@@ -143,7 +143,7 @@ size_t NodeInventory::Adopt(std::unique_ptr<InventoryJournal> journal,
   }
   journal_records_ = replay.records;
   journal_ = std::move(journal);
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   journaling_ = true;
   return taken;
 }
@@ -153,7 +153,7 @@ absl::Status NodeInventory::Flush() {
   std::vector<proto::InventoryRecord> records;
   uint64_t live = 0;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     records.swap(unflushed_);
     live = entries_.size();
   }
@@ -162,7 +162,7 @@ absl::Status NodeInventory::Flush() {
     // holds what `records` say).
     std::vector<proto::InventoryRecord> snapshot;
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       snapshot.reserve(entries_.size());
       for (const auto& [slot, e] : entries_) {
         proto::InventoryRecord& r = snapshot.emplace_back();
@@ -202,7 +202,7 @@ std::vector<std::vector<proto::InventoryRecord>> NodeInventory::Report(
 
 NodeInventory::ReportCursor NodeInventory::BeginReport() const {
   ReportCursor c;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   // Per segment, in ascending offset order: the master's allocator reserves those in O(1).
   c.slots.resize(segments_->size());
   for (const auto& [slot, e] : entries_) c.slots[slot.first].push_back({slot.second, &e});
@@ -220,7 +220,7 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
                                                              size_t max_records, size_t max_bytes) {
   std::vector<proto::InventoryRecord> batch;
   size_t bytes = 0;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   const bool in_place = layout_changes_ == c->layout;
   // A GPU segment's headers for v[gpu_from, gpu_from + gpu_n), read ahead in one device copy.
   // (They stay in the pinned buffer, which only this call, holding mu_, uses.)
@@ -265,7 +265,8 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
                                    : read  ? (*gpu)[c->pos - gpu_from]
                                            : proto::AllocHeader{};
       if (!read ||
-          !proto::CheckAllocHeader(h, e.generation, HashBytes(e.key), e.value_length).ok()) {
+          !proto::CheckAllocHeader(h, e.generation, common::HashBytes(e.key), e.value_length)
+               .ok()) {
         ++mismatches_;
         entries_.erase(slot);  // moves no other entry
         continue;
@@ -289,17 +290,17 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
 }
 
 size_t NodeInventory::size() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return entries_.size();
 }
 
 uint64_t NodeInventory::mismatches() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return mismatches_;
 }
 
 uint64_t NodeInventory::gpu_errors() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return gpu_errors_;
 }
 

@@ -145,7 +145,7 @@ class NodeInventory {
   void Journal(size_t index, const proto::InventoryRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<SegmentSpan>* const segments_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   absl::flat_hash_map<Slot, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> tenants_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> tenant_ids_ ABSL_GUARDED_BY(mu_);

@@ -7,7 +7,7 @@
 
 namespace granary::node {
 
-NodeMetrics::NodeMetrics(MetricsRegistry* m) {
+NodeMetrics::NodeMetrics(common::MetricsRegistry* m) {
   mounts =
       m->Counter("granary_node_mounts_total", "Times the node mounted its segments at a master");
   connected = m->Gauge("granary_node_master_connected",
@@ -54,7 +54,8 @@ NodeMetrics::NodeMetrics(MetricsRegistry* m) {
   }
 }
 
-void NodeMetrics::RecordSegments(MetricsRegistry* m, const std::vector<SegmentSpan>& spans) {
+void NodeMetrics::RecordSegments(common::MetricsRegistry* m,
+                                 const std::vector<SegmentSpan>& spans) {
   uint64_t host_bytes = 0, gpu_bytes = 0;
   for (const auto& s : spans) (s.tier == proto::Tier::kGpu ? gpu_bytes : host_bytes) += s.size;
   m->Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})

@@ -13,7 +13,7 @@ namespace granary::node {
 absl::Status NodeOptions::Validate() const {
   if (etcd::EndpointsOfMasterAddress(master).has_value()) {
     GRANARY_RETURN_IF_ERROR(etcd::ValidateMasterAddress("--master", master, cluster_id));
-  } else if (auto hp = ParseHostPort(master); !hp.ok()) {
+  } else if (auto hp = common::ParseHostPort(master); !hp.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
   }
   if (host_segment_size == 0 && gpu_segment_size == 0) {

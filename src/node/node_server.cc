@@ -14,8 +14,8 @@ namespace granary::node {
 
 namespace {
 
-HttpServerOptions HttpOptions(MetricsRegistry* metrics) {
-  HttpServerOptions o;
+common::HttpServerOptions HttpOptions(common::MetricsRegistry* metrics) {
+  common::HttpServerOptions o;
   o.metrics = metrics;
   return o;
 }
@@ -29,8 +29,8 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   std::unique_ptr<NodeServer> n(new NodeServer());
   n->options_ = options;
   n->log_route_.level = options.log_level;
-  ScopedLogRoute route(&n->log_route_);
-  n->node_id_ = RandomId();  // or the segment file's (below)
+  common::ScopedLogRoute route(&n->log_route_);
+  n->node_id_ = common::RandomId();  // or the segment file's (below)
   n->counters_ = std::make_unique<NodeMetrics>(&n->metrics_);
   GRANARY_ASSIGN_OR_RETURN(n->segments_, NodeSegments::Create(options, &n->metrics_));
   const transport::NetDeviceChoice& nic = n->segments_->nic();
@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   transport::LogNetDeviceChoice(nic, *n->ctx_, &n->metrics_, "granary_node_net_device");
   GRANARY_ASSIGN_OR_RETURN(n->worker_,
                            transport::Worker::Create(n->ctx_.get(), "node", &n->metrics_));
-  n->worker_->Post([r = &n->log_route_] { SetThreadLogRoute(r); });
+  n->worker_->Post([r = &n->log_route_] { common::SetThreadLogRoute(r); });
 
   // Allocate and register up front, so the memory is charged at start, not by surprise later.
   std::vector<SegmentSpan> spans;
@@ -151,9 +151,9 @@ void NodeServer::StartHttp() {
 }
 
 NodeServer::~NodeServer() {
-  ScopedLogRoute route(&log_route_);  // closing connections may log
-  session_.reset();                   // stops and joins the sync thread, drops the connections
-  if (watchdog_) watchdog_->Stop();   // no deadline fires (and uses rma_) from here on
+  common::ScopedLogRoute route(&log_route_);  // closing connections may log
+  session_.reset();                  // stops and joins the sync thread, drops the connections
+  if (watchdog_) watchdog_->Stop();  // no deadline fires (and uses rma_) from here on
   listener_.reset();
   if (bounce_) bounce_->Stop();  // no staged job uses rma_ from here on
   rma_.reset();

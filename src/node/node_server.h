@@ -51,7 +51,7 @@ class NodeServer {
   uint16_t listen_port() const { return listener_->port(); }
   uint16_t http_port() const { return http_.port(); }  // 0 without serve_http
   // The registry /metrics renders; main adds the cgroup's figures to it.
-  MetricsRegistry& metrics() { return metrics_; }
+  common::MetricsRegistry& metrics() { return metrics_; }
   // The node's memory cgroup (--cgroup): its figures go in every heartbeat, for the master's
   // /api/v1/nodes. Call before Run; `cgroup` must outlive Run.
   void SetCgroup(const NodeCgroup* cgroup) { session_->SetCgroup(cgroup); }
@@ -66,10 +66,10 @@ class NodeServer {
   void StartHttp();
 
   NodeOptions options_;
-  LogRoute log_route_;  // options_.log_level, on every thread of this node
+  common::LogRoute log_route_;  // options_.log_level, on every thread of this node
   std::string node_id_;
   std::string worker_address_;
-  MetricsRegistry metrics_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<NodeMetrics> counters_;  // in metrics_
   std::unique_ptr<NodeSegments> segments_;
   std::unique_ptr<transport::Context> ctx_;
@@ -86,7 +86,7 @@ class NodeServer {
   std::unique_ptr<NodeInventory> inventory_;  // over service_'s segments
   std::unique_ptr<DataHandlers> handlers_;    // progress thread
   std::unique_ptr<MasterSession> session_;
-  HttpServer http_;
+  common::HttpServer http_;
 };
 
 }  // namespace granary::node

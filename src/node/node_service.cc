@@ -24,7 +24,7 @@ NodeService::NodeService(std::vector<SegmentSpan> segments)
 }
 
 void NodeService::BeginSession() {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (uint64_t& id : master_ids_) id = 0;
 }
 
@@ -54,7 +54,7 @@ proto::MountSegmentRequest NodeService::MountRequest(size_t index, const MountId
 
 std::optional<size_t> NodeService::IndexOf(uint64_t segment_id) const {
   if (segment_id == 0) return std::nullopt;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (size_t i = 0; i < master_ids_.size(); ++i) {
     if (master_ids_[i] == segment_id) return i;
   }
@@ -62,25 +62,25 @@ std::optional<size_t> NodeService::IndexOf(uint64_t segment_id) const {
 }
 
 std::vector<uint64_t> NodeService::MountedIds() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return master_ids_;
 }
 
 void NodeService::SetMounted(size_t index, uint64_t segment_id) {
   GRANARY_CHECK(index < segments_.size()) << index;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   master_ids_[index] = segment_id;
 }
 
 uint64_t NodeService::segment_id(size_t index) const {
   GRANARY_CHECK(index < segments_.size()) << index;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return master_ids_[index];
 }
 
 std::vector<uint64_t> NodeService::TakeMounted() {
   std::vector<uint64_t> out;
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   for (uint64_t& id : master_ids_) {
     if (id != 0) out.push_back(id);
     id = 0;
@@ -91,7 +91,7 @@ std::vector<uint64_t> NodeService::TakeMounted() {
 std::optional<size_t> NodeService::SegmentHolding(uint64_t address, uint64_t length) const {
   for (size_t i = 0; i < segments_.size(); ++i) {
     const SegmentSpan& s = segments_[i];
-    if (length > 0 && RangeWithin(s.base, s.size, address, length)) {
+    if (length > 0 && common::RangeWithin(s.base, s.size, address, length)) {
       return i;
     }
   }
@@ -137,7 +137,7 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
                                                      e.source_address,
                                                      " is outside this node's segments"));
     }
-    if (!RangeWithin(dest.base, dest.size, e.dest_address, e.length)) {
+    if (!common::RangeWithin(dest.base, dest.size, e.dest_address, e.length)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push of ", e.length, " bytes to address ", e.dest_address,
           " is outside the client's buffer at ", dest.base, " of ", dest.size, " bytes"));

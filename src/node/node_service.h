@@ -106,7 +106,7 @@ class NodeService {
 
  private:
   const std::vector<SegmentSpan> segments_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   // Per segment: its id in the current master session, 0 while not mounted.
   std::vector<uint64_t> master_ids_ ABSL_GUARDED_BY(mu_);
 };

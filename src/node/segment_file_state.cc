@@ -68,7 +68,7 @@ absl::StatusOr<SegmentFileState> OpenSegmentFileState(const std::string& segment
                      << journal_path << "' described memory that is gone, and was removed";
   }
   if (state.node_id.empty()) {
-    state.node_id = RandomId();
+    state.node_id = common::RandomId();
     GRANARY_RETURN_IF_ERROR(WriteNodeId(id_path, state.node_id));
   }
   absl::StatusOr<std::unique_ptr<InventoryJournal>> journal =

@@ -24,8 +24,8 @@ std::string NumaText(int numa_node) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<NodeSegments>> NodeSegments::Create(const NodeOptions& options,
-                                                                   MetricsRegistry* metrics) {
+absl::StatusOr<std::unique_ptr<NodeSegments>> NodeSegments::Create(
+    const NodeOptions& options, common::MetricsRegistry* metrics) {
   std::unique_ptr<NodeSegments> s(new NodeSegments(options, metrics));
   GRANARY_RETURN_IF_ERROR(s->ChooseTopology());
   return s;
@@ -114,18 +114,19 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
       for (size_t off = 0; off < (*region)->length(); off += 4096) base[off] = 0;
       bool locked = mlock((*region)->addr(), (*region)->length()) == 0;
       if (!locked && options.require_mlock) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("host segment ", name, ": mlock of ",
-                         FormatSize(options.host_segment_size), " failed (", strerror(errno),
-                         "); under --cgroup the segment must be locked: raise RLIMIT_MEMLOCK "
-                         "(LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "host segment ", name, ": mlock of ", common::FormatSize(options.host_segment_size),
+            " failed (", strerror(errno),
+            "); under --cgroup the segment must be locked: raise RLIMIT_MEMLOCK "
+            "(LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK"));
       }
       if (!locked) {
         GRANARY_LOG_WARN << "host segment " << name << ": mlock failed (" << strerror(errno)
                          << "); the memory may be swapped";
       }
       seg.region = std::move(*region);
-      GRANARY_LOG_INFO << "host segment " << name << ": " << FormatSize(options.host_segment_size)
+      GRANARY_LOG_INFO << "host segment " << name << ": "
+                       << common::FormatSize(options.host_segment_size)
                        << ", allocated by UCX (shared memory for same-host peers)"
                        << (locked ? ", locked" : ", not locked") << NumaText(host_numa_node_);
     } else {
@@ -145,13 +146,13 @@ absl::Status NodeSegments::AddHost(transport::Context* ctx, const std::string& n
     reused_file_ = seg.memory->reused();
     if (options.require_mlock && ho.lock && !seg.memory->locked()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("host segment ", name, ": mlock of ", FormatSize(ho.size),
+          absl::StrCat("host segment ", name, ": mlock of ", common::FormatSize(ho.size),
                        " failed; under --cgroup the segment must be locked: raise RLIMIT_MEMLOCK "
                        "(LimitMEMLOCK=infinity) or grant CAP_IPC_LOCK"));
     }
     GRANARY_ASSIGN_OR_RETURN(
         seg.region, transport::MemoryRegion::Create(ctx, seg.memory->data(), seg.memory->size()));
-    GRANARY_LOG_INFO << "host segment " << name << ": " << FormatSize(ho.size)
+    GRANARY_LOG_INFO << "host segment " << name << ": " << common::FormatSize(ho.size)
                      << (seg.memory->huge_pages() ? ", 2 MiB pages" : ", 4 KiB pages")
                      << (seg.memory->locked() ? ", locked" : ", not locked")
                      << (options.virtual_segments ? ", virtual (no data)" : "")
@@ -216,10 +217,10 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
                          rkey.status().message(), "): other hosts go through the node bounce");
     }
   }
-  GRANARY_LOG_INFO << "GPU segment " << name << ": " << FormatSize(span.size) << " on device "
-                   << device << " (" << device::ActiveBackendName() << " backend, UUID "
-                   << absl::BytesToHexString(span.gpu_uuid) << "), exported for same-host IPC; "
-                   << ucx;
+  GRANARY_LOG_INFO << "GPU segment " << name << ": " << common::FormatSize(span.size)
+                   << " on device " << device << " (" << device::ActiveBackendName()
+                   << " backend, UUID " << absl::BytesToHexString(span.gpu_uuid)
+                   << "), exported for same-host IPC; " << ucx;
   spans->push_back(std::move(span));
   segments_.push_back(std::move(seg));
   return absl::OkStatus();

@@ -26,7 +26,7 @@ namespace granary::node {
 class NodeSegments {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<NodeSegments>> Create(
-      const NodeOptions& options, MetricsRegistry* metrics);
+      const NodeOptions& options, common::MetricsRegistry* metrics);
 
   // The NIC the node's UCX context should use, and why (empty device: UCX's choice).
   const transport::NetDeviceChoice& nic() const { return nic_; }
@@ -53,14 +53,14 @@ class NodeSegments {
     // the segment's CUDA mapping, unmapped before the segment is freed).
     std::unique_ptr<GpuSegment> gpu;
   };
-  NodeSegments(const NodeOptions& options, MetricsRegistry* metrics)
+  NodeSegments(const NodeOptions& options, common::MetricsRegistry* metrics)
       : options_(options), metrics_(metrics) {}
   [[nodiscard]] absl::Status ChooseTopology();
   // Fills span's nic, numa_node and gpu (`gpu`: a GPU segment's device, else -1), and its gauge.
   void PlaceSpan(SegmentSpan* span, int gpu);
 
   const NodeOptions options_;
-  MetricsRegistry* const metrics_;
+  common::MetricsRegistry* const metrics_;
   transport::Topology topology_;
   transport::NetDeviceChoice nic_;
   int host_numa_node_ = -1;  // where host segments are bound (-1: nowhere)

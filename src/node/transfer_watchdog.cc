@@ -15,7 +15,7 @@ TransferWatchdog::~TransferWatchdog() { Stop(); }
 
 void TransferWatchdog::Stop() {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     stopping_ = true;
   }
   if (thread_.joinable()) thread_.join();
@@ -24,7 +24,7 @@ void TransferWatchdog::Stop() {
 uint64_t TransferWatchdog::Start(std::string what, std::string peer, int64_t timeout_ms,
                                  Answer answer) {
   const absl::Time deadline = absl::Now() + absl::Milliseconds(std::max<int64_t>(0, timeout_ms));
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   const uint64_t token = next_token_++;
   pending_.emplace(
       token, Pending{std::move(what), std::move(peer), timeout_ms, deadline, std::move(answer)});
@@ -38,7 +38,7 @@ uint64_t TransferWatchdog::Start(std::string what, std::string peer, int64_t tim
 bool TransferWatchdog::Finish(uint64_t token, const absl::Status& st) {
   Answer answer;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     auto it = pending_.find(token);
     if (it == pending_.end()) return false;  // the watchdog answered it
     answer = std::move(it->second.answer);
@@ -49,12 +49,12 @@ bool TransferWatchdog::Finish(uint64_t token, const absl::Status& st) {
 }
 
 size_t TransferWatchdog::pending() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return pending_.size();
 }
 
 uint64_t TransferWatchdog::expired() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return expired_;
 }
 

@@ -57,7 +57,7 @@ class TransferWatchdog {
   bool Wake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || woken_; }
 
   const HoldOff hold_off_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Time earliest_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

@@ -21,7 +21,7 @@ absl::Status WireStatus::ToStatus() const {
   auto c = static_cast<absl::StatusCode>(code);
   if (code > static_cast<uint8_t>(absl::StatusCode::kUnauthenticated))
     c = absl::StatusCode::kUnknown;
-  return WithReason(absl::Status(c, message), reason);
+  return common::WithReason(absl::Status(c, message), reason);
 }
 
 uint32_t NodeTransferTimeoutMs(int64_t client_timeout_ms) {

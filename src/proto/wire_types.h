@@ -88,7 +88,7 @@ enum class ObjectState : uint8_t { kProcessing = 0, kComplete = 1 };
 // The byte values of each enum on the wire (fields.h).
 template <>
 struct WireEnum<ErrorReason> {
-  static constexpr uint8_t kMin = 0, kMax = static_cast<uint8_t>(kLastErrorReason);
+  static constexpr uint8_t kMin = 0, kMax = static_cast<uint8_t>(common::kLastErrorReason);
   static constexpr const char* kNoun = "error reason";
 };
 template <>
@@ -118,20 +118,22 @@ inline constexpr uint32_t kPutFlagTierShift = 2;
 inline constexpr uint32_t kPutFlagTierMask = 3u << kPutFlagTierShift;
 inline constexpr uint32_t kPutFlagTierGpu = 1u << kPutFlagTierShift;
 // The flag bits of a tier preference (nullopt: the tenant's default).
-inline uint32_t PutTierFlags(std::optional<TierPreference> t) {
+inline uint32_t PutTierFlags(std::optional<common::TierPreference> t) {
   if (!t.has_value()) return 0;
-  const uint32_t v = *t == TierPreference::kGpu ? 1u : *t == TierPreference::kHost ? 2u : 3u;
+  const uint32_t v = *t == common::TierPreference::kGpu    ? 1u
+                     : *t == common::TierPreference::kHost ? 2u
+                                                           : 3u;
   return v << kPutFlagTierShift;
 }
 // The tier preference of PutStartRequest.flags (nullopt: the tenant's default).
-inline std::optional<TierPreference> PutTierOf(uint32_t flags) {
+inline std::optional<common::TierPreference> PutTierOf(uint32_t flags) {
   switch ((flags & kPutFlagTierMask) >> kPutFlagTierShift) {
     case 1:
-      return TierPreference::kGpu;
+      return common::TierPreference::kGpu;
     case 2:
-      return TierPreference::kHost;
+      return common::TierPreference::kHost;
     case 3:
-      return TierPreference::kAny;
+      return common::TierPreference::kAny;
     default:
       return std::nullopt;
   }

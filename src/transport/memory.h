@@ -33,8 +33,8 @@ class MemoryRegion {
   size_t length() const { return length_; }
   ucp_mem_h memh() const { return memh_; }
   bool Contains(const void* p, size_t n) const {
-    return RangeWithin(reinterpret_cast<uintptr_t>(addr_), length_, reinterpret_cast<uintptr_t>(p),
-                       n);
+    return common::RangeWithin(reinterpret_cast<uintptr_t>(addr_), length_,
+                               reinterpret_cast<uintptr_t>(p), n);
   }
   // The packed remote key a peer needs to read or write this range.
   [[nodiscard]] absl::StatusOr<std::string> PackRkey() const;

@@ -60,7 +60,7 @@ void Track(Batch* b, ucs_status_ptr_t req, const char* what) {
 
 }  // namespace
 
-std::string LocalHostId() { return absl::StrCat(HostId(), "/", getpid()); }
+std::string LocalHostId() { return absl::StrCat(common::HostId(), "/", getpid()); }
 
 std::shared_ptr<RemoteSegment> RemoteSegmentOf(const proto::SegmentInfo& info) {
   auto seg = std::make_shared<RemoteSegment>();
@@ -91,7 +91,7 @@ void SetHostInfo(RemoteSegment* seg, const std::string& host_id) {
   seg->host_id = host_id;
   size_t slash = host_id.rfind('/');
   std::string boot = slash == std::string::npos ? host_id : host_id.substr(0, slash);
-  seg->same_host = !boot.empty() && boot == HostId();
+  seg->same_host = !boot.empty() && boot == common::HostId();
   seg->pid = 0;
   if (seg->same_host && slash != std::string::npos) {
     int pid = 0;
@@ -129,7 +129,7 @@ absl::StatusOr<RmaEngine::Peer*> RmaEngine::GetPeer(const RemoteSegment& seg) {
   };
   // A worker-address endpoint has its lanes once created.
   if (QueryTransports((*ep)->ep).IsSlowFallback()) {
-    granary::MutexLock lock(&tcp_mu_);
+    granary::common::MutexLock lock(&tcp_mu_);
     tcp_only_.insert(address);
     tcp_only_count_.store(tcp_only_.size(), std::memory_order_relaxed);
   }
@@ -153,7 +153,7 @@ absl::StatusOr<ucp_rkey_h> RmaEngine::GetRkey(Peer* peer, const RemoteSegment& s
   void* local = nullptr;
   // Never a GPU segment (with a CUDA UCX it has an rkey): its memory is the device's.
   if (seg.same_host && !seg.gpu && seg.size > 0 && ucp_rkey_ptr(rkey, seg.base, &local) == UCS_OK) {
-    granary::MutexLock lock(&map_mu_);
+    granary::common::MutexLock lock(&map_mu_);
     mapped_[seg.segment_id] = Mapped{seg.node_address, rkey, seg.base, seg.size};
   }
   return rkey;
@@ -163,7 +163,7 @@ void RmaEngine::DropPeer(const std::string& address) {
   auto it = peers_.find(address);
   if (it == peers_.end()) return;
   {
-    granary::MutexLock lock(&map_mu_);
+    granary::common::MutexLock lock(&map_mu_);
     for (auto& [id, rkey] : it->second->rkeys) {
       auto m = mapped_.find(id);
       if (m == mapped_.end() || m->second.rkey != rkey) continue;
@@ -176,7 +176,7 @@ void RmaEngine::DropPeer(const std::string& address) {
   }
   for (auto& [id, rkey] : it->second->rkeys) ucp_rkey_destroy(rkey);
   {
-    granary::MutexLock lock(&tcp_mu_);
+    granary::common::MutexLock lock(&tcp_mu_);
     tcp_only_.erase(address);
     tcp_only_count_.store(tcp_only_.size(), std::memory_order_relaxed);
   }
@@ -319,7 +319,7 @@ void* RmaEngine::MappedLocked(const RmaOp& op, MapCursor* c) {
   const Mapped* last = c->mapped;
   void* remote = nullptr;
   if (last != nullptr && op.length > 0 &&
-      RangeWithin(last->base, last->size, op.remote_addr, op.length) &&
+      common::RangeWithin(last->base, last->size, op.remote_addr, op.length) &&
       ucp_rkey_ptr(last->rkey, op.remote_addr, &remote) == UCS_OK) {
     return remote;
   }
@@ -327,7 +327,7 @@ void* RmaEngine::MappedLocked(const RmaOp& op, MapCursor* c) {
 }
 
 size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
-  granary::ReaderMutexLock lock(&map_mu_);
+  granary::common::ReaderMutexLock lock(&map_mu_);
   if (mapped_.empty()) return 0;
   size_t kept = 0, copied = 0;
   MapCursor cursor;
@@ -396,7 +396,7 @@ size_t RmaEngine::CopyMapped(std::vector<RmaOp>* ops) {
 absl::Status RmaEngine::RunMapped(std::vector<RmaOp>* ops,
                                   absl::FunctionRef<bool(const RmaOp&)> want,
                                   absl::FunctionRef<absl::Status(std::vector<MappedOp>&)> fn) {
-  granary::ReaderMutexLock lock(&map_mu_);
+  granary::common::ReaderMutexLock lock(&map_mu_);
   if (mapped_.empty()) return absl::OkStatus();
   std::vector<MappedOp> taken;
   size_t kept = 0;
@@ -420,7 +420,7 @@ absl::Status RmaEngine::RunMapped(std::vector<RmaOp>* ops,
 
 bool RmaEngine::TcpOnly(const std::string& node_address) {
   if (tcp_only_count_.load(std::memory_order_relaxed) == 0) return false;
-  granary::MutexLock lock(&tcp_mu_);
+  granary::common::MutexLock lock(&tcp_mu_);
   return tcp_only_.contains(node_address);
 }
 

@@ -135,7 +135,7 @@ class RmaEngine {
   // The threads that share CopyMapped's large batches (null: the calling thread alone). Set
   // once, before the first transfer; the pool outlives the engine. Each batch shared counts in
   // `shared` (may be null).
-  void set_copy_pool(WorkPool* pool, MetricCounter* shared) {
+  void set_copy_pool(common::WorkPool* pool, common::MetricCounter* shared) {
     copy_pool_ = pool;
     shared_copies_ = shared;
   }
@@ -175,7 +175,7 @@ class RmaEngine {
   // the endpoints are closed (and waited for) but the nodes are not held off: the timeout was
   // the caller's own deadline (a put's write window), not the nodes' fault.
   void MarkUnreachable(const std::vector<std::string>& node_addresses, bool back_off = true);
-  void set_refusal_counter(MetricCounter* refusals) { refusals_ = refusals; }
+  void set_refusal_counter(common::MetricCounter* refusals) { refusals_ = refusals; }
 
   static constexpr int64_t kUnreachableInitialMs = 500;
   static constexpr int64_t kUnreachableMaxMs = 10'000;
@@ -198,14 +198,14 @@ class RmaEngine {
   void* MappedLocked(const RmaOp& op, MapCursor* cursor) ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
   Worker* worker_;
-  MetricCounter* refusals_ = nullptr;
-  WorkPool* copy_pool_ = nullptr;
-  MetricCounter* shared_copies_ = nullptr;
+  common::MetricCounter* refusals_ = nullptr;
+  common::WorkPool* copy_pool_ = nullptr;
+  common::MetricCounter* shared_copies_ = nullptr;
   std::function<void(void*, uint64_t)> unmap_hook_;
   bool device_memory_ = false;  // set_device_memory
   // Progress-thread state.
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_;
-  PeerHolds unreachable_{kUnreachableInitialMs, kUnreachableMaxMs};
+  common::PeerHolds unreachable_{kUnreachableInitialMs, kUnreachableMaxMs};
   // Segments mapped into this process, by segment id; each rkey is owned by its Peer. DropPeer
   // removes its rkeys here (exclusive lock) before destroying them, so a copy under the shared
   // lock never reads through an unmapped rkey.
@@ -215,9 +215,9 @@ class RmaEngine {
     uint64_t base = 0;
     uint64_t size = 0;
   };
-  granary::Mutex map_mu_;
+  granary::common::Mutex map_mu_;
   absl::flat_hash_map<uint64_t, Mapped> mapped_ ABSL_GUARDED_BY(map_mu_);
-  granary::Mutex tcp_mu_;
+  granary::common::Mutex tcp_mu_;
   absl::flat_hash_set<std::string> tcp_only_ ABSL_GUARDED_BY(tcp_mu_);
   // tcp_only_.size(), read without the lock: on shared memory and RDMA (none tcp-only),
   // TcpOnly is one atomic load per call.

@@ -65,7 +65,7 @@ std::string LocalIp(int fd) {
 // Connects to a server's RPC port and runs the handshake, all before `deadline`.
 absl::Status DialInto(const std::string& address, const proto::HandshakeRequest& req,
                       absl::Time deadline, Dialed* out) {
-  GRANARY_ASSIGN_OR_RETURN(HostPort hp, ParseHostPort(address));
+  GRANARY_ASSIGN_OR_RETURN(common::HostPort hp, common::ParseHostPort(address));
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -197,7 +197,7 @@ absl::StatusOr<std::unique_ptr<RpcClient>> RpcClient::Create(Worker* worker,
   }
   if (!st.ok())
     return absl::Status(st.code(), absl::StrCat("connecting to ", address, ": ", st.message()));
-  if (!tcp_only && d.reply.host_id == HostId()) {
+  if (!tcp_only && d.reply.host_id == common::HostId()) {
     const EndpointTransports t = worker->Run([&] { return QueryTransports(c->ep_->ep); });
     c->on_shm_.store(t.am.find("posix") != std::string::npos ||
                      t.am.find("sysv") != std::string::npos);
@@ -359,7 +359,7 @@ absl::Status RpcClient::CheckEpoch(absl::string_view reply) const {
   if (theirs == 0) return absl::OkStatus();
   const int64_t highest = highest_epoch_ ? highest_epoch_->load() : 0;
   if (theirs == mine && theirs >= highest) return absl::OkStatus();
-  return WithReason(
+  return common::WithReason(
       absl::UnavailableError(absl::StrCat("NOT_LEADER: refused a reply of epoch ", theirs, " from ",
                                           address_, " (the connection was opened at epoch ", mine,
                                           ", the highest epoch seen is ", std::max(highest, mine),

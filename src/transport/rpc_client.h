@@ -66,7 +66,7 @@ class RpcClient {
       // The reason follows (NOT_LEADER, QUOTA_EXCEEDED...); one this build does not know is
       // left out.
       const uint8_t reason = r.U8("status.reason");
-      if (r.ok() && reason <= static_cast<uint8_t>(kLastErrorReason)) {
+      if (r.ok() && reason <= static_cast<uint8_t>(common::kLastErrorReason)) {
         ws.reason = static_cast<ErrorReason>(reason);
       }
       return ws.ToStatus();

@@ -40,12 +40,12 @@ std::string PeerName(const sockaddr_storage& ss) {
     inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
     port = ntohs(in6->sin6_port);
   }
-  return HostPort{host, port}.ToString();
+  return common::HostPort{host, port}.ToString();
 }
 
 // The host part of "host:port" / "[v6]:port", for logging once per peer.
 std::string HostOf(const std::string& peer) {
-  auto hp = ParseHostPort(peer);
+  auto hp = common::ParseHostPort(peer);
   return hp.ok() ? hp->host : peer;
 }
 
@@ -143,7 +143,7 @@ RpcListener::~RpcListener() {
 
 void RpcListener::CloseLink(LinkId id) {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     close_requests_.push_back(id);
   }
   uint64_t one = 1;
@@ -374,7 +374,7 @@ void RpcListener::ExpireHandshakes() {
 void RpcListener::ApplyCloseRequests() {
   std::vector<LinkId> ids;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     ids.swap(close_requests_);
   }
   for (LinkId id : ids) {

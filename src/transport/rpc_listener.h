@@ -42,8 +42,8 @@ class RpcListener {
     uint16_t port = 0;             // 0 picks a free port
     absl::Duration handshake_timeout = absl::Seconds(5);
     size_t max_handshakes = 256;
-    MetricsRegistry* metrics = nullptr;  // may be null
-    std::string name = "rpc";            // for logs
+    common::MetricsRegistry* metrics = nullptr;  // may be null
+    std::string name = "rpc";                    // for logs
   };
   struct Callbacks {
     // A well-formed request on link `id` from `peer` ("host:port"): the reply to send. A reply
@@ -108,8 +108,8 @@ class RpcListener {
   size_t handshaking_ = 0;
   absl::flat_hash_set<std::string> logged_peers_;          // hosts whose drop was logged
   absl::Time accept_paused_until_ = absl::InfinitePast();  // out of descriptors
-  absl::flat_hash_map<std::string, MetricCounter*> counters_;
-  mutable granary::Mutex mu_;
+  absl::flat_hash_map<std::string, common::MetricCounter*> counters_;
+  mutable granary::common::Mutex mu_;
   std::vector<LinkId> close_requests_ ABSL_GUARDED_BY(mu_);
   std::atomic<size_t> open_{0};
 };

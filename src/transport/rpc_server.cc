@@ -90,7 +90,7 @@ proto::HandshakeReply RpcServer::OnHandshake(RpcListener::LinkId link,
                                              const std::string& peer) {
   proto::HandshakeReply rep;
   rep.nonce = NewNonce();
-  rep.host_id = HostId();
+  rep.host_id = common::HostId();
   rep.worker_address = worker_address_;
   const bool tcp_only = !shm_enabled_ || (req.flags & proto::kHandshakeFlagTcpOnly) != 0;
   if (tcp_only) rep.flags = proto::kHandshakeFlagTcpOnly;
@@ -99,7 +99,7 @@ proto::HandshakeReply RpcServer::OnHandshake(RpcListener::LinkId link,
     GRANARY_LOG_INFO << peer << " speaks protocol " << req.version << ": its connection uses "
                      << rep.version;
   }
-  granary::MutexLock lock(&offers_mu_);
+  granary::common::MutexLock lock(&offers_mu_);
   offers_[rep.nonce] = Offer{link, tcp_only, peer, rep.version};
   return rep;
 }
@@ -113,7 +113,7 @@ void RpcServer::OnLinkClosed(RpcListener::LinkId link) {
       DropConn(it->second, /*link_gone=*/true);
       return;
     }
-    granary::MutexLock lock(&offers_mu_);
+    granary::common::MutexLock lock(&offers_mu_);
     absl::erase_if(offers_, [link](const auto& kv) { return kv.second.link == link; });
   });
 }
@@ -143,7 +143,7 @@ void RpcServer::OnAttach(ucp_ep_h reply_ep, const proto::FrameView& f, uint16_t 
   std::optional<Offer> offer;
   // A malformed attach leaves the offer for a well-formed one.
   if (req.ok() && !req->worker_address.empty() && reply_ep != nullptr) {
-    granary::MutexLock lock(&offers_mu_);
+    granary::common::MutexLock lock(&offers_mu_);
     if (auto o = offers_.find(req->nonce); o != offers_.end()) {
       offer = std::move(o->second);
       offers_.erase(o);

@@ -52,7 +52,7 @@ class RpcServer {
   struct ListenOptions {
     std::string host = "0.0.0.0";  // the interface the RPC port binds
     uint16_t port = 0;             // 0 picks a free port; port() tells which
-    MetricsRegistry* metrics = nullptr;
+    common::MetricsRegistry* metrics = nullptr;
     std::string name = "rpc";
   };
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RpcServer>> Create(
@@ -100,7 +100,7 @@ class RpcServer {
     std::string peer;
     uint16_t version = proto::kProtocolVersion;  // the connection's, agreed in the handshake
   };
-  mutable granary::Mutex offers_mu_;
+  mutable granary::common::Mutex offers_mu_;
   absl::flat_hash_map<uint64_t, Offer> offers_ ABSL_GUARDED_BY(offers_mu_);
   // Progress-thread state.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // false once destroyed

@@ -317,8 +317,8 @@ void LogTopologyFallbackOnce(const std::string& reason) {
   GRANARY_LOG_INFO << "topology: " << reason;
 }
 
-void LogNetDeviceChoice(const NetDeviceChoice& choice, const Context& ctx, MetricsRegistry* metrics,
-                        const std::string& metric) {
+void LogNetDeviceChoice(const NetDeviceChoice& choice, const Context& ctx,
+                        common::MetricsRegistry* metrics, const std::string& metric) {
   const std::string opened = absl::StrJoin(ctx.NetResources(), ", ");
   if (choice.fallback) {
     LogTopologyFallbackOnce(choice.why);

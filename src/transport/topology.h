@@ -6,9 +6,9 @@
 
 #include "absl/status/statusor.h"
 
-namespace granary {
+namespace granary::common {
 class MetricsRegistry;
-}
+}  // namespace granary::common
 
 namespace granary::transport {
 
@@ -116,7 +116,7 @@ void LogTopologyFallbackOnce(const std::string& reason);
 // Says at start which network device `ctx` was configured with and why, with the transport
 // resources UCX opened read back from it (a fallback once per process, through
 // LogTopologyFallbackOnce), and sets the gauge `metric`{device, numa_node, gpu, why} to 1.
-void LogNetDeviceChoice(const NetDeviceChoice& choice, const Context& ctx, MetricsRegistry* metrics,
-                        const std::string& metric);
+void LogNetDeviceChoice(const NetDeviceChoice& choice, const Context& ctx,
+                        common::MetricsRegistry* metrics, const std::string& metric);
 
 }  // namespace granary::transport

@@ -89,7 +89,7 @@ bool ControlShmEnabled() {
 }
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string name,
-                                                       MetricsRegistry* metrics,
+                                                       common::MetricsRegistry* metrics,
                                                        bool caller_drive) {
   ucp_worker_params_t p = {};
   p.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(Context* ctx, std::string
   return worker;
 }
 
-Worker::Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics,
+Worker::Worker(Context* ctx, ucp_worker_h w, std::string name, common::MetricsRegistry* metrics,
                bool caller_drive)
     : ctx_(ctx),
       worker_(w),
@@ -148,13 +148,13 @@ void Worker::Kick() {
 }
 
 bool Worker::SpinUntil(absl::FunctionRef<bool()> done) {
-  if (!caller_drive_ || tls_driving != nullptr) return granary::SpinUntil(done);
+  if (!caller_drive_ || tls_driving != nullptr) return granary::common::SpinUntil(done);
   bool met = false;
-  for (int i = 0; i < kSpinPolls && !met; ++i) {
+  for (int i = 0; i < common::kSpinPolls && !met; ++i) {
     if (done()) {
       met = true;
     } else if (drive_mu_.TryLock()) {
-      met = Drive(done) || granary::SpinUntil(done);
+      met = Drive(done) || granary::common::SpinUntil(done);
       break;
     } else {
       sched_yield();
@@ -225,7 +225,7 @@ void Worker::PostOwn(std::function<void()> fn) { Enqueue(std::move(fn), /*own=*/
 
 void Worker::Enqueue(std::function<void()> fn, bool own) {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     queue_.push_back({std::move(fn), own});
   }
   // Wake the thread only when it sleeps (or is about to): ucp_worker_signal is a write(2) on
@@ -267,7 +267,7 @@ bool Worker::RunQueued(bool own) {
   if (!has_queued_.load(std::memory_order_acquire)) return false;
   std::vector<Queued> batch;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     batch.swap(queue_);
     if (!own) {
       // A driving caller leaves the own thread's work queued, ahead of anything posted since,
@@ -381,7 +381,7 @@ void Worker::WaitForEvent() {
 
 void Worker::Nap(int us) {
   if (naps_ != nullptr) naps_->Inc();
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(this, &Worker::HasQueued), absl::Microseconds(us));
 }
 

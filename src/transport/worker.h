@@ -55,7 +55,7 @@ class Worker {
   // and its reply comes back without a hand-off to and from the progress thread (a client's
   // worker; servers leave it off, so that their handlers stay on their progress thread).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(
-      Context* ctx, std::string name, MetricsRegistry* metrics = nullptr,
+      Context* ctx, std::string name, common::MetricsRegistry* metrics = nullptr,
       bool caller_drive = false);
   ~Worker();
   Worker(const Worker&) = delete;
@@ -92,7 +92,7 @@ class Worker {
   bool OnProgressThread() const;
   bool caller_drive() const { return caller_drive_; }
 
-  // Polls done() like granary::SpinUntil (bounded; true when done() held), for a result this
+  // Polls done() like common::SpinUntil (bounded; true when done() held), for a result this
   // worker delivers. With caller_drive, whenever no other thread holds the drive role (the
   // progress thread sleeps), the caller takes it and runs posted work and ucp_worker_progress
   // itself until done() holds or the worker stays idle, then hands the worker back.
@@ -152,7 +152,7 @@ class Worker {
   const std::string& name() const { return name_; }
 
  private:
-  Worker(Context* ctx, ucp_worker_h w, std::string name, MetricsRegistry* metrics,
+  Worker(Context* ctx, ucp_worker_h w, std::string name, common::MetricsRegistry* metrics,
          bool caller_drive);
   void Loop() ABSL_NO_THREAD_SAFETY_ANALYSIS;  // takes and lends out drive_mu_ as it goes
   // With drive_mu_ held (and released on return): progresses until done() or idle.
@@ -181,18 +181,18 @@ class Worker {
   Context* ctx_;
   ucp_worker_h worker_;
   std::string name_;
-  MetricsRegistry* metrics_;
-  MetricCounter* naps_ = nullptr;
+  common::MetricsRegistry* metrics_;
+  common::MetricCounter* naps_ = nullptr;
   const bool caller_drive_;
-  MetricCounter* drives_ = nullptr;
+  common::MetricCounter* drives_ = nullptr;
   std::atomic<bool> drove_{false};  // a caller drove since the progress thread last looked
   int event_fd_ = -1;               // ucp_worker_get_efd
   std::thread thread_;
   std::atomic<bool> stop_{false};
   // The drive role: whoever holds it may call UCX on worker_ and touch the progress-thread state
   // below (request_handler_, pending_, eps_, closing_).
-  granary::Mutex drive_mu_;
-  granary::Mutex mu_;
+  granary::common::Mutex drive_mu_;
+  granary::common::Mutex mu_;
   struct Queued {
     std::function<void()> fn;
     bool own;  // PostOwn: the worker's own thread runs it, never a driving caller

@@ -54,8 +54,9 @@ int OpenFds(pid_t pid) {
 // Whether /metrics is exposition text a parser takes: valid UTF-8, and every sample line
 // `name{label="value",...} number` with only \\, \" and \n escaped in values.
 ::testing::AssertionResult IsValidExposition(const std::string& text) {
-  if (!IsValidUtf8(text)) {
-    return ::testing::AssertionFailure() << "not UTF-8 at byte " << FirstInvalidUtf8Byte(text);
+  if (!common::IsValidUtf8(text)) {
+    return ::testing::AssertionFailure()
+           << "not UTF-8 at byte " << common::FirstInvalidUtf8Byte(text);
   }
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     if (line[0] == '#') continue;

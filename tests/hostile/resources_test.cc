@@ -322,7 +322,7 @@ TEST_F(ResourcesTest, KeyErrorsEscapeNulAndControlBytes) {
   ASSERT_FALSE(bad_utf8.ok());
   const std::string msg2(bad_utf8.status().message());
   EXPECT_NE(msg2.find("key 'caf\xc3\xa9-\\xff\\xfe' not found"), std::string::npos) << msg2;
-  EXPECT_TRUE(IsValidUtf8(msg2)) << msg2;
+  EXPECT_TRUE(common::IsValidUtf8(msg2)) << msg2;
   EXPECT_FALSE((*client)->Get(key).ok());
   EXPECT_EQ(std::string((*client)->Get(key).status().message()).find('\x1b'), std::string::npos);
 

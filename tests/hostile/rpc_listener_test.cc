@@ -88,10 +88,10 @@ class RpcListenerHostileTest : public ::testing::Test {
     auto segs = client_->Segments();
     ASSERT_TRUE(segs.ok()) << segs.status();
     ASSERT_EQ(segs->size(), 1u);
-    auto hp = ParseHostPort((*segs)[0].node_address);
+    auto hp = common::ParseHostPort((*segs)[0].node_address);
     ASSERT_TRUE(hp.ok()) << hp.status();
     node_port_ = hp->port;
-    auto mp = ParseHostPort(cluster_->master_address());
+    auto mp = common::ParseHostPort(cluster_->master_address());
     ASSERT_TRUE(mp.ok());
     master_port_ = mp->port;
   }

@@ -171,7 +171,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
   // The test program embeds the client, so it chooses absl's mutex settings, as the daemons and
   // granary_bench do in main: deadlock detection off (Client::Create no longer does it), which
   // keeps the clients' timing as it was.
-  ConfigureMutexDeadlockDetection();
+  common::ConfigureMutexDeadlockDetection();
   auto c = std::make_unique<Cluster>();
   c->options_ = o;
   char tmpl[] = "/tmp/granary_it_XXXXXX";

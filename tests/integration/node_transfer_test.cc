@@ -166,7 +166,8 @@ TEST_P(NodeTransferTest, NodeRefusesPushOutsideItsSegmentsOrTheClientsBuffer) {
   ASSERT_EQ(ok->headers.size(), proto::kAllocHeaderSize);
   proto::AllocHeader h;
   std::memcpy(&h, ok->headers.data(), sizeof(h));
-  EXPECT_TRUE(proto::CheckAllocHeader(h, v.generation, HashBytes("kept"), v.value.size()).ok());
+  EXPECT_TRUE(
+      proto::CheckAllocHeader(h, v.generation, common::HashBytes("kept"), v.value.size()).ok());
   auto again = c.Get("kept");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, v.value);
@@ -218,7 +219,8 @@ TEST_P(NodeTransferTest, NodeReadsAndWritesInlineOnlyInsideItsSegments) {
   EXPECT_TRUE(got->data.substr(0, v.value.size()) == v.value);
   proto::AllocHeader h;
   std::memcpy(&h, got->data.data() + v.value.size(), sizeof(h));
-  EXPECT_TRUE(proto::CheckAllocHeader(h, v.generation, HashBytes("kept"), v.value.size()).ok());
+  EXPECT_TRUE(
+      proto::CheckAllocHeader(h, v.generation, common::HashBytes("kept"), v.value.size()).ok());
 
   // A good write into a place PutStart gave, committed by PutEnd, reads back byte-exact.
   const std::string value = MakeValue("written", 5, 1000);
@@ -227,7 +229,7 @@ TEST_P(NodeTransferTest, NodeReadsAndWritesInlineOnlyInsideItsSegments) {
   ASSERT_TRUE(started->results[0].status.ToStatus().ok());
   proto::AllocHeader wh;
   wh.generation = started->results[0].generation;
-  wh.key_hash = HashBytes("written");
+  wh.key_hash = common::HashBytes("written");
   wh.value_length = value.size();
   std::string data(reinterpret_cast<const char*>(&wh), sizeof(wh));
   data += value;

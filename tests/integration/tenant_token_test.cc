@@ -80,8 +80,8 @@ class TenantTokenTest : public ::testing::Test {
 };
 
 TEST_F(TenantTokenTest, TokensFileGuardsItsTenantsAndLeavesOthersOpen) {
-  std::ofstream(tokens_path_) << "# tenant tokens\n\ntenant-secure " << Sha256Hex("right-token")
-                              << "\n";
+  std::ofstream(tokens_path_) << "# tenant tokens\n\ntenant-secure "
+                              << common::Sha256Hex("right-token") << "\n";
   StartCluster({"--tenant_tokens_file=" + tokens_path_});
 
   // The right token: the client works.
@@ -121,7 +121,7 @@ TEST_F(TenantTokenTest, TokensFileGuardsItsTenantsAndLeavesOthersOpen) {
   // Nothing the master serves shows the hash.
   auto metrics = HttpGet(cluster_->master_http_port(), "/metrics");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
-  EXPECT_FALSE(Has(*metrics, Sha256Hex("right-token")));
+  EXPECT_FALSE(Has(*metrics, common::Sha256Hex("right-token")));
 
   // The stored object is intact and the first client still works.
   auto again = (*good)->Get("secure/0");
@@ -131,7 +131,7 @@ TEST_F(TenantTokenTest, TokensFileGuardsItsTenantsAndLeavesOthersOpen) {
 }
 
 TEST_F(TenantTokenTest, CliReadsTheTokenFromAFileOrTheEnvironment) {
-  std::ofstream(tokens_path_) << "tenant-secure " << Sha256Hex("right-token") << "\n";
+  std::ofstream(tokens_path_) << "tenant-secure " << common::Sha256Hex("right-token") << "\n";
   StartCluster({"--tenant_tokens_file=" + tokens_path_});
   const std::string token_file = dir_ + "/token", value_file = dir_ + "/value";
   std::ofstream(token_file) << "right-token\n";  // the final newline is not part of it
@@ -162,11 +162,11 @@ TEST_F(TenantTokenTest, RequiredTokensFollowPolicyReloads) {
   auto write_policy = [&](const std::string& token) {
     std::ofstream(policy_path_ + ".new")
         << "version: 1\ntenants:\n  - name: tenant-p\n    quota: 16MB\n    token_sha256: "
-        << Sha256Hex(token) << "\n  - name: tenant-nohash\n    quota: 16MB\n";
+        << common::Sha256Hex(token) << "\n  - name: tenant-nohash\n    quota: 16MB\n";
     ASSERT_EQ(::rename((policy_path_ + ".new").c_str(), policy_path_.c_str()), 0);
   };
   write_policy("token-1");
-  std::ofstream(tokens_path_) << "tenant-f " << Sha256Hex("token-f") << "\n";
+  std::ofstream(tokens_path_) << "tenant-f " << common::Sha256Hex("token-f") << "\n";
   StartCluster({"--enable_multi_tenants", "--tenant_quota_connector_uri=" + policy_path_,
                 "--tenant_tokens_file=" + tokens_path_, "--require_tenant_tokens"});
 
@@ -221,7 +221,7 @@ TEST_F(TenantTokenTest, RequiredTokensFollowPolicyReloads) {
   for (const json& t : list["data"]) {
     EXPECT_EQ(t["has_token"], t["tenant_id"] != "tenant-nohash") << t;
   }
-  EXPECT_FALSE(Has(*body, Sha256Hex("token-2"))) << *body;
+  EXPECT_FALSE(Has(*body, common::Sha256Hex("token-2"))) << *body;
   EXPECT_TRUE(cluster_->master()->Running());
 }
 
@@ -242,7 +242,8 @@ TEST(TenantTokenStartupTest, MasterRefusesToStartWithABadTokensFile) {
     return std::make_pair(rc, log);
   };
   const std::string path = dir + "/tokens";
-  std::ofstream(path) << "# ok so far\ntenant-a " << Sha256Hex("a") << "\ntenant-b 12345xyz\n";
+  std::ofstream(path) << "# ok so far\ntenant-a " << common::Sha256Hex("a")
+                      << "\ntenant-b 12345xyz\n";
   auto [rc, log] = run({"--tenant_tokens_file=" + path});
   EXPECT_EQ(rc, 1) << log;
   EXPECT_TRUE(Has(log, path)) << log;

@@ -187,13 +187,13 @@ absl::StatusOr<std::vector<Endpoint>> ParseEndpoints(absl::string_view list) {
 
 void WatchCancel::Cancel() {
   cancelled_.store(true);
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   // httplib's stop() shuts the socket down: a read blocked in the watch fails at once.
   if (client_ != nullptr) client_->stop();
 }
 
 bool WatchCancel::Attach(httplib::Client* client) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   client_ = client;
   return client == nullptr || !cancelled_.load();
 }

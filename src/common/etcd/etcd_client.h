@@ -107,7 +107,7 @@ class WatchCancel {
   // Registers the watch's connection (null: none); false when already cancelled.
   bool Attach(httplib::Client* client);
   std::atomic<bool> cancelled_{false};
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   httplib::Client* client_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 

@@ -55,12 +55,12 @@ void LeaderElection::Start(std::string view_value) {
 
 bool LeaderElection::Leading() const {
   const int64_t until = valid_until_ns_.load(std::memory_order_acquire);
-  return until != 0 && MonotonicNs() < until;
+  return until != 0 && common::MonotonicNs() < until;
 }
 
 ViewInfo LeaderElection::active_view() const {
   const bool leading = Leading();
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   // This master's own view, once it no longer leads (t_valid passed before the election
   // thread noticed): not a hint worth giving.
   if (!leading && view_.epoch != 0 && view_.epoch == epoch_.load()) return ViewInfo{};
@@ -68,12 +68,12 @@ ViewInfo LeaderElection::active_view() const {
 }
 
 void LeaderElection::SetView(ViewInfo view) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   view_ = std::move(view);
 }
 
 void LeaderElection::LogOnce(const absl::Status& st, const char* doing) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::string msg = absl::StrCat(doing, ": ", st.message());
   if (msg == last_error_) return;
   last_error_ = msg;
@@ -81,18 +81,18 @@ void LeaderElection::LogOnce(const absl::Status& st, const char* doing) {
 }
 
 bool LeaderElection::Sleep(int64_t ms) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return !mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(ms));
 }
 
 void LeaderElection::Fence(const std::string& why) {
   const int64_t until = valid_until_ns_.exchange(0);
   const bool was = until != 0;
-  if (was) last_admit_ns_.store(std::min(until, MonotonicNs()));
+  if (was) last_admit_ns_.store(std::min(until, common::MonotonicNs()));
   fence_requested_.store(true);
   {
     // The view this master wrote is no longer a hint worth giving.
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (view_.epoch == epoch_.load()) view_ = ViewInfo{};
   }
   if (was) {
@@ -104,7 +104,7 @@ void LeaderElection::Fence(const std::string& why) {
 
 void LeaderElection::Stop() {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -126,14 +126,14 @@ void LeaderElection::Stop() {
 void LeaderElection::WaitOutAdmissions() const {
   const int64_t last = last_admit_ns_.load();
   if (last == 0) return;
-  const int64_t wait_ns = last + options_.margin_ms * 1'000'000 - MonotonicNs();
+  const int64_t wait_ns = last + options_.margin_ms * 1'000'000 - common::MonotonicNs();
   if (wait_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait_ns));
 }
 
 void LeaderElection::Run() {
   while (true) {
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       if (stopping_) return;
     }
     if (callbacks_.may_campaign && !callbacks_.may_campaign()) return;
@@ -144,7 +144,7 @@ void LeaderElection::Run() {
 }
 
 bool LeaderElection::Campaign() {
-  const int64_t t_send = MonotonicNs();
+  const int64_t t_send = common::MonotonicNs();
   absl::StatusOr<etcd::LeaseGrant> lease = client_->LeaseGrantTtl(options_.lease_ttl_sec);
   if (!lease.ok()) {
     LogOnce(lease.status(), "granting a lease");
@@ -186,7 +186,7 @@ bool LeaderElection::Campaign() {
       const int64_t epoch = txn->revision;
       std::string previous;
       {
-        granary::MutexLock lock(&mu_);
+        granary::common::MutexLock lock(&mu_);
         if (view_.epoch != 0) previous = view_.value;
       }
       epoch_.store(epoch);
@@ -222,7 +222,7 @@ void LeaderElection::Lead() {
     // Once t_valid has passed this master stays fenced, even if etcd renews the lease later
     // (a resumed process, or etcd back from a stall): it may have missed a successor.
     if (fence_requested_.load() || !Leading()) break;
-    const int64_t t_send = MonotonicNs();
+    const int64_t t_send = common::MonotonicNs();
     absl::StatusOr<int64_t> ttl = client_->LeaseKeepAlive(lease);
     if (fence_requested_.load() || !Leading()) break;
     if (!ttl.ok()) {
@@ -242,7 +242,7 @@ void LeaderElection::Lead() {
     if (cur == 0) break;
   }
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (stopping_) return;  // Stop fences and revokes the lease itself
   }
   // Fenced: the lease is of no more use.
@@ -267,7 +267,7 @@ void LeaderElection::StandBy() {
   bool gone = false;
   while (!gone) {
     {
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       if (stopping_) return;
     }
     int64_t resume = next;

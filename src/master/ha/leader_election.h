@@ -125,7 +125,7 @@ class LeaderElection {
   std::atomic<int64_t> lease_id_{0};
   std::atomic<bool> fence_requested_{false};
   etcd::WatchCancel watch_cancel_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   ViewInfo view_ ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);

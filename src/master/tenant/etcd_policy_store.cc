@@ -42,15 +42,16 @@ class EtcdPolicyStore final : public PolicyStore {
     if (guard_.view_key.empty()) return Prefixed(client_->Put(key_, yaml).status());
     const int64_t epoch = guard_.epoch();
     if (epoch == 0) {
-      return WithReason(absl::UnavailableError("NOT_ACTIVE: this master is not the active one"),
-                        ErrorReason::kNotActive);
+      return common::WithReason(
+          absl::UnavailableError("NOT_ACTIVE: this master is not the active one"),
+          ErrorReason::kNotActive);
     }
     absl::StatusOr<etcd::TxnResult> txn = client_->Txn(
         {etcd::Compare::CreateRevision(guard_.view_key, epoch)}, {etcd::Op::Put(key_, yaml)});
     if (!txn.ok()) return Prefixed(txn.status());
     if (!txn->succeeded) {
       if (guard_.on_lost) guard_.on_lost();
-      return WithReason(
+      return common::WithReason(
           absl::UnavailableError(absl::StrCat(
               "NOT_ACTIVE: ", guard_.view_key, " is no longer at epoch ", epoch,
               " (another master leads): this master fenced itself and stored nothing")),

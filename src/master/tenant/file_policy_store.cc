@@ -97,7 +97,7 @@ class FilePolicyStore final : public PolicyStore {
       return absl::InvalidArgumentError(
           absl::StrCat("refusing to save an invalid policy: ", check.status().message()));
     }
-    granary::MutexLock lock(&save_mu_);
+    granary::common::MutexLock lock(&save_mu_);
     std::string tmp = absl::StrCat(path_, ".tmp.XXXXXX");
     int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
     if (fd < 0) {
@@ -144,7 +144,7 @@ class FilePolicyStore final : public PolicyStore {
   }
 
   const std::string path_;
-  granary::Mutex save_mu_;  // serializes Save; Load does not need it
+  granary::common::Mutex save_mu_;  // serializes Save; Load does not need it
 };
 
 }  // namespace

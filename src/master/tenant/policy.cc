@@ -32,7 +32,7 @@ std::string Printable(absl::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = Utf8SequenceLength(s, i);
+    const size_t n = common::Utf8SequenceLength(s, i);
     if (c == '\t') {
       out += "\\t";
     } else if (c == '\n') {
@@ -103,15 +103,15 @@ absl::Status CheckKeys(const YAML::Node& map, const std::set<std::string>& allow
 absl::StatusOr<uint64_t> ParseQuota(const YAML::Node& node, absl::string_view who) {
   if (!node.IsScalar()) {
     return FieldError(who, "quota", node,
-                      absl::StrCat("expected ", kSizeUnitsHelp, ", got ", KindName(node)));
+                      absl::StrCat("expected ", common::kSizeUnitsHelp, ", got ", KindName(node)));
   }
   const std::string& text = node.Scalar();
   if (text.find('.') != std::string::npos) {
     return FieldError(
         who, "quota", node,
-        absl::StrCat("'", Printable(text), "' is a fraction; expected ", kSizeUnitsHelp));
+        absl::StrCat("'", Printable(text), "' is a fraction; expected ", common::kSizeUnitsHelp));
   }
-  absl::StatusOr<uint64_t> bytes = ParsePositiveSize(text);
+  absl::StatusOr<uint64_t> bytes = common::ParsePositiveSize(text);
   if (!bytes.ok()) return FieldError(who, "quota", node, bytes.status().message());
   return *bytes;
 }
@@ -164,12 +164,13 @@ absl::StatusOr<bool> ParsePoolSpill(const YAML::Node& node, absl::string_view wh
 }
 
 // host, gpu or any.
-absl::StatusOr<TierPreference> ParseDefaultTier(const YAML::Node& node, absl::string_view who) {
+absl::StatusOr<common::TierPreference> ParseDefaultTier(const YAML::Node& node,
+                                                        absl::string_view who) {
   if (!node.IsScalar()) {
     return FieldError(who, "default_tier", node,
                       absl::StrCat("expected host, gpu or any, got ", KindName(node)));
   }
-  absl::StatusOr<TierPreference> t = ParseTierPreference(node.Scalar());
+  absl::StatusOr<common::TierPreference> t = common::ParseTierPreference(node.Scalar());
   if (!t.ok()) return FieldError(who, "default_tier", node, t.status().message());
   return *t;
 }
@@ -198,7 +199,8 @@ absl::StatusOr<TenantPolicy> ParseTenant(const YAML::Node& node, size_t index) {
       node, {"name", "quota", "max_entries", "token_sha256", "pool_spill", "default_tier"}, who));
   const YAML::Node quota = node["quota"];
   if (!quota) {
-    return FieldError(who, "quota", node, absl::StrCat("missing; expected ", kSizeUnitsHelp));
+    return FieldError(who, "quota", node,
+                      absl::StrCat("missing; expected ", common::kSizeUnitsHelp));
   }
   GRANARY_ASSIGN_OR_RETURN(tenant.quota_bytes, ParseQuota(quota, who));
   if (const YAML::Node max_entries = node["max_entries"]) {
@@ -327,7 +329,7 @@ absl::Status ValidateTenantId(absl::string_view id) {
       return bad(absl::StrFormat("must not contain control characters (0x%02x at byte %d)", c, i));
     }
   }
-  if (const size_t at = FirstInvalidUtf8Byte(id); at != absl::string_view::npos) {
+  if (const size_t at = common::FirstInvalidUtf8Byte(id); at != absl::string_view::npos) {
     return bad(absl::StrFormat("must be valid UTF-8 (byte %d, 0x%02x, starts no UTF-8 character)",
                                at, static_cast<unsigned char>(id[at])));
   }
@@ -416,8 +418,9 @@ std::string SerializePolicy(const Policy& policy) {
       absl::StrAppend(&out, "    token_sha256: \"", t->token_sha256, "\"\n");
     }
     if (t->pool_spill) absl::StrAppend(&out, "    pool_spill: true\n");
-    if (t->default_tier != TierPreference::kHost) {
-      absl::StrAppend(&out, "    default_tier: ", TierPreferenceName(t->default_tier), "\n");
+    if (t->default_tier != common::TierPreference::kHost) {
+      absl::StrAppend(&out, "    default_tier: ", common::TierPreferenceName(t->default_tier),
+                      "\n");
     }
   }
   return out;

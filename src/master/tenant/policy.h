@@ -28,7 +28,7 @@ struct TenantPolicy {
   bool pool_spill = false;
   // Where its puts go when the client names no tier (PutOptions::tier kTenantDefault, and every
   // put of the Python and Mooncake layers): host, gpu or any (common/tier_preference.h).
-  TierPreference default_tier = TierPreference::kHost;
+  common::TierPreference default_tier = common::TierPreference::kHost;
   bool operator==(const TenantPolicy&) const = default;
 };
 

@@ -112,7 +112,7 @@ void QuotaLedger::RecomputeEffectiveLocked() {
 }
 
 void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   absl::flat_hash_map<std::string, const TenantPolicy*> wanted;
   for (const TenantPolicy& tp : policy.tenants) {
     GRANARY_CHECK(wanted.emplace(tp.name, &tp).second)
@@ -131,7 +131,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
         account.requested_quota_bytes = 0;
         account.max_entries.reset();
         account.pool_spill = false;
-        account.default_tier = TierPreference::kHost;
+        account.default_tier = common::TierPreference::kHost;
         // Without enforcement nothing is ever closed: the account is a plain on-demand one.
         account.admission_closed = enforce_;
       }
@@ -139,7 +139,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
     it = next;
   }
   {
-    granary::MutexLock unregistered_lock(&unregistered_mu_);
+    granary::common::MutexLock unregistered_lock(&unregistered_mu_);
     for (const auto& [name, tp] : wanted) {
       std::unique_ptr<Account>& slot = accounts_[name];
       if (slot == nullptr) {
@@ -166,7 +166,7 @@ void QuotaLedger::ApplyPolicy(const Policy& policy, uint64_t capacity_bytes) {
 
 void QuotaLedger::SetCapacity(uint64_t capacity_bytes,
                               std::optional<absl::flat_hash_set<std::string>> pooled) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   capacity_bytes_ = capacity_bytes;
   if (pooled.has_value()) pooled_ = std::move(*pooled);
   RecomputeEffectiveLocked();
@@ -175,11 +175,12 @@ void QuotaLedger::SetCapacity(uint64_t capacity_bytes,
 absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const {
   if (account.admission_closed) {
     account.rejects_closed.fetch_add(1, kRelaxed);
-    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
-                          "ADMISSION_CLOSED: tenant ", Quoted(account.tenant_id),
-                          " was removed from the quota policy; its data can be read and removed, "
-                          "but no new writes are admitted")),
-                      ErrorReason::kAdmissionClosed);
+    return common::WithReason(
+        absl::ResourceExhaustedError(
+            absl::StrCat("ADMISSION_CLOSED: tenant ", Quoted(account.tenant_id),
+                         " was removed from the quota policy; its data can be read and removed, "
+                         "but no new writes are admitted")),
+        ErrorReason::kAdmissionClosed);
   }
   if (!enforce_) {
     account.charged.fetch_add(bytes, kRelaxed);
@@ -191,7 +192,7 @@ absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const 
     do {
       if (cur > effective || bytes > effective - cur) {
         account.rejects_quota.fetch_add(1, kRelaxed);
-        return WithReason(
+        return common::WithReason(
             absl::ResourceExhaustedError(absl::StrCat(
                 "QUOTA_EXCEEDED: tenant ", Quoted(account.tenant_id), ": charged ", cur,
                 " bytes + requested ", bytes, " bytes > effective quota ", effective, " bytes",
@@ -206,7 +207,7 @@ absl::Status QuotaLedger::ChargeAccount(Account& account, uint64_t bytes) const 
 
 void QuotaLedger::RecordUnregistered(absl::string_view tenant) {
   rejects_unregistered_total_.fetch_add(1, kRelaxed);
-  granary::MutexLock lock(&unregistered_mu_);
+  granary::common::MutexLock lock(&unregistered_mu_);
   auto it = unregistered_rejects_.find(tenant);
   if (it != unregistered_rejects_.end()) {
     ++it->second;
@@ -218,21 +219,21 @@ void QuotaLedger::RecordUnregistered(absl::string_view tenant) {
 absl::Status QuotaLedger::Charge(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return absl::OkStatus();
   {
-    granary::ReaderMutexLock lock(&mu_);
+    granary::common::ReaderMutexLock lock(&mu_);
     auto it = accounts_.find(tenant);
     if (it != accounts_.end()) return ChargeAccount(*it->second, bytes);
     if (enforce_) {
       // Recorded under the shared lock so that an ApplyPolicy registering the tenant cannot
       // slip in between and miss this reject when it takes the pending count over.
       RecordUnregistered(tenant);
-      return WithReason(
+      return common::WithReason(
           absl::ResourceExhaustedError(absl::StrCat("TENANT_NOT_REGISTERED: tenant ",
                                                     Quoted(tenant), " has no quota policy")),
           ErrorReason::kTenantNotRegistered);
     }
   }
   // Without enforcement an unknown tenant gets an account (rare: once per tenant).
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::unique_ptr<Account>& slot = accounts_[tenant];
   if (slot == nullptr) {
     slot = std::make_unique<Account>();
@@ -250,7 +251,7 @@ QuotaLedger::Account& QuotaLedger::FindOrDie(absl::string_view tenant, const cha
 
 void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return;
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   Account& account = FindOrDie(tenant, "Commit");
   // A closed tenant may still commit what it had in flight when its policy was removed.
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "Commit", tenant);
@@ -259,7 +260,7 @@ void QuotaLedger::Commit(absl::string_view tenant, uint64_t bytes) {
 
 void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
   if (IsReserved(tenant)) return;
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   Account& account = FindOrDie(tenant, "CommitBytes");
   SubtractOrDie(account.inflight, bytes, "bytes in flight", "CommitBytes", tenant);
 }
@@ -267,7 +268,7 @@ void QuotaLedger::CommitBytes(absl::string_view tenant, uint64_t bytes) {
 void QuotaLedger::Restore(absl::string_view tenant, uint64_t bytes, uint64_t entries) {
   if (IsReserved(tenant)) return;
   {
-    granary::ReaderMutexLock lock(&mu_);
+    granary::common::ReaderMutexLock lock(&mu_);
     auto it = accounts_.find(tenant);
     if (it != accounts_.end()) {
       it->second->charged.fetch_add(bytes, kRelaxed);
@@ -275,7 +276,7 @@ void QuotaLedger::Restore(absl::string_view tenant, uint64_t bytes, uint64_t ent
       return;
     }
   }
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   std::unique_ptr<Account>& slot = accounts_[tenant];
   if (slot == nullptr) {
     slot = std::make_unique<Account>();
@@ -312,7 +313,7 @@ void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t in
                            uint64_t charged_bytes, uint64_t entries, bool evicted) {
   bool forget;
   {
-    granary::ReaderMutexLock lock(&mu_);
+    granary::common::ReaderMutexLock lock(&mu_);
     Account& account = FindOrDie(tenant, op);
     // In flight before charged, so that charged >= inflight holds at every instant.
     if (entries != 0) SubtractOrDie(account.entries, entries, "entries", op, tenant);
@@ -332,7 +333,7 @@ void QuotaLedger::GiveBack(absl::string_view tenant, const char* op, uint64_t in
 }
 
 void QuotaLedger::ForgetIfClosedAndEmpty(absl::string_view tenant) {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   // Checked again: the policy may have reopened the tenant in between. A closed account can
   // not gain charge (Charge refuses it), so empty now means empty for good.
@@ -367,7 +368,7 @@ TenantSnapshot QuotaLedger::MakeSnapshot(const Account& account) const {
 }
 
 std::optional<TenantSnapshot> QuotaLedger::Snapshot(absl::string_view tenant) const {
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   if (it == accounts_.end()) return std::nullopt;
   return MakeSnapshot(*it->second);
@@ -376,7 +377,7 @@ std::optional<TenantSnapshot> QuotaLedger::Snapshot(absl::string_view tenant) co
 std::vector<TenantSnapshot> QuotaLedger::SnapshotAll() const {
   std::vector<TenantSnapshot> out;
   {
-    granary::ReaderMutexLock lock(&mu_);
+    granary::common::ReaderMutexLock lock(&mu_);
     out.reserve(accounts_.size());
     for (const auto& [name, account] : accounts_) out.push_back(MakeSnapshot(*account));
   }
@@ -388,31 +389,31 @@ std::vector<TenantSnapshot> QuotaLedger::SnapshotAll() const {
 
 bool QuotaLedger::IsOverQuota(absl::string_view tenant) const {
   if (!enforce_) return false;
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   if (it == accounts_.end()) return false;
   return it->second->charged.load(kRelaxed) > it->second->effective_quota_bytes;
 }
 
 bool QuotaLedger::PoolSpill(absl::string_view tenant) const {
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
   return it != accounts_.end() && it->second->pool_spill;
 }
 
-TierPreference QuotaLedger::DefaultTier(absl::string_view tenant) const {
-  granary::ReaderMutexLock lock(&mu_);
+common::TierPreference QuotaLedger::DefaultTier(absl::string_view tenant) const {
+  granary::common::ReaderMutexLock lock(&mu_);
   auto it = accounts_.find(tenant);
-  return it != accounts_.end() ? it->second->default_tier : TierPreference::kHost;
+  return it != accounts_.end() ? it->second->default_tier : common::TierPreference::kHost;
 }
 
 uint64_t QuotaLedger::capacity() const {
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   return capacity_bytes_;
 }
 
 uint64_t QuotaLedger::requested_sum() const {
-  granary::ReaderMutexLock lock(&mu_);
+  granary::common::ReaderMutexLock lock(&mu_);
   uint64_t sum = 0;
   for (const auto& [name, account] : accounts_) {
     if (!account->has_explicit_policy) continue;

@@ -27,8 +27,8 @@ struct TenantSnapshot {
   uint64_t inflight_bytes = 0;  // charged for allocations not yet committed
   uint64_t entries = 0;         // committed objects
   std::optional<uint64_t> max_entries;
-  bool pool_spill = false;                              // the policy's pool_spill (placement.h)
-  TierPreference default_tier = TierPreference::kHost;  // the policy's default_tier
+  bool pool_spill = false;  // the policy's pool_spill (placement.h)
+  common::TierPreference default_tier = common::TierPreference::kHost;  // the policy's default_tier
   bool admission_closed = false;
   bool over_quota = false;  // charged > effective (after a quota was lowered)
   bool has_explicit_policy = false;
@@ -134,7 +134,7 @@ class QuotaLedger {
   bool PoolSpill(absl::string_view tenant) const;
   // The policy's default_tier for the tenant (host without an account or policy entry). One
   // shared acquire of `mu_` and a lookup.
-  TierPreference DefaultTier(absl::string_view tenant) const;
+  common::TierPreference DefaultTier(absl::string_view tenant) const;
   bool enforce() const { return enforce_; }
   uint64_t capacity() const;
   // Sum of the requested quotas of the policy's tenants (saturates at 2^64-1).
@@ -168,7 +168,7 @@ class QuotaLedger {
     uint64_t effective_quota_bytes = 0;
     std::optional<uint64_t> max_entries;
     bool pool_spill = false;
-    TierPreference default_tier = TierPreference::kHost;
+    common::TierPreference default_tier = common::TierPreference::kHost;
     bool has_explicit_policy = false;
     bool admission_closed = false;
     bool quota_clamped = false;        // requested > capacity at the last recompute (warned once)
@@ -201,14 +201,14 @@ class QuotaLedger {
   bool ConfinedToPoolLocked(const Account& account) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const bool enforce_;
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   AccountMap accounts_ ABSL_GUARDED_BY(mu_);
   uint64_t capacity_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_set<std::string> pooled_ ABSL_GUARDED_BY(mu_);  // tenants with a pool mounted
 
   // Rejects of tenants without an account. Lock order: mu_ (shared or exclusive), then
   // unregistered_mu_.
-  mutable granary::Mutex unregistered_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  mutable granary::common::Mutex unregistered_mu_ ABSL_ACQUIRED_AFTER(mu_);
   absl::flat_hash_map<std::string, uint64_t> unregistered_rejects_
       ABSL_GUARDED_BY(unregistered_mu_);
   std::atomic<uint64_t> rejects_unregistered_total_{0};

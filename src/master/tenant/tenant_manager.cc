@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::CreateWithStore(
                         absl::StrCat("cannot load the tenant quota policy from ",
                                      m->store_->Describe(), ": ", p.status().message()));
   }
-  granary::MutexLock lock(&m->mu_);
+  granary::common::MutexLock lock(&m->mu_);
   m->policy_ = *p;
   ledger->ApplyPolicy(*p, m->capacity_());
   GRANARY_LOG_INFO << "tenant quota policy from " << m->store_->Describe() << ": "
@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<TenantManager>> TenantManager::CreateWithStore(
 
 TenantManager::~TenantManager() {
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     stopping_ = true;
   }
   if (poller_.joinable()) poller_.join();
@@ -63,21 +63,22 @@ TenantManager::~TenantManager() {
 
 absl::Status TenantManager::CheckEnabled() const {
   if (enabled_) return absl::OkStatus();
-  return WithReason(absl::FailedPreconditionError(
-                        "UNAVAILABLE_IN_CURRENT_MODE: multi-tenant quota is off (start the master "
-                        "with --enable_multi_tenants)"),
-                    ErrorReason::kUnavailableInCurrentMode);
+  return common::WithReason(
+      absl::FailedPreconditionError(
+          "UNAVAILABLE_IN_CURRENT_MODE: multi-tenant quota is off (start the master "
+          "with --enable_multi_tenants)"),
+      ErrorReason::kUnavailableInCurrentMode);
 }
 
 absl::Status TenantManager::Reload() {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
   uint64_t writes_before;
   {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     writes_before = writes_;
   }
   auto p = store_->Load();
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   // An admin change was applied while we read: what we read may be older than it. The running
   // policy is that change; the next reload reads the store again.
   if (writes_ != writes_before) return absl::OkStatus();
@@ -103,12 +104,12 @@ absl::Status TenantManager::SaveAndApply(const Policy& next) {
   absl::Status st = store_->Save(next);
   if (!st.ok()) {
     // The reason stays (NOT_ACTIVE: a fenced master's write, answered 503 by the admin API).
-    return WithReason(
+    return common::WithReason(
         absl::UnavailableError(absl::StrCat("saving the policy to ", store_->Describe(),
                                             " failed, nothing changed: ", st.message())),
         ErrorReasonOf(st));
   }
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   ++writes_;
   policy_ = next;
   ledger_->ApplyPolicy(next, capacity_());
@@ -125,7 +126,7 @@ absl::Status TenantManager::RefreshBeforeWrite() {
     return absl::UnavailableError(absl::StrCat("reading the policy from ", store_->Describe(),
                                                " failed, nothing changed: ", p.status().message()));
   }
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   if (*p == policy_) return absl::OkStatus();
   ++writes_;
   policy_ = *p;
@@ -138,7 +139,7 @@ absl::Status TenantManager::RefreshBeforeWrite() {
 absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_bytes,
                                    std::optional<uint64_t> max_entries,
                                    std::optional<bool> pool_spill,
-                                   std::optional<TierPreference> default_tier) {
+                                   std::optional<common::TierPreference> default_tier) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
   if (absl::Status st = ValidateTenantId(tenant); !st.ok()) return st;
   if (quota_bytes == 0 || quota_bytes > static_cast<uint64_t>(INT64_MAX)) {
@@ -148,7 +149,7 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   if (max_entries.has_value() && *max_entries == 0) {
     return absl::InvalidArgumentError("max_entries must be a positive integer, got 0");
   }
-  granary::MutexLock write_lock(&write_mu_);
+  granary::common::MutexLock write_lock(&write_mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   Policy next = policy();  // only admin changes (serialized by write_mu_) and reloads move it
   TenantPolicy* t = nullptr;
@@ -171,24 +172,25 @@ absl::Status TenantManager::Upsert(const std::string& tenant, uint64_t quota_byt
   if (default_tier.has_value()) t->default_tier = *default_tier;
   absl::Status st = SaveAndApply(next);
   if (st.ok()) {
-    GRANARY_LOG_INFO << "tenant '" << tenant << "' quota set to " << FormatSize(quota_bytes);
+    GRANARY_LOG_INFO << "tenant '" << tenant << "' quota set to "
+                     << common::FormatSize(quota_bytes);
   }
   return st;
 }
 
 absl::Status TenantManager::Delete(const std::string& tenant) {
   if (absl::Status st = CheckEnabled(); !st.ok()) return st;
-  granary::MutexLock write_lock(&write_mu_);
+  granary::common::MutexLock write_lock(&write_mu_);
   if (absl::Status st = RefreshBeforeWrite(); !st.ok()) return st;
   Policy next = policy();
   if (next.Find(tenant) == nullptr) {
-    return WithReason(absl::NotFoundError(absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant,
-                                                       "' has no quota policy")),
-                      ErrorReason::kTenantNotFound);
+    return common::WithReason(absl::NotFoundError(absl::StrCat("TENANT_NOT_FOUND: tenant '", tenant,
+                                                               "' has no quota policy")),
+                              ErrorReason::kTenantNotFound);
   }
   auto snap = ledger_->Snapshot(tenant);
   if (snap.has_value() && (snap->charged_bytes > 0 || snap->entries > 0)) {
-    return WithReason(
+    return common::WithReason(
         absl::FailedPreconditionError(absl::StrCat(
             "TENANT_NOT_EMPTY: tenant '", tenant, "' still owns ", snap->entries, " object(s) and ",
             snap->charged_bytes, " charged bytes; remove them first")),
@@ -203,12 +205,12 @@ absl::Status TenantManager::Delete(const std::string& tenant) {
 }
 
 Policy TenantManager::policy() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return policy_;
 }
 
 std::optional<std::string> TenantManager::TokenSha256(const std::string& tenant) const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   const TenantPolicy* t = policy_.Find(tenant);
   if (t == nullptr || t->token_sha256.empty()) return std::nullopt;
   return t->token_sha256;
@@ -220,7 +222,7 @@ TokenCheck TenantManager::MakeTokenCheck(TokenHashes file_hashes, bool require) 
 }
 
 absl::Status TenantManager::store_status() const {
-  granary::MutexLock lock(&mu_);
+  granary::common::MutexLock lock(&mu_);
   return store_status_;
 }
 
@@ -232,7 +234,7 @@ void TenantManager::StartPolling(int64_t interval_ms) {
   poller_ = std::thread([this, interval_ms] {
     while (true) {
       {
-        granary::MutexLock lock(&mu_);
+        granary::common::MutexLock lock(&mu_);
         if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(interval_ms))) {
           return;
         }

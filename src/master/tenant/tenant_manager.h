@@ -45,10 +45,10 @@ class TenantManager {
   [[nodiscard]] absl::Status Reload();
   // Creates or updates one tenant's requested quota (and entry quota), and its pool_spill and
   // default_tier when given (nullopt keeps the tenant's: false and host for a new one).
-  [[nodiscard]] absl::Status Upsert(const std::string& tenant, uint64_t quota_bytes,
-                                    std::optional<uint64_t> max_entries,
-                                    std::optional<bool> pool_spill = std::nullopt,
-                                    std::optional<TierPreference> default_tier = std::nullopt);
+  [[nodiscard]] absl::Status Upsert(
+      const std::string& tenant, uint64_t quota_bytes, std::optional<uint64_t> max_entries,
+      std::optional<bool> pool_spill = std::nullopt,
+      std::optional<common::TierPreference> default_tier = std::nullopt);
   // Removes a tenant's policy; only when it owns no objects and no charge.
   [[nodiscard]] absl::Status Delete(const std::string& tenant);
   Policy policy() const;
@@ -84,9 +84,9 @@ class TenantManager {
   QuotaLedger* ledger_;
   std::function<uint64_t()> capacity_;
   // Serializes admin changes (read, modify, save) across their store I/O. Taken before mu_.
-  granary::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  granary::common::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // Guards the running state; never held across store I/O.
-  mutable granary::Mutex mu_;
+  mutable granary::common::Mutex mu_;
   Policy policy_ ABSL_GUARDED_BY(mu_);
   absl::Status store_status_ ABSL_GUARDED_BY(mu_);
   // Bumped whenever an admin change applies a policy (one it saved, or one it re-read first).

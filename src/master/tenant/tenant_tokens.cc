@@ -85,7 +85,7 @@ absl::Status TokenCheck::Check(const std::string& tenant, absl::string_view toke
     return absl::UnauthenticatedError(absl::StrCat(
         "tenant '", tenant, "' requires a token (set tenant_token or GRANARY_TENANT_TOKEN)"));
   }
-  if (!ConstantTimeEquals(Sha256Hex(token), *expected)) {
+  if (!common::ConstantTimeEquals(common::Sha256Hex(token), *expected)) {
     return absl::UnauthenticatedError(
         absl::StrCat("the token for tenant '", tenant, "' does not match"));
   }

@@ -79,9 +79,9 @@ absl::Status CheckOptions(const DiskOptions& o) {
   const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize +
                               AllocatedBytes(o.path + "/" + DiskFile::kFileName);
   if (o.size > free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("disk_size ", FormatSize(o.size),
+    return absl::ResourceExhaustedError(absl::StrCat("disk_size ", common::FormatSize(o.size),
                                                      " is over the free space of ", o.path, " (",
-                                                     FormatSize(free_bytes), ")"));
+                                                     common::FormatSize(free_bytes), ")"));
   }
   return absl::OkStatus();
 }
@@ -112,11 +112,11 @@ absl::StatusOr<std::unique_ptr<DiskFile>> DiskFile::Open(DiskOptions options) {
   // Reserve every block now: a full disk fails here, naming it, and never mid-write.
   if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(options.size)); err != 0) {
     ::close(fd);
-    return absl::ResourceExhaustedError(absl::StrCat("disk tier ", file, ": reserving ",
-                                                     FormatSize(options.size), ": ", Errno(err)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "disk tier ", file, ": reserving ", common::FormatSize(options.size), ": ", Errno(err)));
   }
   std::unique_ptr<DiskFile> disk(new DiskFile(std::move(options), std::move(file), fd, direct));
-  MutexLock lock(&disk->mu_);
+  common::MutexLock lock(&disk->mu_);
   if (int err = io_uring_queue_init(static_cast<unsigned>(disk->options_.queue_depth),
                                     disk->ring_.get(), 0);
       err < 0) {
@@ -136,7 +136,7 @@ DiskFile::DiskFile(DiskOptions options, std::string file, int fd, bool direct)
 
 DiskFile::~DiskFile() {
   {
-    MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     if (ring_) io_uring_queue_exit(ring_.get());
   }
   ::close(fd_);
@@ -198,7 +198,7 @@ absl::Status DiskFile::Run(DiskOp op, absl::Span<const Io> ios) {
   pending.reserve(ios.size());
   for (const Io& io : ios)
     pending.push_back({io.offset, static_cast<unsigned char*>(io.data), io.bytes});
-  MutexLock lock(&mu_);
+  common::MutexLock lock(&mu_);
   if (!ring_) return absl::FailedPreconditionError("disk tier " + file_ + " has no ring");
   io_uring* ring = ring_.get();
   absl::Status failed;

@@ -88,7 +88,7 @@ class DiskFile {
   const std::string file_;
   const int fd_;
   const bool direct_;
-  Mutex mu_;
+  common::Mutex mu_;
   std::unique_ptr<io_uring> ring_ ABSL_GUARDED_BY(mu_);
 };
 

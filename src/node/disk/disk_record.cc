@@ -20,7 +20,8 @@ uint64_t PreambleChecksum(const unsigned char* p, size_t preamble_bytes) {
   h.header_checksum = 0;
   const uint64_t head = device::ChecksumCpu(&h, sizeof(h));
   const uint64_t rest = device::ChecksumCpu(p + sizeof(h), preamble_bytes - sizeof(h));
-  return HashBytes(absl::string_view(reinterpret_cast<const char*>(&rest), sizeof(rest)), head);
+  return common::HashBytes(absl::string_view(reinterpret_cast<const char*>(&rest), sizeof(rest)),
+                           head);
 }
 
 }  // namespace
@@ -47,7 +48,7 @@ absl::Status EncodeDiskPreamble(const DiskRecordMeta& meta, absl::Span<unsigned 
   std::memset(out.data(), 0, out.size());
   DiskRecordHeader h;
   h.generation = meta.generation;
-  h.tenant_hash = HashBytes(meta.tenant);
+  h.tenant_hash = common::HashBytes(meta.tenant);
   h.key_hash = meta.key_hash;
   h.value_length = meta.value_length;
   h.value_checksum = meta.value_checksum;

@@ -53,8 +53,8 @@ class LeaderElectionTest : public ::testing::Test {
   // Polls until `f` holds; false after `ms`.
   template <typename F>
   static bool WaitFor(F f, int64_t ms) {
-    const int64_t end = MonotonicNs() + ms * 1'000'000;
-    while (MonotonicNs() < end) {
+    const int64_t end = common::MonotonicNs() + ms * 1'000'000;
+    while (common::MonotonicNs() < end) {
       if (f()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -88,14 +88,14 @@ TEST_F(LeaderElectionTest, StopKeepsTheViewForTheMarginAndTheSuccessorLearnsTheP
   ASSERT_TRUE(WaitFor([&] { return (*a)->Leading(); }, 10'000));
   EXPECT_TRUE(a_elected.load());
 
-  granary::Mutex mu;
+  granary::common::Mutex mu;
   std::string b_previous;
   std::atomic<int64_t> b_elected_ns{0};
   LeaderElection::Callbacks cb;
   cb.on_elected = [&](int64_t, uint64_t, const std::string& previous) {
-    granary::MutexLock lock(&mu);
+    granary::common::MutexLock lock(&mu);
     b_previous = previous;
-    b_elected_ns.store(MonotonicNs());
+    b_elected_ns.store(common::MonotonicNs());
   };
   auto b = LeaderElection::Create(b_client_.get(), options_, cb);
   ASSERT_TRUE(b.ok()) << b.status();
@@ -114,9 +114,9 @@ TEST_F(LeaderElectionTest, StopKeepsTheViewForTheMarginAndTheSuccessorLearnsTheP
     }
   } joiner{stopper};
   ASSERT_TRUE(WaitFor([&] { return !(*a)->Leading(); }, 2'000));
-  const int64_t fenced_ns = MonotonicNs();
+  const int64_t fenced_ns = common::MonotonicNs();
   ASSERT_TRUE(WaitFor([&] { return !ViewNames("a:1"); }, 5'000));
-  const int64_t gone_ns = MonotonicNs();
+  const int64_t gone_ns = common::MonotonicNs();
   stopper.join();
   std::cerr << "[ measured ] fenced -> view gone: " << (gone_ns - fenced_ns) / 1'000'000
             << " ms (margin " << options_.margin_ms << " ms)\n";
@@ -129,7 +129,7 @@ TEST_F(LeaderElectionTest, StopKeepsTheViewForTheMarginAndTheSuccessorLearnsTheP
   EXPECT_GE(b_elected_ns.load(), fenced_ns + (options_.margin_ms - 10) * 1'000'000)
       << "the successor came in before the margin had passed";
   {
-    granary::MutexLock lock(&mu);
+    granary::common::MutexLock lock(&mu);
     EXPECT_EQ(b_previous, R"({"rpc":"a:1","fence_margin_ms":400})");
   }
   EXPECT_EQ(FenceMarginOfView(R"({"rpc":"a:1","fence_margin_ms":400})"), 400);

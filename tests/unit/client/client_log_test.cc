@@ -17,11 +17,11 @@ namespace {
 class CaptureSink : public LogSink {
  public:
   void Write(LogLevel level, absl::string_view line) override {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     lines_.emplace_back(level, std::string(line));
   }
   bool Saw(absl::string_view needle) {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     for (const auto& [level, line] : lines_) {
       if (absl::StrContains(line, needle)) return true;
     }
@@ -29,7 +29,7 @@ class CaptureSink : public LogSink {
   }
 
  private:
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::vector<std::pair<LogLevel, std::string>> lines_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -45,11 +45,11 @@ ClientOptions Unreachable(std::shared_ptr<LogSink> sink, LogLevel level) {
 
 TEST(ClientLogTest, TheSinkSeesTheClientsLines) {
   auto sink = std::make_shared<CaptureSink>();
-  const LogLevel process_level = GetLogLevel();
+  const LogLevel process_level = common::GetLogLevel();
   auto c = Client::Create(Unreachable(sink, LogLevel::kDebug));
   EXPECT_FALSE(c.ok());
   EXPECT_TRUE(sink->Saw("connecting to the master at 127.0.0.1:1"));
-  EXPECT_EQ(GetLogLevel(), process_level);  // the process's threshold is left as it was
+  EXPECT_EQ(common::GetLogLevel(), process_level);  // the process's threshold is left as it was
 }
 
 TEST(ClientLogTest, LinesBelowTheLevelAreDropped) {

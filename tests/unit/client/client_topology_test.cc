@@ -19,17 +19,17 @@ class CountingSink : public LogSink {
  public:
   explicit CountingSink(std::string needle) : needle_(std::move(needle)) {}
   void Write(LogLevel, absl::string_view line) override {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     if (absl::StrContains(line, needle_)) ++count_;
   }
   int count() {
-    granary::MutexLock lock(&mu_);
+    granary::common::MutexLock lock(&mu_);
     return count_;
   }
 
  private:
   const std::string needle_;
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   int count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

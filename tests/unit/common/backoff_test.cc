@@ -8,7 +8,7 @@ namespace granary {
 namespace {
 
 TEST(Backoff, WaitsDoubleUpToTheBoundEachWithinItsJitterRange) {
-  Backoff b(100, 1000);
+  common::Backoff b(100, 1000);
   const int64_t bounds[] = {100, 200, 400, 800, 1000, 1000, 1000};
   for (int64_t d : bounds) {
     int64_t w = b.NextMs();
@@ -26,14 +26,14 @@ TEST(Backoff, WaitsDoubleUpToTheBoundEachWithinItsJitterRange) {
 TEST(Backoff, WaitsAreJittered) {
   std::set<int64_t> seen;
   for (int i = 0; i < 50; ++i) {
-    Backoff b(1000, 1000);
+    common::Backoff b(1000, 1000);
     seen.insert(b.NextMs());
   }
   EXPECT_GT(seen.size(), 10u);  // 50 draws from 501 values
 }
 
 TEST(Backoff, NonsenseBoundsAreClamped) {
-  Backoff b(0, -5);  // at least 1 ms, and the bound at least the first wait
+  common::Backoff b(0, -5);  // at least 1 ms, and the bound at least the first wait
   for (int i = 0; i < 10; ++i) {
     int64_t w = b.NextMs();
     EXPECT_GE(w, 1);
@@ -42,8 +42,8 @@ TEST(Backoff, NonsenseBoundsAreClamped) {
 }
 
 TEST(PeerHolds, RefusesAHeldPeerNamingItUntilItsWaitHasPassed) {
-  PeerHolds holds(100, 1000);
-  const auto t0 = PeerHolds::Clock::now();
+  common::PeerHolds holds(100, 1000);
+  const auto t0 = common::PeerHolds::Clock::now();
   EXPECT_TRUE(holds.Check("10.0.0.1:7000", t0).ok());
   holds.Hold("10.0.0.1:7000", t0);
   EXPECT_TRUE(holds.Held("10.0.0.1:7000", t0));
@@ -60,8 +60,8 @@ TEST(PeerHolds, RefusesAHeldPeerNamingItUntilItsWaitHasPassed) {
 }
 
 TEST(PeerHolds, AHoldWhileHeldCountsOnceAndLaterOnesDoubleTheWait) {
-  PeerHolds holds(100, 1000);
-  auto t = PeerHolds::Clock::now();
+  common::PeerHolds holds(100, 1000);
+  auto t = common::PeerHolds::Clock::now();
   holds.Hold("n", t);
   holds.Hold("n", t + std::chrono::milliseconds(1));  // same outage: no second failure
   EXPECT_NE(holds.Check("n", t + std::chrono::milliseconds(2)).message().find("(1 timed-out"),
@@ -74,8 +74,8 @@ TEST(PeerHolds, AHoldWhileHeldCountsOnceAndLaterOnesDoubleTheWait) {
 }
 
 TEST(PeerHolds, APeerQuietForTwiceTheLongestWaitStartsAfresh) {
-  PeerHolds holds(100, 1000);
-  auto t = PeerHolds::Clock::now();
+  common::PeerHolds holds(100, 1000);
+  auto t = common::PeerHolds::Clock::now();
   for (int i = 0; i < 6; ++i) {  // up to the 1000 ms bound
     holds.Hold("n", t);
     t += std::chrono::milliseconds(1000);

@@ -14,7 +14,7 @@ namespace {
 
 TEST(ErrorReason, AttachedReasonIsReadBackAndTheStatusIsOtherwiseUnchanged) {
   absl::Status plain = absl::ResourceExhaustedError("QUOTA_EXCEEDED: tenant 'a'");
-  absl::Status st = WithReason(plain, ErrorReason::kQuotaExceeded);
+  absl::Status st = common::WithReason(plain, ErrorReason::kQuotaExceeded);
   EXPECT_EQ(ErrorReasonOf(st), ErrorReason::kQuotaExceeded);
   EXPECT_EQ(st.code(), plain.code());
   EXPECT_EQ(st.message(), plain.message());
@@ -22,16 +22,16 @@ TEST(ErrorReason, AttachedReasonIsReadBackAndTheStatusIsOtherwiseUnchanged) {
 }
 
 TEST(ErrorReason, ALaterReasonReplacesAndNoneRemoves) {
-  absl::Status st = WithReason(absl::NotFoundError("x"), ErrorReason::kTenantNotFound);
-  st = WithReason(st, ErrorReason::kTenantNotEmpty);
+  absl::Status st = common::WithReason(absl::NotFoundError("x"), ErrorReason::kTenantNotFound);
+  st = common::WithReason(st, ErrorReason::kTenantNotEmpty);
   EXPECT_EQ(ErrorReasonOf(st), ErrorReason::kTenantNotEmpty);
-  st = WithReason(st, ErrorReason::kNone);
+  st = common::WithReason(st, ErrorReason::kNone);
   EXPECT_EQ(ErrorReasonOf(st), ErrorReason::kNone);
-  EXPECT_FALSE(st.GetPayload(kErrorReasonUrl).has_value());
+  EXPECT_FALSE(st.GetPayload(common::kErrorReasonUrl).has_value());
 }
 
 TEST(ErrorReason, OkCarriesNone) {
-  EXPECT_EQ(WithReason(absl::OkStatus(), ErrorReason::kQuotaExceeded), absl::OkStatus());
+  EXPECT_EQ(common::WithReason(absl::OkStatus(), ErrorReason::kQuotaExceeded), absl::OkStatus());
   EXPECT_EQ(ErrorReasonOf(absl::OkStatus()), ErrorReason::kNone);
 }
 
@@ -42,12 +42,12 @@ TEST(ErrorReason, AMessagePrefixIsNotAReason) {
 
 TEST(ErrorReason, EveryReasonHasADistinctNameAndSurvivesTheRoundTrip) {
   std::set<std::string> names;
-  for (uint8_t v = 1; v <= static_cast<uint8_t>(kLastErrorReason); ++v) {
+  for (uint8_t v = 1; v <= static_cast<uint8_t>(common::kLastErrorReason); ++v) {
     const auto reason = static_cast<ErrorReason>(v);
     const std::string name = ErrorReasonName(reason);
     EXPECT_NE(name, "UNKNOWN") << int{v};
     EXPECT_TRUE(names.insert(name).second) << name;
-    EXPECT_EQ(ErrorReasonOf(WithReason(absl::InternalError("x"), reason)), reason) << name;
+    EXPECT_EQ(ErrorReasonOf(common::WithReason(absl::InternalError("x"), reason)), reason) << name;
   }
   EXPECT_STREQ(ErrorReasonName(ErrorReason::kNone), "NONE");
   EXPECT_STREQ(ErrorReasonName(ErrorReason::kQuotaExceeded), "QUOTA_EXCEEDED");
@@ -56,7 +56,7 @@ TEST(ErrorReason, EveryReasonHasADistinctNameAndSurvivesTheRoundTrip) {
   EXPECT_STREQ(ErrorReasonName(ErrorReason::kDevicePointer), "DEVICE_POINTER");
   EXPECT_EQ(static_cast<int>(ErrorReason::kHasLease), 9);  // wire values never change
   EXPECT_EQ(static_cast<int>(ErrorReason::kDevicePointer), 10);
-  const auto past = static_cast<ErrorReason>(static_cast<uint8_t>(kLastErrorReason) + 1);
+  const auto past = static_cast<ErrorReason>(static_cast<uint8_t>(common::kLastErrorReason) + 1);
   EXPECT_STREQ(ErrorReasonName(past), "UNKNOWN");
 }
 

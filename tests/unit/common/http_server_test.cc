@@ -31,10 +31,10 @@ double SecondsSince(Clock::time_point t) {
 
 class HttpServerTest : public ::testing::Test {
  protected:
-  void Start(HttpServerOptions o = {}) {
+  void Start(common::HttpServerOptions o = {}) {
     o.metrics = &metrics_;
     o.request_deadline = absl::Milliseconds(500);
-    server_ = std::make_unique<HttpServer>(o);
+    server_ = std::make_unique<common::HttpServer>(o);
     server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok", "text/plain");
     });
@@ -64,9 +64,9 @@ class HttpServerTest : public ::testing::Test {
     return at == std::string::npos ? -1 : std::stod(text.substr(at + line.size()));
   }
 
-  MetricsRegistry metrics_;
-  Notification release_;
-  std::unique_ptr<HttpServer> server_;
+  common::MetricsRegistry metrics_;
+  common::Notification release_;
+  std::unique_ptr<common::HttpServer> server_;
 };
 
 TEST_F(HttpServerTest, ATricklingRequestGets408AtTheWholeRequestDeadline) {
@@ -88,7 +88,7 @@ TEST_F(HttpServerTest, ATricklingRequestGets408AtTheWholeRequestDeadline) {
 }
 
 TEST_F(HttpServerTest, HealthIsAnsweredWhileEveryWorkerIsBusy) {
-  HttpServerOptions o;
+  common::HttpServerOptions o;
   o.workers = 2;
   Start(o);
   std::vector<std::thread> busy;
@@ -105,7 +105,7 @@ TEST_F(HttpServerTest, HealthIsAnsweredWhileEveryWorkerIsBusy) {
 }
 
 TEST_F(HttpServerTest, ANewConnectionBeyondTheLimitClosesTheOldestIdleOne) {
-  HttpServerOptions o;
+  common::HttpServerOptions o;
   o.max_connections = 4;
   Start(o);
   std::vector<std::unique_ptr<RawHttp>> idle;
@@ -117,7 +117,7 @@ TEST_F(HttpServerTest, ANewConnectionBeyondTheLimitClosesTheOldestIdleOne) {
 }
 
 TEST_F(HttpServerTest, RefusesWrongMethodsMissingLengthsLargeBodiesAndOtherMediaTypes) {
-  HttpServerOptions o;
+  common::HttpServerOptions o;
   o.max_body_bytes = 1000;
   Start(o);
   std::string r = Exchange("DELETE /echo HTTP/1.1\r\n\r\n");

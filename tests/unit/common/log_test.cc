@@ -26,9 +26,9 @@ int Counted() {
 
 TEST(LogTest, ARouteSendsTheThreadsLinesToItsSinkAtItsLevel) {
   VectorSink sink;
-  LogRoute route{static_cast<int>(LogLevel::kWarning), &sink};
+  common::LogRoute route{static_cast<int>(LogLevel::kWarning), &sink};
   {
-    ScopedLogRoute scope(&route);
+    common::ScopedLogRoute scope(&route);
     formatted = 0;
     GRANARY_LOG_INFO << "dropped " << Counted();
     EXPECT_EQ(formatted, 0) << "a line below the level was formatted";
@@ -47,13 +47,13 @@ TEST(LogTest, ARouteSendsTheThreadsLinesToItsSinkAtItsLevel) {
 
 TEST(LogTest, ARouteWithoutALevelFollowsTheProcessThreshold) {
   VectorSink sink;
-  LogRoute route{-1, &sink};
-  ScopedLogRoute scope(&route);
-  const LogLevel before = GetLogLevel();
-  SetLogLevel(LogLevel::kError);
+  common::LogRoute route{-1, &sink};
+  common::ScopedLogRoute scope(&route);
+  const LogLevel before = common::GetLogLevel();
+  common::SetLogLevel(LogLevel::kError);
   GRANARY_LOG_WARN << "dropped";
   GRANARY_LOG_ERROR << "kept";
-  SetLogLevel(before);
+  common::SetLogLevel(before);
   ASSERT_EQ(sink.lines.size(), 1u);
   EXPECT_NE(sink.lines[0].find("kept"), std::string::npos);
 }

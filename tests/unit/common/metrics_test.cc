@@ -11,7 +11,7 @@ namespace granary {
 namespace {
 
 TEST(MetricHistogramTest, BucketsAreLessOrEqualToTheirBound) {
-  MetricHistogram h({1, 2, 5});
+  common::MetricHistogram h({1, 2, 5});
   for (double v : {0.5, 1.0, 1.5, 2.0, 4.0, 5.0, 6.0, 100.0}) h.Observe(v);
   EXPECT_EQ(h.bucket_counts(), (std::vector<uint64_t>{2, 2, 2, 2}));
   EXPECT_EQ(h.count(), 8u);
@@ -19,9 +19,11 @@ TEST(MetricHistogramTest, BucketsAreLessOrEqualToTheirBound) {
 }
 
 TEST(MetricHistogramTest, ExpositionIsCumulativeWithSumAndCount) {
-  MetricsRegistry r;
-  MetricHistogram* a = r.Histogram("req_seconds", "help text", {{"op", "Get"}}, {0.001, 0.01});
-  MetricHistogram* b = r.Histogram("req_seconds", "help text", {{"op", "Put"}}, {0.001, 0.01});
+  common::MetricsRegistry r;
+  common::MetricHistogram* a =
+      r.Histogram("req_seconds", "help text", {{"op", "Get"}}, {0.001, 0.01});
+  common::MetricHistogram* b =
+      r.Histogram("req_seconds", "help text", {{"op", "Put"}}, {0.001, 0.01});
   EXPECT_EQ(r.Histogram("req_seconds", "ignored", {{"op", "Get"}}, {5}), a);  // same series
   a->Observe(0.0005);
   a->Observe(0.005);
@@ -42,7 +44,7 @@ TEST(MetricHistogramTest, ExpositionIsCumulativeWithSumAndCount) {
 }
 
 TEST(MetricHistogramTest, ConcurrentObservationsAreAllCounted) {
-  MetricHistogram h(LatencyBucketsSeconds());
+  common::MetricHistogram h(common::LatencyBucketsSeconds());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&h, t] {
@@ -57,7 +59,7 @@ TEST(MetricHistogramTest, ConcurrentObservationsAreAllCounted) {
 }
 
 TEST(LatencyBucketsTest, RiseFrom10UsTo5S) {
-  std::vector<double> b = LatencyBucketsSeconds();
+  std::vector<double> b = common::LatencyBucketsSeconds();
   ASSERT_EQ(b.size(), 18u);
   EXPECT_DOUBLE_EQ(b.front(), 1e-5);
   EXPECT_NEAR(b.back(), 5.0, 1e-9);
@@ -65,7 +67,7 @@ TEST(LatencyBucketsTest, RiseFrom10UsTo5S) {
 }
 
 TEST(MetricsWriterTest, CountersAndGaugesWriteTheirFamilyOnce) {
-  MetricsRegistry r;
+  common::MetricsRegistry r;
   r.Counter("ops_total", "ops", {{"op", "a"}})->Inc(3);
   r.Counter("ops_total", "ops", {{"op", "b"}})->Inc();
   r.Gauge("depth", "queue depth")->Set(2.5);
@@ -79,17 +81,17 @@ TEST(MetricsWriterTest, CountersAndGaugesWriteTheirFamilyOnce) {
 // Label values are escaped per the exposition format, and bytes outside UTF-8 (a tenant id an
 // older master saved, a node's name) become the text \xNN so the scrape stays valid.
 TEST(MetricsWriterTest, LabelValuesAreEscapedAndStayUtf8) {
-  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-  EXPECT_EQ(EscapeLabelValue("caf\xc3\xa9"), "caf\xc3\xa9");
-  EXPECT_EQ(EscapeLabelValue("t\xff"), "t\\\\xff");  // the text \xff, its backslash escaped
-  MetricsRegistry r;
+  EXPECT_EQ(common::EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(common::EscapeLabelValue("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(common::EscapeLabelValue("t\xff"), "t\\\\xff");  // the text \xff, its backslash escaped
+  common::MetricsRegistry r;
   r.Gauge("g", "gauge", {{"tenant_id", "x\xfe\"y"}})->Set(1);
   EXPECT_NE(r.Render().find("g{tenant_id=\"x\\\\xfe\\\"y\"} 1\n"), std::string::npos) << r.Render();
 }
 
 // Whole numbers print as integers up to 2^64, not in exponent form.
 TEST(MetricsWriterTest, LargeWholeNumbersPrintAsIntegers) {
-  MetricsRegistry r;
+  common::MetricsRegistry r;
   r.Counter("big_total", "big")->Inc(uint64_t{1} << 62);
   r.Gauge("huge", "huge")->Set(18446744073709551615.0);  // 2^64 - 1, which a double rounds up
   const std::string text = r.Render();

@@ -17,8 +17,8 @@ TEST(Utf8Test, WellFormedTextIsValid) {
                                           "\xef\xbf\xbd",
                                           std::string("a\0b", 3)};
   for (const std::string& s : valid) {
-    EXPECT_TRUE(IsValidUtf8(s)) << s;
-    EXPECT_EQ(EscapeInvalidUtf8(s), s);
+    EXPECT_TRUE(common::IsValidUtf8(s)) << s;
+    EXPECT_EQ(common::EscapeInvalidUtf8(s), s);
   }
 }
 
@@ -39,19 +39,19 @@ TEST(Utf8Test, FindsTheFirstByteOutsideUtf8) {
       {"\xf5\x80\x80\x80", 0},  // lead byte past F4
   };
   for (const Case& c : cases) {
-    EXPECT_FALSE(IsValidUtf8(c.s));
-    EXPECT_EQ(FirstInvalidUtf8Byte(c.s), c.at);
+    EXPECT_FALSE(common::IsValidUtf8(c.s));
+    EXPECT_EQ(common::FirstInvalidUtf8Byte(c.s), c.at);
   }
 }
 
 TEST(Utf8Test, EscapesBadBytesAndBackslashesOnlyWhenInvalid) {
-  EXPECT_EQ(EscapeInvalidUtf8("a\xff"
-                              "b"),
+  EXPECT_EQ(common::EscapeInvalidUtf8("a\xff"
+                                      "b"),
             "a\\xffb");
-  EXPECT_EQ(EscapeInvalidUtf8("caf\xc3\xa9\xff"), "caf\xc3\xa9\\xff");  // good UTF-8 kept
-  EXPECT_EQ(EscapeInvalidUtf8("\\\xff"), "\\\\\\xff");  // backslash doubled, then the byte
-  EXPECT_EQ(EscapeInvalidUtf8("\\x"), "\\x");           // valid: unchanged
-  EXPECT_TRUE(IsValidUtf8(EscapeInvalidUtf8("\xc0\x80\xfe\xff")));
+  EXPECT_EQ(common::EscapeInvalidUtf8("caf\xc3\xa9\xff"), "caf\xc3\xa9\\xff");  // good UTF-8 kept
+  EXPECT_EQ(common::EscapeInvalidUtf8("\\\xff"), "\\\\\\xff");  // backslash doubled, then the byte
+  EXPECT_EQ(common::EscapeInvalidUtf8("\\x"), "\\x");           // valid: unchanged
+  EXPECT_TRUE(common::IsValidUtf8(common::EscapeInvalidUtf8("\xc0\x80\xfe\xff")));
 }
 
 }  // namespace

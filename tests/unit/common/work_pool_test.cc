@@ -11,7 +11,7 @@ namespace {
 
 TEST(WorkPool, RunsEveryPartOnceAndReturnsAfterTheLast) {
   for (int threads : {0, 1, 3}) {
-    WorkPool pool(threads);
+    common::WorkPool pool(threads);
     EXPECT_EQ(pool.threads(), threads);
     for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{1000}}) {
       std::vector<int> runs(n, 0);  // plain ints: ParallelFor's return publishes them
@@ -24,7 +24,7 @@ TEST(WorkPool, RunsEveryPartOnceAndReturnsAfterTheLast) {
 }
 
 TEST(WorkPool, PoolThreadsTakePartsWhileTheCallerIsBusy) {
-  WorkPool pool(2);
+  common::WorkPool pool(2);
   // Part 0 blocks until another part has run: only a pool thread can run it meanwhile (the
   // caller is inside part 0 or the pool thread took part 0 and the caller runs the rest).
   std::atomic<int> others{0};
@@ -43,7 +43,7 @@ TEST(WorkPool, PoolThreadsTakePartsWhileTheCallerIsBusy) {
 }
 
 TEST(WorkPool, ManyCallersShareOnePool) {
-  WorkPool pool(2);
+  common::WorkPool pool(2);
   std::vector<std::thread> callers;
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {

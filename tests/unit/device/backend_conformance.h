@@ -126,7 +126,7 @@ class Gate {
   }
 
  private:
-  granary::Notification open_;
+  granary::common::Notification open_;
 };
 
 TYPED_TEST_SUITE_P(BackendTest);
@@ -291,7 +291,7 @@ TYPED_TEST_P(BackendTest, AnotherStreamWaitsForTheEvent) {
   ASSERT_TRUE(b.CopyAsync(consumer, host, dev, kN).ok());
   // While the producer is held, the consumer must be held too (a broken wait lets it run, and
   // 100 ms is plenty for that; a correct one never signals here).
-  granary::Notification consumer_ran;
+  granary::common::Notification consumer_ran;
   ASSERT_TRUE(b.LaunchHostFunc(consumer, [&consumer_ran] { consumer_ran.Notify(); }).ok());
   EXPECT_FALSE(consumer_ran.WaitForNotificationWithTimeout(absl::Milliseconds(100)))
       << "the consumer ran before the producer's event";
@@ -307,26 +307,26 @@ TYPED_TEST_P(BackendTest, HostFunctionsRunInStreamOrder) {
   const Bytes fresh = testing::Pattern(kN, 4);
   void* dev = this->Upload(fresh);
   void* stream = this->NewStream();
-  granary::Mutex mu;
+  granary::common::Mutex mu;
   std::vector<std::string> order;
   Bytes host(kN, 0);
   bool saw_copy = false;
   auto note = [&](std::string what) {
     return [&, what] {
-      granary::MutexLock lock(&mu);
+      granary::common::MutexLock lock(&mu);
       order.push_back(what);
     };
   };
   ASSERT_TRUE(b.LaunchHostFunc(stream, note("first")).ok());
   ASSERT_TRUE(b.CopyAsync(stream, host.data(), dev, kN).ok());
   ASSERT_TRUE(b.LaunchHostFunc(stream, [&] {
-                 granary::MutexLock lock(&mu);
+                 granary::common::MutexLock lock(&mu);
                  saw_copy = host == fresh;  // the copy before it has completed
                  order.push_back("after copy");
                }).ok());
   ASSERT_TRUE(b.LaunchHostFunc(stream, note("last")).ok());
   ASSERT_TRUE(b.SynchronizeStream(stream).ok());
-  granary::MutexLock lock(&mu);
+  granary::common::MutexLock lock(&mu);
   EXPECT_EQ(order, (std::vector<std::string>{"first", "after copy", "last"}));
   EXPECT_TRUE(saw_copy);
 }

@@ -371,7 +371,7 @@ TEST(FakeBackend, APollOfAnUnfinishedEventLeavesNoErrorBehind) {
   absl::StatusOr<void*> stream = fake->runtime().CreateStream(0);
   absl::StatusOr<void*> event = fake->runtime().CreateEvent(0);
   ASSERT_TRUE(stream.ok() && event.ok());
-  granary::Notification open;
+  granary::common::Notification open;
   ASSERT_TRUE(
       fake->runtime().LaunchHostFunc(*stream, [&open] { open.WaitForNotification(); }).ok());
   ASSERT_TRUE(fake->runtime().RecordEvent(*event, *stream).ok());

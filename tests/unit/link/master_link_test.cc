@@ -82,8 +82,8 @@ class MasterLinkTest : public ::testing::Test {
     return l.ok() ? std::move(*l) : nullptr;
   }
 
-  MetricsRegistry metrics_;
-  MetricCounter* failures_ = metrics_.Counter("link_test_connect_failures_total", "");
+  common::MetricsRegistry metrics_;
+  common::MetricCounter* failures_ = metrics_.Counter("link_test_connect_failures_total", "");
   std::unique_ptr<transport::Context> ctx_;
   std::unique_ptr<transport::Worker> server_worker_, worker_;
   std::unique_ptr<transport::RpcServer> server_;
@@ -188,19 +188,19 @@ TEST_F(MasterLinkTest, WakeAndShutdownEndTheWaits) {
   auto m = link->Connection();
   ASSERT_TRUE(m.ok()) << m.status();
   link->Wake(nullptr);  // not the connection: no effect
-  int64_t t0 = MonotonicUs();
+  int64_t t0 = common::MonotonicUs();
   EXPECT_TRUE(link->WaitForHeartbeat());
-  EXPECT_GE(MonotonicUs() - t0, 40'000);  // the 50 ms interval, give or take the clock
+  EXPECT_GE(common::MonotonicUs() - t0, 40'000);  // the 50 ms interval, give or take the clock
   link->Wake(*m);
-  t0 = MonotonicUs();
+  t0 = common::MonotonicUs();
   EXPECT_TRUE(link->WaitForHeartbeat());
-  EXPECT_LT(MonotonicUs() - t0, 40'000);
+  EXPECT_LT(common::MonotonicUs() - t0, 40'000);
   EXPECT_TRUE(link->SleepFor(1));
   link->Shutdown();
   EXPECT_TRUE(link->stopping());
   EXPECT_FALSE(link->SleepFor(10'000));
   EXPECT_FALSE(link->WaitForHeartbeat());
-  EXPECT_FALSE(link->WaitForNextAttempt(MonotonicUs() + 10'000'000));
+  EXPECT_FALSE(link->WaitForNextAttempt(common::MonotonicUs() + 10'000'000));
   // Still usable after Shutdown: a node unmounts over it.
   EXPECT_EQ(link->Current(), *m);
 }

@@ -247,8 +247,8 @@ class AdminHttpFixture : public ::testing::Test {
   }
 
   MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
+  common::FakeClock clock_;
+  common::MetricsRegistry metrics_;
   std::string dir_, path_;
   std::atomic<bool> active_{true};
   std::atomic<bool> fail_save_{false};

@@ -265,13 +265,13 @@ TEST_F(AdminHttpTest, PutSetsTheDefaultTier) {
   json d = Upsert("tenant-a", R"({"requested_quota_bytes": 4096, "default_tier": "gpu"})");
   EXPECT_EQ(d["default_tier"], "gpu") << d;
   ASSERT_NE(FilePolicy().Find("tenant-a"), nullptr);
-  EXPECT_EQ(FilePolicy().Find("tenant-a")->default_tier, TierPreference::kGpu);
-  EXPECT_EQ(svc_->ledger()->DefaultTier("tenant-a"), TierPreference::kGpu);
+  EXPECT_EQ(FilePolicy().Find("tenant-a")->default_tier, common::TierPreference::kGpu);
+  EXPECT_EQ(svc_->ledger()->DefaultTier("tenant-a"), common::TierPreference::kGpu);
   Upsert("tenant-a", Quota(8192));  // no default_tier: kept
   EXPECT_EQ(GetOne("tenant-a")["default_tier"], "gpu");
   Upsert("tenant-a", R"({"requested_quota_bytes": 8192, "default_tier": "any"})");
   EXPECT_EQ(GetOne("tenant-a")["default_tier"], "any");
-  EXPECT_EQ(svc_->ledger()->DefaultTier("tenant-a"), TierPreference::kAny);
+  EXPECT_EQ(svc_->ledger()->DefaultTier("tenant-a"), common::TierPreference::kAny);
 }
 
 // pool_spill: set by PUT, saved to the policy file, kept by a PUT that leaves it out, shown by

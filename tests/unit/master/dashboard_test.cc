@@ -23,7 +23,7 @@ std::string SourcePage() {
 }
 
 TEST(Dashboard, RootServesTheEmbeddedPageUncachedUnderAStrictPolicy) {
-  HttpServer http;
+  common::HttpServer http;
   AddDashboardRoutes(http);
   ASSERT_TRUE(http.Start("127.0.0.1", 0).ok());
   httplib::Client client("127.0.0.1", http.port());

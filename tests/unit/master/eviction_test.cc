@@ -72,8 +72,8 @@ class EvictionTest : public ::testing::Test {
   }
 
   MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
+  common::FakeClock clock_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<MasterService> svc_;
   SessionId next_ = 10;
 };

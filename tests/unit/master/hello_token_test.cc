@@ -46,7 +46,7 @@ class HelloTokenTest : public ::testing::Test {
     dir_ = tmpl;
     path_ = dir_ + "/tenant_quotas.yaml";
     // tenant-a has a token in the policy; tenant-b has none.
-    WritePolicy(Sha256Hex("token-a"));
+    WritePolicy(common::Sha256Hex("token-a"));
   }
   void TearDown() override {
     svc_.reset();  // its check calls into the manager
@@ -93,8 +93,8 @@ class HelloTokenTest : public ::testing::Test {
 
   std::string dir_, path_;
   MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
+  common::FakeClock clock_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<MasterService> svc_;
   std::unique_ptr<tenant::TenantManager> manager_;
   SessionId next_sid_ = 1;
@@ -117,7 +117,7 @@ TEST_F(HelloTokenTest, WrongOrMissingTokenIsUnauthenticatedNamingTheTenantOnly) 
   EXPECT_EQ(Code(wrong), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(wrong.message, "the token for tenant 'tenant-a' does not match");
   EXPECT_FALSE(Has(wrong.message, "token-b"));
-  EXPECT_FALSE(Has(wrong.message, Sha256Hex("token-a")));
+  EXPECT_FALSE(Has(wrong.message, common::Sha256Hex("token-a")));
   // No session was opened.
   EXPECT_EQ(Code(svc_->Heartbeat(sid).status), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Code(svc_->Exist(sid, proto::KeysRequest{{"k"}}).status),
@@ -141,7 +141,7 @@ TEST_F(HelloTokenTest, TenantWithoutAHashNeedsNoTokenUnlessRequired) {
 }
 
 TEST_F(HelloTokenTest, RequireTenantTokensRefusesTenantsWithoutAHash) {
-  Start({{"tenant-f", Sha256Hex("token-f")}}, /*require=*/true);
+  Start({{"tenant-f", common::Sha256Hex("token-f")}}, /*require=*/true);
   proto::WireStatus b = Hello("tenant-b", "anything");
   EXPECT_EQ(Code(b), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(Has(b.message, "tenant 'tenant-b' requires a token")) << b.message;
@@ -153,7 +153,7 @@ TEST_F(HelloTokenTest, RequireTenantTokensRefusesTenantsWithoutAHash) {
 
 TEST_F(HelloTokenTest, RequireFromOptionsAppliesWithoutAnInstalledCheck) {
   opts_.require_tenant_tokens = true;
-  MetricsRegistry m1, m2;
+  common::MetricsRegistry m1, m2;
   MasterService svc(opts_, &clock_, &m1);
   proto::HelloRequest h;
   h.tenant_id = "tenant-a";
@@ -164,13 +164,13 @@ TEST_F(HelloTokenTest, RequireFromOptionsAppliesWithoutAnInstalledCheck) {
 }
 
 TEST_F(HelloTokenTest, TokensFileOverridesThePolicy) {
-  Start({{"tenant-a", Sha256Hex("file-token")}});
+  Start({{"tenant-a", common::Sha256Hex("file-token")}});
   EXPECT_EQ(Code(Hello("tenant-a", "token-a")), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Code(Hello("tenant-a", "file-token")), absl::StatusCode::kOk);
 }
 
 TEST_F(HelloTokenTest, TokensFileGivesATenantWithoutAPolicyHashAToken) {
-  Start({{"tenant-b", Sha256Hex("b")}});
+  Start({{"tenant-b", common::Sha256Hex("b")}});
   EXPECT_EQ(Code(Hello("tenant-b", "")), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Code(Hello("tenant-b", "b")), absl::StatusCode::kOk);
   EXPECT_TRUE(svc_->TenantHasToken("tenant-b"));
@@ -182,7 +182,7 @@ TEST_F(HelloTokenTest, PolicyReloadChangesTheExpectedToken) {
   Start();
   EXPECT_EQ(Code(Hello("tenant-a", "token-a")), absl::StatusCode::kOk);
   // Rotate: the new hash applies to the next hello, the old token stops working.
-  WritePolicy(Sha256Hex("token-a2"));
+  WritePolicy(common::Sha256Hex("token-a2"));
   ASSERT_TRUE(manager_->Reload().ok());
   EXPECT_EQ(Code(Hello("tenant-a", "token-a")), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(Code(Hello("tenant-a", "token-a2")), absl::StatusCode::kOk);
@@ -200,7 +200,7 @@ TEST_F(HelloTokenTest, AdminQuotaChangeKeepsTheTenantsToken) {
   EXPECT_EQ(Code(Hello("tenant-a", "token-a")), absl::StatusCode::kOk);
   std::ifstream in(path_);
   std::string saved((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_TRUE(Has(saved, Sha256Hex("token-a"))) << saved;
+  EXPECT_TRUE(Has(saved, common::Sha256Hex("token-a"))) << saved;
 }
 
 TEST_F(HelloTokenTest, NodesAndTheMastersOwnSessionsAreNotChecked) {

@@ -34,8 +34,8 @@ using Charged = std::pair<uint64_t, uint64_t>;  // charged bytes, entries
 // One master "process": its service, clock and metrics, and its sessions.
 struct Master {
   explicit Master(const MasterOptions& o) : svc(o, &clock, &metrics) {}
-  FakeClock clock;
-  MetricsRegistry metrics;
+  common::FakeClock clock;
+  common::MetricsRegistry metrics;
   MasterService svc;
   SessionId next = 1;
 

@@ -167,8 +167,8 @@ class MasterFixture : public ::testing::Test {
   }
 
   MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
+  common::FakeClock clock_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<MasterService> svc_;
   SessionId next_sid_ = 1;
   uint64_t next_base_ = 1;

@@ -172,7 +172,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
   ticker.join();
   EXPECT_EQ(failures.load(), 0);
   // The run exercised what it is meant to: space pressure and eviction, and expiry.
-  auto counter = [&](const char* name, MetricLabels labels = {}) {
+  auto counter = [&](const char* name, common::MetricLabels labels = {}) {
     return metrics_.Counter(name, "", labels)->value();
   };
   EXPECT_GT(counter("granary_master_evicted_objects_total"), 0u);
@@ -214,7 +214,7 @@ TEST_F(MasterServiceTest, ConcurrentRandomOperationsLeakNothing) {
 // /metrics in constant time: a scrape reads counts kept as objects change, never the table.
 
 // The fastest of `n` renders of the registry, in microseconds.
-double FastestScrapeUs(const MetricsRegistry& metrics, int n) {
+double FastestScrapeUs(const common::MetricsRegistry& metrics, int n) {
   double best = 1e18;
   for (int i = 0; i < n; ++i) {
     auto t0 = std::chrono::steady_clock::now();

@@ -94,8 +94,8 @@ class PoolPlacementTest : public ::testing::Test {
   }
 
   MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
+  common::FakeClock clock_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<MasterService> svc_;
   SessionId next_ = 10;
   std::vector<SessionId> node_sessions_;

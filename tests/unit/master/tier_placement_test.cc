@@ -20,7 +20,7 @@ namespace {
 constexpr uint64_t kObj = 64 * 1024 - proto::kAllocHeaderSize;  // allocates exactly 64 KiB
 constexpr uint64_t kSlot = 64 * 1024;
 
-uint32_t TierFlags(TierPreference t) { return proto::PutTierFlags(t); }
+uint32_t TierFlags(common::TierPreference t) { return proto::PutTierFlags(t); }
 
 class TierPlacementTest : public ::testing::Test {
  protected:
@@ -72,8 +72,8 @@ class TierPlacementTest : public ::testing::Test {
   }
 
   MasterOptions opts_;
-  FakeClock clock_;
-  MetricsRegistry metrics_;
+  common::FakeClock clock_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<MasterService> svc_;
   uint64_t host_ = 0, gpu_ = 0;
   SessionId next_ = 10;
@@ -83,18 +83,18 @@ TEST_F(TierPlacementTest, AnyFillsTheGpuTierThenHostWithoutEvictingGpuObjects) {
   Start(/*host_slots=*/3, /*gpu_slots=*/2);
   const SessionId c = Client("acme");
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(Put(c, absl::StrCat("g", i), TierFlags(TierPreference::kAny)).ok());
+    ASSERT_TRUE(Put(c, absl::StrCat("g", i), TierFlags(common::TierPreference::kAny)).ok());
     EXPECT_EQ(SegmentOf(c, absl::StrCat("g", i)), gpu_);
   }
   // The GPU tier is full: `any` goes to host and evicts nothing on the GPU.
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(Put(c, absl::StrCat("h", i), TierFlags(TierPreference::kAny)).ok());
+    ASSERT_TRUE(Put(c, absl::StrCat("h", i), TierFlags(common::TierPreference::kAny)).ok());
     EXPECT_EQ(SegmentOf(c, absl::StrCat("h", i)), host_);
   }
   EXPECT_TRUE(Exists(c, "g0"));
   EXPECT_TRUE(Exists(c, "g1"));
   // Both full: `any` evicts on host (its oldest), still never on the GPU.
-  ASSERT_TRUE(Put(c, "h3", TierFlags(TierPreference::kAny)).ok());
+  ASSERT_TRUE(Put(c, "h3", TierFlags(common::TierPreference::kAny)).ok());
   EXPECT_EQ(SegmentOf(c, "h3"), host_);
   EXPECT_TRUE(Exists(c, "g0"));
   EXPECT_TRUE(Exists(c, "g1"));
@@ -107,11 +107,11 @@ TEST_F(TierPlacementTest, AGpuPutEvictsWithinTheGpuTierOnly) {
   Start(/*host_slots=*/2, /*gpu_slots=*/2);
   const SessionId c = Client("acme");
   // The host objects are the oldest of all: a global LRU would take them first.
-  ASSERT_TRUE(Put(c, "h0", TierFlags(TierPreference::kHost)).ok());
-  ASSERT_TRUE(Put(c, "h1", TierFlags(TierPreference::kHost)).ok());
-  ASSERT_TRUE(Put(c, "g0", TierFlags(TierPreference::kGpu)).ok());
-  ASSERT_TRUE(Put(c, "g1", TierFlags(TierPreference::kGpu)).ok());
-  ASSERT_TRUE(Put(c, "g2", TierFlags(TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "h0", TierFlags(common::TierPreference::kHost)).ok());
+  ASSERT_TRUE(Put(c, "h1", TierFlags(common::TierPreference::kHost)).ok());
+  ASSERT_TRUE(Put(c, "g0", TierFlags(common::TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "g1", TierFlags(common::TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "g2", TierFlags(common::TierPreference::kGpu)).ok());
   EXPECT_EQ(SegmentOf(c, "g2"), gpu_);
   EXPECT_FALSE(Exists(c, "g0"));  // the GPU tier's oldest
   EXPECT_TRUE(Exists(c, "h0"));
@@ -121,7 +121,7 @@ TEST_F(TierPlacementTest, AGpuPutEvictsWithinTheGpuTierOnly) {
   EXPECT_EQ(gpu.bytes, gpu.objects * kSlot);
   EXPECT_EQ(svc_->Evicted(proto::Tier::kHost).objects, 0u);
   // And a host put evicts on host, not on the GPU.
-  ASSERT_TRUE(Put(c, "h2", TierFlags(TierPreference::kHost)).ok());
+  ASSERT_TRUE(Put(c, "h2", TierFlags(common::TierPreference::kHost)).ok());
   EXPECT_FALSE(Exists(c, "h0"));
   EXPECT_TRUE(Exists(c, "g2"));
   EXPECT_EQ(svc_->Evicted(proto::Tier::kGpu).objects, gpu.objects);
@@ -138,9 +138,9 @@ TEST_F(TierPlacementTest, TheTenantsDefaultTierPlacesPutsThatNameNone) {
   Start(/*host_slots=*/4, /*gpu_slots=*/4);
   tenant::Policy p;
   tenant::TenantPolicy on_gpu{.name = "gpu-first", .quota_bytes = 1ull << 30};
-  on_gpu.default_tier = TierPreference::kGpu;
+  on_gpu.default_tier = common::TierPreference::kGpu;
   tenant::TenantPolicy on_any{.name = "any-first", .quota_bytes = 1ull << 30};
-  on_any.default_tier = TierPreference::kAny;
+  on_any.default_tier = common::TierPreference::kAny;
   p.tenants = {on_any, on_gpu, {.name = "plain", .quota_bytes = 1ull << 30}};
   svc_->ledger()->ApplyPolicy(p, svc_->capacity());
   const SessionId g = Client("gpu-first");
@@ -153,9 +153,9 @@ TEST_F(TierPlacementTest, TheTenantsDefaultTierPlacesPutsThatNameNone) {
   ASSERT_TRUE(Put(h, "k").ok());
   EXPECT_EQ(SegmentOf(h, "k"), host_);
   // A put that names its tier overrides the default.
-  ASSERT_TRUE(Put(g, "on-host", TierFlags(TierPreference::kHost)).ok());
+  ASSERT_TRUE(Put(g, "on-host", TierFlags(common::TierPreference::kHost)).ok());
   EXPECT_EQ(SegmentOf(g, "on-host"), host_);
-  ASSERT_TRUE(Put(h, "on-gpu", TierFlags(TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(h, "on-gpu", TierFlags(common::TierPreference::kGpu)).ok());
   EXPECT_EQ(SegmentOf(h, "on-gpu"), gpu_);
 }
 
@@ -164,7 +164,7 @@ TEST_F(TierPlacementTest, QuotasScaleAgainstEveryTiersCapacity) {
   Start(/*host_slots=*/0, /*gpu_slots=*/4, /*quota=*/true);
   tenant::Policy p;
   tenant::TenantPolicy t{.name = "acme", .quota_bytes = 1ull << 40};
-  t.default_tier = TierPreference::kGpu;
+  t.default_tier = common::TierPreference::kGpu;
   p.tenants = {t};
   svc_->ledger()->ApplyPolicy(p, svc_->capacity());
   EXPECT_EQ(svc_->capacity(), 4 * kSlot);
@@ -177,12 +177,12 @@ TEST_F(TierPlacementTest, QuotasScaleAgainstEveryTiersCapacity) {
 TEST_F(TierPlacementTest, AnyWithNoRoomOnEitherTierNamesBoth) {
   Start(/*host_slots=*/1, /*gpu_slots=*/1);
   const SessionId c = Client("acme");
-  ASSERT_TRUE(Put(c, "g", TierFlags(TierPreference::kGpu)).ok());
-  ASSERT_TRUE(Put(c, "h", TierFlags(TierPreference::kHost)).ok());
+  ASSERT_TRUE(Put(c, "g", TierFlags(common::TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "h", TierFlags(common::TierPreference::kHost)).ok());
   // Hard-pinned on host: nothing there can be evicted.
   ASSERT_EQ(test_calls::Code(test_calls::Remove(*svc_, c, "h")), absl::StatusCode::kOk);
-  ASSERT_TRUE(Put(c, "h", TierFlags(TierPreference::kHost) | proto::kPutFlagHardPin).ok());
-  absl::Status st = Put(c, "x", TierFlags(TierPreference::kAny));
+  ASSERT_TRUE(Put(c, "h", TierFlags(common::TierPreference::kHost) | proto::kPutFlagHardPin).ok());
+  absl::Status st = Put(c, "x", TierFlags(common::TierPreference::kAny));
   EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
   EXPECT_NE(st.message().find("gpu tier"), std::string::npos) << st;
   EXPECT_NE(st.message().find("host tier"), std::string::npos) << st;
@@ -195,9 +195,9 @@ TEST_F(TierPlacementTest, TheWatermarkEvictsEachTierOnItsOwn) {
   opts_.eviction_ratio = 0.25;
   Start(/*host_slots=*/4, /*gpu_slots=*/4);
   const SessionId c = Client("acme");
-  ASSERT_TRUE(Put(c, "h0", TierFlags(TierPreference::kHost)).ok());  // host at 25%
-  for (int i = 0; i < 3; ++i) {                                      // GPU at 75%
-    ASSERT_TRUE(Put(c, absl::StrCat("g", i), TierFlags(TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "h0", TierFlags(common::TierPreference::kHost)).ok());  // host at 25%
+  for (int i = 0; i < 3; ++i) {                                              // GPU at 75%
+    ASSERT_TRUE(Put(c, absl::StrCat("g", i), TierFlags(common::TierPreference::kGpu)).ok());
   }
   svc_->Tick();
   EXPECT_FALSE(Exists(c, "g0"));  // the GPU tier's oldest
@@ -214,8 +214,8 @@ TEST_F(TierPlacementTest, TheWatermarkEvictsEachTierOnItsOwn) {
 TEST_F(TierPlacementTest, CopyAndMoveOfAGpuObjectStartFromTheGpuReplicaAndLandOnHost) {
   Start(/*host_slots=*/4, /*gpu_slots=*/4);
   const SessionId c = Client("acme");
-  ASSERT_TRUE(Put(c, "g", TierFlags(TierPreference::kGpu)).ok());
-  ASSERT_TRUE(Put(c, "m", TierFlags(TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "g", TierFlags(common::TierPreference::kGpu)).ok());
+  ASSERT_TRUE(Put(c, "m", TierFlags(common::TierPreference::kGpu)).ok());
   for (bool move : {false, true}) {
     const std::string key = move ? "m" : "g";
     proto::CopyStartRequest r;

@@ -133,7 +133,7 @@ TEST_F(CgroupTest, EnterOnV2MovesInEnablesMemoryAndSetsTheLimit) {
   EXPECT_NE(warning->find("1 MB"), std::string::npos) << *warning;
   EXPECT_NE(warning->find("64 MB"), std::string::npos) << *warning;
   // The metrics read the same files.
-  MetricsRegistry m;
+  common::MetricsRegistry m;
   ExportCgroupMetrics(cg->get(), &m);
   const std::string text = m.Render();
   EXPECT_NE(text.find("granary_node_cgroup_effective_limit_bytes{cgroup=\"" + root_ +

@@ -42,7 +42,7 @@ class NodeInventoryTest : public ::testing::Test {
   void Write(int seg, uint64_t offset, const std::string& key, uint64_t gen, uint64_t len) {
     AllocHeader h;
     h.generation = gen;
-    h.key_hash = HashBytes(key);
+    h.key_hash = common::HashBytes(key);
     h.value_length = len;
     std::memcpy(&HeaderAt(seg, offset), &h, sizeof(h));
   }
@@ -131,7 +131,7 @@ TEST_F(NodeInventoryTest, FreeForgetsTheEntryAndInvalidatesOnlyItsOwnHeader) {
   EXPECT_TRUE(inv.Apply(0, Free(0, 10)));
   EXPECT_EQ(inv.size(), 0u);
   // A reader's check now fails: generation 0 matches no grant.
-  EXPECT_FALSE(proto::CheckAllocHeader(HeaderAt(0, 0), 10, HashBytes("a"), 1000).ok());
+  EXPECT_FALSE(proto::CheckAllocHeader(HeaderAt(0, 0), 10, common::HashBytes("a"), 1000).ok());
   EXPECT_EQ(HeaderAt(0, 0).magic, AllocHeader::kMagic);  // the rest of the header is untouched
 
   // The space was given to a new put whose writer got there before the free record: its header
@@ -140,7 +140,7 @@ TEST_F(NodeInventoryTest, FreeForgetsTheEntryAndInvalidatesOnlyItsOwnHeader) {
   ASSERT_TRUE(inv.Apply(0, Commit("b", 4096, 20)));
   Write(0, 4096, "c", 21, 1000);  // b freed at the master, c written there, records late
   EXPECT_TRUE(inv.Apply(0, Free(4096, 20)));
-  EXPECT_TRUE(proto::CheckAllocHeader(HeaderAt(0, 4096), 21, HashBytes("c"), 1000).ok());
+  EXPECT_TRUE(proto::CheckAllocHeader(HeaderAt(0, 4096), 21, common::HashBytes("c"), 1000).ok());
 }
 
 TEST_F(NodeInventoryTest, ANewerCommitAtAnOffsetReplacesAnOlderOneAndNotTheReverse) {
@@ -245,7 +245,7 @@ TEST(NodeInventoryGpuTest, AGpuSegmentIsReportedAndInvalidatedThroughTheDevice) 
       const std::string key = "k" + std::to_string(i);
       AllocHeader h;
       h.generation = i + 1;
-      h.key_hash = HashBytes(key);
+      h.key_hash = common::HashBytes(key);
       h.value_length = 1000;
       if (i == 7) h.value_length = 999;  // a stale header: dropped, not reported
       ASSERT_TRUE(b.Copy(0, static_cast<char*>(*mem) + i * 1088, &h, sizeof(h),

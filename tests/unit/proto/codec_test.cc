@@ -604,8 +604,8 @@ TEST(WireStatus, CodesAndMessagesRoundTrip) {
 }
 
 TEST(WireStatus, ReasonTravelsFromStatusToWireAndBack) {
-  const absl::Status s = WithReason(absl::ResourceExhaustedError("QUOTA_EXCEEDED: tenant 'a'"),
-                                    ErrorReason::kQuotaExceeded);
+  const absl::Status s = common::WithReason(
+      absl::ResourceExhaustedError("QUOTA_EXCEEDED: tenant 'a'"), ErrorReason::kQuotaExceeded);
   WireStatus w = WireStatus::From(s);
   EXPECT_EQ(w.reason, ErrorReason::kQuotaExceeded);
   StatusReply decoded = RoundTrip(Type(MsgType::kPutStart, true), StatusReply{w});
@@ -617,15 +617,15 @@ TEST(WireStatus, ReasonTravelsFromStatusToWireAndBack) {
   // No reason is kNone on the wire and no payload after it.
   WireStatus plain = WireStatus::From(absl::NotFoundError("gone"));
   EXPECT_EQ(plain.reason, ErrorReason::kNone);
-  EXPECT_FALSE(plain.ToStatus().GetPayload(kErrorReasonUrl).has_value());
+  EXPECT_FALSE(plain.ToStatus().GetPayload(common::kErrorReasonUrl).has_value());
   // An OK status never carries one.
   EXPECT_EQ((WireStatus{0, "", ErrorReason::kQuotaExceeded}).ToStatus(), absl::OkStatus());
 }
 
 TEST(WireStatus, UnknownReasonIsRejected) {
-  HeartbeatReply top{WireStatus{8, "x", kLastErrorReason}};
+  HeartbeatReply top{WireStatus{8, "x", common::kLastErrorReason}};
   EXPECT_TRUE(DecodeAs<HeartbeatReply>(Body(top)).ok());
-  const auto unknown = static_cast<ErrorReason>(static_cast<uint8_t>(kLastErrorReason) + 1);
+  const auto unknown = static_cast<ErrorReason>(static_cast<uint8_t>(common::kLastErrorReason) + 1);
   top.status.reason = unknown;
   ExpectInvalid(DecodeAs<HeartbeatReply>(Body(top)),
                 absl::StrCat("unknown error reason ", static_cast<int>(unknown)));
@@ -670,11 +670,12 @@ TEST(AllocHeader, GenerationKeyHashLengthOrMagicMismatchIsUnavailable) {
 TEST(PutTierFlagsTest, RoundTripsEveryPreferenceBesideThePins) {
   EXPECT_EQ(PutTierFlags(std::nullopt), 0u);
   EXPECT_EQ(PutTierOf(0), std::nullopt);
-  EXPECT_EQ(PutTierFlags(TierPreference::kGpu), kPutFlagTierGpu);
-  for (TierPreference t : {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny}) {
+  EXPECT_EQ(PutTierFlags(common::TierPreference::kGpu), kPutFlagTierGpu);
+  for (common::TierPreference t : {common::TierPreference::kHost, common::TierPreference::kGpu,
+                                   common::TierPreference::kAny}) {
     const uint32_t flags = PutTierFlags(t) | kPutFlagSoftPin | kPutFlagHardPin;
     EXPECT_EQ(flags & ~kPutFlagTierMask, kPutFlagSoftPin | kPutFlagHardPin);
-    EXPECT_EQ(PutTierOf(flags), t) << TierPreferenceName(t);
+    EXPECT_EQ(PutTierOf(flags), t) << common::TierPreferenceName(t);
   }
 }
 

@@ -94,7 +94,7 @@ inline BatchStatusReply SampleBatchStatus() {
   return {Ws(absl::StatusCode::kOk, ""),
           {Ws(absl::StatusCode::kOk, ""), Ws(absl::StatusCode::kNotFound, "gone"),
            Ws(absl::StatusCode::kUnauthenticated, "who"),
-           Ws(absl::StatusCode::kFailedPrecondition, "not empty", kLastErrorReason)}};
+           Ws(absl::StatusCode::kFailedPrecondition, "not empty", common::kLastErrorReason)}};
 }
 inline KeysRequest SampleKeys() { return {{"x", "", kBinary}}; }
 inline RemoveRequest SampleRemove() { return {{"x", kBinary}, true}; }

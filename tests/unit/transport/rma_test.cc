@@ -241,8 +241,8 @@ TEST_F(TransportTest, UnreachableNodeIsRefusedUntilItsBackOffPasses) {
   ASSERT_TRUE(region.ok()) << region.status();
   std::shared_ptr<const RemoteSegment> seg =
       SegmentOf(region->get(), server_worker_.get(), server_->port());
-  MetricsRegistry registry;
-  MetricCounter* refusals = registry.Counter("refusals", "test");
+  common::MetricsRegistry registry;
+  common::MetricCounter* refusals = registry.Counter("refusals", "test");
   RmaEngine engine(client_worker_.get());
   engine.set_refusal_counter(refusals);
   std::vector<uint8_t> in(kSlot, 0);

@@ -95,7 +95,7 @@ class RpcListenerTest : public ::testing::Test {
     }
   }
 
-  MetricsRegistry metrics_;
+  common::MetricsRegistry metrics_;
   std::unique_ptr<RpcListener> listener_;
   std::atomic<uint64_t> last_link_{0};
   std::atomic<int> closed_{0};

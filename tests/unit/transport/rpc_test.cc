@@ -76,13 +76,13 @@ void TransportTest::ConcurrentCalls() {
   }
   // Asynchronous calls from this thread at the same time; their callbacks run on the progress
   // thread and hand results back through a mutex.
-  granary::Mutex mu;
+  granary::common::Mutex mu;
   std::vector<std::string> async_replies;
   std::atomic<int> async_done{0};
   for (int i = 0; i < kCalls; ++i) {
     client->CallAsync(Frame(kEcho, 0, absl::StrCat("a", i)), [&](absl::StatusOr<std::string> rep) {
       {
-        granary::MutexLock lock(&mu);
+        granary::common::MutexLock lock(&mu);
         async_replies.push_back(rep.ok() ? BodyOf(*rep) : "error");
       }
       async_done.fetch_add(1);
@@ -95,7 +95,7 @@ void TransportTest::ConcurrentCalls() {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(wrong.load(), 0);
   ASSERT_EQ(async_done.load(), kCalls);
-  granary::MutexLock lock(&mu);
+  granary::common::MutexLock lock(&mu);
   std::sort(async_replies.begin(), async_replies.end());
   std::vector<std::string> want;
   for (int i = 0; i < kCalls; ++i) want.push_back(absl::StrCat("echo:a", i));
@@ -232,16 +232,16 @@ TEST_F(TransportTest, ServerDisconnectFailsPendingCallsAndLaterOnes) {
   replier_.join();
   std::atomic<bool> pending_done{false};
   absl::Status pending_status;
-  granary::Mutex mu;
+  granary::common::Mutex mu;
   client->CallAsync(Frame(kDeferred, 0, "never"), [&](absl::StatusOr<std::string> rep) {
-    granary::MutexLock lock(&mu);
+    granary::common::MutexLock lock(&mu);
     pending_status = rep.status();
     pending_done.store(true);
   });
   bool held = false;
   for (int i = 0; i < 1000 && !held; ++i) {
     {
-      granary::MutexLock lock(&deferred_mu_);
+      granary::common::MutexLock lock(&deferred_mu_);
       held = !deferred_.empty();
     }
     if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -255,7 +255,7 @@ TEST_F(TransportTest, ServerDisconnectFailsPendingCallsAndLaterOnes) {
   }
   ASSERT_TRUE(pending_done.load()) << "a pending call never completed after the disconnect";
   {
-    granary::MutexLock lock(&mu);
+    granary::common::MutexLock lock(&mu);
     EXPECT_TRUE(absl::IsUnavailable(pending_status)) << pending_status;
   }
   EXPECT_TRUE(client->broken());

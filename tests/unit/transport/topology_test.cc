@@ -189,8 +189,8 @@ class VectorSink : public LogSink {
 
 TEST(TopologyTest, TheFallbackIsLoggedOnce) {
   VectorSink sink;
-  LogRoute route{static_cast<int>(LogLevel::kInfo), &sink};
-  ScopedLogRoute scope(&route);
+  common::LogRoute route{static_cast<int>(LogLevel::kInfo), &sink};
+  common::ScopedLogRoute scope(&route);
   LogTopologyFallbackOnce("no RDMA devices");
   LogTopologyFallbackOnce("no RDMA devices");
   ASSERT_EQ(sink.lines.size(), 1u);

@@ -82,7 +82,7 @@ class TransportFixture : public ::testing::Test {
         return rep;
       }
       // Deferred: a replier thread answers it.
-      granary::MutexLock lock(&deferred_mu_);
+      granary::common::MutexLock lock(&deferred_mu_);
       deferred_.push_back(
           {conn, Frame(reply_type, f.header.request_id, absl::StrCat("later:", f.body))});
       return std::nullopt;
@@ -107,7 +107,7 @@ class TransportFixture : public ::testing::Test {
     while (!stop_.load()) {
       std::vector<std::pair<RpcServer::ConnId, std::string>> batch;
       {
-        granary::MutexLock lock(&deferred_mu_);
+        granary::common::MutexLock lock(&deferred_mu_);
         batch.swap(deferred_);
       }
       for (auto& [conn, frame] : batch) server_->Reply(conn, std::move(frame));
@@ -127,14 +127,14 @@ class TransportFixture : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
-  MetricsRegistry client_metrics_;  // declared before the workers, which count into it
+  common::MetricsRegistry client_metrics_;  // declared before the workers, which count into it
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Worker> server_worker_, client_worker_;
   std::unique_ptr<RpcServer> server_;
   std::thread replier_;
   std::atomic<bool> stop_{false};
   std::atomic<int> disconnects_{0};
-  granary::Mutex deferred_mu_;
+  granary::common::Mutex deferred_mu_;
   std::vector<std::pair<RpcServer::ConnId, std::string>> deferred_ ABSL_GUARDED_BY(deferred_mu_);
 };
 

@@ -36,7 +36,7 @@ Policy SmallPolicy() {
   return Policy{{{"tenant-a", 200ull << 30, 200000},
                  {"tenant-b", 1ull << 30, std::nullopt,
                   "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", true,
-                  TierPreference::kAny}}};
+                  common::TierPreference::kAny}}};
 }
 
 // A policy whose YAML is ~40 KB, so a torn write would be visible.
@@ -235,7 +235,7 @@ class FakeGateway {
     server_.Post(
         "/v3/kv/range", [this, broken](const httplib::Request& req, httplib::Response& res) {
           if (broken) return Fail(res);
-          granary::MutexLock lock(&mu_);
+          granary::common::MutexLock lock(&mu_);
           auto it = kv_.find(nlohmann::json::parse(req.body)["key"].get<std::string>());
           nlohmann::json reply = {{"header", {{"revision", "1"}}}};  // no "kvs" when absent
           if (it != kv_.end()) reply["kvs"] = {{{"key", it->first}, {"value", it->second}}};
@@ -244,7 +244,7 @@ class FakeGateway {
     server_.Post("/v3/kv/put", [this, broken](const httplib::Request& req, httplib::Response& res) {
       if (broken) return Fail(res);
       nlohmann::json body = nlohmann::json::parse(req.body);
-      granary::MutexLock lock(&mu_);
+      granary::common::MutexLock lock(&mu_);
       kv_[body["key"].get<std::string>()] = body["value"].get<std::string>();
       res.set_content(R"({"header":{}})", "application/json");
     });
@@ -268,7 +268,7 @@ class FakeGateway {
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;
-  granary::Mutex mu_;
+  granary::common::Mutex mu_;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);  // base64 key -> base64 value
 };
 

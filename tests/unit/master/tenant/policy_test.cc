@@ -341,14 +341,15 @@ std::string WithDefaultTier(absl::string_view value) {
 }
 
 TEST(ParsePolicyTest, DefaultTier) {
-  for (TierPreference t : {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny}) {
-    absl::StatusOr<Policy> p = ParsePolicy(WithDefaultTier(TierPreferenceName(t)));
-    ASSERT_TRUE(p.ok()) << TierPreferenceName(t) << ": " << p.status();
+  for (common::TierPreference t : {common::TierPreference::kHost, common::TierPreference::kGpu,
+                                   common::TierPreference::kAny}) {
+    absl::StatusOr<Policy> p = ParsePolicy(WithDefaultTier(common::TierPreferenceName(t)));
+    ASSERT_TRUE(p.ok()) << common::TierPreferenceName(t) << ": " << p.status();
     EXPECT_EQ(p->tenants[0].default_tier, t);
   }
   absl::StatusOr<Policy> absent = ParsePolicy(WithQuota("1GB"));
   ASSERT_TRUE(absent.ok()) << absent.status();
-  EXPECT_EQ(absent->tenants[0].default_tier, TierPreference::kHost);  // the default
+  EXPECT_EQ(absent->tenants[0].default_tier, common::TierPreference::kHost);  // the default
 }
 
 TEST(ParsePolicyTest, DefaultTierNotATier) {
@@ -363,9 +364,9 @@ TEST(SerializePolicyTest, DefaultTierRoundTrips) {
   Policy policy;
   policy.tenants.push_back(TenantPolicy{.name = "a", .quota_bytes = 100});
   policy.tenants.push_back(TenantPolicy{.name = "b", .quota_bytes = 200});
-  policy.tenants.back().default_tier = TierPreference::kGpu;
+  policy.tenants.back().default_tier = common::TierPreference::kGpu;
   policy.tenants.push_back(TenantPolicy{.name = "c", .quota_bytes = 300});
-  policy.tenants.back().default_tier = TierPreference::kAny;
+  policy.tenants.back().default_tier = common::TierPreference::kAny;
   const std::string yaml = SerializePolicy(policy);
   EXPECT_NE(yaml.find("default_tier: gpu"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("default_tier: any"), std::string::npos) << yaml;

@@ -39,7 +39,7 @@ void ExpectBadFile(absl::string_view text, std::initializer_list<absl::string_vi
 }
 
 TEST(ParseTokensFileTest, LinesCommentsBlanksAndTabs) {
-  const std::string b_hash = Sha256Hex("token-b");
+  const std::string b_hash = common::Sha256Hex("token-b");
   absl::StatusOr<TokenHashes> parsed = ParseTokensFile(
       absl::StrCat("# tenant tokens\n\n", "tenant-a ", kAbcSha256, "\n", "   # indented comment\n",
                    "\ttenant-b\t\t", absl::AsciiStrToUpper(b_hash), "   \r\n", "  \n"),
@@ -146,22 +146,22 @@ TEST_F(TokenCheckTest, PolicyHashNeedsTheMatchingToken) {
   // The lookup is live: a policy change applies to the next check.
   policy_.erase("tenant-a");
   EXPECT_TRUE(check.Check("tenant-a", "").ok());
-  policy_["tenant-b"] = Sha256Hex("b-token");
+  policy_["tenant-b"] = common::Sha256Hex("b-token");
   EXPECT_EQ(check.Check("tenant-b", "").code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(check.Check("tenant-b", "b-token").ok());
 }
 
 TEST_F(TokenCheckTest, FileEntryOverridesThePolicy) {
-  policy_["tenant-a"] = Sha256Hex("policy-token");
-  TokenCheck check = Make({{"tenant-a", Sha256Hex("file-token")}}, false);
+  policy_["tenant-a"] = common::Sha256Hex("policy-token");
+  TokenCheck check = Make({{"tenant-a", common::Sha256Hex("file-token")}}, false);
   EXPECT_TRUE(check.Check("tenant-a", "file-token").ok());
   EXPECT_EQ(check.Check("tenant-a", "policy-token").code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(check.ExpectedHash("tenant-a"), Sha256Hex("file-token"));
+  EXPECT_EQ(check.ExpectedHash("tenant-a"), common::Sha256Hex("file-token"));
 }
 
 TEST_F(TokenCheckTest, RequireRefusesTenantsWithoutAHash) {
   policy_["tenant-a"] = kAbcSha256;
-  TokenCheck check = Make({{"tenant-f", Sha256Hex("f")}}, true);
+  TokenCheck check = Make({{"tenant-f", common::Sha256Hex("f")}}, true);
   EXPECT_TRUE(check.require());
   EXPECT_TRUE(check.Check("tenant-a", "abc").ok());
   EXPECT_TRUE(check.Check("tenant-f", "f").ok());
@@ -174,14 +174,14 @@ TEST_F(TokenCheckTest, RequireRefusesTenantsWithoutAHash) {
 
 TEST_F(TokenCheckTest, ErrorsNeverShowTheTokenOrTheHash) {
   const std::string token = "a-very-secret-token";
-  policy_["tenant-a"] = Sha256Hex("the-right-one");
+  policy_["tenant-a"] = common::Sha256Hex("the-right-one");
   TokenCheck check = Make({}, true);
   for (const auto& [tenant, given] : std::initializer_list<std::pair<std::string, std::string>>{
            {"tenant-a", token}, {"tenant-a", ""}, {"tenant-z", token}}) {
     absl::Status st = check.Check(tenant, given);
     ASSERT_FALSE(st.ok());
     EXPECT_FALSE(Has(st.message(), token)) << st;
-    EXPECT_FALSE(Has(st.message(), Sha256Hex(token))) << st;
+    EXPECT_FALSE(Has(st.message(), common::Sha256Hex(token))) << st;
     EXPECT_FALSE(Has(st.message(), policy_["tenant-a"])) << st;
     EXPECT_TRUE(Has(st.message(), absl::StrCat("'", tenant, "'"))) << st;
   }
