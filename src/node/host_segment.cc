@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <linux/mempolicy.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -52,6 +53,14 @@ absl::Status HostSegment::MapFile(const Options& o) {
     close(fd);
     return st;
   };
+  // One process at a time: a second node on the same file would write into the first one's
+  // objects. The lock goes with the descriptor, which the segment keeps (and with the process).
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    return fail(absl::FailedPreconditionError(absl::StrCat(
+        "segment file '", o.file, "' is in use by another process (",
+        errno == EWOULDBLOCK ? "another granary_node holds its lock" : std::strerror(errno),
+        "): give each node a file of its own")));
+  }
   struct stat st = {};
   struct statfs fs = {};
   if (fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
@@ -94,12 +103,12 @@ absl::Status HostSegment::MapFile(const Options& o) {
     }
   }
   void* p = mmap(nullptr, o.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  close(fd);  // the mapping keeps the file
   if (p == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("segment file '", o.file, "': cannot map ",
-                                                     common::FormatSize(o.size), ": ",
-                                                     std::strerror(errno)));
+    return fail(absl::ResourceExhaustedError(
+        absl::StrCat("segment file '", o.file, "': cannot map ", common::FormatSize(o.size), ": ",
+                     std::strerror(errno))));
   }
+  file_fd_ = fd;  // holds the lock
   data_ = p;
   huge_ = hugetlb;
   return absl::OkStatus();
@@ -175,6 +184,7 @@ HostSegment::~HostSegment() {
     if (locked_) munlock(data_, size_);
     munmap(data_, size_);
   }
+  if (file_fd_ >= 0) close(file_fd_);  // and its lock
 }
 
 }  // namespace granary::node

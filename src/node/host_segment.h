@@ -22,7 +22,8 @@ namespace granary::node {
 // full file system shows at start); an existing one must have exactly the size (refused
 // otherwise, naming both sizes: the node never truncates what a previous run left) and is
 // mapped with its bytes as they are (reused()). On hugetlbfs the size must be a multiple of
-// the huge page size.
+// the huge page size. The file is locked (flock) while the segment lives: a second process
+// on it is refused, naming the file.
 class HostSegment {
  public:
   struct Options {
@@ -52,6 +53,7 @@ class HostSegment {
   bool huge_ = false;
   bool locked_ = false;
   bool reused_ = false;
+  int file_fd_ = -1;  // Options::file, open and locked (flock) while the segment lives
   // Maps Options::file into data_ (Create's file branch).
   [[nodiscard]] absl::Status MapFile(const Options& o);
 };

@@ -270,6 +270,30 @@ TEST_F(NodeRestartTest, ATornHeaderOrJournalTailIsDroppedAndCountedNeverServed) 
   EXPECT_EQ(Tenant("tenant-a")["entries"], objs.size() - 1);
 }
 
+TEST_F(NodeRestartTest, ASecondNodeOnTheSameSegmentFileIsRefused) {
+  auto a = NewClient("tenant-a");
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->Put("mine", MakeValue("mine", 1, 5000)).ok());
+  auto p = Process::Start(
+      {BinDir() + "/granary_node", "--master=" + cluster_->master_address(),
+       "--host_segment_size=32MB", "--metrics_port=0", "--segment_file=" + segment_file_},
+      {}, cluster_->dir() + "/node_second.log");
+  ASSERT_TRUE(p.ok()) << p.status();
+  // It must give up at start; one still running after 10 s took the file (killed by the test).
+  for (int i = 0; i < 200 && (*p)->Running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE((*p)->Running()) << "a second node started on the same segment file";
+  EXPECT_NE((*p)->Wait(), 0);
+  const std::string log = (*p)->Log();
+  EXPECT_NE(log.find("is in use by another process"), std::string::npos) << log;
+  // The running node and its object are untouched.
+  EXPECT_TRUE(cluster_->node(0)->Running());
+  auto got = a->Get("mine");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == MakeValue("mine", 1, 5000));
+}
+
 TEST_F(NodeRestartTest, ASegmentFileOfAnotherSizeIsRefusedNamingBothSizes) {
   ASSERT_NO_FATAL_FAILURE(KillNode());
   auto p = Process::Start(
