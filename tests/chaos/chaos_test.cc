@@ -213,8 +213,8 @@ TEST_F(ChaosTest, InvariantsHoldUnderFaults) {
   o.master_flags = {"--enable_multi_tenants", "--tenant_quota_connector_uri=" + policy};
   // Nodes keep their host segments in files on tmpfs: a node killed and started again
   // re-adopts its objects (--segment_file), and the master restores them.
-  char shm[] = "/dev/shm/granary_chaos_XXXXXX";
-  ASSERT_NE(mkdtemp(shm), nullptr);
+  const std::string shm = SegmentFileDir("granary_chaos", 3 * (64u << 20));
+  ASSERT_FALSE(shm.empty());
   o.segment_file_dir = shm;
   struct RemoveDir {
     std::string dir;

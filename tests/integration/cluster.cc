@@ -431,6 +431,15 @@ void Cluster::DumpLogs() const {
   for (size_t i = 0; i < nodes_.size(); ++i) dump(absl::StrCat("node", i), nodes_[i].get());
 }
 
+std::string SegmentFileDir(const std::string& prefix, uint64_t bytes) {
+  std::error_code ec;
+  const std::filesystem::space_info shm = std::filesystem::space("/dev/shm", ec);
+  const std::string root = !ec && shm.available >= bytes + (64u << 20) ? "/dev/shm" : "/tmp";
+  std::string tmpl = absl::StrCat(root, "/", prefix, "_XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) return "";
+  return tmpl;
+}
+
 std::string MakeValue(const std::string& key, uint64_t version, size_t size) {
   std::string v(size, '\0');
   std::mt19937_64 gen(std::hash<std::string>{}(key) ^ (version * 0x9E3779B97F4A7C15ULL));

@@ -150,6 +150,11 @@ class Cluster {
   int node_seq_ = 0;
 };
 
+// A new directory for segment files (--segment_file) of `bytes` in all: under /dev/shm (tmpfs,
+// as in production) when it has that much free, else under /tmp (any file system works; a
+// container's /dev/shm is often 64 MB). `prefix` names it. Empty on failure.
+std::string SegmentFileDir(const std::string& prefix, uint64_t bytes);
+
 // Deterministic value bytes for (key, version), so any read can be verified.
 std::string MakeValue(const std::string& key, uint64_t version, size_t size);
 

@@ -40,9 +40,8 @@ struct Stored {
 class NodeRestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char shm[] = "/dev/shm/granary_node_restart_XXXXXX";
-    ASSERT_NE(mkdtemp(shm), nullptr);
-    shm_dir_ = shm;
+    shm_dir_ = SegmentFileDir("granary_node_restart", 32u << 20);
+    ASSERT_FALSE(shm_dir_.empty());
     segment_file_ = shm_dir_ + "/segment";
     char tmpl[] = "/tmp/granary_node_restart_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
