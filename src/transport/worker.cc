@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/spin_wait.h"
 #include "common/status_macros.h"
@@ -44,12 +44,6 @@ constexpr int kSpinsBeforeYield = 16;
 constexpr int kYieldsBeforeSleep = 48;
 constexpr int64_t kPureSpinNs = 10'000;
 
-int64_t MonotonicNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // The steps of that wait, one per poll that found nothing. Reset after a poll that did work.
 class IdleSpin {
  public:
@@ -60,10 +54,11 @@ class IdleSpin {
   Step Next() {
     if (polls_ < 0) return kSleep;
     if (polls_++ == 0) {
-      since_ns_ = MonotonicNs();
+      since_ns_ = common::MonotonicNs();
       yields_ = 0;
     }
-    if (polls_ <= kSpinsBeforeYield || MonotonicNs() - since_ns_ < kPureSpinNs) return kPoll;
+    if (polls_ <= kSpinsBeforeYield || common::MonotonicNs() - since_ns_ < kPureSpinNs)
+      return kPoll;
     return ++yields_ <= kYieldsBeforeSleep ? kYield : kSleep;
   }
 
