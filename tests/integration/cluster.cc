@@ -126,6 +126,14 @@ std::string Process::Log() const {
 
 uint16_t FreePort() { return PickFreePort(); }
 
+bool ExitedOnABusyPort(Process& p) {
+  if (p.Running()) return false;
+  const std::string log = p.Log();
+  return log.find("Address already in use") != std::string::npos ||
+         log.find("address already in use") != std::string::npos ||
+         log.find("cannot bind an HTTP server") != std::string::npos;
+}
+
 std::string BinDir() {
   const char* d = std::getenv("GRANARY_BIN_DIR");
   return d != nullptr ? d : "build/bin";
@@ -200,15 +208,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const Options& o) {
     c->rpc_port_ = o.netns ? 50051 : FreePort();
     c->http_port_ = o.netns ? 9003 : FreePort();
     st = c->StartMaster();
-    if (st.ok() || c->master_ == nullptr || c->master_->Running()) break;
-    // The RPC listener (UCX) says "Address already in use"; the admin HTTP server "cannot
-    // bind an HTTP server to HOST:PORT (in use, ...)".
-    std::string log = c->master_->Log();
-    if (log.find("Address already in use") == std::string::npos &&
-        log.find("address already in use") == std::string::npos &&
-        log.find("cannot bind an HTTP server") == std::string::npos) {
-      break;
-    }
+    if (st.ok() || c->master_ == nullptr || !ExitedOnABusyPort(*c->master_)) break;
   }
   if (!st.ok()) return st;
   if (o.ha) {

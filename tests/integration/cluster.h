@@ -44,6 +44,11 @@ class Process {
 
 // A free TCP port on loopback (bound and released; good enough for tests).
 uint16_t FreePort();
+// Whether p has exited because a port it was given was taken before it bound it (FreePort's
+// port is free when picked, not reserved): the caller starts it again on fresh ports. The RPC
+// listener (UCX) logs "Address already in use"; the admin HTTP server "cannot bind an HTTP
+// server to HOST:PORT (in use, ...)".
+bool ExitedOnABusyPort(Process& p);
 // Directory of the built binaries (GRANARY_BIN_DIR, set by ctest).
 std::string BinDir();
 // HTTP GET on 127.0.0.1 (or host); body or error.

@@ -3,8 +3,9 @@
 #
 #   tests/upgrade/upgrade_test.sh BUILD_DIR
 #
-# 1. Finds the newest release tag (v*, by version order). None (a shallow clone, or tags not
-#    fetched): exits 77, which ctest shows as skipped, saying so.
+# 1. Finds the newest release tag (v*, by version order), or without tags (a clone made without
+#    them) the newest release tests/upgrade/releases names. Its commit missing (a shallow
+#    clone): exits 77, which ctest shows as skipped, saying so.
 # 2. Builds that release's granary_master, granary_node and granary (the CLI) in a git worktree
 #    under BUILD_DIR/upgrade/ (only those three targets, with BUILD_DIR's compile flags and no
 #    tests, so ccache makes it quick; kept until the tag moves).
@@ -29,12 +30,20 @@ if ! git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
   exit 77
 fi
 tag=$(git -C "$root" tag --list 'v[0-9]*' --sort=-v:refname | head -n 1)
-if [[ -z "$tag" ]]; then
-  echo "upgrade: SKIPPED: git has no release tag (v*) here (a shallow clone, or tags not" \
-       "fetched: git fetch --tags); nothing to upgrade from" >&2
-  exit 77
+if [[ -n "$tag" ]]; then
+  commit=$(git -C "$root" rev-parse --verify --quiet "$tag^{commit}" || true)
+else
+  # A clone without tags (CI's, or one made without --tags) still has the release's commit:
+  # tests/upgrade/releases names it.
+  read -r tag commit < <(grep -v '^#' "$root/tests/upgrade/releases" | sort -V -r -k1,1 | head -n 1)
+  if [[ -z "$tag" ]]; then
+    echo "upgrade: SKIPPED: git has no release tag (v*) here and tests/upgrade/releases names" \
+         "none; nothing to upgrade from" >&2
+    exit 77
+  fi
+  echo "upgrade: no release tag here; $tag is commit $commit (tests/upgrade/releases)"
+  commit=$(git -C "$root" rev-parse --verify --quiet "$commit^{commit}" || true)
 fi
-commit=$(git -C "$root" rev-parse --verify --quiet "$tag^{commit}" || true)
 if [[ -z "$commit" ]]; then
   echo "upgrade: SKIPPED: tag $tag names a commit this clone lacks (shallow)" >&2
   exit 77

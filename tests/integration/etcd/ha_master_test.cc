@@ -113,33 +113,41 @@ class HaMasterTest : public ::testing::Test {
     return {"--enable_multi_tenants", "--tenant_quota_connector_type=etcd",
             "--tenant_quota_connector_uri=" + etcd_->Endpoint()};
   }
-  // Starts a master with --enable_ha on this test's etcd; waits for its /health.
+  // Starts a master with --enable_ha on this test's etcd; waits for its /health. A master that
+  // exits because a port was taken before it bound it is started again on fresh ports.
   Master* StartMaster(std::vector<std::string> extra = {}) {
-    auto m = std::make_unique<Master>();
-    m->rpc_port = FreePort();
-    m->http_port = FreePort();
-    std::vector<std::string> argv = {BinDir() + "/granary_master",
-                                     absl::StrCat("--rpc_port=", m->rpc_port),
-                                     absl::StrCat("--metrics_port=", m->http_port),
-                                     "--metrics_host=127.0.0.1",
-                                     "--enable_ha",
-                                     "--etcd_endpoints=" + etcd_->Endpoint(),
-                                     "--cluster_id=" + cluster_id_,
-                                     absl::StrCat("--ha_lease_ttl_sec=", kTtlSec),
-                                     "--client_ttl=5"};
-    for (auto& e : extra) argv.push_back(e);
-    auto p = Process::Start(argv, {"UCX_TLS=tcp"},
-                            absl::StrCat(dir_, "/master", masters_.size(), ".log"));
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return nullptr;
-    m->process = std::move(*p);
-    Master* raw = m.get();
-    masters_.push_back(std::move(m));
-    EXPECT_GE(
-        WaitMs([&] { return HttpGet(raw->http_port, "/health").ok(); }, std::chrono::seconds(10)),
-        0)
-        << "master did not come up";
-    return raw;
+    for (int attempt = 0;; ++attempt) {
+      auto m = std::make_unique<Master>();
+      m->rpc_port = FreePort();
+      do {
+        m->http_port = FreePort();
+      } while (m->http_port == m->rpc_port);
+      std::vector<std::string> argv = {BinDir() + "/granary_master",
+                                       absl::StrCat("--rpc_port=", m->rpc_port),
+                                       absl::StrCat("--metrics_port=", m->http_port),
+                                       "--metrics_host=127.0.0.1",
+                                       "--enable_ha",
+                                       "--etcd_endpoints=" + etcd_->Endpoint(),
+                                       "--cluster_id=" + cluster_id_,
+                                       absl::StrCat("--ha_lease_ttl_sec=", kTtlSec),
+                                       "--client_ttl=5"};
+      for (auto& e : extra) argv.push_back(e);
+      auto p = Process::Start(argv, {"UCX_TLS=tcp"},
+                              absl::StrCat(dir_, "/master", masters_.size(), "-", attempt, ".log"));
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (!p.ok()) return nullptr;
+      m->process = std::move(*p);
+      Process& process = *m->process;
+      const bool up =
+          WaitMs([&] { return HttpGet(m->http_port, "/health").ok() || !process.Running(); },
+                 std::chrono::seconds(10)) >= 0 &&
+          process.Running();
+      if (!up && attempt < 2 && ExitedOnABusyPort(process)) continue;
+      Master* raw = m.get();
+      masters_.push_back(std::move(m));
+      EXPECT_TRUE(up) << "master did not come up";
+      return raw;
+    }
   }
 
   // Waits until exactly one of `ms` is active; returns it (null after the timeout).
