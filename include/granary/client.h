@@ -94,10 +94,14 @@ enum class StorageTier {
   kAny,   // GPU segments while they have room without evicting anything there, else host
           // segments (evicting there as a host put would)
   kTenantDefault,  // the tenant's `default_tier` in the master's policy (host when unset)
+  // The nodes' disk tiers (granary_node --disk_path): a node reads and writes them for its
+  // clients, in Read and Write messages, so a value moves to and from host memory only and is
+  // at most about 64 MB (one message). Needs a master of protocol 15 or later.
+  kDisk,
 };
 
-// "host", "gpu" or "any" as a StorageTier (the CLI's --tier, Python's tier=); INVALID_ARGUMENT
-// naming the value otherwise.
+// "host", "gpu", "any" or "disk" as a StorageTier (the CLI's --tier, Python's tier=);
+// INVALID_ARGUMENT naming the value otherwise.
 [[nodiscard]] absl::StatusOr<StorageTier> ParseStorageTier(absl::string_view text);
 
 // Options of one put.

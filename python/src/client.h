@@ -64,9 +64,9 @@ class PyClient {
   std::string MetricsText();
 
   // Batch calls: one entry per key, the value or a granary.Error instance (client_batch.cc).
-  // Puts: soft_pin, hard_pin, tier (None: the tenant's default_tier, or "host", "gpu", "any";
-  // ValueError otherwise) and stream/event (DeviceWait) as PutOptions. Gets: lease_ms (0: the
-  // master's default) and tier (None, "host", "gpu" or "any": the replica tier read first) as
+  // Puts: soft_pin, hard_pin, tier (None: the tenant's default_tier, or "host", "gpu", "any",
+  // "disk"; ValueError otherwise) and stream/event (DeviceWait) as PutOptions. Gets: lease_ms (0:
+  // the master's default) and tier (None, "host", "gpu" or "any": the replica tier read first) as
   // GetOptions.
   struct PutArgs {
     bool soft_pin = false;

@@ -82,8 +82,9 @@ void BindBatch(py::class_<PyClient>& c) {
   // The keyword arguments of the put and get forms (PyClient::PutArgs, GetArgs).
   constexpr const char* kPutDoc =
       " soft_pin, hard_pin: pins (a hard-pinned object is never evicted). tier: None (the "
-      "tenant's default_tier in the master's policy), 'host', 'gpu' or 'any' (GPU while it has "
-      "room, else host). stream, event: for device memory the engine is still writing, its "
+      "tenant's default_tier in the master's policy), 'host', 'gpu', 'any' (GPU while it has "
+      "room, else host) or 'disk' (the nodes' disk tiers). stream, event: for device memory the "
+      "engine is still writing, its "
       "stream or an event recorded after the writes (torch.cuda.Stream / torch.cuda.Event or a "
       "raw handle int); the put waits for it first. Without them, synchronize before the call.";
   constexpr const char* kGetDoc =

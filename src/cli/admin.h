@@ -52,7 +52,7 @@ struct TenantSetting {
   uint64_t quota_bytes = 0;
   std::optional<uint64_t> max_entries;
   std::optional<bool> pool_spill;           // absent: the tenant keeps what it has
-  std::optional<std::string> default_tier;  // host, gpu or any; absent: kept
+  std::optional<std::string> default_tier;  // host, gpu, any or disk; absent: kept
 };
 
 // The commands; each prints its table or result on stdout, errors on stderr, and returns the

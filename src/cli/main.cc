@@ -41,8 +41,8 @@ DEFINE_string(size, "",
               "put: the value's exact size (e.g. 2GB). Needed to put more than 4 MB from stdin "
               "or a pipe: the master is asked for room for it before the input is read");
 DEFINE_string(tier, "",
-              "put: the tier the replicas go on: host, gpu or any (GPU while it has room, else "
-              "host); empty = the tenant's default_tier");
+              "put: the tier the replicas go on: host, gpu, any (GPU while it has room, else "
+              "host) or disk (the nodes' --disk_path tiers); empty = the tenant's default_tier");
 DEFINE_uint32(limit, 1000, "Most keys ls prints");
 DEFINE_string(model, "", "kvkey/lookup: model name");
 DEFINE_string(hash_scheme, "", "kvkey/lookup: prefix hash scheme (e.g. sha256)");

@@ -70,8 +70,12 @@ void ClientImpl::RunGetRound(absl::Span<const std::string> keys, GetPlan* plan,
   pending->clear();
   for (size_t i : plan->fetched) {
     if (!failed[i].ok()) {
-      (*out)[i] = absl::UnavailableError(absl::StrCat("reading key ", common::QuotedKey(keys[i]),
-                                                      " failed: ", failed[i].message()));
+      // Retried (another replica, or the same one alone), UNAVAILABLE unless the bytes were
+      // found corrupt (a disk record that failed its checksum: DATA_LOSS).
+      (*out)[i] = absl::Status(absl::IsDataLoss(failed[i]) ? absl::StatusCode::kDataLoss
+                                                           : absl::StatusCode::kUnavailable,
+                               absl::StrCat("reading key ", common::QuotedKey(keys[i]),
+                                            " failed: ", failed[i].message()));
       pending->push_back(i);
       continue;
     }

@@ -38,6 +38,8 @@ absl::StatusOr<StorageTier> ParseStorageTier(absl::string_view text) {
       return StorageTier::kGpu;
     case common::TierPreference::kAny:
       return StorageTier::kAny;
+    case common::TierPreference::kDisk:
+      return StorageTier::kDisk;
     case common::TierPreference::kHost:
       break;
   }
@@ -59,6 +61,8 @@ std::optional<common::TierPreference> TierPreferenceOf(StorageTier tier) {
       return common::TierPreference::kGpu;
     case StorageTier::kAny:
       return common::TierPreference::kAny;
+    case StorageTier::kDisk:
+      return common::TierPreference::kDisk;
     case StorageTier::kTenantDefault:
       break;
   }
@@ -80,6 +84,7 @@ std::optional<bool> PreferGpu(StorageTier tier) {
     case StorageTier::kGpu:
       return true;
     case StorageTier::kAny:
+    case StorageTier::kDisk:
     case StorageTier::kTenantDefault:
       break;
   }
@@ -136,6 +141,7 @@ absl::StatusOr<std::unique_ptr<ClientImpl>> ClientImpl::Create(const ClientOptio
   paths.bounce = c->bounce_.get();
   paths.device = c->device_.get();
   paths.nodes = c->nodes_.get();
+  paths.tenant = options.tenant_id;
   c->router_ =
       std::make_unique<TransferRouter>(paths, &c->metrics_, options.transfer_timeout_ms,
                                        messages_between_hosts, c->ctx_->SupportsCudaMemory());
@@ -214,6 +220,16 @@ ClientImpl::~ClientImpl() {
 absl::StatusOr<proto::PutStartReply> ClientImpl::PutStart(absl::Span<const std::string> keys,
                                                           absl::Span<const uint64_t> sizes,
                                                           uint32_t flags) {
+  if (proto::PutTierOf(flags) == common::TierPreference::kDisk) {
+    // An older master reads the tier bits as its default tier: refuse here rather than put on
+    // memory what was asked for disk.
+    GRANARY_ASSIGN_OR_RETURN(std::shared_ptr<transport::RpcClient> m, session_->Connection());
+    if (m->peer_version() < proto::kDiskTierProtocol) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tier disk needs a master of protocol ", proto::kDiskTierProtocol,
+                       " or later; this one speaks ", m->peer_version()));
+    }
+  }
   proto::PutStartRequest req;
   req.flags = flags;
   req.replica_num = static_cast<uint8_t>(options_.replica_num);

@@ -166,7 +166,7 @@ absl::StatusOr<std::vector<SegmentInfo>> ClientImpl::Segments() {
     i.name = s.name;
     i.node_id = s.node_id;
     i.node_address = s.node_address;
-    i.tier = s.tier == proto::Tier::kGpu ? "gpu" : "host";
+    i.tier = s.tier == proto::Tier::kGpu ? "gpu" : s.tier == proto::Tier::kDisk ? "disk" : "host";
     i.pool = s.pool;
     i.size = s.size;
     i.used = s.used;

@@ -41,14 +41,16 @@ void InlineBatch::Start(const NodeFn& node_client) {
     std::string frame;
     if (state_->write) {
       frame = proto::EncodeWriteRequestFrame(
-          group.entries, proto::InlineDataBytes(group.entries), [&](char* out) {
+          group.entries, proto::InlineDataBytes(group.entries),
+          [&](char* out) {
             for (size_t j = 0; j < group.entries.size(); ++j) {
               std::memcpy(out, group.headers[j], kAllocHeaderSize);
               out += kAllocHeaderSize;
               std::memcpy(out, group.values[j], group.entries[j].length);
               out += group.entries[j].length;
             }
-          });
+          },
+          group.tenant, group.names);
     } else {
       frame = proto::EncodeFrame(static_cast<uint16_t>(proto::MsgType::kRead), 0,
                                  proto::ReadRequest{group.entries});

@@ -13,21 +13,42 @@ using proto::kAllocHeaderSize;
 
 bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size,
             int device) {
+  if (segment.disk) return DiskValueError(size, device).ok();
   if (device >= 0 || segment.gpu) return false;
   if (inputs->MessagesOnly(segment)) return size <= proto::kMaxMessageValue;
   return size <= proto::kMaxInlineValue && inputs->TcpOnly(segment.node_address);
 }
 
+absl::Status DiskValueError(uint64_t size, int device) {
+  if (device >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a disk-tier replica moves to and from host memory only, not device ", device,
+                     "'s: read it into host memory, or put it on the host or gpu tier"));
+  }
+  if (size > proto::kMaxMessageValue) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a value of ", size, " bytes is over the ", proto::kMaxMessageValue,
+                     " bytes a disk-tier replica holds (one Read or Write message)"));
+  }
+  return absl::OkStatus();
+}
+
 void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
-               size_t key, std::vector<InlineGroup>* groups, bool other_host) {
-  auto g = std::find_if(groups->rbegin(), groups->rend(),
-                        [&](const InlineGroup& x) { return x.node == node; });
+               size_t key, std::vector<InlineGroup>* groups, bool other_host,
+               const std::string* name, bool alone) {
+  const bool disk = name != nullptr;
+  auto g = std::find_if(groups->rbegin(), groups->rend(), [&](const InlineGroup& x) {
+    return x.node == node && x.disk == disk && !x.alone;
+  });
   InlineGroup* group = g == groups->rend() ? nullptr : &*g;
-  if (group == nullptr || group->value_bytes + entry.length > proto::kMaxInlineMessage) {
+  if (alone || group == nullptr || group->value_bytes + entry.length > proto::kMaxInlineMessage) {
     group = &groups->emplace_back();
     group->node = node;
     group->other_host = other_host;
+    group->disk = disk;
+    group->alone = alone;
   }
+  if (disk) group->names.push_back(*name);
   group->value_bytes += entry.length;
   group->entries.push_back(entry);
   group->headers.push_back(header);
@@ -57,6 +78,7 @@ void PlanPut(absl::Span<const std::string> keys, absl::Span<const void* const> d
       std::string node;
       proto::InlineEntry entry;
       bool other_host;
+      bool disk;
     };
     std::vector<InlineWrite> inline_writes;
     for (const auto& r : res.replicas) {
@@ -66,8 +88,13 @@ void PlanPut(absl::Span<const std::string> keys, absl::Span<const void* const> d
         break;
       }
       if (Inline(inputs, **seg, sizes[i], device)) {
-        inline_writes.push_back({(*seg)->node_address, {r.address, sizes[i]}, !(*seg)->same_host});
+        inline_writes.push_back(
+            {(*seg)->node_address, {r.address, sizes[i]}, !(*seg)->same_host, (*seg)->disk});
         continue;
+      }
+      if ((*seg)->disk) {
+        (*out)[i] = DiskValueError(sizes[i], device);
+        break;
       }
       transport::RmaOp value;
       value.is_put = true;
@@ -94,7 +121,8 @@ void PlanPut(absl::Span<const std::string> keys, absl::Span<const void* const> d
       continue;
     }
     for (const InlineWrite& w : inline_writes) {
-      AddInline(w.node, w.entry, &h, const_cast<void*>(data[i]), i, &plan->writes, w.other_host);
+      AddInline(w.node, w.entry, &h, const_cast<void*>(data[i]), i, &plan->writes, w.other_host,
+                w.disk ? &keys[i] : nullptr);
     }
     plan->commit.entries.push_back({keys[i], res.generation});
   }
@@ -179,9 +207,18 @@ void PlanGet(int attempt, absl::Span<const std::string> keys, absl::Span<const s
     // Push too. Not from a node that takes messages only: a one-sided read would connect to
     // its worker address (see proto::kMaxMessageValue).
     const std::string& node = (*seg)->node_address;
-    if ((attempt == 0 || inputs->MessagesOnly(**seg)) && Inline(inputs, **seg, res.size, device)) {
+    // A disk tier is read in Read messages only, on every attempt.
+    if ((attempt == 0 || inputs->MessagesOnly(**seg) || (*seg)->disk) &&
+        Inline(inputs, **seg, res.size, device)) {
+      // A retry of a disk read goes alone: a record that fails its checksum fails its own
+      // message, not its neighbours'.
       AddInline(node, {r.address, res.size}, &(*headers)[i], *where, i, &plan->reads,
-                !(*seg)->same_host);
+                !(*seg)->same_host, (*seg)->disk ? &keys[i] : nullptr, attempt > 0 && (*seg)->disk);
+      continue;
+    }
+    if ((*seg)->disk) {
+      (*out)[i] = DiskValueError(res.size, device);
+      plan->fetched.pop_back();
       continue;
     }
     const RegisteredRange reg =

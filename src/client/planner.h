@@ -52,17 +52,31 @@ struct InlineGroup {
   std::vector<void*> values;
   std::vector<size_t> keys;
   uint64_t value_bytes = 0;
+  // Entries on disk tiers (a group holds disk entries only, or none): a Write then names its
+  // objects, as disk records keep them (proto::WriteRequest::tenant, keys): names[j] is
+  // entries[j]'s key, `tenant` the writer's (set by TransferRouter).
+  bool disk = false;
+  bool alone = false;  // takes no other entry (a retry: one bad record fails its message only)
+  std::vector<std::string> names;
+  std::string tenant;
 };
 // Whether a value of `size` bytes, on `segment`, to or from memory of `device` (-1: host), goes
 // inline: it is a host segment, the value is host memory, and either the segment's node is
 // reached over tcp alone and the value is at most proto::kMaxInlineValue bytes, or the node
 // takes messages only (PlanInputs::MessagesOnly) and the value is at most
-// proto::kMaxMessageValue bytes.
+// proto::kMaxMessageValue bytes; or it is a disk tier (messages only, whatever the transport),
+// the value host memory of at most proto::kMaxMessageValue bytes (DiskValueError otherwise).
 bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size, int device);
 // Adds an entry to the last group of `node` in *groups, or to a new one when there is none or
 // it would pass proto::kMaxInlineMessage (a larger value gets a group of its own).
+// `name`: the entry's key, for an entry on a disk tier (null otherwise): a group holds entries
+// of disk tiers only, or of memory only. `alone`: the entry gets a group of its own.
 void AddInline(const std::string& node, proto::InlineEntry entry, void* header, void* value,
-               size_t key, std::vector<InlineGroup>* groups, bool other_host = false);
+               size_t key, std::vector<InlineGroup>* groups, bool other_host = false,
+               const std::string* name = nullptr, bool alone = false);
+// Why a value of `size` bytes to or from memory of `device` cannot move to or from a disk tier
+// (FAILED_PRECONDITION), or OK when it can (Inline).
+absl::Status DiskValueError(uint64_t size, int device);
 
 // One batch of writes: the one-sided transfers to run (value and header of every replica of
 // every key that got a place) and the keys to commit or give back afterwards. The transfers

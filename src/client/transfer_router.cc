@@ -44,6 +44,9 @@ void TransferRouter::PlanPut(Batch* batch, absl::Span<const std::string> keys,
                              std::vector<absl::Status>* out, PutPlan* plan,
                              const std::vector<int>* devices) {
   client::PlanPut(keys, data, sizes, started, batch, headers, out, plan, devices);
+  for (InlineGroup& g : plan->writes) {
+    if (g.disk) g.tenant = paths_.tenant;
+  }
 }
 
 absl::Status TransferRouter::RunPut(PutPlan* plan, int64_t timeout_ms, EngineOrder* order,

@@ -57,6 +57,7 @@ class TransferRouter {
     GpuBounce* bounce = nullptr;
     DeviceTransfers* device = nullptr;
     NodeLinks* nodes = nullptr;
+    std::string tenant;  // the client's tenant, which disk records name (InlineGroup::tenant)
   };
   // transfer_timeout_ms: ClientOptions::transfer_timeout_ms. messages_between_hosts: values to
   // and from nodes on other hosts travel in Read and Write messages only

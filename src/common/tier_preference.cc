@@ -14,16 +14,19 @@ absl::string_view TierPreferenceName(TierPreference t) {
       return "gpu";
     case TierPreference::kAny:
       return "any";
+    case TierPreference::kDisk:
+      return "disk";
   }
   return "unknown";
 }
 
 absl::StatusOr<TierPreference> ParseTierPreference(absl::string_view text) {
-  for (TierPreference t : {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny}) {
+  for (TierPreference t :
+       {TierPreference::kHost, TierPreference::kGpu, TierPreference::kAny, TierPreference::kDisk}) {
     if (text == TierPreferenceName(t)) return t;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("tier '", absl::CHexEscape(text), "' is not one of host, gpu, any"));
+      absl::StrCat("tier '", absl::CHexEscape(text), "' is not one of host, gpu, any, disk"));
 }
 
 }  // namespace granary::common

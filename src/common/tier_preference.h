@@ -13,9 +13,10 @@ enum class TierPreference : uint8_t {
   kHost = 0,  // host-memory segments only
   kGpu = 1,   // GPU segments only
   kAny = 2,   // GPU segments while they have room without evicting, else host segments
+  kDisk = 3,  // the nodes' disk tiers only (granary_node --disk_path)
 };
 
-// "host", "gpu", "any".
+// "host", "gpu", "any", "disk".
 absl::string_view TierPreferenceName(TierPreference t);
 
 // The inverse of TierPreferenceName (exact, lower case). INVALID_ARGUMENT naming the value and

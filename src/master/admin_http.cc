@@ -193,7 +193,7 @@ void AddSegmentRoutes(common::HttpServer& s, MasterService* service) {
     json arr = json::array();
     // Capacity and use per tier, every tier listed (zero when none of it is mounted).
     json tiers = json::object();
-    for (proto::Tier t : {proto::Tier::kHost, proto::Tier::kGpu}) {
+    for (proto::Tier t : proto::kTiers) {
       const SegmentRegistry::Evictions e = service->Evicted(t);
       tiers[TierName(t)] = {{"segments", 0},
                             {"size_bytes", 0},

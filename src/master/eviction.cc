@@ -247,6 +247,8 @@ absl::StatusOr<Placements> Evictor::AllocateForPut(const std::string& tenant, bo
       return AllocateOnTier(tenant, pool_spill, proto::Tier::kHost, bytes, replicas, true);
     case common::TierPreference::kGpu:
       return AllocateOnTier(tenant, pool_spill, proto::Tier::kGpu, bytes, replicas, true);
+    case common::TierPreference::kDisk:
+      return AllocateOnTier(tenant, pool_spill, proto::Tier::kDisk, bytes, replicas, true);
     case common::TierPreference::kAny:
       break;
   }
@@ -307,7 +309,7 @@ void Evictor::EnforceMaxEntries(const std::string& tenant) {
 }
 
 void Evictor::EvictAboveWatermark() {
-  for (proto::Tier tier : {proto::Tier::kHost, proto::Tier::kGpu}) {
+  for (proto::Tier tier : proto::kTiers) {
     auto t = SharedCapacity(tier);
     if (t.capacity == 0 ||
         static_cast<double>(t.used) <= options_.eviction_high_watermark_ratio * t.capacity) {

@@ -77,7 +77,7 @@ void ExportMasterGauges(common::MetricsRegistry* metrics, std::function<MasterSt
     w.Gauge("granary_master_objects", "Objects in the table", {}, s.objects);
     w.Gauge("granary_master_objects_processing", "Objects with a put in progress", {},
             s.processing);
-    for (proto::Tier tier : {proto::Tier::kHost, proto::Tier::kGpu}) {
+    for (proto::Tier tier : proto::kTiers) {
       const SegmentRegistry::Totals t = segments->totals(tier);
       const common::MetricLabels l = {{"tier", TierName(tier)}};
       w.Gauge("granary_master_capacity_bytes", "Mounted segment bytes", l, t.capacity);

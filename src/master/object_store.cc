@@ -13,6 +13,7 @@
 #include "common/util.h"
 #include "master/inventory_outbox.h"
 #include "proto/alloc_header.h"
+#include "proto/disk_layout.h"
 
 namespace granary::master {
 
@@ -139,14 +140,25 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
         continue;
       }
     }
+    // A disk tier holds a record per replica (proto/disk_layout.h), which its node reads and
+    // writes in one message.
+    const bool disk = tier == common::TierPreference::kDisk;
+    if (disk && e.size > proto::kMaxMessageValue) {
+      res.status = Err(absl::InvalidArgumentError(
+          absl::StrCat("value of key ", common::QuotedKey(e.key), " is ", e.size,
+                       " bytes, over the ", proto::kMaxMessageValue,
+                       " bytes a disk-tier replica holds (one Read or Write message)")));
+      continue;
+    }
+    const uint64_t alloc = disk ? proto::DiskRecordBytes(tenant.size(), e.key.size(), e.size)
+                                : proto::kAllocHeaderSize + e.size;
     // Admission: charge the bytes this put will really hold before allocating them.
-    const uint64_t charge = AllocBytes(e.size) * req.replica_num;
+    const uint64_t charge = (disk ? alloc : AllocBytes(e.size)) * req.replica_num;
     if (absl::Status st = evictor_->ChargeWithTenantEviction(tenant, charge); !st.ok()) {
       res.status = Err(st);
       continue;
     }
-    auto placed = evictor_->AllocateForPut(tenant, pool_spill, tier,
-                                           proto::kAllocHeaderSize + e.size, req.replica_num);
+    auto placed = evictor_->AllocateForPut(tenant, pool_spill, tier, alloc, req.replica_num);
     if (!placed.ok()) {
       ledger_->Refund(tenant, charge);
       counters_->alloc_failures->Inc();

@@ -56,6 +56,8 @@ const char* TierName(proto::Tier tier) {
       return "host";
     case proto::Tier::kGpu:
       return "gpu";
+    case proto::Tier::kDisk:
+      return "disk";
   }
   return "unknown";
 }

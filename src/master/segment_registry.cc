@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/range.h"
 #include "common/size.h"
+#include "proto/disk_layout.h"
 
 namespace granary::master {
 namespace {
@@ -55,6 +56,14 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
           "GPU segment '", req.name, "' needs an IPC handle and a ", proto::kGpuUuidBytes,
           "-byte device UUID (got ", req.gpu_ipc.size(), " and ", req.gpu_uuid.size(), " bytes)"));
     }
+  } else if (req.tier == proto::Tier::kDisk) {
+    // Read and written by its node only (Read and Write messages): no memory, so no rkey; its
+    // allocations are whole disk blocks.
+    if (req.size % proto::kDiskBlock != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("disk tier '", req.name, "' of ", req.size,
+                                                     " bytes is not a whole number of ",
+                                                     proto::kDiskBlock, "-byte blocks"));
+    }
   } else if (req.rkey.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("segment '", req.name, "' has no remote key"));
   }
@@ -91,7 +100,8 @@ absl::StatusOr<uint64_t> SegmentRegistry::Mount(const proto::MountSegmentRequest
   s.info.numa_node = req.numa_node;
   s.info.gpu = req.gpu;
   s.session = session;
-  s.alloc = std::make_unique<OffsetAllocator>(req.size, proto::kAllocAlignment);
+  s.alloc = std::make_unique<OffsetAllocator>(
+      req.size, req.tier == proto::Tier::kDisk ? proto::kDiskBlock : proto::kAllocAlignment);
   s.restoring = req.resumed;
   s.restore_deadline_ms = restore_deadline_ms;
   s.quarantine_until_ms = req.resumed ? quarantine_until_ms : 0;

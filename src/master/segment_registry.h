@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -195,7 +196,7 @@ class SegmentRegistry {
   void AddLocked(const Segment& s, Totals* t) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   int64_t quarantine_until_ms_ ABSL_GUARDED_BY(mu_) = 0;
   mutable granary::common::Mutex mu_;
-  Evictions evicted_[2] ABSL_GUARDED_BY(mu_);  // by proto::Tier
+  Evictions evicted_[std::size(proto::kTiers)] ABSL_GUARDED_BY(mu_);  // by proto::Tier
   std::map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
   // Segment ids are never reused, not even across master restarts (clients cache descriptors
   // by id): they start from the wall clock in milliseconds, shifted.

@@ -190,7 +190,7 @@ std::optional<std::string> DataHandlers::Push(transport::RpcServer::ConnId conn,
   return std::nullopt;
 }
 
-std::optional<std::string> DataHandlers::Read(transport::RpcServer::ConnId,
+std::optional<std::string> DataHandlers::Read(transport::RpcServer::ConnId conn,
                                               const proto::FrameView& f) {
   const uint16_t reply_type = f.header.type | proto::kReplyBit;
   auto req = proto::DecodeBody<proto::ReadRequest>(f.body);
@@ -200,6 +200,7 @@ std::optional<std::string> DataHandlers::Read(transport::RpcServer::ConnId,
     return proto::EncodeFrame(reply_type, f.header.request_id,
                               proto::StatusReply{proto::WireStatus::From(st)});
   }
+  if (AnyDisk(req->entries)) return ReadDisk(conn, f, std::move(req->entries));
   const uint64_t data_bytes = proto::InlineDataBytes(req->entries);
   std::string frame =
       proto::EncodeReadReplyFrame(reply_type, f.header.request_id, data_bytes, [&](char* out) {
@@ -221,12 +222,13 @@ std::optional<std::string> DataHandlers::Read(transport::RpcServer::ConnId,
   return frame;
 }
 
-std::optional<std::string> DataHandlers::Write(transport::RpcServer::ConnId,
+std::optional<std::string> DataHandlers::Write(transport::RpcServer::ConnId conn,
                                                const proto::FrameView& f) {
   const uint16_t reply_type = f.header.type | proto::kReplyBit;
   auto req = proto::DecodeBody<proto::WriteRequestView>(f.body);
   absl::Status st = req.status();
   if (st.ok()) st = p_.service->CheckInline("write", req->entries, req->data.size());
+  if (st.ok() && AnyDisk(req->entries)) return WriteDisk(conn, f, *req);
   if (st.ok()) {
     const char* in = req->data.data();
     uint64_t value_bytes = 0;

@@ -24,6 +24,9 @@ namespace granary::node {
 //   Push   writes values into a client's registered buffer and answers with their headers;
 //   Read   copies values and then their headers into the reply (tcp peers, small values);
 //   Write  copies each value and then its header into place, and answers.
+// A Read or Write of entries on a disk tier runs on that tier's thread (DiskTier) instead, and
+// answers from there: a Read with the values and a header made from each record (so the
+// client checks it as it checks a memory replica's), a Write once every record is written.
 // Fetch and Push answer later, through `reply`, once their transfer completes or the watchdog
 // ends it. Every range is checked by NodeService first.
 // Thread safety: Dispatch and Disconnected run on the node worker's progress thread only (the
@@ -53,6 +56,13 @@ class DataHandlers {
   std::optional<std::string> Push(transport::RpcServer::ConnId conn, const proto::FrameView& f);
   std::optional<std::string> Read(transport::RpcServer::ConnId conn, const proto::FrameView& f);
   std::optional<std::string> Write(transport::RpcServer::ConnId conn, const proto::FrameView& f);
+  // data_handlers_disk.cc: whether any entry lies on a disk tier, and the Read and Write of
+  // entries that all do (each tier's part on its thread; answered through Parts::reply).
+  bool AnyDisk(const std::vector<proto::InlineEntry>& entries) const;
+  std::optional<std::string> ReadDisk(transport::RpcServer::ConnId conn, const proto::FrameView& f,
+                                      std::vector<proto::InlineEntry> entries);
+  std::optional<std::string> WriteDisk(transport::RpcServer::ConnId conn, const proto::FrameView& f,
+                                       const proto::WriteRequestView& req);
   // The device index of segment `index` (a GPU segment), else -1.
   int DeviceOf(size_t index) const;
 

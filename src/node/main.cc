@@ -66,6 +66,15 @@ DEFINE_string(segment_file, NodeOptions{}.segment_file,
               "that a restarted node finds its objects there and reports them to the master; "
               "beside it, FILE.journal (what the segment holds) and FILE.id (the node's id). "
               "Empty: anonymous memory, lost when the process ends");
+DEFINE_string(disk_path, "",
+              "A directory for a disk tier (one preallocated file in it, read and written "
+              "through io_uring, O_DIRECT where the file system allows it); repeat the flag (or "
+              "list them: /nvme0/g,/nvme1/g) for one tier per device");
+DEFINE_string(disk_size, "",
+              "Bytes of each --disk_path's tier (a multiple of 4 KB, at most the free space): "
+              "one size for every path, or one per path (64GB,128GB)");
+DEFINE_int32(disk_queue_depth, NodeOptions{}.disk_queue_depth,
+             "I/Os in flight at most per disk tier (1..4096)");
 DEFINE_string(device_name, NodeOptions{}.device_name,
               "NIC port for the data path, as UCX_NET_DEVICES names it (mlx5_0:1, eth0); "
               "default: UCX_NET_DEVICES, else the NIC nearest the first --gpu_device, else UCX's "
@@ -77,16 +86,19 @@ DEFINE_string(log_level, "info", "debug|info|warning|error");
 
 namespace {
 
-// Every value of --gpu_device on the command line, in order (gflags keeps only the last of a
-// repeated flag); each value may itself be a comma list.
-std::vector<std::string> GpuDeviceValues(int argc, char** argv) {
+// Every value of --NAME on the command line, in order (gflags keeps only the last of a
+// repeated flag), each comma list split into its items.
+std::vector<std::string> RepeatedFlagValues(int argc, char** argv, absl::string_view name) {
   std::vector<std::string> values;
+  const std::string eq = absl::StrCat("-", name, "="), bare = absl::StrCat("-", name);
+  auto add = [&](absl::string_view value) {
+    for (absl::string_view item : absl::StrSplit(value, ',')) values.emplace_back(item);
+  };
   for (int i = 1; i < argc; ++i) {
-    const absl::string_view a = argv[i];
-    for (absl::string_view prefix : {"--gpu_device=", "-gpu_device="}) {
-      if (absl::StartsWith(a, prefix)) values.emplace_back(a.substr(prefix.size()));
-    }
-    if ((a == "--gpu_device" || a == "-gpu_device") && i + 1 < argc) values.emplace_back(argv[++i]);
+    absl::string_view a = argv[i];
+    if (absl::StartsWith(a, "--")) a.remove_prefix(1);
+    if (absl::StartsWith(a, eq)) add(a.substr(eq.size()));
+    if (a == bare && i + 1 < argc) add(argv[++i]);
   }
   return values;
 }
@@ -124,8 +136,10 @@ absl::StatusOr<std::unique_ptr<granary::node::NodeCgroup>> EnterCgroup() {
   return std::move(*cg);
 }
 
-// NodeOptions from the flags (gpu_device_values: every --gpu_device given), or the bad flag.
-absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu_device_values) {
+// NodeOptions from the flags (gpu_device_values, disk_path_values: every --gpu_device and
+// --disk_path item given), or the bad flag.
+absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu_device_values,
+                                             const std::vector<std::string>& disk_path_values) {
   NodeOptions o;
   o.master = FLAGS_master;
   o.cluster_id = FLAGS_cluster_id;
@@ -141,16 +155,29 @@ absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu
   }
   o.gpu_segment_size = *gpu;
   o.gpu_segment_size_flag = FLAGS_gpu_segment_size;
-  for (const std::string& value : gpu_device_values) {
-    for (absl::string_view d : absl::StrSplit(value, ',')) {
-      int device = 0;
-      if (!absl::SimpleAtoi(d, &device)) {
-        return absl::InvalidArgumentError("--gpu_device='" + std::string(d) +
-                                          "' is not a device number");
+  for (const std::string& d : gpu_device_values) {
+    int device = 0;
+    if (!absl::SimpleAtoi(d, &device)) {
+      return absl::InvalidArgumentError("--gpu_device='" + d + "' is not a device number");
+    }
+    o.gpu_devices.push_back(device);
+  }
+  o.disk_paths = disk_path_values;
+  if (!FLAGS_disk_size.empty()) {
+    for (absl::string_view text : absl::StrSplit(FLAGS_disk_size, ',')) {
+      auto size = granary::common::ParsePositiveSize(text);
+      if (!size.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--disk_size='", text, "': ", size.status().message()));
       }
-      o.gpu_devices.push_back(device);
+      o.disk_sizes.push_back(*size);
+    }
+    // One size for every path.
+    if (o.disk_sizes.size() == 1 && o.disk_paths.size() > 1) {
+      o.disk_sizes.assign(o.disk_paths.size(), o.disk_sizes[0]);
     }
   }
+  o.disk_queue_depth = FLAGS_disk_queue_depth;
   if (FLAGS_rpc_port > 65535 || FLAGS_metrics_port > 65535) {
     return absl::InvalidArgumentError("ports must be 0..65535");
   }
@@ -173,7 +200,8 @@ absl::StatusOr<NodeOptions> OptionsFromFlags(const std::vector<std::string>& gpu
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> gpu_device_values = GpuDeviceValues(argc, argv);
+  const std::vector<std::string> gpu_device_values = RepeatedFlagValues(argc, argv, "gpu_device");
+  const std::vector<std::string> disk_path_values = RepeatedFlagValues(argc, argv, "disk_path");
   gflags::SetUsageMessage("granary_node --master=HOST:PORT --host_segment_size=SIZE [flags]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   granary::common::ConfigureMutexDeadlockDetection();
@@ -190,7 +218,7 @@ int main(int argc, char** argv) {
   auto entered = EnterCgroup();
   if (!entered.ok()) return fail(entered.status().message());
   std::unique_ptr<granary::node::NodeCgroup> cgroup = std::move(*entered);
-  auto options = OptionsFromFlags(gpu_device_values);
+  auto options = OptionsFromFlags(gpu_device_values, disk_path_values);
   if (!options.ok()) return fail(options.status().message());
   NodeOptions& o = *options;
   uint64_t usage_before = 0;

@@ -98,6 +98,9 @@ uint32_t NodeInventory::TenantIdLocked(const std::string& tenant) {
 bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   if (index >= segments_->size()) return false;
   const SegmentSpan& s = (*segments_)[index];
+  // A disk tier's objects are not kept here: their records on disk describe them, and nothing
+  // in memory lies at the tier's addresses to check or invalidate.
+  if (s.tier == proto::Tier::kDisk) return false;
   // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
   if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
       !common::OffsetWithin(s.size, r.offset, r.alloc_size)) {

@@ -41,6 +41,9 @@ namespace granary::node {
 //   swaps the generation word with a device atomic (CompareExchange64: one launch and a wait).
 //   A device error on either is counted in mismatches (the entries are dropped, never reported
 //   unchecked) or, for a free, in gpu_errors().
+// - Disk tiers (tier disk) are not kept: Apply ignores their records. Their objects are not
+//   reported after a master restart yet (they are dropped with it, and their space reused; a
+//   reader checks each record's generation, so none is served as another object).
 // - Report() lists every entry for a re-mount, each checked against the 64-byte AllocHeader in
 //   this node's memory (magic, generation, key hash, value length); a mismatch (the space was
 //   overwritten, or its free record was lost) is dropped and counted.

@@ -1,5 +1,6 @@
 #include "node/node_metrics.h"
 
+#include <iterator>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -51,17 +52,30 @@ NodeMetrics::NodeMetrics(common::MetricsRegistry* m) {
     inline_bytes[op] =
         m->Counter("granary_node_inline_bytes_total",
                    "Value bytes read or written inline in Read and Write messages", {{"op", name}});
+    disk_values[op] = m->Counter("granary_node_disk_values_total",
+                                 "Values read from or written to the disk tiers", {{"op", name}});
+    disk_bytes[op] =
+        m->Counter("granary_node_disk_bytes_total",
+                   "Value bytes read from or written to the disk tiers", {{"op", name}});
+    disk_errors[op] =
+        m->Counter("granary_node_disk_errors_total",
+                   "Disk-tier reads or writes that failed with an I/O error", {{"op", name}});
   }
+  disk_checksum_failures = m->Counter(
+      "granary_node_disk_checksum_failures_total",
+      "Disk-tier records whose preamble or value failed its checksum (never served; dropped)");
 }
 
 void NodeMetrics::RecordSegments(common::MetricsRegistry* m,
                                  const std::vector<SegmentSpan>& spans) {
-  uint64_t host_bytes = 0, gpu_bytes = 0;
-  for (const auto& s : spans) (s.tier == proto::Tier::kGpu ? gpu_bytes : host_bytes) += s.size;
-  m->Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "host"}})
-      ->Set(static_cast<double>(host_bytes));
-  m->Gauge("granary_node_segment_bytes", "Bytes of memory contributed", {{"tier", "gpu"}})
-      ->Set(static_cast<double>(gpu_bytes));
+  uint64_t bytes[std::size(proto::kTiers)] = {};
+  for (const auto& s : spans) bytes[static_cast<size_t>(s.tier)] += s.size;
+  for (proto::Tier t : proto::kTiers) {
+    const char* name = t == proto::Tier::kHost ? "host" : t == proto::Tier::kGpu ? "gpu" : "disk";
+    m->Gauge("granary_node_segment_bytes", "Bytes of memory (or disk) contributed, per tier",
+             {{"tier", name}})
+        ->Set(static_cast<double>(bytes[static_cast<size_t>(t)]));
+  }
   // Which device backend this process runs on (cuda, none, or the CPU-only fake, which is only
   // ever chosen explicitly): a fake in production shows here.
   m->Gauge("granary_device_backend", "1 for the device backend this process uses",

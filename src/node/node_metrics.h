@@ -34,6 +34,11 @@ struct NodeMetrics {
   common::MetricCounter* peer_refusals;
   common::MetricCounter* inline_values[2];  // Read, Write
   common::MetricCounter* inline_bytes[2];
+  // The disk tiers (every tier of the node together).
+  common::MetricCounter* disk_values[2];  // read, written
+  common::MetricCounter* disk_bytes[2];   // value bytes read, written
+  common::MetricCounter* disk_errors[2];  // reads, writes that failed (I/O errors; not a miss)
+  common::MetricCounter* disk_checksum_failures;  // records whose preamble or value failed
 };
 
 }  // namespace granary::node

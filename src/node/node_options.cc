@@ -16,9 +16,29 @@ absl::Status NodeOptions::Validate() const {
   } else if (auto hp = common::ParseHostPort(master); !hp.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--master: ", hp.status().message()));
   }
-  if (host_segment_size == 0 && gpu_segment_size == 0) {
+  if (host_segment_size == 0 && gpu_segment_size == 0 && disk_paths.empty()) {
     return absl::InvalidArgumentError(
-        "nothing to contribute: --host_segment_size and --gpu_segment_size are both 0");
+        "nothing to contribute: --host_segment_size and --gpu_segment_size are both 0 and "
+        "there is no --disk_path");
+  }
+  if (disk_sizes.size() != disk_paths.size()) {
+    return absl::InvalidArgumentError(
+        disk_paths.empty()
+            ? "--disk_size without --disk_path: no disk tier to size"
+            : absl::StrCat(disk_paths.size(), " --disk_path values but ", disk_sizes.size(),
+                           " --disk_size values (give one size for all, or one per path)"));
+  }
+  for (size_t i = 0; i < disk_paths.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (disk_paths[j] == disk_paths[i]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--disk_path='", disk_paths[i], "' is given twice (one disk tier per directory)"));
+      }
+    }
+  }
+  if (!disk_paths.empty() && (disk_queue_depth < 1 || disk_queue_depth > 4096)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--disk_queue_depth=", disk_queue_depth, " is not in 1..4096"));
   }
   if (host_segment_size != 0 && host_segment_size < 1024 * 1024) {
     return absl::InvalidArgumentError(

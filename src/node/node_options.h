@@ -1,11 +1,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "node/disk/disk_file.h"
 
 namespace granary::node {
 
@@ -50,6 +52,15 @@ struct NodeOptions {
   // transfers then go through cma, as with "mmap". Empty: no file; the cache ends with the
   // process.
   std::string segment_file;
+  // Disk tiers (node/disk/): one directory per device (--disk_path, repeatable), each holding
+  // one preallocated file of disk_sizes[i] bytes (--disk_size: one size for every path, or one
+  // per path), read and written through io_uring with at most disk_queue_depth I/Os in flight.
+  // DiskFile::Open refuses a bad path or size at start, naming it. Empty: no disk tier.
+  std::vector<std::string> disk_paths;
+  std::vector<uint64_t> disk_sizes;
+  int disk_queue_depth = 64;
+  // Tests only: the disk tiers' fault hook (DiskOptions::fault).
+  std::function<int(DiskOp op, uint64_t offset, size_t bytes)> disk_fault;
   int64_t reconnect_backoff_max_ms = 2000;
   // The host segment's name at the master (unique per node, not across nodes).
   std::string host_segment_name = "host0";

@@ -55,6 +55,9 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
       GRANARY_RETURN_IF_ERROR(n->segments_->AddGpu(n->ctx_.get(), device, &spans));
     }
   }
+  for (size_t i = 0; i < options.disk_paths.size(); ++i) {
+    GRANARY_RETURN_IF_ERROR(n->segments_->AddDisk(i, &spans));
+  }
   NodeMetrics::RecordSegments(&n->metrics_, spans);
   n->service_ = std::make_unique<NodeService>(std::move(spans));
   n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
@@ -152,8 +155,9 @@ void NodeServer::StartHttp() {
 
 NodeServer::~NodeServer() {
   common::ScopedLogRoute route(&log_route_);  // closing connections may log
-  session_.reset();                  // stops and joins the sync thread, drops the connections
-  if (watchdog_) watchdog_->Stop();  // no deadline fires (and uses rma_) from here on
+  session_.reset();                       // stops and joins the sync thread, drops the connections
+  if (watchdog_) watchdog_->Stop();       // no deadline fires (and uses rma_) from here on
+  if (segments_) segments_->StopDisks();  // their last answers go out through listener_
   listener_.reset();
   if (bounce_) bounce_->Stop();  // no staged job uses rma_ from here on
   rma_.reset();

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/range.h"
 #include "common/status_macros.h"
+#include "node/disk/disk_record.h"
 #include "proto/alloc_header.h"
 
 namespace granary::node {
@@ -118,6 +119,11 @@ absl::Status NodeService::CheckFetch(const proto::FetchRequest& req) const {
   if (req.source.worker_address.empty() || req.source.rkey.empty()) {
     return absl::InvalidArgumentError("fetch without a source worker address and rkey");
   }
+  if (segments_[*dest].tier == proto::Tier::kDisk) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("fetch to address ", req.dest_address, " is in disk tier '",
+                     segments_[*dest].name, "', which takes writes in Write messages only"));
+  }
   return CheckTransferTimeout("fetch", req.timeout_ms);
 }
 
@@ -137,6 +143,11 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
                                                      e.source_address,
                                                      " is outside this node's segments"));
     }
+    if (segments_[*src].tier == proto::Tier::kDisk) {
+      return absl::FailedPreconditionError(absl::StrCat("push from address ", e.source_address,
+                                                        " is in disk tier '", segments_[*src].name,
+                                                        "', which is read in Read messages only"));
+    }
     if (!common::RangeWithin(dest.base, dest.size, e.dest_address, e.length)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push of ", e.length, " bytes to address ", e.dest_address,
@@ -150,8 +161,18 @@ absl::Status NodeService::CheckPush(const proto::PushRequest& req,
       return absl::InvalidArgumentError(
           absl::StrCat("header at address ", h, " is outside this node's segments"));
     }
+    if (segments_[*in].tier == proto::Tier::kDisk) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("push of the header at address ", h, " in disk tier '", segments_[*in].name,
+                       "': a disk tier is read in Read messages only"));
+    }
   }
   return absl::OkStatus();
+}
+
+bool NodeService::DiskAt(uint64_t address) const {
+  std::optional<size_t> in = SegmentHolding(address, 1);
+  return in.has_value() && segments_[*in].tier == proto::Tier::kDisk;
 }
 
 absl::Status NodeService::CheckInline(const char* what,
@@ -180,13 +201,17 @@ absl::Status NodeService::CheckInline(const char* what,
                                                    " entries need ", total));
   }
   for (const auto& e : entries) {
-    std::optional<size_t> in = SegmentHolding(e.address, proto::kAllocHeaderSize + e.length);
+    // A disk record is at least a block of preamble and the value in whole blocks (its exact
+    // size, with the tenant and key, is checked where it is written).
+    const bool disk = DiskAt(e.address);
+    std::optional<size_t> in = SegmentHolding(
+        e.address, disk ? DiskRecordBytes(0, 0, e.length) : proto::kAllocHeaderSize + e.length);
     if (!in.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " of ", e.length, " bytes at address ", e.address, " (with its ",
                        proto::kAllocHeaderSize, "-byte header) is outside this node's segments"));
     }
-    if (segments_[*in].tier != proto::Tier::kHost) {
+    if (segments_[*in].tier == proto::Tier::kGpu) {
       return absl::FailedPreconditionError(absl::StrCat(
           what, " at address ", e.address, " is in GPU segment '", segments_[*in].name,
           "', which this node never copies with the CPU (read it by Push, write it one-sided)"));

@@ -85,19 +85,24 @@ class NodeService {
   // does or length is 0. No overflow: address + length is never computed.
   std::optional<size_t> SegmentHolding(uint64_t address, uint64_t length) const;
   // A Fetch writes req.length bytes at req.dest_address: that must lie inside one segment, and
-  // the source must name a worker address and rkey. INVALID_ARGUMENT naming the range otherwise.
+  // the source must name a worker address and rkey. INVALID_ARGUMENT naming the range otherwise;
+  // a disk tier (written in Write messages only) is FAILED_PRECONDITION.
   // A GPU segment is accepted: the node stages it (node/gpu_bounce.h), never handing it to UCX.
   [[nodiscard]] absl::Status CheckFetch(const proto::FetchRequest& req) const;
+  // Whether address lies in a disk tier.
+  bool DiskAt(uint64_t address) const;
   // A Push reads each entry's source (inside one segment), writes it at its destination (inside
   // the client's buffer req.dest) and then reads each header (inside one segment). On success
   // `sources` (cleared first) holds, per entry, the index of the segment its source lies in.
   // INVALID_ARGUMENT naming the first range that is outside otherwise. Sources and headers on
-  // GPU segments are accepted (as in CheckFetch).
+  // GPU segments are accepted (as in CheckFetch); a source on a disk tier (read in Read
+  // messages only) is FAILED_PRECONDITION.
   [[nodiscard]] absl::Status CheckPush(const proto::PushRequest& req,
                                        std::vector<size_t>* sources) const;
   // A Read (what: "read") or Write ("write") names allocations: each entry's header and value,
-  // [address, address + 64 + length), must lie whole inside one host segment; the CPU copies
-  // them, so a GPU segment is FAILED_PRECONDITION (its values move by Push and Fetch). Their
+  // [address, address + 64 + length), must lie whole inside one host segment, or its record
+  // (at least DiskRecordBytes(0, 0, length)) inside one disk tier; the CPU copies them, so a
+  // GPU segment is FAILED_PRECONDITION (its values move by Push and Fetch). Their
   // bytes must fit one frame, and a Write's data must hold exactly a header and a value per
   // entry (`data_bytes`; nullopt for a Read). INVALID_ARGUMENT naming the first bad entry.
   [[nodiscard]] absl::Status CheckInline(const char* what,

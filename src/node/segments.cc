@@ -31,6 +31,12 @@ absl::StatusOr<std::unique_ptr<NodeSegments>> NodeSegments::Create(
   return s;
 }
 
+void NodeSegments::StopDisks() {
+  for (auto& s : segments_) {
+    if (s.disk) s.disk->Stop();
+  }
+}
+
 void NodeSegments::Release() {
   for (auto& s : segments_) {
     s.region.reset();
@@ -221,6 +227,35 @@ absl::Status NodeSegments::AddGpu(transport::Context* ctx, int device,
                    << " on device " << device << " (" << device::ActiveBackendName()
                    << " backend, UUID " << absl::BytesToHexString(span.gpu_uuid)
                    << "), exported for same-host IPC; " << ucx;
+  spans->push_back(std::move(span));
+  segments_.push_back(std::move(seg));
+  return absl::OkStatus();
+}
+
+absl::Status NodeSegments::AddDisk(size_t i, std::vector<SegmentSpan>* spans) {
+  DiskOptions o;
+  o.path = options_.disk_paths[i];
+  o.size = options_.disk_sizes[i];
+  o.queue_depth = options_.disk_queue_depth;
+  o.fault = options_.disk_fault;
+  if (o.size > DiskTier::kMaxSize) {
+    return absl::InvalidArgumentError(absl::StrCat("--disk_size ", o.size, " of --disk_path '",
+                                                   o.path, "' is over ", DiskTier::kMaxSize,
+                                                   " bytes, the most one disk tier holds"));
+  }
+  GRANARY_ASSIGN_OR_RETURN(std::unique_ptr<DiskFile> file, DiskFile::Open(o));
+  GRANARY_LOG_INFO << "disk tier disk" << i << ": " << common::FormatSize(o.size) << " in '"
+                   << file->file() << "', "
+                   << (file->direct() ? "O_DIRECT" : "buffered (the file system refuses O_DIRECT)")
+                   << ", queue depth " << o.queue_depth;
+  Segment seg;
+  seg.disk =
+      std::make_unique<DiskTier>(std::make_unique<DiskStore>(std::move(file)), DiskTier::Base(i));
+  SegmentSpan span;
+  span.name = absl::StrCat("disk", i);
+  span.base = seg.disk->base();
+  span.size = o.size;
+  span.tier = proto::Tier::kDisk;
   spans->push_back(std::move(span));
   segments_.push_back(std::move(seg));
   return absl::OkStatus();

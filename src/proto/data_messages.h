@@ -140,14 +140,29 @@ struct ReadReply {
 };
 // data: per entry, the 64-byte header, then the value. The node checks every range against
 // its host segments, copies each value and then its header, and answers with a StatusReply.
+// Protocol 15: a Write to a disk tier names whose objects it writes, since a disk record keeps
+// its tenant and key (node/disk/disk_record.h): `tenant` (the writer's) and `keys`, one per
+// entry, or none when no entry is on a disk tier.
+template <class S>
+absl::Status CheckWriteKeys(const S& m) {
+  if (m.keys.empty() || m.keys.size() == m.entries.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("write of ", m.entries.size(), " entries names ",
+                                                 m.keys.size(), " keys (one per entry, or none)"));
+}
 struct WriteRequest {
   std::vector<InlineEntry> entries;
   std::string data;
+  std::string tenant;
+  std::vector<std::string> keys;
   template <class V>
   static constexpr void Fields(V& v) {
     using S = WriteRequest;
     v(&S::entries, "entries", kMaxBatch);
     v(&S::data, "data", kMaxFrameBody);
+    if (!v.Since(15)) return;
+    v(&S::tenant, "tenant", kMaxTenantIdBytes);
+    v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
+    v.Check(CheckWriteKeys<S>);
   }
 };
 // The same two messages decoded without copying their data (the hot paths): data views the
@@ -165,11 +180,17 @@ struct ReadReplyView {
 struct WriteRequestView {
   std::vector<InlineEntry> entries;
   absl::string_view data;
+  std::string tenant;
+  std::vector<std::string> keys;
   template <class V>
   static constexpr void Fields(V& v) {
     using S = WriteRequestView;
     v(&S::entries, "entries", kMaxBatch);
     v(&S::data, "data", kMaxFrameBody);
+    if (!v.Since(15)) return;
+    v(&S::tenant, "tenant", kMaxTenantIdBytes);
+    v(&S::keys, "keys", kMaxBatch, kMaxKeyBytes);
+    v.Check(CheckWriteKeys<S>);
   }
 };
 // The bytes a ReadReply's data holds for these entries (values, then a header each), or the
@@ -180,7 +201,9 @@ uint64_t InlineDataBytes(const std::vector<InlineEntry>& entries);
 std::string EncodeReadReplyFrame(uint16_t type, uint64_t request_id, size_t size,
                                  absl::FunctionRef<void(char*)> fill);
 std::string EncodeWriteRequestFrame(const std::vector<InlineEntry>& entries, size_t size,
-                                    absl::FunctionRef<void(char*)> fill);
+                                    absl::FunctionRef<void(char*)> fill,
+                                    const std::string& tenant = {},
+                                    const std::vector<std::string>& keys = {});
 
 // LookupPrefix: how many leading keys (encoded KvKeys of one prefix chain) are present and
 // complete, with a location hint per present block; optionally leases them so that the

@@ -20,8 +20,8 @@ inline constexpr uint32_t kFrameMagic = 0x594E5247;  // "GRNY"
 // version in between is served (docs/protocol.md: the window, the rule for changing the wire
 // and every version's history). A connection uses the lower of the two sides' newest versions,
 // agreed on in the handshake (proto/handshake.h).
-inline constexpr uint16_t kProtocolVersion = 14;
-inline constexpr uint16_t kMinProtocolVersion = 13;
+inline constexpr uint16_t kProtocolVersion = 15;
+inline constexpr uint16_t kMinProtocolVersion = 14;
 // "13", or "13 to 14": the versions this build speaks, for messages.
 std::string VersionRange();
 // Whether this build speaks `version`.

@@ -46,7 +46,8 @@ void PutFilled(size_t size, absl::FunctionRef<void(char*)> fill, std::string* ou
 }  // namespace
 
 // Both write the fields their structs' Fields list (ReadReply: status, data; WriteRequest:
-// entries, data), with data filled in place; codec_test checks that the bytes are the same.
+// entries, data, tenant, keys), with data filled in place; codec_test checks that the bytes are the
+// same.
 std::string EncodeReadReplyFrame(uint16_t type, uint64_t request_id, size_t size,
                                  absl::FunctionRef<void(char*)> fill) {
   std::string out;
@@ -62,15 +63,21 @@ std::string EncodeReadReplyFrame(uint16_t type, uint64_t request_id, size_t size
   return out;
 }
 std::string EncodeWriteRequestFrame(const std::vector<InlineEntry>& entries, size_t size,
-                                    absl::FunctionRef<void(char*)> fill) {
+                                    absl::FunctionRef<void(char*)> fill, const std::string& tenant,
+                                    const std::vector<std::string>& keys) {
   std::string out;
-  out.reserve(kFrameHeaderSize + 8 + 16 * entries.size() + size);
+  size_t names = 8 + tenant.size();
+  for (const std::string& k : keys) names += 4 + k.size();
+  out.reserve(kFrameHeaderSize + 8 + 16 * entries.size() + size + names);
   FrameHeader h;
   h.type = static_cast<uint16_t>(MsgType::kWrite);
   BeginFrame(h, &out);
   Writer w(&out);
   PutValue(entries, w);
   PutFilled(size, fill, &out);
+  Writer tail(&out);
+  PutValue(tenant, tail);
+  PutValue(keys, tail);
   FinishFrame(&out);
   return out;
 }

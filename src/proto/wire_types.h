@@ -79,7 +79,10 @@ struct WireStatus {
 };
 
 enum class Role : uint8_t { kClient = 1, kNode = 2 };
-enum class Tier : uint8_t { kHost = 0, kGpu = 1 };
+// Where a segment's bytes are: host memory, GPU memory, or (protocol 15) a node's disk tier, a
+// file the node reads and writes for its clients (node/disk/).
+enum class Tier : uint8_t { kHost = 0, kGpu = 1, kDisk = 2 };
+inline constexpr Tier kTiers[] = {Tier::kHost, Tier::kGpu, Tier::kDisk};
 
 // An object version's state, in the master's table and in ObjectInfo. Only kComplete objects
 // are served; a kProcessing one is being written (between PutStart and PutEnd).
@@ -98,7 +101,7 @@ struct WireEnum<Role> {
 };
 template <>
 struct WireEnum<Tier> {
-  static constexpr uint8_t kMin = 0, kMax = 1;
+  static constexpr uint8_t kMin = 0, kMax = 2;
   static constexpr const char* kNoun = "tier";
 };
 template <>
@@ -110,19 +113,32 @@ struct WireEnum<ObjectState> {
 // PutStartRequest.flags bits: how the object is pinned against eviction (granary::PutOptions).
 inline constexpr uint32_t kPutFlagSoftPin = 1u << 0;  // evicted only when nothing else is left
 inline constexpr uint32_t kPutFlagHardPin = 1u << 1;  // never evicted (still removable)
-// Bits 2-3: the tier the replicas are placed on (granary::PutOptions::tier): 0 the tenant's
-// default_tier from the policy (host when it names none), else 1 + TierPreference (1 GPU
-// segments only, 2 host segments only, 3 any: GPU while it has room, else host). Protocol 10
-// knew only 0 (host) and kPutFlagTierGpu.
+// Bits 2-4: the tier the replicas are placed on (granary::PutOptions::tier): 0 the tenant's
+// default_tier from the policy (host when it names none), else 1 GPU segments only, 2 host
+// segments only, 3 any (GPU while it has room, else host), 4 disk tiers only (protocol 15).
+// Protocol 10 knew only 0 (host) and kPutFlagTierGpu; protocols 11 to 14 bits 2-3.
+inline constexpr uint16_t kDiskTierProtocol = 15;
 inline constexpr uint32_t kPutFlagTierShift = 2;
-inline constexpr uint32_t kPutFlagTierMask = 3u << kPutFlagTierShift;
+inline constexpr uint32_t kPutFlagTierMask = 7u << kPutFlagTierShift;
 inline constexpr uint32_t kPutFlagTierGpu = 1u << kPutFlagTierShift;
 // The flag bits of a tier preference (nullopt: the tenant's default).
 inline uint32_t PutTierFlags(std::optional<common::TierPreference> t) {
   if (!t.has_value()) return 0;
-  const uint32_t v = *t == common::TierPreference::kGpu    ? 1u
-                     : *t == common::TierPreference::kHost ? 2u
-                                                           : 3u;
+  uint32_t v = 0;
+  switch (*t) {
+    case common::TierPreference::kGpu:
+      v = 1;
+      break;
+    case common::TierPreference::kHost:
+      v = 2;
+      break;
+    case common::TierPreference::kAny:
+      v = 3;
+      break;
+    case common::TierPreference::kDisk:
+      v = 4;
+      break;
+  }
   return v << kPutFlagTierShift;
 }
 // The tier preference of PutStartRequest.flags (nullopt: the tenant's default).
@@ -134,6 +150,8 @@ inline std::optional<common::TierPreference> PutTierOf(uint32_t flags) {
       return common::TierPreference::kHost;
     case 3:
       return common::TierPreference::kAny;
+    case 4:
+      return common::TierPreference::kDisk;
     default:
       return std::nullopt;
   }

@@ -71,6 +71,7 @@ std::shared_ptr<RemoteSegment> RemoteSegmentOf(const proto::SegmentInfo& info) {
   seg->base = info.base;
   seg->size = info.size;
   seg->gpu = info.tier == proto::Tier::kGpu;
+  seg->disk = info.tier == proto::Tier::kDisk;
   seg->gpu_ipc = info.gpu_ipc;
   seg->gpu_uuid = info.gpu_uuid;
   SetHostInfo(seg.get(), info.host_id);

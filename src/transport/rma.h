@@ -38,6 +38,9 @@ struct RemoteSegment {
   // client moves its bytes through the device backend (client/gpu_segments.h), never through
   // this engine.
   bool gpu = false;
+  // A disk tier (tier disk): no memory at all. Its values travel in Read and Write messages
+  // only (the node reads and writes the tier), never through this engine.
+  bool disk = false;
   std::string gpu_ipc;   // the node's IPC export of byte 0 (proto::SegmentInfo::gpu_ipc)
   std::string gpu_uuid;  // the device's UUID
 };

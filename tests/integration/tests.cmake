@@ -60,6 +60,9 @@ add_dependencies(integration_restart_test granary_master granary_node)
 granary_test(NAME integration_node_restart_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/node_restart_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_node_restart_test granary_master granary_node)
+granary_test(NAME integration_disk_tier_test LABELS integration TIMEOUT 300
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/disk_tier_test.cc LIBS granary_test_cluster)
+add_dependencies(integration_disk_tier_test granary_master granary_node)
 # The GPU tier on the fake device backend (master and nodes with GRANARY_DEVICE_BACKEND=fake),
 # on gpu_tier_fixture.h: only where granary_node carries the fake (GRANARY_DEVICE_FAKE, the
 # top-level CMakeLists.txt). Each binary has a twin running the same bodies on the CUDA runtime

@@ -163,12 +163,12 @@ absl::StatusOr<bool> ParsePoolSpill(const YAML::Node& node, absl::string_view wh
       absl::StrCat("'", Printable(text), "' is not a boolean; expected true or false"));
 }
 
-// host, gpu or any.
+// host, gpu, any or disk.
 absl::StatusOr<common::TierPreference> ParseDefaultTier(const YAML::Node& node,
                                                         absl::string_view who) {
   if (!node.IsScalar()) {
     return FieldError(who, "default_tier", node,
-                      absl::StrCat("expected host, gpu or any, got ", KindName(node)));
+                      absl::StrCat("expected host, gpu, any or disk, got ", KindName(node)));
   }
   absl::StatusOr<common::TierPreference> t = common::ParseTierPreference(node.Scalar());
   if (!t.ok()) return FieldError(who, "default_tier", node, t.status().message());

@@ -27,7 +27,7 @@ struct TenantPolicy {
   // memory that other tenants' read keys cover. No effect without a pool.
   bool pool_spill = false;
   // Where its puts go when the client names no tier (PutOptions::tier kTenantDefault, and every
-  // put of the Python and Mooncake layers): host, gpu or any (common/tier_preference.h).
+  // put of the Python and Mooncake layers): host, gpu, any or disk (common/tier_preference.h).
   common::TierPreference default_tier = common::TierPreference::kHost;
   bool operator==(const TenantPolicy&) const = default;
 };
@@ -40,7 +40,7 @@ struct TenantPolicy {
 //       max_entries: 200000   # optional
 //       token_sha256: ba78…ad # optional: sha256 of the client token, 64 hex characters
 //       pool_spill: false     # optional, default false: see TenantPolicy::pool_spill
-//       default_tier: host    # optional, default host: host, gpu or any
+//       default_tier: host    # optional, default host: host, gpu, any or disk
 // Tenants are kept sorted by name.
 struct Policy {
   std::vector<TenantPolicy> tenants;
@@ -65,7 +65,7 @@ struct Policy {
 // is not a positive integer with an optional unit or that overflows 2^63-1; a max_entries that
 // is not a positive integer; a token_sha256 that is not 64 hex digits (upper case is accepted
 // and stored lower case); a pool_spill that is not true or false; a default_tier that is not
-// host, gpu or any; unknown keys at any level; YAML
+// host, gpu, any or disk; unknown keys at any level; YAML
 // syntax errors (with line). An empty document is an error; `tenants: []` is an empty policy.
 [[nodiscard]] absl::StatusOr<Policy> ParsePolicy(absl::string_view yaml);
 

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/mutex.h"
+#include "proto/disk_layout.h"
 
 struct io_uring;
 
@@ -34,9 +35,7 @@ struct DiskOptions {
   std::function<int(DiskOp op, uint64_t offset, size_t bytes)> fault;
 };
 
-// Offsets and lengths on a disk tier are multiples of this (O_DIRECT's unit on 4Kn devices and
-// on every file system Linux has; 512-byte devices accept it too).
-inline constexpr uint64_t kDiskBlock = 4096;
+using proto::kDiskBlock;
 
 // One disk tier: a preallocated file of options.size bytes under options.path, read and
 // written in batches through one io_uring.
@@ -99,7 +98,6 @@ struct FreeDeleter {
 using AlignedBuffer = std::unique_ptr<unsigned char[], FreeDeleter>;
 [[nodiscard]] AlignedBuffer NewAlignedBuffer(size_t bytes);
 
-// n rounded up to a multiple of kDiskBlock.
-constexpr uint64_t DiskBlocks(uint64_t n) { return (n + kDiskBlock - 1) / kDiskBlock * kDiskBlock; }
+using proto::DiskBlocks;
 
 }  // namespace granary::node

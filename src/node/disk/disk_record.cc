@@ -26,14 +26,6 @@ uint64_t PreambleChecksum(const unsigned char* p, size_t preamble_bytes) {
 
 }  // namespace
 
-uint64_t DiskPreambleBytes(size_t tenant_bytes, size_t key_bytes) {
-  return DiskBlocks(sizeof(DiskRecordHeader) + tenant_bytes + key_bytes);
-}
-
-uint64_t DiskRecordBytes(size_t tenant_bytes, size_t key_bytes, uint64_t value_length) {
-  return DiskPreambleBytes(tenant_bytes, key_bytes) + DiskBlocks(value_length);
-}
-
 absl::Status EncodeDiskPreamble(const DiskRecordMeta& meta, absl::Span<unsigned char> out) {
   if (meta.tenant.size() > proto::kMaxTenantIdBytes || meta.key.size() > proto::kMaxKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat(

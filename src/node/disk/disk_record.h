@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "proto/disk_layout.h"
 
 namespace granary::node {
 
@@ -51,10 +52,11 @@ struct DiskRecordMeta {
   uint64_t value_checksum = 0;
 };
 
-// The preamble's bytes for a tenant and key of these sizes (a multiple of kDiskBlock).
-uint64_t DiskPreambleBytes(size_t tenant_bytes, size_t key_bytes);
-// The record's bytes on disk: preamble plus value, each in whole blocks.
-uint64_t DiskRecordBytes(size_t tenant_bytes, size_t key_bytes, uint64_t value_length);
+// The preamble's and the record's bytes (proto/disk_layout.h, which the master sizes
+// allocations with).
+using proto::DiskPreambleBytes;
+using proto::DiskRecordBytes;
+static_assert(sizeof(DiskRecordHeader) == proto::kDiskRecordHeaderBytes);
 
 // Writes the preamble for `meta` into out (DiskPreambleBytes long, zeroed past the key).
 // INVALID_ARGUMENT when the tenant or key is over the wire limits or out is the wrong size.

@@ -80,7 +80,8 @@ void DiskStore::Get(absl::Span<const GetOp> ops, std::vector<absl::Status>* stat
             "disk tier ", file_->file(), " offset ", op.offset, ": ", meta.status().message()));
         continue;
       }
-      if (meta->generation != op.generation || meta->key_hash != op.key_hash ||
+      if ((op.generation != 0 &&
+           (meta->generation != op.generation || meta->key_hash != op.key_hash)) ||
           meta->value_length != op.out.size()) {
         (*statuses)[i] = absl::UnavailableError(absl::StrCat(
             "disk replica at offset ", op.offset, " holds generation ", meta->generation,
@@ -96,6 +97,7 @@ void DiskStore::Get(absl::Span<const GetOp> ops, std::vector<absl::Status>* stat
         continue;
       }
       if (!value.empty()) std::memcpy(op.out.data(), value.data(), value.size());
+      if (op.found != nullptr) *op.found = *std::move(meta);
     }
     pending = std::move(again);
   }

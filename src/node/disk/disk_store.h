@@ -38,9 +38,12 @@ class DiskStore {
   };
   struct GetOp {
     uint64_t offset = 0;
+    // The object expected there; generation 0: whichever object of out.size() bytes is there
+    // (the caller checks `found`, as a client checks a memory replica's header).
     uint64_t generation = 0;
     uint64_t key_hash = 0;
-    absl::Span<unsigned char> out;  // value_length bytes
+    absl::Span<unsigned char> out;    // value_length bytes
+    DiskRecordMeta* found = nullptr;  // when set: the record's meta, on success
   };
 
   explicit DiskStore(std::unique_ptr<DiskFile> file) : file_(std::move(file)) {}

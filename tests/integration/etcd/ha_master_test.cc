@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "granary/client.h"
 #include "granary/embedded_node.h"
 #include "granary/error_reason.h"
@@ -119,34 +120,27 @@ class HaMasterTest : public ::testing::Test {
     for (int attempt = 0;; ++attempt) {
       auto m = std::make_unique<Master>();
       m->rpc_port = FreePort();
-      do {
-        m->http_port = FreePort();
-      } while (m->http_port == m->rpc_port);
-      std::vector<std::string> argv = {BinDir() + "/granary_master",
-                                       absl::StrCat("--rpc_port=", m->rpc_port),
-                                       absl::StrCat("--metrics_port=", m->http_port),
-                                       "--metrics_host=127.0.0.1",
-                                       "--enable_ha",
-                                       "--etcd_endpoints=" + etcd_->Endpoint(),
-                                       "--cluster_id=" + cluster_id_,
-                                       absl::StrCat("--ha_lease_ttl_sec=", kTtlSec),
-                                       "--client_ttl=5"};
+      while ((m->http_port = FreePort()) == m->rpc_port) continue;
+      std::vector<std::string> argv = absl::StrSplit(
+          absl::StrCat(BinDir(), "/granary_master --rpc_port=", m->rpc_port,
+                       " --metrics_port=", m->http_port,
+                       " --metrics_host=127.0.0.1 --enable_ha --etcd_endpoints=", etcd_->Endpoint(),
+                       " --cluster_id=", cluster_id_, " --ha_lease_ttl_sec=", kTtlSec,
+                       " --client_ttl=5"),
+          ' ');
       for (auto& e : extra) argv.push_back(e);
       auto p = Process::Start(argv, {"UCX_TLS=tcp"},
                               absl::StrCat(dir_, "/master", masters_.size(), "-", attempt, ".log"));
       EXPECT_TRUE(p.ok()) << p.status();
       if (!p.ok()) return nullptr;
-      m->process = std::move(*p);
-      Process& process = *m->process;
+      Process& process = *(m->process = std::move(*p));
       const bool up =
           WaitMs([&] { return HttpGet(m->http_port, "/health").ok() || !process.Running(); },
                  std::chrono::seconds(10)) >= 0 &&
           process.Running();
       if (!up && attempt < 2 && ExitedOnABusyPort(process)) continue;
-      Master* raw = m.get();
-      masters_.push_back(std::move(m));
       EXPECT_TRUE(up) << "master did not come up";
-      return raw;
+      return masters_.emplace_back(std::move(m)).get();
     }
   }
 

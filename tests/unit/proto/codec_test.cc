@@ -503,7 +503,7 @@ TEST(MessageCodec, UnknownRoleIsRejected) {
 
 TEST(MessageCodec, UnknownTierIsRejected) {
   MountSegmentRequest mount = SampleMount();
-  mount.tier = static_cast<Tier>(2);
+  mount.tier = static_cast<Tier>(3);
   ExpectInvalid(DecodeAs<MountSegmentRequest>(Body(mount)), "unknown tier");
   SegmentsReply segs = SampleSegmentsReply();
   segs.segments[1].tier = static_cast<Tier>(255);

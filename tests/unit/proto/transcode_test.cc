@@ -124,26 +124,45 @@ TEST(Transcode, OnlyVersionsThisBuildSpeaks) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-// Protocol 14 appended GetRequest::lease_ms: a protocol-13 master never sees it, and a
-// protocol-13 client's Get reaches a protocol-14 master with the default (0).
-TEST(Transcode, GetRequestsLeaseCrossesTheWindow) {
-  static_assert(kMinProtocolVersion <= 13 && kProtocolVersion >= 14);
-  const GetRequest asked{{"a", "bb"}, 9000};
-  const std::string v14 = EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 3, asked, 14);
-  absl::StatusOr<std::string> down = TranscodeFrame(v14, 13);
+// Protocol 15 appended WriteRequest::tenant and ::keys (a disk record keeps them): a
+// protocol-14 node never sees them, and a protocol-14 client's Write reaches a protocol-15 node
+// without them (which a disk tier refuses; memory takes it as before).
+TEST(Transcode, WriteRequestsNamesCrossTheWindow) {
+  static_assert(kMinProtocolVersion <= 14 && kProtocolVersion >= 15);
+  WriteRequest asked;
+  asked.entries = {{4096, 3}};
+  asked.data = std::string(kAllocHeaderSize + 3, 'x');
+  asked.tenant = "t1";
+  asked.keys = {"k"};
+  const std::string v15 = EncodeFrame(static_cast<uint16_t>(MsgType::kWrite), 3, asked, 15);
+  absl::StatusOr<std::string> down = TranscodeFrame(v15, 14);
   ASSERT_TRUE(down.ok()) << down.status();
-  EXPECT_EQ(down->size(), v14.size() - 4) << "lease_ms (4 bytes) dropped";
+  EXPECT_EQ(down->size(), v15.size() - (4 + 2) - (4 + 4 + 1)) << "tenant and keys dropped";
   absl::StatusOr<FrameView> f = DecodeFrame(*down);
   ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->header.version, 13);
-  absl::StatusOr<GetRequest> old = DecodeBody<GetRequest>(f->body, 13);
+  EXPECT_EQ(f->header.version, 14);
+  absl::StatusOr<WriteRequest> old = DecodeBody<WriteRequest>(f->body, 14);
   ASSERT_TRUE(old.ok()) << old.status();
-  EXPECT_EQ(old->keys, asked.keys);
-  EXPECT_EQ(old->lease_ms, 0u);
-  // Up again: the keys survive, the lease is the default.
-  absl::StatusOr<std::string> up = TranscodeFrame(*down, 14);
+  EXPECT_EQ(old->entries.size(), 1u);
+  EXPECT_EQ(old->data, asked.data);
+  EXPECT_TRUE(old->tenant.empty());
+  EXPECT_TRUE(old->keys.empty());
+  // Up again: the entries and data survive, the names are the defaults (none).
+  absl::StatusOr<std::string> up = TranscodeFrame(*down, 15);
   ASSERT_TRUE(up.ok()) << up.status();
-  EXPECT_EQ(*up, EncodeFrame(static_cast<uint16_t>(MsgType::kGet), 3, GetRequest{asked.keys}, 14));
+  WriteRequest plain = asked;
+  plain.tenant.clear();
+  plain.keys.clear();
+  EXPECT_EQ(*up, EncodeFrame(static_cast<uint16_t>(MsgType::kWrite), 3, plain, 15));
+  // Keys must be one per entry (or none).
+  WriteRequest bad = asked;
+  bad.keys = {"k", "l"};
+  const std::string frame = EncodeFrame(static_cast<uint16_t>(MsgType::kWrite), 4, bad, 15);
+  absl::StatusOr<FrameView> bf = DecodeFrame(frame);
+  ASSERT_TRUE(bf.ok());
+  absl::StatusOr<WriteRequest> decoded = DecodeBody<WriteRequest>(bf->body, 15);
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(decoded.status().message().find("names 2 keys"), std::string::npos) << decoded.status();
 }
 
 TEST(Transcode, MessageSinceIsTheTablesColumn) {
