@@ -7,10 +7,12 @@
 #     and with two (redis-benchmark runs -c 2),
 #   - granary_bench memcpy: one thread copying the same shapes with no store (the copy ceiling),
 #   - bench/full_store.sh: 4 KiB puts into a full store (each evicts) against Redis at maxmemory,
-#   - bench/python_overhead.py: the Mooncake-compatible Python class against granary_bench.
+#   - bench/python_overhead.py: the Mooncake-compatible Python class against granary_bench,
+#   - the CLI's cold put and get of a 100-byte value, a new process each (as a shell script
+#     uses it), against redis-cli SET and GET.
 # Each figure is the median of RUNS runs. Prints a table with ratios, writes
 # bench/results/compare.json, bench/results/compare.md and bench/results/bandwidth.png.
-# Usage: bench/compare.sh [--quick]   (env: RUNS, PY_ROUNDS, SIZES, DURATION, BUILD_DIR)
+# Usage: bench/compare.sh [--quick]   (env: RUNS, PY_ROUNDS, SIZES, DURATION, BUILD_DIR, CLI_OPS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
@@ -20,7 +22,8 @@ PY_ROUNDS="${PY_ROUNDS:-9}"
 SIZES="${SIZES:-4096 65536 1048576}"
 DURATION="${DURATION:-2}"
 BATCH="${BATCH:-32}"
-if [[ "${1:-}" == "--quick" ]]; then RUNS=1; PY_ROUNDS=1; DURATION=1; fi
+CLI_OPS="${CLI_OPS:-200}"
+if [[ "${1:-}" == "--quick" ]]; then RUNS=1; PY_ROUNDS=1; DURATION=1; CLI_OPS=50; fi
 source bench/common.sh
 RAW="$OUT/raw.jsonl"
 : >"$RAW"
@@ -100,6 +103,43 @@ for r in json.load(open(sys.argv[1])):
                       "keys_per_s": r["keys_per_s"], "p99_us": r.get("p99_us"),
                       "round": int(sys.argv[4])}))
 PYEOF
+}
+
+# --- the first minute: CLI_OPS cold `granary put` and `granary get` of a 100-byte value, each
+# a new process as a shell script runs it (start, connect to the master, the call, exit),
+# against as many `redis-cli SET` and `GET` of the same value to a redis-server on the same
+# host. Recorded in keys/s (ops per second of wall time); the table shows ms per operation.
+cli_cold() {
+  local n="$CLI_OPS" value i t0 t1 t2 t3 t4 p
+  value=$(printf 'v%.0s' $(seq 100))
+  printf '%s' "$value" >"$OUT/cli_value"
+  start_cluster cli -- --host_segment_size=256MB
+  p=$(port)
+  redis-server --port "$p" --save "" --appendonly no --bind 127.0.0.1 >/dev/null 2>&1 &
+  pids+=($!)
+  for _ in $(seq 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  local g=("$BIN/granary" --master="127.0.0.1:$RPC")
+  t0=$(date +%s%N)
+  for i in $(seq "$n"); do "${g[@]}" put "cold$ROUND-$i" "$OUT/cli_value" 2>/dev/null; done
+  t1=$(date +%s%N)
+  for i in $(seq "$n"); do "${g[@]}" get "cold$ROUND-$i" >/dev/null 2>&1; done
+  t2=$(date +%s%N)
+  for i in $(seq "$n"); do redis-cli -p "$p" SET "cold$ROUND-$i" "$value" >/dev/null; done
+  t3=$(date +%s%N)
+  for i in $(seq "$n"); do redis-cli -p "$p" GET "cold$ROUND-$i" >/dev/null; done
+  t4=$(date +%s%N)
+  stop_cluster  # the master, the node and redis-server
+  local ops=("granary cli-put $t0 $t1" "granary cli-get $t1 $t2" "redis cli-put $t2 $t3"
+             "redis cli-get $t3 $t4")
+  for o in "${ops[@]}"; do
+    read -r tool mode a b <<<"$o"
+    record "$tool" "$mode" default 100 0 "$($PY -c "print($n * 1e9 / ($b - $a))")"
+  done
+  printf '   cold CLI, ms per op: granary put %s get %s, redis-cli SET %s GET %s\n' \
+    "$($PY -c "print(f'{($t1 - $t0) / $n / 1e6:.1f}')")" \
+    "$($PY -c "print(f'{($t2 - $t1) / $n / 1e6:.1f}')")" \
+    "$($PY -c "print(f'{($t3 - $t2) / $n / 1e6:.1f}')")" \
+    "$($PY -c "print(f'{($t4 - $t3) / $n / 1e6:.1f}')")"
 }
 
 # --- granary: a master and a node on loopback with the given transport.
@@ -206,6 +246,8 @@ for r in $(seq "$RUNS"); do
   done
   echo "== round $r of $RUNS: redis"
   for s in $SIZES; do redis_bench "$s"; done
+  echo "== round $r of $RUNS: cold CLI against redis-cli"
+  cli_cold
   echo "== round $r of $RUNS: granary"
   granary_bench default 1
   granary_bench tcp 1

@@ -28,8 +28,8 @@ rows = []
 for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][2], kv[0][3], kv[0][1])):
     if tool != "granary":
         continue
-    if mode.startswith("meta-") or mode == "master-bytes-per-object":
-        continue  # the targets table below
+    if mode.startswith("meta-") or mode == "master-bytes-per-object" or mode.startswith("cli-"):
+        continue  # the targets and cold CLI tables below
     # "get/threads=2": two client threads, compared with redis-benchmark's two connections only.
     # "get/batch=1": single operations, one thread, against redis-benchmark -c 1 -P 1 (its
     # records carry the same mode).
@@ -95,10 +95,25 @@ for (tool, mode, tls, size), m in sorted(med.items(), key=lambda kv: (kv[0][3], 
                      "ucx_perftest": p["gbps"] if p else None,
                      "memcpy_dram": d["gbps"] if d else None, "granary": g["gbps"] if g else None})
 
+# The CLI cold, one process per operation (keys_per_s is operations per second of wall time),
+# against redis-cli: ms per operation, and redis-cli's time over granary's (>= 1: granary faster).
+cold_cli = []
+for op in ("put", "get"):
+    g = med.get(("granary", f"cli-{op}", "default", 100))
+    r = med.get(("redis", f"cli-{op}", "default", 100))
+    if not g or not r:
+        continue
+    rounds = [g["by_round"][k] / r["by_round"][k] for k in sorted(g["by_round"])
+              if r["by_round"].get(k)]
+    cold_cli.append({"op": op, "granary_ms": 1e3 / g["keys_per_s"],
+                     "redis_cli_ms": 1e3 / r["keys_per_s"],
+                     "ratio": g["keys_per_s"] / r["keys_per_s"], "runs": g["runs"],
+                     "round_ratios": rounds or None})
+
 with open(f"{out}/compare.json", "w") as f:
     json.dump({"medians": [dict(zip(("tool", "mode", "transport", "block_size"), k), **v)
                            for k, v in med.items()], "ratios": rows, "targets": targets,
-               "ceilings": ceilings},
+               "ceilings": ceilings, "cold_cli": cold_cli},
               f, indent=2)
 lines = ["| mode | transport | block | unit | granary | p99 per batch | reference | ref value | ratio "
          "| ratio per round |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -122,6 +137,15 @@ if ceilings:
     for c in ceilings:
         lines.append(f"| {c['mode']} | {size_name(c['block_size'])} | {gb(c['ucx_perftest'])} | "
                      f"{gb(c['memcpy_hot'])} | {gb(c['memcpy_dram'])} | {gb(c['granary'])} |")
+if cold_cli:
+    lines += ["", "| cold CLI, 100 B, a new process per op | granary ms/op | redis-cli ms/op | "
+              "ratio (redis-cli time / granary time) | ratio per round |", "|---|---|---|---|---|"]
+    for c in cold_cli:
+        rounds = ("-" if not c["round_ratios"] or len(c["round_ratios"]) < 2
+                  else " ".join(f"{x:.2f}" for x in c["round_ratios"]))
+        lines.append(f"| {c['op']} (redis-cli {'SET' if c['op'] == 'put' else 'GET'}) | "
+                     f"{c['granary_ms']:.1f} | {c['redis_cli_ms']:.1f} | {c['ratio']:.2f}x | "
+                     f"{rounds} |")
 table = "\n".join(lines)
 open(f"{out}/compare.md", "w").write(table + "\n")
 print(table)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2: install, build, and run the whole test suite through ctest:
 #   0. the format check: every C++ and CUDA source is as clang-format (.clang-format) writes it,
-#      and the docs site builds (mkdocs build --strict);
+#      the docs site builds (mkdocs build --strict) and no list of it renders flat;
 #   1. the normal build (warnings are errors), the Python module installed for /usr/bin/python3
 #      (scripts/install_python.sh), and every test: unit, integration, install, chaos, fuzz,
 #      python (pytest), browser (the dashboard in headless Chromium), gpu (skips without a
@@ -26,6 +26,8 @@ bash scripts/format.sh --check
 # so it runs before the build (ctest runs it again as docs_site).
 echo "== docs site (mkdocs build --strict)"
 PYTHONWARNINGS=ignore::DeprecationWarning mkdocs build --strict --quiet -d "${GRANARY_BUILD_DIR:-build}/site"
+# Nested lists at 4 spaces, as Python-Markdown wants them (ctest runs it again as docs_lists).
+/usr/bin/python3 tests/docs/docs_lists_check.py .
 
 GRANARY_WERROR_FLAG="-DGRANARY_WERROR=${GRANARY_WERROR:-ON}"
 # The fake device backend (test code) in granary_node, the Python module and granary_gpu_check:

@@ -15,14 +15,25 @@ endif()
 set_tests_properties(docs_site PROPERTIES LABELS unit TIMEOUT 120
   ENVIRONMENT "PYTHONWARNINGS=ignore::DeprecationWarning")
 
+# Lists that GitHub nests but the site renders flat (Python-Markdown nests at 4 spaces, and
+# starts a list only after a blank line): tests/docs/docs_lists_check.py over README.md and
+# docs/, and the check's own test, which renders its examples with Python-Markdown (label unit).
+# Debian's python3, as tests/lint/tests.cmake finds it (this list may be read first).
+find_program(GRANARY_LINT_PYTHON python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(NOT GRANARY_LINT_PYTHON)
+  find_program(GRANARY_LINT_PYTHON python3 REQUIRED)
+endif()
+add_test(NAME docs_lists
+  COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/docs_lists_check.py
+    ${PROJECT_SOURCE_DIR})
+add_test(NAME docs_lists_self_test
+  COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/docs_lists_check_test.py)
+set_tests_properties(docs_lists docs_lists_self_test PROPERTIES LABELS unit TIMEOUT 60
+  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+
 # The blocks need the Python module (so not in the sanitizer trees, which build none) and an
 # install of the tree for the C++ blocks (label install, as the install test).
 if(TARGET granary_python)
-  # Debian's python3, as tests/lint/tests.cmake finds it (this list may be read first).
-  find_program(GRANARY_LINT_PYTHON python3 PATHS /usr/bin NO_DEFAULT_PATH)
-  if(NOT GRANARY_LINT_PYTHON)
-    find_program(GRANARY_LINT_PYTHON python3 REQUIRED)
-  endif()
   add_test(NAME docs_blocks
     COMMAND ${GRANARY_LINT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/docs_blocks_test.py
       --source ${PROJECT_SOURCE_DIR} --build ${CMAKE_BINARY_DIR})
