@@ -57,6 +57,8 @@ struct ObjectInfo {
   // The node address (host:port, as SegmentInfo::node_address) of each complete replica. Filled
   // by Client::Stat (empty while the object is not complete, and in List's results).
   std::vector<std::string> replica_addresses;
+  // The tier of each of those replicas ("host", "gpu" or "disk"), in the same order.
+  std::vector<std::string> replica_tiers;
 };
 
 // One mounted segment.
@@ -65,7 +67,7 @@ struct SegmentInfo {
   std::string name;
   std::string node_id;
   std::string node_address;
-  std::string tier;  // "host" or "gpu"
+  std::string tier;  // "host", "gpu" or "disk"
   std::string pool;  // tenant of a dedicated pool, or empty
   uint64_t size = 0;
   uint64_t used = 0;

@@ -272,9 +272,11 @@ class _GetMixin:
     def _descs(self, c, key):
         info = c.stat(key)
         addrs = list(getattr(info, "replica_addresses", []) or [])
+        tiers = list(getattr(info, "replica_tiers", []) or [])
         if not addrs:
             addrs = [""] * int(getattr(info, "replicas", 0) or 0)
-        return [ReplicaDescriptor(int(info.size), a) for a in addrs]
+        tiers += ["host"] * (len(addrs) - len(tiers))
+        return [ReplicaDescriptor(int(info.size), a, tier=t) for a, t in zip(addrs, tiers)]
 
     def get_replica_desc(self, key):
         args.check_key(key, "get_replica_desc")

@@ -125,33 +125,53 @@ class MemoryDescriptor:
         self.buffer_descriptor = buffer_descriptor
 
 
+class DiskDescriptor:
+    """Where one disk replica lives: `object_size`, and `file_path`, which names the node
+    (granary://host:port): the node reads its disk tier for its clients, so there is no file a
+    client opens itself."""
+
+    __slots__ = ("file_path", "object_size")
+
+    def __init__(self, file_path="", object_size=0):
+        self.file_path = file_path
+        self.object_size = object_size
+
+
 class ReplicaDescriptor:
-    """One replica of an object. Granary keeps replicas in memory only."""
+    """One replica of an object: in a node's memory (tier host or gpu), or on a node's disk tier
+    (tier disk, a disk replica). Granary has no client-local disk replicas."""
 
-    __slots__ = ("status", "_memory")
+    __slots__ = ("status", "_memory", "_tier")
 
-    def __init__(self, size, endpoint, status=ReplicaStatus.COMPLETE):
+    def __init__(self, size, endpoint, status=ReplicaStatus.COMPLETE, tier="host"):
         self.status = status
         self._memory = MemoryDescriptor(BufferDescriptor(size, 0, endpoint))
+        self._tier = tier
 
     def is_memory_replica(self):
-        return True
+        return self._tier != "disk"
 
     def is_disk_replica(self):
-        return False
+        return self._tier == "disk"
 
     def is_local_disk_replica(self):
         return False
 
     def get_memory_descriptor(self):
+        if self._tier == "disk":
+            raise RuntimeError("this replica is on a node's disk tier; it has no memory descriptor")
         return self._memory
 
     def get_disk_descriptor(self):
-        raise RuntimeError("Granary replicas are memory replicas; there is no disk descriptor")
+        if self._tier != "disk":
+            raise RuntimeError("this replica is in memory; it has no disk descriptor")
+        bd = self._memory.buffer_descriptor
+        return DiskDescriptor(f"granary://{bd.transport_endpoint}", bd.size)
 
     def __repr__(self):
         bd = self._memory.buffer_descriptor
-        return f"<ReplicaDescriptor {self.status.name} size={bd.size} at {bd.transport_endpoint}>"
+        return (f"<ReplicaDescriptor {self.status.name} {self._tier} size={bd.size} at "
+                f"{bd.transport_endpoint}>")
 
 
 # Every allocation of every MooncakeHostMemAllocator: Mooncake's allocator is a process-wide

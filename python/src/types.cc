@@ -87,10 +87,12 @@ it. Immutable and hashable. Fields are str (or bytes, when not valid UTF-8).
 }
 
 std::string ObjectInfoRepr(const ObjectInfo& o) {
-  return absl::StrCat("ObjectInfo(key=", Repr(o.key), ", size=", o.size,
-                      ", generation=", o.generation, ", complete=", o.complete ? "True" : "False",
-                      ", replicas=", o.replicas, ", age_ms=", o.age_ms, ", replica_addresses=",
-                      py::repr(py::cast(o.replica_addresses)).cast<std::string>(), ")");
+  return absl::StrCat(
+      "ObjectInfo(key=", Repr(o.key), ", size=", o.size, ", generation=", o.generation,
+      ", complete=", o.complete ? "True" : "False", ", replicas=", o.replicas,
+      ", age_ms=", o.age_ms,
+      ", replica_addresses=", py::repr(py::cast(o.replica_addresses)).cast<std::string>(),
+      ", replica_tiers=", py::repr(py::cast(o.replica_tiers)).cast<std::string>(), ")");
 }
 
 void BindObjectInfo(py::module_& m) {
@@ -108,6 +110,8 @@ void BindObjectInfo(py::module_& m) {
       .def_readonly("replica_addresses", &ObjectInfo::replica_addresses,
                     "list[str]: the node address (host:port) of each complete replica; filled "
                     "by stat(), empty in list() results.")
+      .def_readonly("replica_tiers", &ObjectInfo::replica_tiers,
+                    "list[str]: the tier of each of those replicas ('host', 'gpu' or 'disk').")
       .def("__repr__", &ObjectInfoRepr);
 }
 

@@ -150,7 +150,9 @@ absl::StatusOr<ObjectInfo> ClientImpl::Stat(absl::string_view key) {
     // The segment descriptors are cached by id; a segment unmounted since the List is skipped.
     for (const proto::ReplicaDesc& r : replicas) {
       auto seg = session_->SegmentFor(r.segment_id);
-      if (seg.ok()) info.replica_addresses.push_back((*seg)->node_address);
+      if (!seg.ok()) continue;
+      info.replica_addresses.push_back((*seg)->node_address);
+      info.replica_tiers.push_back((*seg)->gpu ? "gpu" : (*seg)->disk ? "disk" : "host");
     }
   }
   return info;
