@@ -50,6 +50,9 @@ DEFINE_double(warmup, 0,
               "get/put/mixed: seconds of the same loop, untimed, before the measured part");
 DEFINE_string(working_set, "256MB",
               "Bytes of distinct keys per thread (get/mixed prefill; put recycles)");
+DEFINE_string(tier, "",
+              "get/put/mixed: the tier puts ask for (host, gpu, any, disk); empty = the "
+              "tenant's default_tier");
 DEFINE_string(out, "", "Write JSON records here (CSV when the name ends in .csv)");
 DEFINE_string(log_level, "warning", "debug|info|warning|error");
 DEFINE_string(progress, "auto",
@@ -171,6 +174,8 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
     return;
   }
   granary::Client& client = **c;
+  granary::PutOptions put_options;
+  if (!FLAGS_tier.empty()) put_options.tier = *granary::ParseStorageTier(FLAGS_tier);
   const int batch = FLAGS_batch;
   uint64_t ws_bytes = *granary::common::ParseSize(FLAGS_working_set);
   size_t ws_keys = std::max<size_t>(batch, ws_bytes / block / batch * batch);
@@ -191,7 +196,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
   if (mode != "put") {
     for (size_t i = 0; i < ws_keys; i += batch) {
       for (int j = 0; j < batch; ++j) keys[j] = key(i + j);
-      for (const auto& st : client.BatchPutFrom(keys, srcs, sizes)) {
+      for (const auto& st : client.BatchPutFrom(keys, srcs, sizes, put_options)) {
         if (!st.ok() && !absl::IsAlreadyExists(st)) {
           fprintf(stderr, "granary_bench: prefill: %s\n", st.ToString().c_str());
           failed->store(true);
@@ -225,7 +230,7 @@ void RunThread(const std::string& mode, int t, uint64_t block, ThreadResult* out
     int64_t t0 = granary::common::MonotonicUs();
     uint64_t ok = 0;
     if (do_put) {
-      auto res = client.BatchPutFrom(keys, srcs, sizes);
+      auto res = client.BatchPutFrom(keys, srcs, sizes, put_options);
       for (int j = 0; j < batch; ++j) {
         present[(base + j) % ws_keys] = res[j].ok();
         ok += res[j].ok();
@@ -559,6 +564,11 @@ int main(int argc, char** argv) {
             "granary_bench: --lanes %d: more than one lane is supported in meta mode "
             "only (put, get and mixed run one batch at a time per thread)\n",
             FLAGS_lanes);
+    return 2;
+  }
+  if (!FLAGS_tier.empty() && !granary::ParseStorageTier(FLAGS_tier).ok()) {
+    fprintf(stderr, "granary_bench: --tier: %s\n",
+            std::string(granary::ParseStorageTier(FLAGS_tier).status().message()).c_str());
     return 2;
   }
   if (!granary::common::ParseSize(FLAGS_working_set).ok()) {

@@ -25,9 +25,9 @@ absl::Status DiskValueError(uint64_t size, int device) {
         absl::StrCat("a disk-tier replica moves to and from host memory only, not device ", device,
                      "'s: read it into host memory, or put it on the host or gpu tier"));
   }
-  if (size > proto::kMaxMessageValue) {
+  if (size > proto::kMaxDiskValue) {
     return absl::FailedPreconditionError(
-        absl::StrCat("a value of ", size, " bytes is over the ", proto::kMaxMessageValue,
+        absl::StrCat("a value of ", size, " bytes is over the ", proto::kMaxDiskValue,
                      " bytes a disk-tier replica holds (one Read or Write message)"));
   }
   return absl::OkStatus();
@@ -41,15 +41,25 @@ void AddInline(const std::string& node, proto::InlineEntry entry, void* header, 
     return x.node == node && x.disk == disk && !x.alone;
   });
   InlineGroup* group = g == groups->rend() ? nullptr : &*g;
-  if (alone || group == nullptr || group->value_bytes + entry.length > proto::kMaxInlineMessage) {
+  // A disk tier's node submits a message's records together, with its queue depth: its
+  // messages are as large as a frame takes (a value, its header and its key each, with the
+  // node's margin: NodeService::CheckInline), not kMaxInlineMessage.
+  const uint64_t limit = disk ? proto::kMaxDiskValue : proto::kMaxInlineMessage;
+  const uint64_t extra = disk ? proto::kAllocHeaderSize + 4 + name->size() : 0;
+  const uint64_t bytes = entry.length + extra;
+  if (alone || group == nullptr || group->value_bytes + bytes > limit) {
     group = &groups->emplace_back();
     group->node = node;
-    group->other_host = other_host;
+    // A disk tier's messages go over a tcp connection even to a same-host node: a late answer
+    // (after the node's disk I/O) over UCX 1.13's shared-memory transports could reach a
+    // client that had gone to sleep without waking it, and a put of a few MiB then timed out
+    // (bench/disk_tier.sh). Same-host memory never takes this path (mapped copies).
+    group->other_host = other_host || disk;
     group->disk = disk;
     group->alone = alone;
   }
   if (disk) group->names.push_back(*name);
-  group->value_bytes += entry.length;
+  group->value_bytes += bytes;
   group->entries.push_back(entry);
   group->headers.push_back(header);
   group->values.push_back(value);

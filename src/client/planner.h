@@ -65,7 +65,7 @@ struct InlineGroup {
 // reached over tcp alone and the value is at most proto::kMaxInlineValue bytes, or the node
 // takes messages only (PlanInputs::MessagesOnly) and the value is at most
 // proto::kMaxMessageValue bytes; or it is a disk tier (messages only, whatever the transport),
-// the value host memory of at most proto::kMaxMessageValue bytes (DiskValueError otherwise).
+// the value host memory of at most proto::kMaxDiskValue bytes (DiskValueError otherwise).
 bool Inline(PlanInputs* inputs, const transport::RemoteSegment& segment, uint64_t size, int device);
 // Adds an entry to the last group of `node` in *groups, or to a new one when there is none or
 // it would pass proto::kMaxInlineMessage (a larger value gets a group of its own).

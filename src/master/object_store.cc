@@ -143,11 +143,10 @@ proto::PutStartReply ObjectStore::PutStart(SessionId sid, const std::string& ten
     // A disk tier holds a record per replica (proto/disk_layout.h), which its node reads and
     // writes in one message.
     const bool disk = tier == common::TierPreference::kDisk;
-    if (disk && e.size > proto::kMaxMessageValue) {
-      res.status = Err(absl::InvalidArgumentError(
-          absl::StrCat("value of key ", common::QuotedKey(e.key), " is ", e.size,
-                       " bytes, over the ", proto::kMaxMessageValue,
-                       " bytes a disk-tier replica holds (one Read or Write message)")));
+    if (disk && e.size > proto::kMaxDiskValue) {
+      res.status = Err(absl::InvalidArgumentError(absl::StrCat(
+          "value of key ", common::QuotedKey(e.key), " is ", e.size, " bytes, over the ",
+          proto::kMaxDiskValue, " bytes a disk-tier replica holds (one Read or Write message)")));
       continue;
     }
     const uint64_t alloc = disk ? proto::DiskRecordBytes(tenant.size(), e.key.size(), e.size)

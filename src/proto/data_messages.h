@@ -117,6 +117,9 @@ inline constexpr uint64_t kMaxInlineMessage = 256 << 10;
 // those down at the far side (README "soak"). A value and its header fill one message at most,
 // with the node's margin for the frame header and status (NodeService::CheckInline).
 inline constexpr uint64_t kMaxMessageValue = kMaxFrameBody - 4096 - 64;
+// The largest value on a disk tier: one Write carries it with its header, and its tenant and key
+// too (at most 128 and 4,096 bytes).
+inline constexpr uint64_t kMaxDiskValue = kMaxMessageValue - 8192;
 struct ReadRequest {
   std::vector<InlineEntry> entries;
   template <class V>
