@@ -10,6 +10,7 @@
 #include "common/quote.h"
 #include "common/size.h"
 #include "master/inventory_outbox.h"
+#include "proto/disk_layout.h"
 
 namespace granary::master {
 namespace {
@@ -35,10 +36,14 @@ absl::Status CheckRecord(const proto::InventoryRecord& r) {
                                                    common::QuotedKey(r.key), " is outside 1..",
                                                    proto::kMaxValueBytes));
   }
-  if (r.alloc_size != AllocBytes(r.value_length)) {
+  // A memory replica's allocation, or a disk record's (proto/disk_layout.h); the segment's
+  // allocator then takes the range only where it is free.
+  if (r.alloc_size != AllocBytes(r.value_length) &&
+      r.alloc_size != proto::DiskRecordBytes(r.tenant.size(), r.key.size(), r.value_length)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "allocation of ", r.alloc_size, " bytes for a ", r.value_length, "-byte value of key ",
-        common::QuotedKey(r.key), " (expected ", AllocBytes(r.value_length), ")"));
+        common::QuotedKey(r.key), " (expected ", AllocBytes(r.value_length), ", or ",
+        proto::DiskRecordBytes(r.tenant.size(), r.key.size(), r.value_length), " on a disk tier)"));
   }
   if (r.generation == 0) return absl::InvalidArgumentError("generation 0");
   return absl::OkStatus();

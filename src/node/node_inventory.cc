@@ -98,9 +98,6 @@ uint32_t NodeInventory::TenantIdLocked(const std::string& tenant) {
 bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
   if (index >= segments_->size()) return false;
   const SegmentSpan& s = (*segments_)[index];
-  // A disk tier's objects are not kept here: their records on disk describe them, and nothing
-  // in memory lies at the tier's addresses to check or invalidate.
-  if (s.tier == proto::Tier::kDisk) return false;
   // The header must lie inside the segment, aligned (the CAS and the loads need 8 bytes).
   if (r.offset % proto::kAllocAlignment != 0 || r.alloc_size < proto::kAllocHeaderSize ||
       !common::OffsetWithin(s.size, r.offset, r.alloc_size)) {
@@ -113,7 +110,8 @@ bool NodeInventory::Apply(size_t index, const proto::InventoryRecord& r) {
     if (it == entries_.end() || it->second.generation != r.generation) return false;
     entries_.erase(it);
     ++layout_changes_;
-    InvalidateHeader(index, r.offset, r.generation);
+    // A disk record has no header in memory; the journal's free keeps it from coming back.
+    if (s.tier != proto::Tier::kDisk) InvalidateHeader(index, r.offset, r.generation);
     Journal(index, r);
     return true;
   }
@@ -234,6 +232,7 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
     const std::vector<ReportCursor::At>& v = c->slots[index];
     const uint64_t id = index < ids.size() ? ids[index] : 0;
     const bool on_gpu = (*segments_)[index].tier == proto::Tier::kGpu;
+    const bool on_disk = (*segments_)[index].tier == proto::Tier::kDisk;
     gpu_n = 0;
     for (; c->pos < v.size(); ++c->pos) {
       if (batch.size() >= max_records || bytes >= max_bytes) return batch;
@@ -263,10 +262,17 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
                            << "' failed, not reporting them: " << gpu.status();
         }
       }
-      const bool read = !on_gpu || gpu.ok();
-      const proto::AllocHeader h = !on_gpu ? ReadHeader(index, offset)
-                                   : read  ? (*gpu)[c->pos - gpu_from]
-                                           : proto::AllocHeader{};
+      absl::StatusOr<proto::AllocHeader> disk_header = proto::AllocHeader{};
+      if (on_disk) {
+        disk_header = disk_header_ ? disk_header_(index, offset)
+                                   : absl::StatusOr<proto::AllocHeader>(
+                                         absl::FailedPreconditionError("no disk reader"));
+      }
+      const bool read = on_disk ? disk_header.ok() : !on_gpu || gpu.ok();
+      const proto::AllocHeader h = on_disk   ? (read ? *disk_header : proto::AllocHeader{})
+                                   : !on_gpu ? ReadHeader(index, offset)
+                                   : read    ? (*gpu)[c->pos - gpu_from]
+                                             : proto::AllocHeader{};
       if (!read ||
           !proto::CheckAllocHeader(h, e.generation, common::HashBytes(e.key), e.value_length)
                .ok()) {

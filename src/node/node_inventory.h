@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,9 +42,9 @@ namespace granary::node {
 //   swaps the generation word with a device atomic (CompareExchange64: one launch and a wait).
 //   A device error on either is counted in mismatches (the entries are dropped, never reported
 //   unchecked) or, for a free, in gpu_errors().
-// - Disk tiers (tier disk) are not kept: Apply ignores their records. Their objects are not
-//   reported after a master restart yet (they are dropped with it, and their space reused; a
-//   reader checks each record's generation, so none is served as another object).
+// - Disk tiers (tier disk) are kept too, with no header in memory: a free only forgets the entry
+//   (the journal's free record keeps a freed record from being re-adopted), and Report reads
+//   each record's preamble through the disk reader (SetDiskHeaderReader) as its header.
 // - Report() lists every entry for a re-mount, each checked against the 64-byte AllocHeader in
 //   this node's memory (magic, generation, key hash, value length); a mismatch (the space was
 //   overwritten, or its free record was lost) is dropped and counted.
@@ -58,6 +59,11 @@ class NodeInventory {
 
  public:
   explicit NodeInventory(const std::vector<SegmentSpan>* segments) : segments_(segments) {}
+  // The header of the record at `offset` of disk tier `index` (from its preamble), for Report.
+  using DiskHeaderReader =
+      std::function<absl::StatusOr<proto::AllocHeader>(size_t index, uint64_t offset)>;
+  // Before any report (NodeServer::Create).
+  void SetDiskHeaderReader(DiskHeaderReader reader) { disk_header_ = std::move(reader); }
   ~NodeInventory();
   NodeInventory(const NodeInventory&) = delete;
   NodeInventory& operator=(const NodeInventory&) = delete;
@@ -130,6 +136,7 @@ class NodeInventory {
   using Slot = std::pair<uint32_t, uint64_t>;  // segment index, offset
 
   // The header at `offset` of segment `index`, read word by word (a writer may be writing it).
+  DiskHeaderReader disk_header_;  // set once, before any report
   // These two are the only places the inventory touches segment memory, which clients write
   // one-sided at any time; tests/tsan.supp names them for that reason (not inlined, so that
   // their frames carry the qualified name the suppression matches).

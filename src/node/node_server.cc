@@ -61,18 +61,36 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   NodeMetrics::RecordSegments(&n->metrics_, spans);
   n->service_ = std::make_unique<NodeService>(std::move(spans));
   n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
+  // A disk tier's records are read through the tier, as headers for the inventory's report.
+  NodeSegments* segments = n->segments_.get();
+  n->inventory_->SetDiskHeaderReader(
+      [segments](size_t index, uint64_t offset) -> absl::StatusOr<proto::AllocHeader> {
+        DiskTier* tier = segments->disk(index);
+        if (tier == nullptr) return absl::InternalError("not a disk tier");
+        GRANARY_ASSIGN_OR_RETURN(DiskRecordMeta meta, tier->store().Peek(offset));
+        proto::AllocHeader h;
+        h.generation = meta.generation;
+        h.key_hash = meta.key_hash;
+        h.value_length = meta.value_length;
+        return h;
+      });
   bool readopted = false;
-  if (!options.segment_file.empty()) {
-    GRANARY_ASSIGN_OR_RETURN(
-        SegmentFileState state,
-        OpenSegmentFileState(options.segment_file, n->segments_->reused_file()));
+  // The node's id and inventory journal live beside its segment file, or, without one, beside
+  // its first disk tier's file: what a restarted node re-adopts.
+  const std::string state_path = !options.segment_file.empty() ? options.segment_file
+                                 : !options.disk_paths.empty()
+                                     ? options.disk_paths[0] + "/granary-node"
+                                     : std::string();
+  if (!state_path.empty()) {
+    const bool reused = n->segments_->reused_file() || n->segments_->reused_disk();
+    GRANARY_ASSIGN_OR_RETURN(SegmentFileState state, OpenSegmentFileState(state_path, reused));
     n->node_id_ = state.node_id;
     const uint64_t torn = state.replay.torn_bytes;
     const size_t taken = n->inventory_->Adopt(std::move(state.journal), state.replay);
     n->counters_->readopted_entries->Set(static_cast<double>(taken));
-    readopted = n->segments_->reused_file();
+    readopted = reused;
     if (readopted) {
-      GRANARY_LOG_INFO << "segment file '" << options.segment_file << "': re-adopting " << taken
+      GRANARY_LOG_INFO << "'" << state_path << "': re-adopting " << taken
                        << " object(s) from its journal (" << state.replay.records
                        << " record(s) read"
                        << (torn > 0 ? absl::StrCat(", a torn tail of ", torn, " bytes cut off")

@@ -41,6 +41,13 @@ class NodeSegments {
   // options.disk_paths[i] with options.disk_sizes[i] bytes, the node's i-th; its segment has
   // the synthetic base DiskTier::Base(i) and no rkey.
   [[nodiscard]] absl::Status AddDisk(size_t i, std::vector<SegmentSpan>* spans);
+  // Whether any disk tier's file was there before (it holds a previous run's records).
+  bool reused_disk() const {
+    for (const auto& s : segments_) {
+      if (s.disk && s.disk->store().file().reused()) return true;
+    }
+    return false;
+  }
   // The disk tier of segment `index`, or null for a memory segment.
   DiskTier* disk(size_t index) const { return segments_[index].disk.get(); }
   // The UCX registration of segment `index` (host segments; GPU ones only where UCX maps CUDA

@@ -10,12 +10,15 @@
 //   space, a size without a path) are refused at start, naming the value.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -167,6 +170,80 @@ TEST_P(DiskTierTest, BatchesOfSeveralMiBAnswerInTime) {
   }
 }
 
+// kill -9 of the node, and the same command again: the node finds its tier file, replays the
+// journal beside it, checks each record's preamble and reports them; the master restores every
+// object of both tenants with its charge, and they read back byte-exact.
+TEST_P(DiskTierTest, ANodeKilledAndStartedAgainKeepsItsDiskObjects) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  auto other = cluster_->NewClient("t2");
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::vector<std::string> keys;
+  std::vector<std::string> values;
+  for (int i = 0; i < 40; ++i) {
+    keys.push_back(absl::StrCat("keep/", i));
+    values.push_back(Value(1 + i * 7919, i));
+  }
+  std::vector<absl::string_view> views(values.begin(), values.end());
+  for (const absl::Status& st : client_->BatchPutWith(keys, views, OnDisk()))
+    ASSERT_TRUE(st.ok()) << st;
+  for (const absl::Status& st : (*other)->BatchPutWith(keys, views, OnDisk()))
+    ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(client_->Remove(keys[0]).ok());  // a freed record must not come back
+  auto before = client_->Segments();
+  ASSERT_TRUE(before.ok());
+  uint64_t disk_used = 0;
+  for (const auto& seg : *before) disk_used += seg.tier == "disk" ? seg.used : 0;
+  ASSERT_GT(disk_used, 0u);
+
+  // The node learns commits and frees from the master's inventory sync: wait until its
+  // inventory (and so its journal) has all 79 (what it has not journaled at a crash is lost).
+  for (int i = 0; i < 100 && NodeMetric("granary_node_inventory_entries") != 79; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(NodeMetric("granary_node_inventory_entries"), 79);
+  cluster_->node(0)->Kill(SIGKILL);
+  cluster_->node(0)->Wait();
+  ASSERT_TRUE(cluster_->StartNode(0).ok());
+  ASSERT_TRUE(cluster_->WaitForSegments(2).ok());
+  // Retry until the report is in (the master restores while the node reports).
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (client_->Get(keys[1]).ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (size_t i = 1; i < keys.size(); ++i) {
+    for (Client* c : {client_.get(), other->get()}) {
+      absl::StatusOr<std::string> got = c->Get(keys[i]);
+      ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status();
+      EXPECT_TRUE(*got == values[i]) << keys[i];
+    }
+  }
+  EXPECT_EQ(client_->Get(keys[0]).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::string> t2_first = (*other)->Get(keys[0]);
+  ASSERT_TRUE(t2_first.ok()) << t2_first.status();
+  auto after = client_->Segments();
+  ASSERT_TRUE(after.ok());
+  uint64_t disk_used_after = 0;
+  for (const auto& seg : *after) disk_used_after += seg.tier == "disk" ? seg.used : 0;
+  EXPECT_EQ(disk_used_after, disk_used);
+  // Once the master frees the space nobody reported (a quarantine of 2 x client_ttl and a
+  // margin), new puts land beside the survivors without overwriting any.
+  for (int i = 0; i < 150; ++i) {
+    absl::StatusOr<double> q = cluster_->Metric("granary_master_quarantined_bytes");
+    if (q.ok() && *q == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  absl::Status put = client_->BatchPutWith({"after"}, {Value(50000, 99)}, OnDisk())[0];
+  ASSERT_TRUE(put.ok()) << put;
+  absl::StatusOr<std::string> fresh = client_->Get("after");
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(*fresh, Value(50000, 99));
+  for (size_t i = 1; i < keys.size(); ++i) {
+    absl::StatusOr<std::string> got = client_->Get(keys[i]);
+    ASSERT_TRUE(got.ok()) << keys[i] << ": " << got.status();
+    EXPECT_TRUE(*got == values[i]) << keys[i];
+  }
+}
+
 TEST_P(DiskTierTest, CorruptBytesInTheTierFileAreNeverServed) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string value = Value(100000, 7);
@@ -261,6 +338,30 @@ TEST(DiskTierFlags, BadPathsAndSizesAreRefusedNamingThem) {
   EXPECT_NE(log.find("--disk_queue_depth=0"), std::string::npos) << log;
   log = RefusedStart({"--disk_path=" + dir.path() + "," + dir.path(), "--disk_size=8MB"});
   EXPECT_NE(log.find("given twice"), std::string::npos) << log;
+}
+
+// A tier file belongs to one node at a time (a lock), and a file of another size is refused
+// rather than read as records or cut.
+TEST(DiskTierFlags, ATierFileInUseOrOfAnotherSizeIsRefused) {
+  ScratchDir dir("/tmp");
+  ASSERT_FALSE(dir.path().empty());
+  const std::vector<std::string> argv = {BinDir() + "/granary_node",  "--master=127.0.0.1:1",
+                                         "--host_segment_size=8MB",   "--metrics_port=0",
+                                         "--disk_path=" + dir.path(), "--disk_size=8MB"};
+  auto first = Process::Start(argv, {}, dir.path() + "/first.log");
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The first node holds the file once it has logged the tier (it keeps retrying the master).
+  for (int i = 0; i < 100 && (*first)->Log().find("disk tier disk0") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE((*first)->Log().find("disk tier disk0"), std::string::npos) << (*first)->Log();
+  std::string log = RefusedStart({"--disk_path=" + dir.path(), "--disk_size=8MB"});
+  EXPECT_NE(log.find("is in use by another process"), std::string::npos) << log;
+  (*first)->Kill(SIGKILL);
+  (*first)->Wait();
+  log = RefusedStart({"--disk_path=" + dir.path(), "--disk_size=16MB"});
+  EXPECT_NE(log.find("holds 8388608 bytes, but --disk_size asks for 16777216"), std::string::npos)
+      << log;
 }
 
 }  // namespace

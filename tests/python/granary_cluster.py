@@ -76,7 +76,8 @@ class Cluster:
         self.env.update(env or {})
         self.bin = bin_dir()
         self.segment_size = segment_size
-        self.node_flags = list(node_flags)
+        # "{dir}" in a node flag is this cluster's own directory (a disk tier's, say).
+        self.node_flags = [f.replace("{dir}", self.dir) for f in node_flags]
         self.procs = {}
         flags = ["--metrics_host=127.0.0.1", f"--client_ttl={client_ttl_sec}",
                  f"--default_kv_lease_ttl={lease_ttl_ms}", "--log_level=info"]

@@ -3,19 +3,13 @@ with --disk_path, read back byte-exact through granary.Client and through the Mo
 whose replica descriptors then say disk replica (is_disk_replica) truthfully."""
 
 import os
-import shutil
-import tempfile
 
 import granary
 import pytest
 from mooncake_util import store_on
 
-_DISK_DIR = tempfile.mkdtemp(prefix="granary_py_disk_")
-CLUSTER_ARGS = {"node_flags": [f"--disk_path={_DISK_DIR}", "--disk_size=64MB"]}
-
-
-def teardown_module(module):
-    shutil.rmtree(_DISK_DIR, ignore_errors=True)
+# The tier in each cluster's own directory (each transport's cluster starts with an empty one).
+CLUSTER_ARGS = {"node_flags": ["--disk_path={dir}", "--disk_size=64MB"]}
 
 
 def test_disk_puts_read_back_and_say_they_are_on_disk(cluster, key):

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -91,6 +92,15 @@ absl::Status CheckOptions(const DiskOptions& o) {
 absl::StatusOr<std::unique_ptr<DiskFile>> DiskFile::Open(DiskOptions options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   std::string file = options.path + "/" + kFileName;
+  // A file a previous run left, of this size, holds that run's records (a restarted node
+  // re-adopts them); one of another size is refused rather than read as records or cut.
+  struct stat before {};
+  const bool existed = ::stat(file.c_str(), &before) == 0;
+  if (existed && static_cast<uint64_t>(before.st_size) != options.size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "disk tier ", file, " holds ", before.st_size, " bytes, but --disk_size asks for ",
+        options.size, ": give its size, or remove the file to start the tier empty"));
+  }
   bool direct = true;
   int fd = -1;
   const int injected = options.fault ? options.fault(DiskOp::kOpenDirect, 0, 0) : 0;
@@ -109,6 +119,13 @@ absl::StatusOr<std::unique_ptr<DiskFile>> DiskFile::Open(DiskOptions options) {
   if (fd < 0) {
     return absl::PermissionDeniedError(absl::StrCat("disk tier ", file, ": open: ", Errno(errno)));
   }
+  // One node per tier file: a second one would write into the first one's records.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("disk tier ", file, " is in use by another process (", Errno(err), ")"));
+  }
   // Reserve every block now: a full disk fails here, naming it, and never mid-write.
   if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(options.size)); err != 0) {
     ::close(fd);
@@ -116,6 +133,7 @@ absl::StatusOr<std::unique_ptr<DiskFile>> DiskFile::Open(DiskOptions options) {
         "disk tier ", file, ": reserving ", common::FormatSize(options.size), ": ", Errno(err)));
   }
   std::unique_ptr<DiskFile> disk(new DiskFile(std::move(options), std::move(file), fd, direct));
+  disk->reused_ = existed;
   common::MutexLock lock(&disk->mu_);
   if (int err = io_uring_queue_init(static_cast<unsigned>(disk->options_.queue_depth),
                                     disk->ring_.get(), 0);

@@ -41,7 +41,9 @@ using proto::kDiskBlock;
 // written in batches through one io_uring.
 //
 // - Open refuses, naming the value: an empty or missing path, a path that is not a directory
-//   or not writable, a size that is zero, not a multiple of kDiskBlock, or over the free space.
+//   or not writable, a size that is zero, not a multiple of kDiskBlock, or over the free space;
+//   an existing tier file of another size; a tier file another process holds (a lock). An
+//   existing file of the size is kept as it is (reused()).
 //   It reserves the whole size (fallocate) so that a full disk shows at start, not mid-write.
 // - I/O uses O_DIRECT (no page cache: the node's memory tiers are the cache). Where the file
 //   system refuses O_DIRECT, Open logs that once and the tier uses buffered I/O.
@@ -75,6 +77,8 @@ class DiskFile {
   uint64_t size() const { return options_.size; }
   // Whether I/O bypasses the page cache (O_DIRECT).
   bool direct() const { return direct_; }
+  // Whether the file was there before Open (of this size): it holds a previous run's records.
+  bool reused() const { return reused_; }
 
  private:
   DiskFile(DiskOptions options, std::string file, int fd, bool direct);
@@ -87,6 +91,7 @@ class DiskFile {
   const std::string file_;
   const int fd_;
   const bool direct_;
+  bool reused_ = false;  // set by Open
   common::Mutex mu_;
   std::unique_ptr<io_uring> ring_ ABSL_GUARDED_BY(mu_);
 };
