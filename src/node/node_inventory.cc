@@ -227,6 +227,10 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
   // (They stay in the pinned buffer, which only this call, holding mu_, uses.)
   absl::StatusOr<const proto::AllocHeader*> gpu = nullptr;
   size_t gpu_from = 0, gpu_n = 0;
+  // A disk tier's headers for v[disk_from, disk_from + disk_n), read ahead in one batch.
+  proto::AllocHeader disk[kDiskHeaderChunk];
+  bool disk_ok[kDiskHeaderChunk];
+  size_t disk_from = 0, disk_n = 0;
   for (; c->index < c->slots.size(); ++c->index, c->pos = 0) {
     const size_t index = c->index;
     const std::vector<ReportCursor::At>& v = c->slots[index];
@@ -234,6 +238,7 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
     const bool on_gpu = (*segments_)[index].tier == proto::Tier::kGpu;
     const bool on_disk = (*segments_)[index].tier == proto::Tier::kDisk;
     gpu_n = 0;
+    disk_n = 0;
     for (; c->pos < v.size(); ++c->pos) {
       if (batch.size() >= max_records || bytes >= max_bytes) return batch;
       const uint64_t offset = v[c->pos].offset;
@@ -262,14 +267,17 @@ std::vector<proto::InventoryRecord> NodeInventory::NextBatch(ReportCursor* c,
                            << "' failed, not reporting them: " << gpu.status();
         }
       }
-      absl::StatusOr<proto::AllocHeader> disk_header = proto::AllocHeader{};
-      if (on_disk) {
-        disk_header = disk_header_ ? disk_header_(index, offset)
-                                   : absl::StatusOr<proto::AllocHeader>(
-                                         absl::FailedPreconditionError("no disk reader"));
+      if (on_disk && (disk_n == 0 || c->pos >= disk_from + disk_n)) {
+        disk_from = c->pos;
+        disk_n = std::min(kDiskHeaderChunk, v.size() - c->pos);
+        uint64_t offsets[kDiskHeaderChunk];
+        for (size_t i = 0; i < disk_n; ++i) offsets[i] = v[disk_from + i].offset;
+        std::fill(disk_ok, disk_ok + disk_n, false);
+        if (disk_header_) disk_header_(index, offsets, disk_n, disk, disk_ok);
       }
-      const bool read = on_disk ? disk_header.ok() : !on_gpu || gpu.ok();
-      const proto::AllocHeader h = on_disk   ? (read ? *disk_header : proto::AllocHeader{})
+      const bool read = on_disk ? disk_ok[c->pos - disk_from] : !on_gpu || gpu.ok();
+      const proto::AllocHeader h = on_disk
+                                       ? (read ? disk[c->pos - disk_from] : proto::AllocHeader{})
                                    : !on_gpu ? ReadHeader(index, offset)
                                    : read    ? (*gpu)[c->pos - gpu_from]
                                              : proto::AllocHeader{};

@@ -59,9 +59,12 @@ class NodeInventory {
 
  public:
   explicit NodeInventory(const std::vector<SegmentSpan>* segments) : segments_(segments) {}
-  // The header of the record at `offset` of disk tier `index` (from its preamble), for Report.
-  using DiskHeaderReader =
-      std::function<absl::StatusOr<proto::AllocHeader>(size_t index, uint64_t offset)>;
+  // The headers of the records at offsets[0..n) of disk tier `index` (from their preambles),
+  // for Report, read together: ok[i] false where record i could not be read or checked.
+  using DiskHeaderReader = std::function<void(size_t index, const uint64_t* offsets, size_t n,
+                                              proto::AllocHeader* headers, bool* ok)>;
+  // How many disk records Report reads at once.
+  static constexpr size_t kDiskHeaderChunk = 256;
   // Before any report (NodeServer::Create).
   void SetDiskHeaderReader(DiskHeaderReader reader) { disk_header_ = std::move(reader); }
   ~NodeInventory();

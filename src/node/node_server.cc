@@ -63,17 +63,21 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Create(const NodeOptions
   n->inventory_ = std::make_unique<NodeInventory>(&n->service_->segments());
   // A disk tier's records are read through the tier, as headers for the inventory's report.
   NodeSegments* segments = n->segments_.get();
-  n->inventory_->SetDiskHeaderReader(
-      [segments](size_t index, uint64_t offset) -> absl::StatusOr<proto::AllocHeader> {
-        DiskTier* tier = segments->disk(index);
-        if (tier == nullptr) return absl::InternalError("not a disk tier");
-        GRANARY_ASSIGN_OR_RETURN(DiskRecordMeta meta, tier->store().Peek(offset));
-        proto::AllocHeader h;
-        h.generation = meta.generation;
-        h.key_hash = meta.key_hash;
-        h.value_length = meta.value_length;
-        return h;
-      });
+  n->inventory_->SetDiskHeaderReader([segments](size_t index, const uint64_t* offsets, size_t n,
+                                                proto::AllocHeader* headers, bool* ok) {
+    DiskTier* tier = segments->disk(index);
+    if (tier == nullptr) return;
+    std::vector<absl::StatusOr<DiskRecordMeta>> metas;
+    tier->store().PeekMany(absl::MakeConstSpan(offsets, n), &metas);
+    for (size_t i = 0; i < n; ++i) {
+      if (!metas[i].ok()) continue;
+      headers[i] = proto::AllocHeader{};
+      headers[i].generation = metas[i]->generation;
+      headers[i].key_hash = metas[i]->key_hash;
+      headers[i].value_length = metas[i]->value_length;
+      ok[i] = true;
+    }
+  });
   bool readopted = false;
   // The node's id and inventory journal live beside its segment file, or, without one, beside
   // its first disk tier's file: what a restarted node re-adopts.

@@ -103,6 +103,38 @@ void DiskStore::Get(absl::Span<const GetOp> ops, std::vector<absl::Status>* stat
   }
 }
 
+void DiskStore::PeekMany(absl::Span<const uint64_t> offsets,
+                         std::vector<absl::StatusOr<DiskRecordMeta>>* out) {
+  out->assign(offsets.size(), absl::StatusOr<DiskRecordMeta>(absl::UnknownError("not read")));
+  std::vector<AlignedBuffer> blocks(offsets.size());
+  std::vector<uint64_t> bytes(offsets.size(), kDiskBlock);
+  std::vector<size_t> pending(offsets.size());
+  for (size_t i = 0; i < offsets.size(); ++i) pending[i] = i;
+  // Two rounds at most: the second rereads the preambles longer than one block.
+  for (int round = 0; round < 2 && !pending.empty(); ++round) {
+    std::vector<DiskFile::Io> ios;
+    for (size_t i : pending) {
+      blocks[i] = NewAlignedBuffer(bytes[i]);
+      ios.push_back({offsets[i], blocks[i].get(), bytes[i]});
+    }
+    if (absl::Status s = file_->Read(ios); !s.ok()) {
+      for (size_t i : pending) (*out)[i] = s;
+      return;
+    }
+    std::vector<size_t> again;
+    for (size_t i : pending) {
+      const uint64_t need = PeekDiskPreambleBytes(absl::MakeConstSpan(blocks[i].get(), kDiskBlock));
+      if (round == 0 && need > kDiskBlock) {
+        bytes[i] = need;
+        again.push_back(i);
+        continue;
+      }
+      (*out)[i] = DecodeDiskPreamble(absl::MakeConstSpan(blocks[i].get(), bytes[i]));
+    }
+    pending = std::move(again);
+  }
+}
+
 absl::StatusOr<DiskRecordMeta> DiskStore::Peek(uint64_t offset) {
   AlignedBuffer block = NewAlignedBuffer(kDiskBlock);
   if (absl::Status s = file_->Read({{offset, block.get(), kDiskBlock}}); !s.ok()) return s;

@@ -52,6 +52,12 @@ class DiskStore {
   void Put(absl::Span<PutOp> ops, std::vector<absl::Status>* statuses);
   void Get(absl::Span<const GetOp> ops, std::vector<absl::Status>* statuses);
   [[nodiscard]] absl::StatusOr<DiskRecordMeta> Peek(uint64_t offset);
+  // The preambles of the records at `offsets`, read in one batch with the file's queue depth
+  // (a second one for those longer than a block): (*out)[i] is record i's meta, or why not
+  // (DATA_LOSS for a preamble that fails its check, or no record there; an I/O error fails
+  // the batch's every record).
+  void PeekMany(absl::Span<const uint64_t> offsets,
+                std::vector<absl::StatusOr<DiskRecordMeta>>* out);
 
   DiskFile& file() { return *file_; }
   uint64_t checksum_failures() const { return checksum_failures_.load(std::memory_order_relaxed); }

@@ -110,6 +110,19 @@ TEST(DiskStore, RoundTripsByteExactFromOneByteTo64MiBInOneBatch) {
   EXPECT_EQ(meta->tenant, "tenant-a");
   EXPECT_EQ(meta->value_length, 777u);
   EXPECT_EQ(f.store->checksum_failures(), 0u);
+  // Every preamble at once (the long key's in a second round), and one where there is none.
+  std::vector<uint64_t> at = offsets;
+  at.push_back(kSize - kDiskBlock);
+  std::vector<absl::StatusOr<DiskRecordMeta>> metas;
+  f.store->PeekMany(at, &metas);
+  ASSERT_EQ(metas.size(), at.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(metas[i].ok()) << i << ": " << metas[i].status();
+    EXPECT_EQ(metas[i]->key, keys[i]);
+    EXPECT_EQ(metas[i]->generation, 100 + i);
+    EXPECT_EQ(metas[i]->value_length, sizes[i]);
+  }
+  EXPECT_EQ(metas.back().status().code(), absl::StatusCode::kDataLoss) << metas.back().status();
 }
 
 TEST(DiskStore, AnotherObjectAtTheOffsetIsUnavailableAndNotServed) {
