@@ -60,7 +60,7 @@ add_dependencies(integration_restart_test granary_master granary_node)
 granary_test(NAME integration_node_restart_test LABELS integration TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/node_restart_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_node_restart_test granary_master granary_node)
-granary_test(NAME integration_disk_tier_test LABELS integration TIMEOUT 300
+granary_test(NAME integration_disk_tier_test LABELS integration tsan TIMEOUT 300
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/disk_tier_test.cc LIBS granary_test_cluster)
 add_dependencies(integration_disk_tier_test granary_master granary_node)
 # The GPU tier on the fake device backend (master and nodes with GRANARY_DEVICE_BACKEND=fake),
