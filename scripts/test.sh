@@ -5,11 +5,11 @@
 #   1. the normal build (warnings are errors), the Python module installed for /usr/bin/python3
 #      (scripts/install_python.sh), and every test: unit, integration, install, chaos, fuzz,
 #      python (pytest), browser (the dashboard in headless Chromium), gpu (skips without a
-#      device), upgrade (the newest release tag against this tree; skips without tags);
-#   2. the tests labelled `tsan` (master, quota ledger, transport, and the store integration test
-#      with a master, nodes and clients) built with clang, GRANARY_SANITIZER=thread and
-#      -Wthread-safety -Werror into build-tsan, so the lock annotations are checked by the
-#      compiler as well (skip it with GRANARY_TSAN=0);
+#      device), upgrade (the newest release, by tag or tests/upgrade/releases, against this tree);
+#   2. the tests labelled `tsan` (master, quota ledger, transport, and integration tests with a
+#      master, nodes and clients: the store, restarts, the disk tier) built with clang,
+#      GRANARY_SANITIZER=thread and -Wthread-safety -Werror into build-tsan, so the lock
+#      annotations are checked by the compiler as well (skip it with GRANARY_TSAN=0);
 #   3. the same suite as 1, minus fuzz (which has its own sanitizers), chaos, install and
 #      upgrade (which would build the release again, instrumented, to learn nothing new), built
 #      with GRANARY_SANITIZER=address,undefined into build-asan (skip it with GRANARY_ASAN=0).
