@@ -342,7 +342,7 @@ std::string WithDefaultTier(absl::string_view value) {
 
 TEST(ParsePolicyTest, DefaultTier) {
   for (common::TierPreference t : {common::TierPreference::kHost, common::TierPreference::kGpu,
-                                   common::TierPreference::kAny}) {
+                                   common::TierPreference::kAny, common::TierPreference::kDisk}) {
     absl::StatusOr<Policy> p = ParsePolicy(WithDefaultTier(common::TierPreferenceName(t)));
     ASSERT_TRUE(p.ok()) << common::TierPreferenceName(t) << ": " << p.status();
     EXPECT_EQ(p->tenants[0].default_tier, t);
@@ -354,7 +354,7 @@ TEST(ParsePolicyTest, DefaultTier) {
 
 TEST(ParsePolicyTest, DefaultTierNotATier) {
   ExpectInvalid(WithDefaultTier("GPU"),
-                {"tenant 't1'", "'default_tier'", "line 5", "'GPU'", "host, gpu, any"});
+                {"tenant 't1'", "'default_tier'", "line 5", "'GPU'", "host, gpu, any, disk"});
   ExpectInvalid(WithDefaultTier("ssd"), {"'default_tier'", "'ssd'"});
   ExpectInvalid(WithDefaultTier("[gpu]"), {"'default_tier'", "a list"});
   ExpectInvalid(WithDefaultTier(""), {"'default_tier'", "nothing"});
