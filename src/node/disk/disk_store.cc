@@ -136,16 +136,9 @@ void DiskStore::PeekMany(absl::Span<const uint64_t> offsets,
 }
 
 absl::StatusOr<DiskRecordMeta> DiskStore::Peek(uint64_t offset) {
-  AlignedBuffer block = NewAlignedBuffer(kDiskBlock);
-  if (absl::Status s = file_->Read({{offset, block.get(), kDiskBlock}}); !s.ok()) return s;
-  uint64_t need = PeekDiskPreambleBytes(absl::MakeConstSpan(block.get(), kDiskBlock));
-  if (need > kDiskBlock) {
-    block = NewAlignedBuffer(need);
-    if (absl::Status s = file_->Read({{offset, block.get(), need}}); !s.ok()) return s;
-  } else {
-    need = kDiskBlock;
-  }
-  return DecodeDiskPreamble(absl::MakeConstSpan(block.get(), need));
+  std::vector<absl::StatusOr<DiskRecordMeta>> out;
+  PeekMany({offset}, &out);
+  return std::move(out[0]);
 }
 
 }  // namespace granary::node
